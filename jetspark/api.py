@@ -1,0 +1,258 @@
+"""The public data model: nats-py's JetStream dataclasses and enums, field for field.
+
+A user who knows nats-py knows these.  Durations are float seconds, times are
+timezone-aware UTC ``datetime`` objects; on the wire (the nats-py backend) they
+become nanoseconds and RFC 3339 strings.  ``-1`` means *unlimited* for every
+limit, as in NATS.
+
+Configs are frozen, keyword-only dataclasses: ``evolve(**changes)`` returns a
+changed copy, ``as_dict()`` drops unset (``None``) fields and
+``from_response(dict)`` ignores keys it does not know, so JSON from a real
+server reads into the same classes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from typing import Any, Dict, List, Optional, TypeVar
+
+__all__ = [
+    "AckPolicy",
+    "ConsumerConfig",
+    "ConsumerInfo",
+    "DeliverPolicy",
+    "DiscardPolicy",
+    "PubAck",
+    "RawStreamMsg",
+    "ReplayPolicy",
+    "RetentionPolicy",
+    "SequenceInfo",
+    "StorageType",
+    "StreamConfig",
+    "StreamInfo",
+    "StreamState",
+]
+
+_B = TypeVar("_B", bound="Base")
+EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+class RetentionPolicy(str, Enum):
+    LIMITS = "limits"
+    INTEREST = "interest"
+    WORK_QUEUE = "workqueue"
+
+
+class StorageType(str, Enum):
+    FILE = "file"
+    MEMORY = "memory"
+
+
+class DiscardPolicy(str, Enum):
+    OLD = "old"
+    NEW = "new"
+
+
+class AckPolicy(str, Enum):
+    NONE = "none"
+    ALL = "all"
+    EXPLICIT = "explicit"
+
+
+class DeliverPolicy(str, Enum):
+    ALL = "all"
+    LAST = "last"
+    NEW = "new"
+    BY_START_SEQUENCE = "by_start_sequence"
+    BY_START_TIME = "by_start_time"
+    LAST_PER_SUBJECT = "last_per_subject"
+
+
+class ReplayPolicy(str, Enum):
+    INSTANT = "instant"
+    ORIGINAL = "original"
+
+
+def ns_to_datetime(ns: int) -> _dt.datetime:
+    """Nanoseconds since the epoch -> aware UTC datetime (microsecond precision)."""
+    return EPOCH + _dt.timedelta(microseconds=ns // 1000)
+
+
+def datetime_to_ns(value: _dt.datetime) -> int:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=_dt.timezone.utc)
+    delta = value - EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+
+
+@dataclass(frozen=True)
+class Base:
+    @classmethod
+    def from_response(cls: type[_B], resp: Dict[str, Any]) -> _B:
+        """Build from a dict, ignoring unknown keys (open-world, as nats-py)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in resp.items() if k in names})
+
+    def evolve(self: _B, **changes: Any) -> _B:
+        """A copy with ``changes`` applied."""
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> Dict[str, Any]:
+        """The fields that are set, recursively, with enums as their values."""
+        out: Dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            out[f.name] = _plain(value)
+        return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Base):
+        return value.as_dict()
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamConfig(Base):
+    """A stream's configuration (nats-py ``StreamConfig``).
+
+    Unset fields take the server's defaults when the stream is added; the
+    config in a returned ``StreamInfo`` shows them filled in.
+    """
+
+    name: Optional[str] = None
+    description: Optional[str] = None
+    subjects: Optional[List[str]] = None
+    retention: Optional[RetentionPolicy] = None
+    max_consumers: Optional[int] = None
+    max_msgs: Optional[int] = None
+    max_bytes: Optional[int] = None
+    discard: Optional[DiscardPolicy] = None
+    discard_new_per_subject: bool = False
+    max_age: Optional[float] = None
+    max_msgs_per_subject: Optional[int] = None
+    max_msg_size: Optional[int] = None
+    storage: Optional[StorageType] = None
+    num_replicas: Optional[int] = None
+    no_ack: bool = False
+    duplicate_window: Optional[float] = None
+    sealed: bool = False
+    deny_delete: bool = False
+    deny_purge: bool = False
+    allow_rollup_hdrs: bool = False
+    allow_direct: bool = False
+    first_seq: Optional[int] = None
+    metadata: Optional[Dict[str, str]] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamState(Base):
+    """A stream's state (nats-py ``StreamState`` plus the server's timestamps and num_subjects)."""
+
+    messages: int = 0
+    bytes: int = 0
+    first_seq: int = 0
+    last_seq: int = 0
+    consumer_count: int = 0
+    first_ts: Optional[_dt.datetime] = None
+    last_ts: Optional[_dt.datetime] = None
+    num_subjects: int = 0
+    num_deleted: int = 0
+    deleted: Optional[List[int]] = None
+    subjects: Optional[Dict[str, int]] = None
+    lost: Optional[Dict[str, Any]] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamInfo(Base):
+    config: StreamConfig
+    state: StreamState
+    created: Optional[_dt.datetime] = None
+    did_create: Optional[bool] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PubAck(Base):
+    stream: str
+    seq: int
+    domain: Optional[str] = None
+    duplicate: Optional[bool] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RawStreamMsg(Base):
+    """A stored message as ``get_msg`` returns it (nats-py ``RawStreamMsg``)."""
+
+    subject: Optional[str] = None
+    seq: Optional[int] = None
+    data: Optional[bytes] = None
+    hdrs: Optional[bytes] = None
+    headers: Optional[Dict[str, str]] = None
+    stream: Optional[str] = None
+    time: Optional[_dt.datetime] = None
+
+    @property
+    def sequence(self) -> Optional[int]:
+        return self.seq
+
+    @property
+    def header(self) -> Optional[Dict[str, str]]:
+        return self.headers
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsumerConfig(Base):
+    """A consumer's configuration (nats-py ``ConsumerConfig``); ack_policy defaults to explicit as in nats-py."""
+
+    name: Optional[str] = None
+    durable_name: Optional[str] = None
+    description: Optional[str] = None
+    deliver_policy: Optional[DeliverPolicy] = DeliverPolicy.ALL
+    opt_start_seq: Optional[int] = None
+    opt_start_time: Optional[_dt.datetime] = None
+    ack_policy: Optional[AckPolicy] = AckPolicy.EXPLICIT
+    ack_wait: Optional[float] = None
+    max_deliver: Optional[int] = None
+    backoff: Optional[List[float]] = None
+    filter_subject: Optional[str] = None
+    filter_subjects: Optional[List[str]] = None
+    replay_policy: Optional[ReplayPolicy] = ReplayPolicy.INSTANT
+    max_waiting: Optional[int] = None
+    max_ack_pending: Optional[int] = None
+    headers_only: Optional[bool] = None
+    inactive_threshold: Optional[float] = None
+    num_replicas: Optional[int] = None
+    mem_storage: Optional[bool] = None
+    metadata: Optional[Dict[str, str]] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SequenceInfo(Base):
+    consumer_seq: int = 0
+    stream_seq: int = 0
+    last_active: Optional[_dt.datetime] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsumerInfo(Base):
+    name: str
+    stream_name: str
+    config: ConsumerConfig
+    created: Optional[_dt.datetime] = None
+    delivered: SequenceInfo = field(default_factory=SequenceInfo)
+    ack_floor: SequenceInfo = field(default_factory=SequenceInfo)
+    num_ack_pending: int = 0
+    num_redelivered: int = 0
+    num_waiting: int = 0
+    num_pending: int = 0

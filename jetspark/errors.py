@@ -1,0 +1,192 @@
+"""jetspark's one error tree.
+
+::
+
+    JetSparkError                         every error jetspark raises
+    ├── APIError                          a JetStream API error: code, err_code, description
+    │   ├── BadRequestError (ValueError)      HTTP 400: invalid name, config, subject, argument
+    │   ├── NotFoundError (LookupError)       HTTP 404
+    │   │   ├── StreamNotFoundError           10059 stream not found
+    │   │   ├── ConsumerNotFoundError         10014 consumer not found
+    │   │   └── MsgNotFoundError              10037 no message found
+    │   ├── ServerError                       HTTP 500: invalid config (10052), purge/delete refused
+    │   └── ServiceUnavailableError           HTTP 503: store refused (10077 limits with discard new)
+    ├── NoStreamResponseError (LookupError)   no stream captures the subject (nats: no responders)
+    ├── FetchTimeoutError (TimeoutError)      fetch found nothing before its timeout
+    ├── StoreError                            the store on disk cannot be used
+    │   └── CorruptStoreError                 damaged files that recovery could not repair
+    └── ClosedError                           the handle was used after close()
+
+API errors carry the server's ``code`` (HTTP-like status), ``err_code``
+(JetStream's stable error number) and ``description`` exactly as nats-server
+reports them, so code written against nats-py's ``APIError`` fields works
+unchanged.  Every error pickles, because Spark ships executor errors to the
+driver.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "APIError",
+    "BadRequestError",
+    "ClosedError",
+    "ConsumerNotFoundError",
+    "CorruptStoreError",
+    "FetchTimeoutError",
+    "JetSparkError",
+    "MsgNotFoundError",
+    "NoStreamResponseError",
+    "NotFoundError",
+    "ServerError",
+    "ServiceUnavailableError",
+    "StoreError",
+    "StreamNotFoundError",
+    "api_error",
+    "error_from_response",
+]
+
+
+class JetSparkError(Exception):
+    """Root of every error jetspark raises."""
+
+
+class APIError(JetSparkError):
+    """A JetStream API error with the server's code, err_code and description."""
+
+    def __init__(self, code: int = 0, err_code: int = 0, description: str = "") -> None:
+        self.code = code
+        self.err_code = err_code
+        self.description = description
+        super().__init__(code, err_code, description)
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__}: code={self.code} err_code={self.err_code} description={self.description!r}"
+
+    def __reduce__(self):
+        return (type(self), (self.code, self.err_code, self.description))
+
+
+class BadRequestError(APIError, ValueError):
+    """HTTP 400: the request named something invalid."""
+
+
+class NotFoundError(APIError, LookupError):
+    """HTTP 404: the stream, consumer or message does not exist."""
+
+
+class StreamNotFoundError(NotFoundError):
+    """10059: stream not found."""
+
+
+class ConsumerNotFoundError(NotFoundError):
+    """10014: consumer not found."""
+
+
+class MsgNotFoundError(NotFoundError):
+    """10037: no message found."""
+
+
+class ServerError(APIError):
+    """HTTP 500: the server refused the operation (bad config, purge or delete not permitted)."""
+
+
+class ServiceUnavailableError(APIError):
+    """HTTP 503: the store refused the message (limits with discard new)."""
+
+
+class NoStreamResponseError(JetSparkError, LookupError):
+    """No stream captures the published subject (nats-py raises NoRespondersError)."""
+
+    def __init__(self, subject: str = "") -> None:
+        self.subject = subject
+        super().__init__(subject)
+
+    def __str__(self) -> str:
+        return f"no stream captures subject {self.subject!r}; add a stream whose subjects match it"
+
+    def __reduce__(self):
+        return (type(self), (self.subject,))
+
+
+class FetchTimeoutError(JetSparkError, TimeoutError):
+    """fetch() found no message before its timeout."""
+
+
+class StoreError(JetSparkError):
+    """The store directory cannot be used as it is."""
+
+
+class CorruptStoreError(StoreError):
+    """Files of the store are damaged beyond what recovery repairs."""
+
+
+class ClosedError(JetSparkError):
+    """The handle was used after close()."""
+
+
+# err_code -> (HTTP code, description template, class). Descriptions are the
+# server's own text (JETSTREAM.md §7); templates take keyword fields.
+_API_ERRORS: dict[int, tuple[int, str, type[APIError]]] = {
+    10003: (400, "bad request", BadRequestError),
+    10012: (400, "{err}", BadRequestError),
+    10014: (404, "consumer not found", ConsumerNotFoundError),
+    10025: (400, "invalid JSON: {err}", BadRequestError),
+    10026: (400, "maximum consumers limit reached", BadRequestError),
+    10037: (404, "no message found", MsgNotFoundError),
+    10043: (400, "sequence {seq} not found", BadRequestError),
+    10052: (500, "{err}", ServerError),
+    10054: (400, "message size exceeds maximum allowed", BadRequestError),
+    10057: (500, "{err}", ServerError),
+    10058: (400, "stream name already in use with a different configuration", BadRequestError),
+    10059: (404, "stream not found", StreamNotFoundError),
+    10060: (400, "expected stream does not match", BadRequestError),
+    10065: (400, "subjects overlap with an existing stream", BadRequestError),
+    10070: (400, "wrong last msg ID: {id}", BadRequestError),
+    10071: (400, "wrong last sequence: {seq}", BadRequestError),
+    10074: (500, "replicas > 1 not supported in non-clustered mode", ServerError),
+    10077: (503, "{err}", ServiceUnavailableError),
+    10084: (400, "consumer must be pull-based with explicit ack on workqueue streams", BadRequestError),
+    10094: (400, "{err}", BadRequestError),
+    10098: (400, "consumer must be deliver all on workqueue stream", BadRequestError),
+    10099: (400, "multiple non-filtered consumers not allowed on workqueue stream", BadRequestError),
+    10100: (400, "filtered consumer not unique on workqueue stream", BadRequestError),
+    10101: (400, "consumer must be deliver all on workqueue stream", BadRequestError),
+    10109: (400, "invalid operation on sealed stream", BadRequestError),
+    10110: (500, "{err}", ServerError),
+    10111: (500, "{err}", ServerError),
+    10116: (400, "max deliver is required to be > length of backoff values", BadRequestError),
+    10128: (400, "Stream name can not contain path separators", BadRequestError),
+    10133: (400, "replicas count cannot be negative", BadRequestError),
+    10136: (400, "consumer creation with both filter subject and filter subjects not allowed", BadRequestError),
+    10138: (400, "consumer subject filters cannot overlap", BadRequestError),
+    10139: (400, "consumer filter in FilterSubjects cannot be empty", BadRequestError),
+    10148: (400, "consumer already exists", BadRequestError),
+    10149: (400, "consumer does not exist", BadRequestError),
+    10193: (400, "expected last subject sequence subject header requires expected last subject sequence", BadRequestError),
+}
+
+
+def api_error(err_code: int, **fields) -> APIError:
+    """Build the typed error the server reports for ``err_code``.
+
+    ``fields`` fill the server's description template, e.g.
+    ``api_error(10071, seq=5)`` -> ``wrong last sequence: 5``.
+    """
+    code, template, cls = _API_ERRORS[err_code]
+    return cls(code, err_code, template.format(**fields))
+
+
+_BY_HTTP_CODE: dict[int, type[APIError]] = {
+    400: BadRequestError,
+    404: NotFoundError,
+    500: ServerError,
+    503: ServiceUnavailableError,
+}
+
+
+def error_from_response(error: dict) -> APIError:
+    """Translate a JetStream ``{"code", "err_code", "description"}`` error object."""
+    err_code = int(error.get("err_code", 0))
+    code = int(error.get("code", 0))
+    cls = _API_ERRORS[err_code][2] if err_code in _API_ERRORS else _BY_HTTP_CODE.get(code, APIError)
+    return cls(code, err_code, str(error.get("description", "")))
