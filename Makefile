@@ -1,0 +1,103 @@
+# jetspark developer tasks.
+#
+#   make demo    the engine at work (python -m jetspark.demo)
+#   make test    the test suite (pytest over tests/)
+#
+# Both check for Java 17+ first, then bootstrap the virtualenv themselves:
+# it is created if missing and `pip install -e '.[dev]'` runs again only when
+# pyproject.toml is newer than the stamp $(VENV)/.installed.
+#
+# Variables:
+#   PYTHON=python3       interpreter that creates the venv (3.10+)
+#   VENV=.venv           where the venv lives
+#   TESTS=tests          what pytest runs over
+#   PYTEST_ARGS=...      extra pytest arguments, e.g. PYTEST_ARGS='-x -m "not slow"'
+#   DEMO_ARGS=...        arguments for the demo, e.g. DEMO_ARGS='--path ./jetspark-data'
+
+PYTHON ?= python3
+VENV ?= .venv
+TESTS ?= tests
+PYTEST_ARGS ?=
+DEMO_ARGS ?=
+# PySpark launches $JAVA_HOME/bin/java when JAVA_HOME is set and `java` from
+# PATH otherwise, so check that same binary.
+JAVA ?= $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
+
+VENV_PY := $(VENV)/bin/python
+VENV_CFG := $(VENV)/pyvenv.cfg
+STAMP := $(VENV)/.installed
+
+# Prerequisites run in order: the Java check comes before anything else.
+.NOTPARALLEL:
+.DEFAULT_GOAL := help
+.PHONY: help demo test bench venv clean check-java
+
+help:
+	@echo "make demo    run the engine demo (DEMO_ARGS='--path DIR' keeps the store)"
+	@echo "make test    run the test suite (PYTEST_ARGS='...', TESTS=tests/...)"
+	@echo "make bench   run the scripts in benchmarks/"
+	@echo "make venv    create $(VENV) and install jetspark with its dev extras"
+	@echo "make clean   remove caches and build output (keeps $(VENV))"
+
+demo: check-java $(STAMP)
+	$(VENV_PY) -m jetspark.demo $(DEMO_ARGS)
+
+# pytest exits 5 when it collected no tests; that is a failure here, and says so.
+test: check-java $(STAMP)
+	$(VENV_PY) -m pytest $(PYTEST_ARGS) $(TESTS) || { status=$$?; \
+	  [ $$status -ne 5 ] || echo "make test: pytest collected no tests from '$(TESTS)' (exit 5); an empty run is a failure." >&2; \
+	  exit $$status; }
+
+bench: check-java $(STAMP)
+	@found=; \
+	for script in benchmarks/*.py; do \
+	  [ -f "$$script" ] || continue; \
+	  case "$${script##*/}" in _*) continue ;; esac; \
+	  found=1; \
+	  echo "== $$script"; \
+	  $(VENV_PY) "$$script" || exit $$?; \
+	done; \
+	[ -n "$$found" ] || { echo "make bench: no benchmark scripts in benchmarks/" >&2; exit 1; }
+
+venv: $(STAMP)
+
+# Reinstall when pyproject.toml changes or the venv is (re)created.
+$(STAMP): pyproject.toml $(VENV_CFG)
+	$(VENV_PY) -m pip install --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+$(VENV_CFG):
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null || { \
+	  echo "jetspark needs Python 3.10+ to create $(VENV); '$(PYTHON)' is: $$($(PYTHON) --version 2>/dev/null || echo 'not found')." >&2; \
+	  echo "Point PYTHON at a newer interpreter, e.g. make PYTHON=python3.11 $(MAKECMDGOALS)" >&2; \
+	  exit 1; }
+	$(PYTHON) -m venv $(VENV) || { rm -f $@; \
+	  echo "Could not create $(VENV). On Debian/Ubuntu: sudo apt-get install python3-venv" >&2; \
+	  exit 1; }
+	@# Python 3.10's early bundled pips cannot do editable installs from pyproject.toml alone.
+	$(VENV_PY) -m pip install --disable-pip-version-check --quiet --upgrade pip || { rm -f $@; exit 1; }
+
+check-java:
+	@java='$(JAVA)'; \
+	version=; \
+	if out=$$("$$java" -version 2>&1); then \
+	  version=$$(printf '%s\n' "$$out" | sed -n 's/.* version "\([^"]*\)".*/\1/p' | head -n 1); \
+	fi; \
+	major=$${version%%[.+_-]*}; \
+	if [ "$$major" = 1 ]; then major=$$(echo "$$version" | cut -d. -f2); fi; \
+	case "$$major" in ''|*[!0-9]*) major=0 ;; esac; \
+	if [ "$$major" -lt 17 ]; then \
+	  if [ -n "$$version" ]; then found="Java $$version ($$java)"; \
+	  elif command -v "$$java" >/dev/null 2>&1; then found="'$$java -version' did not report a version"; \
+	  else found="no '$$java' command"; fi; \
+	  echo "Java 17 or newer is required: Spark (PySpark 4) runs on the JVM. Found: $$found." >&2; \
+	  echo "Install it, for example:" >&2; \
+	  echo "  Debian/Ubuntu:  sudo apt-get install openjdk-17-jre-headless" >&2; \
+	  echo "  macOS:          brew install openjdk@17 && export JAVA_HOME=\"\$$(brew --prefix openjdk@17)\"" >&2; \
+	  echo "then put its java on PATH or set JAVA_HOME, and run make again." >&2; \
+	  exit 1; \
+	fi
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .hypothesis spark-warehouse metastore_db derby.log
+	find . -path ./.git -prune -o -path './$(VENV)' -prune -o -type d -name __pycache__ -exec rm -rf {} +

@@ -1,0 +1,168 @@
+"""StreamConfig defaulting and validation, in the server's order (JETSTREAM.md §1).
+
+``normalize_stream_config`` turns what a user passed into the config the
+server would echo back, or raises the server's error.  ``check_update``
+adds the rules for replacing an existing stream's config.  Both are pure:
+nothing here touches the store.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Optional
+
+from jetspark.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from jetspark.engine import subjects as subj
+from jetspark.errors import APIError, api_error
+
+MAX_NAME_LEN = 255
+MAX_DESCRIPTION_LEN = 4096
+MAX_METADATA_LEN = 128 * 1024
+MAX_REPLICAS = 5
+DEFAULT_DUPLICATE_WINDOW = 120.0
+MIN_DURATION = 0.1  # max_age and duplicate_window: "needs to be >= 100ms"
+_NAME_FORBIDDEN = frozenset(".*> \t\r\n\f\v")
+
+
+def invalid(message: str) -> APIError:
+    """10052: the server's "invalid stream config" with its own message."""
+    return api_error(10052, err=message)
+
+
+def check_name(name: Optional[str], kind: str = "stream") -> None:
+    if not name or _NAME_FORBIDDEN.intersection(name):
+        raise invalid(f"{kind} name is required and can not contain '.', '*', '>'")
+    if "/" in name or "\\" in name:
+        raise api_error(10128)
+    if len(name.encode()) > MAX_NAME_LEN:
+        raise invalid(f"{kind} name is too long, maximum allowed is {MAX_NAME_LEN}")
+
+
+def _enum(enum: type[Enum], value, field: str):
+    if value is None or isinstance(value, enum):
+        return value
+    try:
+        return enum(value)
+    except ValueError:
+        raise api_error(10025, err=f"can not unmarshal {value!r} into {field}") from None
+
+
+def _limit(value: Optional[int]) -> int:
+    # 0 and anything below -1 mean "unlimited", shown as -1 (JETSTREAM.md §1.1).
+    if value is None or value == 0 or value < -1:
+        return -1
+    return int(value)
+
+
+def normalize_stream_config(config: StreamConfig) -> StreamConfig:
+    """Apply the server's defaults and validation; return the config it would echo."""
+    check_name(config.name)
+    if config.description is not None and len(config.description.encode()) > MAX_DESCRIPTION_LEN:
+        raise invalid(f"stream description is too long, maximum allowed is {MAX_DESCRIPTION_LEN}")
+    if config.metadata:
+        size = sum(len(k) + len(v) for k, v in config.metadata.items())
+        if size > MAX_METADATA_LEN:
+            raise invalid(f"stream metadata exceeds maximum size of {MAX_METADATA_LEN} bytes")
+
+    retention = _enum(RetentionPolicy, config.retention, "retention policy") or RetentionPolicy.LIMITS
+    storage = _enum(StorageType, config.storage, "storage type") or StorageType.FILE
+    discard = _enum(DiscardPolicy, config.discard, "discard policy") or DiscardPolicy.OLD
+
+    replicas = 1 if not config.num_replicas else int(config.num_replicas)
+    if replicas > MAX_REPLICAS:
+        raise invalid(f"maximum replicas is {MAX_REPLICAS}")
+    if replicas < 0:
+        raise api_error(10133)
+
+    max_age = float(config.max_age or 0.0)
+    if max_age < 0:
+        raise invalid("max age can not be negative")
+    window = float(config.duplicate_window or 0.0)
+    if window == 0:
+        window = max_age if 0 < max_age < DEFAULT_DUPLICATE_WINDOW else DEFAULT_DUPLICATE_WINDOW
+    if 0 < max_age < MIN_DURATION:
+        raise invalid("max age needs to be >= 100ms")
+    if window < 0:
+        raise invalid("duplicates window can not be negative")
+    if max_age != 0 and window > max_age:
+        raise invalid("duplicates window can not be larger then max age")
+    if 0 < window < MIN_DURATION:
+        raise invalid("duplicates window needs to be >= 100ms")
+
+    if config.deny_purge and config.allow_rollup_hdrs:
+        raise invalid("roll-ups require the purge permission")
+    max_msgs_per_subject = _limit(config.max_msgs_per_subject)
+    if config.discard_new_per_subject:
+        if discard != DiscardPolicy.NEW:
+            raise invalid("discard new per subject requires discard new policy to be set")
+        if max_msgs_per_subject <= 0:
+            raise invalid("discard new per subject requires max msgs per subject > 0")
+
+    subjects = list(config.subjects) if config.subjects else [config.name]
+    seen: list[str] = []
+    for s in subjects:
+        if not subj.is_valid(s):
+            raise invalid("invalid subject")
+        if s == ">" and not config.no_ack:
+            raise invalid("capturing all subjects requires no-ack to be true")
+        for prior in seen:
+            if subj.collide(prior, s):
+                raise invalid(f"subject {s!r} overlaps with {prior!r}".replace("'", '"'))
+        seen.append(s)
+
+    if replicas > 1:
+        raise api_error(10074)
+
+    first_seq = int(config.first_seq) if config.first_seq else None
+    return StreamConfig(
+        name=config.name,
+        description=config.description or None,
+        subjects=subjects,
+        retention=retention,
+        max_consumers=_limit(config.max_consumers),
+        max_msgs=_limit(config.max_msgs),
+        max_bytes=_limit(config.max_bytes),
+        discard=discard,
+        discard_new_per_subject=bool(config.discard_new_per_subject),
+        max_age=max_age,
+        max_msgs_per_subject=max_msgs_per_subject,
+        max_msg_size=_limit(config.max_msg_size),
+        storage=storage,
+        num_replicas=replicas,
+        no_ack=bool(config.no_ack),
+        duplicate_window=window,
+        sealed=bool(config.sealed),
+        deny_delete=bool(config.deny_delete),
+        deny_purge=bool(config.deny_purge),
+        allow_rollup_hdrs=bool(config.allow_rollup_hdrs),
+        allow_direct=bool(config.allow_direct),
+        first_seq=first_seq,
+        metadata=dict(config.metadata) if config.metadata else None,
+    )
+
+
+def check_create(config: StreamConfig) -> None:
+    if config.sealed:
+        raise invalid("stream configuration for create can not be sealed")
+
+
+def check_update(old: StreamConfig, new: StreamConfig) -> StreamConfig:
+    """The rules for replacing ``old`` by the normalized ``new``; returns what is stored."""
+    if new.name != old.name:
+        raise invalid("stream configuration name must match original")
+    if new.max_consumers != old.max_consumers:
+        raise invalid("stream configuration update can not change MaxConsumers")
+    if new.storage != old.storage:
+        raise invalid("stream configuration update can not change storage type")
+    if new.retention != old.retention and RetentionPolicy.WORK_QUEUE in (old.retention, new.retention):
+        raise invalid("stream configuration update can not change retention policy to/from workqueue")
+    if old.sealed and not new.sealed:
+        raise invalid("stream configuration update can not unseal a sealed stream")
+    if old.deny_delete and not new.deny_delete:
+        raise invalid("stream configuration update can not cancel deny message deletes")
+    if old.deny_purge and not new.deny_purge:
+        raise invalid("stream configuration update can not cancel deny purge")
+    if new.sealed:
+        # Sealing forces these (JETSTREAM.md §1.3).
+        new = new.evolve(max_age=0.0, discard=DiscardPolicy.NEW, deny_delete=True, deny_purge=True, allow_rollup_hdrs=False)
+    return new

@@ -1,0 +1,964 @@
+"""One stream's files: append-only columns, a shared commit header, and cross-process locking.
+
+Layout of a stream's data directory::
+
+    state              4 KiB header, mmap'd by every process: two checksummed
+                       slots (first_seq, last_seq, msgs, bytes, committed file
+                       lengths, ...) and the index of the active one
+    subjects           the subject dictionary: u16 len | u32 crc | utf-8, ids in order
+    ops                removals that are not a head truncation: u32 n | u32 crc | n x (u64 first, u64 last)
+    dedup              Nats-Msg-Id records: i64 ts | u64 seq | 16-byte blake2b of the id
+    blk/<seq>.idx      one 40-byte entry per sequence (ts, data/header offsets and
+                       lengths, subject id, crc32 of the record)
+    blk/<seq>.dat      payloads only, back to back: a range read slices them into
+                       an Arrow binary column without touching each message
+    blk/<seq>.hdr      NATS header blocks, back to back
+
+Durability by ordering: a writer holds the stream's ``flock``, writes the
+record bytes (``pwrite``), and only then publishes a new header slot; a
+reader trusts nothing past the committed lengths.  A process killed halfway
+leaves bytes past the commit point, which the next writer overwrites, so a
+publish that returned is there and sequences stay gapless.  Flipping the
+active slot is a single aligned 8-byte store, so the header itself is never
+half-updated.  Files no longer referenced (blocks below the first sequence)
+are removed only after the commit that drops them.
+
+Every process keeps caches derived from these files (the subject dictionary,
+a bitmap of removed sequences, per-subject counts, the dedup window) and
+brings them up to date from the committed lengths whenever the header's
+commit counter moved.  Removing the oldest messages moves ``first_seq`` and
+writes nothing else; other removals append a range record to ``ops``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+import struct
+import threading
+import zlib
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+import fcntl
+import numpy as np
+
+from jetspark.errors import CorruptStoreError
+
+IDX_DTYPE = np.dtype(
+    [("ts", "<i8"), ("doff", "<u8"), ("hoff", "<u8"), ("dlen", "<u4"), ("hlen", "<u4"), ("sid", "<u4"), ("crc", "<u4")]
+)
+ENTRY = struct.Struct("<qQQIIII")
+ENTRY_SIZE = ENTRY.size
+assert ENTRY_SIZE == IDX_DTYPE.itemsize == 40
+SID_NONE = 0xFFFFFFFF  # a sequence that was consumed but nothing stored (interest retention)
+_KEY = struct.Struct("<QqI")
+
+BLOCK_MAX_MSGS = 1 << 20
+BLOCK_MAX_BYTES = 64 << 20
+
+_MAGIC = b"JSPKST01"
+_ACTIVE_OFF = 8
+_SLOT_OFF = (64, 192)
+_SLOT = struct.Struct("<16Q")  # fields, then a u32 crc right after
+_CRC = struct.Struct("<I")
+_FIELDS = (
+    "commit", "first_seq", "last_seq", "last_ts", "msgs", "bytes", "num_subjects",
+    "ops_len", "subj_len", "dedup_len", "cfg_gen", "deleted", "held",
+)  # fmt: skip
+_SUBJ_HDR = struct.Struct("<HI")
+_OPS_HDR = struct.Struct("<II")
+DEDUP_DTYPE = np.dtype([("ts", "<i8"), ("seq", "<u8"), ("h", "V16")])
+_DEDUP = struct.Struct("<qQ16s")
+
+
+def msgid_hash(msg_id: str) -> bytes:
+    return hashlib.blake2b(msg_id.encode(), digest_size=16).digest()
+
+
+def record_crc(seq: int, ts: int, sid: int, hdr: bytes, data: bytes) -> int:
+    return zlib.crc32(data, zlib.crc32(hdr, zlib.crc32(_KEY.pack(seq, ts, sid))))
+
+
+@dataclass
+class Header:
+    commit: int = 0
+    first_seq: int = 1  # the floor: every sequence below it is gone
+    last_seq: int = 0
+    last_ts: int = 0
+    msgs: int = 0
+    bytes: int = 0
+    num_subjects: int = 0
+    ops_len: int = 0
+    subj_len: int = 0
+    dedup_len: int = 0
+    cfg_gen: int = 0
+    deleted: int = 0
+    held: int = 0  # 1 once the stream has held (or skipped) a message
+
+
+class _Block:
+    """One block's three files, opened lazily."""
+
+    __slots__ = ("first", "count", "dlen", "hlen", "path", "ifd", "dfd", "hfd")
+
+    def __init__(self, path: Path, first: int) -> None:
+        self.path = path
+        self.first = first
+        self.count = 0
+        self.dlen = 0
+        self.hlen = 0
+        flags = os.O_RDWR | os.O_CREAT
+        self.ifd = os.open(f"{path}.idx", flags, 0o644)
+        self.dfd = os.open(f"{path}.dat", flags, 0o644)
+        self.hfd = os.open(f"{path}.hdr", flags, 0o644)
+
+    def close(self) -> None:
+        for fd in (self.ifd, self.dfd, self.hfd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def unlink(self) -> None:
+        for ext in (".idx", ".dat", ".hdr"):
+            try:
+                os.unlink(f"{self.path}{ext}")
+            except FileNotFoundError:
+                pass
+
+
+class StreamStorage:
+    """The files of one stream and this process's caches of them.
+
+    Mutations happen inside ``with storage.locked():``, which takes the
+    cross-process lock, brings the caches up to date, and commits the header
+    on a clean exit.  Reads outside the lock call ``refresh()`` first.
+    """
+
+    def __init__(self, data_dir: Path, lock_path: Path, *, memory: bool, fsync: bool) -> None:
+        self.dir = Path(data_dir)
+        self.lock_path = Path(lock_path)
+        self.memory = memory
+        self.fsync = fsync and not memory
+        self._thread_lock = threading.RLock()
+        self._open()
+
+    # ------------------------------------------------------------------ open / close
+
+    def _open(self) -> None:
+        self._pid = os.getpid()
+        (self.dir / "blk").mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._state_fd = os.open(self.dir / "state", os.O_RDWR | os.O_CREAT, 0o644)
+        self._subj_fd = os.open(self.dir / "subjects", os.O_RDWR | os.O_CREAT, 0o644)
+        self._ops_fd = os.open(self.dir / "ops", os.O_RDWR | os.O_CREAT, 0o644)
+        self._dedup_fd = os.open(self.dir / "dedup", os.O_RDWR | os.O_CREAT, 0o644)
+        if os.fstat(self._state_fd).st_size < 4096:
+            with self._flock():
+                if os.fstat(self._state_fd).st_size < 4096:
+                    os.ftruncate(self._state_fd, 4096)
+                    mm = mmap.mmap(self._state_fd, 4096)
+                    mm[0:8] = _MAGIC
+                    self._mm = mm
+                    self._write_slot(0, Header())
+                    mm[_ACTIVE_OFF:_ACTIVE_OFF + 8] = (0).to_bytes(8, "little")
+                    mm.close()
+        self._mm = mmap.mmap(self._state_fd, 4096)
+        if self._mm[0:8] != _MAGIC:
+            raise CorruptStoreError(f"{self.dir / 'state'}: not a jetspark stream header")
+        self._blocks: list[_Block] = []
+        self._block_firsts: list[int] = []
+        self._reset_caches()
+        self.refresh()
+
+    def _reset_caches(self) -> None:
+        self.h = Header(commit=-1)
+        self.subjects: list[str] = []
+        self.subject_ids: dict[str, int] = {}
+        self._subj_lens = np.zeros(0, dtype=np.int64)
+        self._subj_pos = 0
+        self._ops_pos = 0
+        self._dead_base = 1
+        self._dead = np.zeros(0, dtype=bool)
+        self._stats: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None  # (count, first, last) per subject id
+        self._dedup: Optional[dict[bytes, tuple[int, int]]] = None
+        self._dedup_pos = 0
+        for b in self._blocks:
+            b.close()
+        self._blocks = []
+        self._block_firsts = []
+
+    def close(self) -> None:
+        self._reset_caches()
+        for fd in (self._lock_fd, self._state_fd, self._subj_fd, self._ops_fd, self._dedup_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            self._mm.close()
+        except (BufferError, ValueError):
+            pass
+
+    def check_fork(self) -> None:
+        """After fork the child reopens everything: flock is per open file, not per process."""
+        if os.getpid() != self._pid:
+            self._thread_lock = threading.RLock()
+            self._blocks = []
+            self._open()
+
+    # ------------------------------------------------------------------ header
+
+    def _read_slot(self, i: int) -> Optional[Header]:
+        off = _SLOT_OFF[i]
+        raw = self._mm[off:off + _SLOT.size + 4]
+        (crc,) = _CRC.unpack_from(raw, _SLOT.size)
+        if zlib.crc32(raw[: _SLOT.size]) != crc:
+            return None
+        values = _SLOT.unpack_from(raw)
+        return Header(*values[: len(_FIELDS)])
+
+    def _write_slot(self, i: int, h: Header) -> None:
+        values = [getattr(h, f) for f in _FIELDS] + [0] * (16 - len(_FIELDS))
+        raw = _SLOT.pack(*values)
+        off = _SLOT_OFF[i]
+        self._mm[off:off + _SLOT.size + 4] = raw + _CRC.pack(zlib.crc32(raw))
+
+    def read_header(self) -> Header:
+        for _ in range(1000):
+            active = int.from_bytes(self._mm[_ACTIVE_OFF:_ACTIVE_OFF + 8], "little")
+            h = self._read_slot(active & 1)
+            if h is not None:
+                return h
+            # A writer flipped twice while we read; try again.
+        h = self._read_slot(0) or self._read_slot(1)
+        if h is None:
+            raise CorruptStoreError(f"{self.dir / 'state'}: both header slots fail their checksum")
+        return h
+
+    def _commit(self) -> None:
+        h = self.h
+        h.commit += 1
+        active = int.from_bytes(self._mm[_ACTIVE_OFF:_ACTIVE_OFF + 8], "little") & 1
+        if self.fsync:
+            self._sync_files()
+        self._write_slot(1 - active, h)
+        self._mm[_ACTIVE_OFF:_ACTIVE_OFF + 8] = (1 - active).to_bytes(8, "little")
+        if self.fsync:
+            self._mm.flush()
+
+    def _sync_files(self) -> None:
+        for fd in (self._subj_fd, self._ops_fd, self._dedup_fd):
+            os.fdatasync(fd)
+        if self._blocks:
+            b = self._blocks[-1]
+            for fd in (b.ifd, b.dfd, b.hfd):
+                os.fdatasync(fd)
+
+    # ------------------------------------------------------------------ locking
+
+    def _flock(self):
+        return _FLock(self._lock_fd)
+
+    def locked(self) -> "_Locked":
+        """Exclusive access across threads and processes; commits on a clean exit."""
+        return _Locked(self)
+
+    # ------------------------------------------------------------------ catching up
+
+    def refresh(self) -> None:
+        """Bring this process's caches up to the committed header."""
+        with self._thread_lock:
+            self.check_fork()
+            h = self.read_header()
+            if h.commit == self.h.commit:
+                return
+            self._catch_up(h)
+
+    def _catch_up(self, h: Header) -> None:
+        old = self.h
+        if old.commit < 0 or h.commit < old.commit:
+            # First load, or the files were replaced: rebuild from scratch.
+            self._reset_caches()
+            self._dead_base = h.first_seq
+            self._read_subjects(h.subj_len)
+            self.h = h
+            self._rescan_blocks()
+            self._apply_dead(self._read_ops(h.ops_len))
+            self._prune_blocks()
+            return
+        self._read_subjects(h.subj_len)
+        self.h = h
+        if h.last_seq != old.last_seq or h.first_seq != old.first_seq:
+            self._rescan_blocks()
+        ranges = self._read_ops(h.ops_len)
+        if self._stats is None:
+            self._apply_dead(ranges)
+        else:
+            self._catch_up_stats(old, h, ranges)
+        self._rebase_dead(h.first_seq)
+        self._prune_blocks()
+        if self._dedup is not None:
+            self._read_dedup(h.dedup_len)
+
+    def _catch_up_stats(self, old: Header, h: Header, ranges: list[tuple[int, int]]) -> None:
+        """Move the per-subject stats from the ``old`` commit to ``h``.
+
+        Counted before: live sequences in old.first..old.last.  Counted after:
+        live sequences in h.first..h.last.  Only the touched regions (new
+        removal ranges, the head that fell below first_seq, the appended tail)
+        are read.
+        """
+        touched = _merge([(max(a, old.first_seq), min(b, old.last_seq)) for a, b in ranges]
+                         + [(old.first_seq, min(h.first_seq - 1, old.last_seq))])
+        before = [(a, b, self.dead_mask(a, b)) for a, b in touched]
+        self._apply_dead(ranges)
+        for a, b, dead_before in before:
+            seqs = np.arange(a, b + 1, dtype=np.int64)
+            gone = ~dead_before & ((seqs < h.first_seq) | self.dead_mask(a, b))
+            if gone.any():
+                self._stats_remove_seqs(seqs[gone])
+        lo = max(old.last_seq + 1, h.first_seq)
+        if lo <= h.last_seq:
+            e = self.entries(lo, h.last_seq)
+            live = ~self.dead_mask(lo, h.last_seq)
+            self._stats_add(e["sid"][live], np.arange(lo, h.last_seq + 1, dtype=np.int64)[live])
+
+    def _read_subjects(self, upto: int) -> None:
+        if upto <= self._subj_pos:
+            return
+        raw = os.pread(self._subj_fd, upto - self._subj_pos, self._subj_pos)
+        pos, lens = 0, []
+        while pos < len(raw):
+            if pos + _SUBJ_HDR.size > len(raw):
+                raise CorruptStoreError(f"{self.dir / 'subjects'}: truncated record")
+            n, crc = _SUBJ_HDR.unpack_from(raw, pos)
+            b = raw[pos + _SUBJ_HDR.size: pos + _SUBJ_HDR.size + n]
+            if len(b) != n or zlib.crc32(b) != crc:
+                raise CorruptStoreError(f"{self.dir / 'subjects'}: record at {self._subj_pos + pos} fails its checksum")
+            s = b.decode()
+            self.subject_ids[s] = len(self.subjects)
+            self.subjects.append(s)
+            lens.append(n)
+            pos += _SUBJ_HDR.size + n
+        self._subj_lens = np.concatenate([self._subj_lens, np.array(lens, dtype=np.int64)])
+        self._subj_pos = upto
+        if self._stats is not None:
+            grow = len(self.subjects) - len(self._stats[0])
+            if grow > 0:
+                self._stats = tuple(np.concatenate([a, np.zeros(grow, np.int64)]) for a in self._stats)
+
+    def _read_ops(self, upto: int) -> list[tuple[int, int]]:
+        """Removal ranges committed since we last looked."""
+        if upto <= self._ops_pos:
+            return []
+        raw = os.pread(self._ops_fd, upto - self._ops_pos, self._ops_pos)
+        pos, out = 0, []
+        while pos < len(raw):
+            n, crc = _OPS_HDR.unpack_from(raw, pos)
+            body = raw[pos + _OPS_HDR.size: pos + _OPS_HDR.size + 16 * n]
+            if len(body) != 16 * n or zlib.crc32(body) != crc:
+                raise CorruptStoreError(f"{self.dir / 'ops'}: record at {self._ops_pos + pos} fails its checksum")
+            out.extend((int(a), int(b)) for a, b in np.frombuffer(body, dtype="<u8").reshape(-1, 2))
+            pos += _OPS_HDR.size + 16 * n
+        self._ops_pos = upto
+        return out
+
+    def _apply_dead(self, ranges) -> None:
+        for a, b in ranges:
+            lo = max(a, self._dead_base)
+            if lo <= b:
+                self._ensure_dead(b)
+                self._dead[lo - self._dead_base: b - self._dead_base + 1] = True
+
+    def _ensure_dead(self, seq: int) -> None:
+        need = seq - self._dead_base + 1
+        if need > len(self._dead):
+            grow = max(need, 2 * len(self._dead), 1024)
+            self._dead = np.concatenate([self._dead, np.zeros(grow - len(self._dead), dtype=bool)])
+
+    def _rebase_dead(self, new_base: int) -> None:
+        shift = new_base - self._dead_base
+        if shift <= 0:
+            return
+        if shift >= len(self._dead):
+            self._dead = np.zeros(0, dtype=bool)
+        elif shift > 4096 and shift * 2 > len(self._dead):
+            self._dead = self._dead[shift:].copy()
+        else:
+            return  # cheap to keep; rebase later
+        self._dead_base = new_base
+
+    def _rescan_blocks(self) -> None:
+        """Open blocks other processes created; blocks they removed stay open until pruned."""
+        names = sorted(int(p.name[:-4], 16) for p in (self.dir / "blk").glob("*.idx"))
+        known = {b.first: b for b in self._blocks}
+        for first in names:
+            # A block past last_seq + 1 belongs to a writer that died before committing it.
+            if first <= self.h.last_seq + 1 and first not in known:
+                known[first] = _Block(self.dir / "blk" / f"{first:016x}", first)
+        self._blocks = [known[f] for f in sorted(known)]
+        self._block_firsts = [b.first for b in self._blocks]
+
+    def _prune_blocks(self) -> None:
+        """Close blocks wholly below first_seq."""
+        f = self.h.first_seq
+        while len(self._blocks) > 1 and self._blocks[1].first <= f:
+            self._blocks.pop(0).close()
+            self._block_firsts.pop(0)
+
+    # ------------------------------------------------------------------ lookups
+
+    def dead_mask(self, a: int, b: int) -> np.ndarray:
+        """True where a sequence in a..b (all >= first_seq) was removed."""
+        n = b - a + 1
+        out = np.zeros(n, dtype=bool)
+        lo = a - self._dead_base
+        hi = min(b - self._dead_base + 1, len(self._dead))
+        if hi > lo:
+            start = max(lo, 0)
+            out[start - lo: hi - lo] = self._dead[start:hi]
+        return out
+
+    def is_live(self, seq: int) -> bool:
+        if seq < self.h.first_seq or seq > self.h.last_seq:
+            return False
+        i = seq - self._dead_base
+        return not (0 <= i < len(self._dead) and self._dead[i])
+
+    def _block_index(self, seq: int) -> int:
+        i = bisect_right(self._block_firsts, seq) - 1
+        if i < 0:
+            raise CorruptStoreError(f"{self.dir}: no block holds sequence {seq}")
+        return i
+
+    def entries(self, a: int, b: int) -> np.ndarray:
+        """The index entries of sequences a..b (committed, >= first_seq) as one array."""
+        if b < a:
+            return np.zeros(0, dtype=IDX_DTYPE)
+        parts = []
+        seq = a
+        while seq <= b:
+            i = self._block_index(seq)
+            blk = self._blocks[i]
+            end = b if i + 1 >= len(self._blocks) else min(b, self._blocks[i + 1].first - 1)
+            n = end - seq + 1
+            raw = os.pread(blk.ifd, n * ENTRY_SIZE, (seq - blk.first) * ENTRY_SIZE)
+            if len(raw) != n * ENTRY_SIZE:
+                raise CorruptStoreError(f"{blk.path}.idx: sequences {seq}..{end} are missing")
+            parts.append(np.frombuffer(raw, dtype=IDX_DTYPE))
+            seq = end + 1
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def block_spans(self, a: int, b: int) -> Iterator[tuple[_Block, int, int]]:
+        """(block, first, last) pieces of a..b, one per block."""
+        seq = a
+        while seq <= b:
+            i = self._block_index(seq)
+            blk = self._blocks[i]
+            end = b if i + 1 >= len(self._blocks) else min(b, self._blocks[i + 1].first - 1)
+            yield blk, seq, end
+            seq = end + 1
+
+    def read_data(self, blk: _Block, off: int, n: int) -> bytes:
+        return os.pread(blk.dfd, n, off) if n else b""
+
+    def read_hdrs(self, blk: _Block, off: int, n: int) -> bytes:
+        return os.pread(blk.hfd, n, off) if n else b""
+
+    def read_message(self, seq: int) -> tuple[str, bytes, bytes, int]:
+        """(subject, header block, payload, ts) of a live sequence."""
+        e = self.entries(seq, seq)[0]
+        blk = self._blocks[self._block_index(seq)]
+        hdr = self.read_hdrs(blk, int(e["hoff"]), int(e["hlen"]))
+        data = self.read_data(blk, int(e["doff"]), int(e["dlen"]))
+        sid = int(e["sid"])
+        if record_crc(seq, int(e["ts"]), sid, hdr, data) != int(e["crc"]):
+            raise CorruptStoreError(f"{self.dir}: message {seq} fails its checksum")
+        return self.subjects[sid], hdr, data, int(e["ts"])
+
+    def sizes(self, e: np.ndarray) -> np.ndarray:
+        """Per-message byte accounting as the server counts it (JETSTREAM.md §3.1)."""
+        slen = self._subj_lens[e["sid"].astype(np.int64)]
+        dlen = e["dlen"].astype(np.int64)
+        hlen = e["hlen"].astype(np.int64)
+        if self.memory:
+            return slen + hlen + dlen + 16
+        return 30 + slen + dlen + np.where(hlen > 0, hlen + 4, 0)
+
+    def msg_size(self, subject_len: int, hlen: int, dlen: int) -> int:
+        if self.memory:
+            return subject_len + hlen + dlen + 16
+        return 30 + subject_len + dlen + (hlen + 4 if hlen else 0)
+
+    def next_live(self, seq: int) -> int:
+        """The first live sequence >= seq, or last_seq + 1."""
+        last = self.h.last_seq
+        seq = max(seq, self.h.first_seq)
+        while seq <= last:
+            lo = seq - self._dead_base
+            if lo >= len(self._dead):
+                return seq
+            chunk = self._dead[lo: lo + (1 << 16)]
+            free = np.flatnonzero(~chunk)
+            if len(free):
+                return min(seq + int(free[0]), last + 1)
+            seq += len(chunk)
+        return last + 1
+
+    # ------------------------------------------------------------------ subject stats
+
+    def ensure_stats(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per subject id: live count, first and last live sequence (0 = not known yet).
+
+        Built once per process from the index, then maintained incrementally.
+        """
+        if self._stats is None:
+            n = len(self.subjects)
+            self._stats = (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64))
+            first, lastseq = self.h.first_seq, self.h.last_seq
+            step = 1 << 20
+            for a in range(first, lastseq + 1, step):
+                b = min(a + step - 1, lastseq)
+                e = self.entries(a, b)
+                live = ~self.dead_mask(a, b)
+                self._stats_add(e["sid"][live], np.arange(a, b + 1, dtype=np.int64)[live])
+        return self._stats
+
+    def _stats_add(self, sids: np.ndarray, seqs: np.ndarray) -> None:
+        keep = sids != SID_NONE
+        sids, seqs = sids[keep].astype(np.int64), seqs[keep]
+        if not len(sids):
+            return
+        count, first, last = self._stats
+        fresh = count[sids] == 0
+        count += np.bincount(sids, minlength=len(count))[: len(count)]
+        np.maximum.at(last, sids, seqs)
+        if fresh.any():
+            # Sequences arrive ascending, so the first occurrence is the subject's first.
+            u, i = np.unique(sids[fresh], return_index=True)
+            first[u] = seqs[fresh][i]
+
+    def _stats_remove_seqs(self, seqs: np.ndarray) -> None:
+        """Live sequences that are being removed: take them out of the per-subject stats."""
+        count, first, last = self._stats
+        sids = np.concatenate([self.entries(int(a), int(b))["sid"] for a, b in _runs(seqs)]).astype(np.int64)
+        keep = sids != SID_NONE
+        sids, seqs = sids[keep], seqs[keep]
+        if not len(sids):
+            return
+        count -= np.bincount(sids, minlength=len(count))[: len(count)]
+        # A removed first or last is looked up again when someone asks (0 = unknown).
+        last[sids[last[sids] == seqs]] = 0
+        first[sids[first[sids] == seqs]] = 0
+
+    def subject_count(self, sid: int) -> int:
+        return int(self.ensure_stats()[0][sid])
+
+    def subject_last(self, sid: int) -> int:
+        """The last live sequence of a subject, or 0."""
+        count, first, last = self.ensure_stats()
+        if count[sid] <= 0:
+            return 0
+        if last[sid] == 0:
+            last[sid] = self._scan(sid, forward=False)
+        return int(last[sid])
+
+    def subject_first(self, sid: int) -> int:
+        """The first live sequence of a subject, or 0."""
+        count, first, last = self.ensure_stats()
+        if count[sid] <= 0:
+            return 0
+        if count[sid] == 1:
+            return self.subject_last(sid)
+        if first[sid] == 0:
+            first[sid] = self._scan(sid, forward=True)
+        return int(first[sid])
+
+    def _scan(self, sid: int, *, forward: bool) -> int:
+        step = 1 << 16
+        lo, hi = self.h.first_seq, self.h.last_seq
+        if forward:
+            for a in range(lo, hi + 1, step):
+                b = min(a + step - 1, hi)
+                hit = np.flatnonzero((self.entries(a, b)["sid"] == sid) & ~self.dead_mask(a, b))
+                if len(hit):
+                    return a + int(hit[0])
+            return 0
+        b = hi
+        while b >= lo:
+            a = max(lo, b - step + 1)
+            hit = np.flatnonzero((self.entries(a, b)["sid"] == sid) & ~self.dead_mask(a, b))
+            if len(hit):
+                return a + int(hit[-1])
+            b = a - 1
+        return 0
+
+    def seqs_of_subjects(self, sid_mask: np.ndarray, a: int, b: int) -> np.ndarray:
+        """Live sequences in a..b whose subject id is set in ``sid_mask``."""
+        out = []
+        step = 1 << 20
+        for lo in range(a, b + 1, step):
+            hi = min(lo + step - 1, b)
+            e = self.entries(lo, hi)
+            sids = e["sid"].astype(np.int64)
+            ok = (sids < len(sid_mask)) & ~self.dead_mask(lo, hi)
+            ok[ok] = sid_mask[sids[ok]]
+            out.append(np.flatnonzero(ok) + lo)
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+    # ------------------------------------------------------------------ dedup
+
+    def ensure_dedup(self, now: int, window_ns: int) -> dict[bytes, tuple[int, int]]:
+        if self._dedup is None:
+            self._dedup = {}
+            total = self.h.dedup_len
+            n = total // _DEDUP.size
+            if n:
+                # Records are in time order: find the window's start by bisection.
+                lo, hi = 0, n
+                cutoff = now - window_ns
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    (ts,) = struct.unpack("<q", os.pread(self._dedup_fd, 8, mid * _DEDUP.size))
+                    if ts < cutoff:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                self._dedup_pos = lo * _DEDUP.size
+            self._read_dedup(total)
+        return self._dedup
+
+    def _read_dedup(self, upto: int) -> None:
+        if upto <= self._dedup_pos:
+            return
+        raw = os.pread(self._dedup_fd, upto - self._dedup_pos, self._dedup_pos)
+        for ts, seq, h in _DEDUP.iter_unpack(raw):
+            self._dedup[h] = (seq, ts)
+        self._dedup_pos = upto
+
+    def add_dedup(self, h: bytes, seq: int, ts: int) -> None:
+        os.pwrite(self._dedup_fd, _DEDUP.pack(ts, seq, h), self.h.dedup_len)
+        self.h.dedup_len += _DEDUP.size
+        self._dedup_pos = self.h.dedup_len
+        if self._dedup is not None:
+            self._dedup[h] = (seq, ts)
+
+    # ------------------------------------------------------------------ writing (under locked())
+
+    def subject_id(self, subject: str) -> int:
+        sid = self.subject_ids.get(subject)
+        if sid is None:
+            b = subject.encode()
+            os.pwrite(self._subj_fd, _SUBJ_HDR.pack(len(b), zlib.crc32(b)) + b, self.h.subj_len)
+            self.h.subj_len += _SUBJ_HDR.size + len(b)
+            self._subj_pos = self.h.subj_len
+            sid = len(self.subjects)
+            self.subjects.append(subject)
+            self.subject_ids[subject] = sid
+            self._subj_lens = np.append(self._subj_lens, len(b))
+            if self._stats is not None:
+                self._stats = tuple(np.append(a, 0) for a in self._stats)
+        return sid
+
+    def _tail_block(self, seq: int, dlen: int, hlen: int) -> _Block:
+        if self._blocks:
+            b = self._blocks[-1]
+            if b.first + b.count == seq and b.count < BLOCK_MAX_MSGS and (b.dlen + dlen <= BLOCK_MAX_BYTES or b.count == 0):
+                return b
+        b = _Block(self.dir / "blk" / f"{seq:016x}", seq)
+        os.ftruncate(b.ifd, 0)
+        os.ftruncate(b.dfd, 0)
+        os.ftruncate(b.hfd, 0)
+        self._blocks.append(b)
+        self._block_firsts.append(seq)
+        return b
+
+    def _sync_tail(self) -> None:
+        """Learn the tail block's committed count and lengths (another process may have appended)."""
+        if not self._blocks:
+            return
+        b = self._blocks[-1]
+        n = self.h.last_seq - b.first + 1
+        if n <= 0:
+            b.count, b.dlen, b.hlen = 0, 0, 0
+            return
+        if n == b.count:
+            return
+        e = self.entries(b.first + n - 1, b.first + n - 1)[0]
+        b.count = n
+        b.dlen = int(e["doff"]) + int(e["dlen"])
+        b.hlen = int(e["hoff"]) + int(e["hlen"])
+
+    def append(self, subject: str, hdr: bytes, data: bytes, ts: int) -> int:
+        """Store one message at last_seq + 1; returns its sequence."""
+        sid = self.subject_id(subject)
+        h = self.h
+        seq = h.last_seq + 1
+        blk = self._tail_block(seq, len(data), len(hdr))
+        doff, hoff = blk.dlen, blk.hlen
+        if data:
+            os.pwrite(blk.dfd, data, doff)
+        if hdr:
+            os.pwrite(blk.hfd, hdr, hoff)
+        crc = record_crc(seq, ts, sid, hdr, data)
+        os.pwrite(blk.ifd, ENTRY.pack(ts, doff, hoff, len(data), len(hdr), sid, crc), (seq - blk.first) * ENTRY_SIZE)
+        blk.count += 1
+        blk.dlen += len(data)
+        blk.hlen += len(hdr)
+        if h.msgs == 0:
+            h.first_seq = seq
+            self._rebase_dead(seq)
+        h.last_seq = seq
+        h.last_ts = ts
+        h.msgs += 1
+        h.bytes += self.msg_size(int(self._subj_lens[sid]), len(hdr), len(data))
+        h.held = 1
+        if self._stats is not None:
+            count, first, last = self._stats
+            if count[sid] == 0:
+                h.num_subjects += 1
+                first[sid] = seq
+            count[sid] += 1
+            last[sid] = seq
+        return seq
+
+    def append_many(self, sids: np.ndarray, data: bytes, data_offsets: np.ndarray, hdr: bytes, hdr_offsets: np.ndarray, ts: int) -> int:
+        """Store a run of messages (already validated) in one write per file; returns the first sequence."""
+        h = self.h
+        n = len(sids)
+        first = h.last_seq + 1
+        dlens = np.diff(data_offsets).astype(np.int64)
+        hlens = np.diff(hdr_offsets).astype(np.int64)
+        pos = 0
+        seq = first
+        while pos < n:
+            blk = self._tail_block(seq, int(dlens[pos]), int(hlens[pos]))
+            room = BLOCK_MAX_MSGS - blk.count
+            # How many fit in this block's byte budget.
+            cum = np.cumsum(dlens[pos:pos + room])
+            fit = int(np.searchsorted(cum, BLOCK_MAX_BYTES - blk.dlen, side="right")) or 1
+            k = min(room, fit, n - pos)
+            d0, d1 = int(data_offsets[pos]), int(data_offsets[pos + k])
+            h0, h1 = int(hdr_offsets[pos]), int(hdr_offsets[pos + k])
+            e = np.zeros(k, dtype=IDX_DTYPE)
+            e["ts"] = ts
+            e["doff"] = blk.dlen + (data_offsets[pos:pos + k] - d0)
+            e["hoff"] = blk.hlen + (hdr_offsets[pos:pos + k] - h0)
+            e["dlen"] = dlens[pos:pos + k]
+            e["hlen"] = hlens[pos:pos + k]
+            e["sid"] = sids[pos:pos + k]
+            mv = memoryview(data)
+            hv = memoryview(hdr)
+            crcs = e["crc"]
+            for j in range(k):
+                s = seq + j
+                do, dl = int(data_offsets[pos + j]), int(dlens[pos + j])
+                ho, hl = int(hdr_offsets[pos + j]), int(hlens[pos + j])
+                crcs[j] = zlib.crc32(mv[do:do + dl], zlib.crc32(hv[ho:ho + hl], zlib.crc32(_KEY.pack(s, ts, int(sids[pos + j])))))
+            if d1 > d0:
+                os.pwrite(blk.dfd, mv[d0:d1], blk.dlen)
+            if h1 > h0:
+                os.pwrite(blk.hfd, hv[h0:h1], blk.hlen)
+            os.pwrite(blk.ifd, e.tobytes(), (seq - blk.first) * ENTRY_SIZE)
+            blk.count += k
+            blk.dlen += d1 - d0
+            blk.hlen += h1 - h0
+            pos += k
+            seq += k
+        if h.msgs == 0:
+            h.first_seq = first
+            self._rebase_dead(first)
+        h.last_seq = first + n - 1
+        h.last_ts = ts
+        h.msgs += n
+        slen = self._subj_lens[sids.astype(np.int64)]
+        if self.memory:
+            h.bytes += int((slen + hlens + dlens + 16).sum())
+        else:
+            h.bytes += int((30 + slen + dlens + np.where(hlens > 0, hlens + 4, 0)).sum())
+        h.held = 1
+        if self._stats is not None:
+            before = int((self._stats[0] > 0).sum())
+            self._stats_add(sids.astype(np.uint32), np.arange(first, first + n, dtype=np.int64))
+            h.num_subjects += int((self._stats[0] > 0).sum()) - before
+        return first
+
+    def append_skip(self, ts: int) -> int:
+        """Consume a sequence without storing anything (interest retention, no interest)."""
+        h = self.h
+        seq = h.last_seq + 1
+        blk = self._tail_block(seq, 0, 0)
+        os.pwrite(blk.ifd, ENTRY.pack(ts, blk.dlen, blk.hlen, 0, 0, SID_NONE, 0), (seq - blk.first) * ENTRY_SIZE)
+        blk.count += 1
+        h.last_seq = seq
+        h.last_ts = ts
+        h.held = 1
+        if h.msgs == 0:
+            h.first_seq = seq + 1
+            self._rebase_dead(seq + 1)
+        else:
+            self._write_ops([(seq, seq)])
+            self._apply_dead([(seq, seq)])
+        return seq
+
+    def remove(self, seqs: np.ndarray) -> int:
+        """Remove live sequences (sorted, unique); returns how many were removed."""
+        h = self.h
+        if not len(seqs):
+            return 0
+        seqs = seqs[(seqs >= h.first_seq) & (seqs <= h.last_seq)]
+        if not len(seqs):
+            return 0
+        seqs = seqs[~self.dead_mask(int(seqs[0]), int(seqs[-1]))[seqs - seqs[0]]]
+        if not len(seqs):
+            return 0
+        e = np.concatenate([self.entries(int(a), int(b)) for a, b in _runs(seqs)])
+        stored = e["sid"] != SID_NONE
+        removed_bytes = int(self.sizes(e[stored]).sum())
+        if self._stats is not None:
+            count_before = int((self._stats[0] > 0).sum())
+            self._stats_remove_seqs(seqs)
+            h.num_subjects += int((self._stats[0] > 0).sum()) - count_before
+        n = int(stored.sum())
+        h.msgs -= n
+        h.bytes -= removed_bytes
+        first = int(seqs[0])
+        head = first == h.first_seq and int(seqs[-1]) - first + 1 - len(seqs) == int(self.dead_mask(first, int(seqs[-1])).sum())
+        if not head:
+            runs = _runs(seqs)
+            self._write_ops(runs)
+            self._apply_dead(runs)
+        self._advance_first(int(seqs[-1]) + 1 if head else h.first_seq)
+        return n
+
+    def _advance_first(self, start: int) -> None:
+        h = self.h
+        old = h.first_seq
+        h.first_seq = self.next_live(start) if h.msgs > 0 else h.last_seq + 1
+        if h.first_seq > old:
+            self._rebase_dead(h.first_seq)
+            self._drop_old_blocks()
+
+    def set_floor(self, seq: int) -> None:
+        """Purge up to seq - 1 when seq is past the end: the next publish gets seq (JETSTREAM.md §4)."""
+        h = self.h
+        h.first_seq = seq
+        h.last_seq = seq - 1
+        h.held = 1
+        self._rebase_dead(seq)
+        self._drop_old_blocks()
+
+    def _write_ops(self, runs) -> None:
+        arr = np.array(list(runs), dtype="<u8").reshape(-1, 2)
+        body = arr.tobytes()
+        os.pwrite(self._ops_fd, _OPS_HDR.pack(len(arr), zlib.crc32(body)) + body, self.h.ops_len)
+        self.h.ops_len += _OPS_HDR.size + len(body)
+        self._ops_pos = self.h.ops_len
+
+    def _drop_old_blocks(self) -> None:
+        """Blocks wholly below first_seq are unlinked after the commit (see _Locked)."""
+        f = self.h.first_seq
+        while self._blocks:
+            b = self._blocks[0]
+            end = self._blocks[1].first if len(self._blocks) > 1 else b.first + b.count
+            if end > f:
+                break
+            self._pending_unlink.append(self._blocks.pop(0))
+            self._block_firsts.pop(0)
+
+    def wipe(self) -> None:
+        """Delete the stream's files (the stream itself is being deleted)."""
+        self.h.deleted = 1
+
+
+def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Union of inclusive ranges, dropping empty ones."""
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(r for r in ranges if r[0] <= r[1]):
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _runs(seqs: np.ndarray) -> list[tuple[int, int]]:
+    """Sorted unique sequences -> inclusive (first, last) runs."""
+    if not len(seqs):
+        return []
+    seqs = np.asarray(seqs, dtype=np.int64)
+    breaks = np.flatnonzero(np.diff(seqs) != 1)
+    starts = np.concatenate([[0], breaks + 1])
+    ends = np.concatenate([breaks, [len(seqs) - 1]])
+    return [(int(seqs[s]), int(seqs[e])) for s, e in zip(starts, ends)]
+
+
+class _FLock:
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __enter__(self):
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+
+class _Locked:
+    __slots__ = ("s",)
+
+    def __init__(self, s: StreamStorage) -> None:
+        self.s = s
+
+    def __enter__(self) -> StreamStorage:
+        s = self.s
+        s._thread_lock.acquire()
+        try:
+            s.check_fork()
+            fcntl.flock(s._lock_fd, fcntl.LOCK_EX)
+        except BaseException:
+            s._thread_lock.release()
+            raise
+        try:
+            h = s.read_header()
+            if h.commit != s.h.commit:
+                s._catch_up(h)
+            s._sync_tail()
+            s.ensure_stats()
+            s._pending_unlink = []
+            s._start = (s.h.commit, s.h.last_seq, s.h.ops_len, s.h.dedup_len, s.h.subj_len, s.h.first_seq, s.h.msgs, s.h.cfg_gen, s.h.deleted)
+        except BaseException:
+            fcntl.flock(s._lock_fd, fcntl.LOCK_UN)
+            s._thread_lock.release()
+            raise
+        return s
+
+    def __exit__(self, exc_type, exc, tb):
+        s = self.s
+        try:
+            if exc_type is None:
+                h = s.h
+                if (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted) != s._start:
+                    s._commit()
+                for b in s._pending_unlink:
+                    b.close()
+                    b.unlink()
+            elif (h := s.h) and (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted) != s._start:
+                # A failure halfway through a change: what was written past the
+                # last commit is ignored by everyone and overwritten by the next
+                # writer; forget our in-memory changes and reload.
+                s._reset_caches()
+                s.h = Header(commit=-1)
+        finally:
+            s._pending_unlink = []
+            fcntl.flock(s._lock_fd, fcntl.LOCK_UN)
+            s._thread_lock.release()
+        return False

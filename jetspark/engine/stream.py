@@ -1,0 +1,463 @@
+"""One stream's JetStream rules: publish checks, limits, dedup, purge, get, delete, state.
+
+Everything here runs on top of ``StreamStorage``; mutations happen inside
+``storage.locked()`` so concurrent processes see them whole.  Validation
+always comes before the first write, so a rejected request writes nothing.
+Time-driven behaviour (max_age, the dedup window) is applied at the next
+operation: there is no background thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from jetspark.api import (
+    DiscardPolicy,
+    PubAck,
+    RawStreamMsg,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+    StreamInfo,
+    StreamState,
+    ns_to_datetime,
+)
+from jetspark.engine import headers as H
+from jetspark.engine import subjects as subj
+from jetspark.engine.storage import StreamStorage, msgid_hash
+from jetspark.errors import APIError, api_error
+
+_NS = 1_000_000_000
+
+
+def config_to_json(config: StreamConfig) -> dict:
+    return config.as_dict()
+
+
+def config_from_json(d: dict) -> StreamConfig:
+    d = dict(d)
+    d["retention"] = RetentionPolicy(d["retention"])
+    d["storage"] = StorageType(d["storage"])
+    d["discard"] = DiscardPolicy(d["discard"])
+    return StreamConfig.from_response(d)
+
+
+class Stream:
+    """A stream of the store, shared safely by every process that opens it."""
+
+    def __init__(self, home: Path, data_dir: Path, clock: Callable[[], int], fsync: bool) -> None:
+        self.home = home  # persistent: config.json, lock
+        self.clock = clock
+        meta = json.loads((home / "config.json").read_text())
+        self.config = config_from_json(meta["config"])
+        self.created_ns = int(meta["created"])
+        self.storage = StreamStorage(
+            data_dir, home / "lock", memory=self.config.storage == StorageType.MEMORY, fsync=fsync
+        )
+        self._cfg_gen = self.storage.h.cfg_gen
+        self.consumer_interest: Optional[Callable[[str], bool]] = None
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def close(self) -> None:
+        self.storage.close()
+
+    # ------------------------------------------------------------------ config
+
+    def _reload_config(self) -> None:
+        if self.storage.h.cfg_gen != self._cfg_gen:
+            meta = json.loads((self.home / "config.json").read_text())
+            self.config = config_from_json(meta["config"])
+            self._cfg_gen = self.storage.h.cfg_gen
+
+    def write_config(self, config: StreamConfig) -> None:
+        """Replace the config (caller holds the lock); other processes reload it on the generation bump."""
+        meta = {"config": config_to_json(config), "created": self.created_ns}
+        tmp = self.home / "config.json.tmp"
+        tmp.write_text(json.dumps(meta))
+        os.replace(tmp, self.home / "config.json")
+        self.config = config
+        self.storage.h.cfg_gen += 1
+        self._cfg_gen = self.storage.h.cfg_gen
+
+    def refresh(self) -> None:
+        self.storage.refresh()
+        self._reload_config()
+        if self.storage.h.deleted:
+            raise api_error(10059)
+        if self.config.max_age and self._expired_exists():
+            with self.locked():
+                pass
+
+    def locked(self):
+        return _StreamLock(self)
+
+    def now(self) -> int:
+        # Timestamps never go backwards within a stream, so time -> sequence lookups can bisect.
+        return max(self.clock(), self.storage.h.last_ts)
+
+    # ------------------------------------------------------------------ limits
+
+    def _expired_exists(self) -> bool:
+        s = self.storage
+        if not s.h.msgs:
+            return False
+        cutoff = self.clock() - int(self.config.max_age * _NS)
+        return int(s.entries(s.h.first_seq, s.h.first_seq)[0]["ts"]) <= cutoff
+
+    def _expire(self) -> None:
+        """Remove messages older than max_age (lazily, at the next operation)."""
+        if not self.config.max_age or not self._expired_exists():
+            return
+        s = self.storage
+        cutoff = self.clock() - int(self.config.max_age * _NS)
+        end = self.seq_at_time(cutoff + 1) - 1  # last seq with ts <= cutoff
+        self.remove_range(s.h.first_seq, end)
+
+    def seq_at_time(self, ts_ns: int) -> int:
+        """The first sequence whose timestamp is >= ts_ns (last_seq + 1 if none)."""
+        s = self.storage
+        lo, hi = s.h.first_seq, s.h.last_seq + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if int(s.entries(mid, mid)[0]["ts"]) < ts_ns:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def remove_range(self, a: int, b: int) -> int:
+        s = self.storage
+        a = max(a, s.h.first_seq)
+        b = min(b, s.h.last_seq)
+        if a > b:
+            return 0
+        seqs = np.arange(a, b + 1, dtype=np.int64)
+        return self.remove(seqs[~s.dead_mask(a, b)])
+
+    def remove(self, seqs: np.ndarray) -> int:
+        """Remove live sequences; the single place stream removals go through."""
+        n = self.storage.remove(seqs)
+        if n and self.on_remove is not None:
+            self.on_remove(seqs)
+        return n
+
+    on_remove: Optional[Callable[[np.ndarray], None]] = None
+
+    def enforce_limits(self, sid: Optional[int] = None) -> None:
+        """Discard-old limits after a store or a config change (JETSTREAM.md §3.2)."""
+        s, c = self.storage, self.config
+        h = s.h
+        per = c.max_msgs_per_subject
+        if per > 0:
+            sids = [sid] if sid is not None else [int(i) for i in np.flatnonzero(s.ensure_stats()[0] > per)]
+            for i in sids:
+                excess = s.subject_count(i) - per
+                while excess > 0:
+                    self.remove(np.array([s.subject_first(i)], dtype=np.int64))
+                    excess -= 1
+        if c.discard == DiscardPolicy.OLD or sid is None:
+            if c.discard == DiscardPolicy.OLD:
+                if c.max_msgs > 0 and h.msgs > c.max_msgs:
+                    self._remove_oldest(h.msgs - c.max_msgs)
+                if c.max_bytes > 0 and h.bytes > c.max_bytes:
+                    self._trim_bytes(c.max_bytes)
+
+    def _remove_oldest(self, n: int) -> None:
+        s = self.storage
+        out, seq = [], s.h.first_seq
+        while len(out) < n and seq <= s.h.last_seq:
+            b = min(s.h.last_seq, seq + max(n - len(out), 64) * 2)
+            live = np.flatnonzero(~s.dead_mask(seq, b)) + seq
+            out.extend(live[: n - len(out)].tolist())
+            seq = b + 1
+        self.remove(np.array(out, dtype=np.int64))
+
+    def _trim_bytes(self, limit: int) -> None:
+        s = self.storage
+        while s.h.bytes > limit and s.h.msgs:
+            a = s.h.first_seq
+            b = min(s.h.last_seq, a + 4095)
+            e = s.entries(a, b)
+            live = ~s.dead_mask(a, b)
+            sizes = np.where(live, s.sizes(e), 0)
+            need = s.h.bytes - limit
+            k = int(np.searchsorted(np.cumsum(sizes), need, side="left"))
+            seqs = np.flatnonzero(live[: k + 1]) + a
+            self.remove(seqs)
+
+    # ------------------------------------------------------------------ publish
+
+    def publish(self, subject: str, data: bytes, hdr: bytes) -> PubAck:
+        with self.locked():
+            return self._publish_locked(subject, data, hdr)
+
+    def _publish_locked(self, subject: str, data: bytes, hdr: bytes) -> PubAck:
+        s, c = self.storage, self.config
+        h = s.h
+        if c.sealed:
+            raise api_error(10109)
+        msg_id = None
+        if hdr:
+            expected_stream = H.lookup(hdr, H.EXPECTED_STREAM)
+            if expected_stream is not None and expected_stream != c.name:
+                raise api_error(10060)
+            subj_seq = H.lookup(hdr, H.EXPECTED_LAST_SUBJ_SEQ)
+            subj_seq_subject = H.lookup(hdr, H.EXPECTED_LAST_SUBJ_SEQ_SUBJECT)
+            if subj_seq is not None:
+                actual = self.last_seq_for(subj_seq_subject or subject)
+                if _int(subj_seq) != actual:
+                    raise api_error(10071, seq=actual)
+            elif subj_seq_subject is not None:
+                raise api_error(10193)
+            last_seq = H.lookup(hdr, H.EXPECTED_LAST_SEQ)
+            if last_seq is not None and _int(last_seq) != h.last_seq:
+                raise api_error(10071, seq=h.last_seq)
+            msg_id = H.lookup(hdr, H.MSG_ID) or None
+            if msg_id is not None:
+                hit = self._duplicate(msg_id)
+                if hit is not None:
+                    return PubAck(stream=c.name, seq=hit, duplicate=True)
+            last_id = H.lookup(hdr, H.EXPECTED_LAST_MSG_ID)
+            if last_id is not None:
+                actual_id = self.last_msg_id()
+                if last_id != actual_id:
+                    raise api_error(10070, id=actual_id)
+            rollup = H.lookup(hdr, H.ROLLUP)
+        else:
+            rollup = None
+        if rollup is not None:
+            if not c.allow_rollup_hdrs:
+                raise api_error(10111, err="rollup not permitted")
+            if rollup not in ("sub", "all"):
+                raise api_error(10111, err=f'rollup value invalid: "{rollup}"')
+        self.check_size(len(hdr), len(data))
+        sid = s.subject_ids.get(subject)
+        self.check_discard_new(sid, len(subject.encode()), len(hdr), len(data))
+
+        ts = self.now()
+        if c.retention == RetentionPolicy.INTEREST and not self._has_interest(subject):
+            # Not stored, but the sequence is consumed (JETSTREAM.md §3.3).
+            seq = s.append_skip(ts)
+        else:
+            seq = s.append(subject, hdr, data, ts)
+            sid = s.subject_ids[subject]
+            if rollup == "sub":
+                prior = s.seqs_of_subjects(_mask_of(len(s.subjects), [sid]), s.h.first_seq, seq - 1)
+                self.remove(prior)
+            elif rollup == "all":
+                self.remove_range(s.h.first_seq, seq - 1)
+            self.enforce_limits(sid)
+        if msg_id is not None:
+            s.add_dedup(msgid_hash(msg_id), seq, ts)
+        self._expire()
+        return PubAck(stream=c.name, seq=seq)
+
+    def check_size(self, hlen: int, dlen: int) -> None:
+        limit = self.config.max_msg_size
+        if limit > 0 and (hlen > limit or hlen + dlen > limit):
+            raise api_error(10054)
+
+    def check_discard_new(self, sid: Optional[int], subject_len: int, hlen: int, dlen: int) -> None:
+        """discard: new refuses what would exceed a limit (JETSTREAM.md §3.2, with its quirk)."""
+        s, c = self.storage, self.config
+        if c.discard != DiscardPolicy.NEW:
+            return
+        at_subject_limit = c.max_msgs_per_subject > 0 and sid is not None and s.subject_count(sid) >= c.max_msgs_per_subject
+        if at_subject_limit and c.discard_new_per_subject:
+            raise api_error(10077, err="maximum messages per subject exceeded")
+        # Quirk: a subject at its own limit replaces its oldest message and skips the max_msgs check.
+        if c.max_msgs > 0 and s.h.msgs >= c.max_msgs and not at_subject_limit:
+            raise api_error(10077, err="maximum messages exceeded")
+        if c.max_bytes > 0 and s.h.bytes + s.msg_size(subject_len, hlen, dlen) > c.max_bytes and not at_subject_limit:
+            raise api_error(10077, err="maximum bytes exceeded")
+
+    def _duplicate(self, msg_id: str) -> Optional[int]:
+        window = int(self.config.duplicate_window * _NS)
+        now = self.clock()
+        hit = self.storage.ensure_dedup(now, window).get(msgid_hash(msg_id))
+        if hit is not None and now - hit[1] < window:
+            return hit[0]
+        return None
+
+    def _has_interest(self, subject: str) -> bool:
+        return self.consumer_interest is not None and self.consumer_interest(subject)
+
+    def last_seq_for(self, subject: str) -> int:
+        """Sequence of the last stored message on a subject (wildcards allowed), or 0."""
+        s = self.storage
+        if subj.is_literal(subject):
+            sid = s.subject_ids.get(subject)
+            return s.subject_last(sid) if sid is not None else 0
+        best = 0
+        for sid, name in enumerate(s.subjects):
+            if subj.matches(subject, name):
+                best = max(best, s.subject_last(sid))
+        return best
+
+    def last_msg_id(self) -> str:
+        s = self.storage
+        if not s.h.msgs or not s.is_live(s.h.last_seq):
+            return ""
+        _, hdr, _, _ = s.read_message(s.h.last_seq)
+        return H.lookup(hdr, H.MSG_ID) or ""
+
+    # ------------------------------------------------------------------ purge / delete / get
+
+    def purge(self, subject: Optional[str] = None, seq: Optional[int] = None, keep: Optional[int] = None) -> int:
+        c = self.config
+        if c.sealed:
+            raise api_error(10109)
+        if c.deny_purge:
+            raise api_error(10110, err="stream purge not permitted")
+        if seq is not None and keep is not None:
+            raise api_error(10003)
+        if subject is not None and not subj.is_valid(subject):
+            raise api_error(10003)
+        with self.locked():
+            s = self.storage
+            before = s.h.msgs
+            first, last = s.h.first_seq, s.h.last_seq
+            if subject and subject != ">":
+                mask = _mask_of(len(s.subjects), [i for i, n in enumerate(s.subjects) if subj.matches(subject, n)])
+                seqs = s.seqs_of_subjects(mask, first, last)
+            else:
+                seqs = np.arange(first, last + 1, dtype=np.int64)
+                seqs = seqs[~s.dead_mask(first, last)] if last >= first else seqs
+            if seq is not None:
+                seqs = seqs[seqs < seq]
+            elif keep is not None:
+                seqs = seqs[: max(len(seqs) - keep, 0)]
+            self.remove(seqs)
+            if not subject and seq is not None and seq > s.h.last_seq + 1:
+                s.set_floor(seq)
+            elif s.h.msgs == 0 and (seq is None or not subject):
+                s._advance_first(s.h.last_seq + 1)
+            return before - s.h.msgs
+
+    def delete_msg(self, seq: int) -> None:
+        c = self.config
+        if c.sealed:
+            raise api_error(10109)
+        if c.deny_delete:
+            raise api_error(10057, err="message delete not permitted")
+        with self.locked():
+            s = self.storage
+            if seq > s.h.last_seq:
+                if c.storage == StorageType.FILE:
+                    raise api_error(10057, err="stream store EOF")
+                raise api_error(10043, seq=seq)
+            if not s.is_live(seq):
+                raise api_error(10043, seq=seq)
+            self.remove(np.array([seq], dtype=np.int64))
+
+    def get_msg(self, seq: Optional[int] = None, last_by_subj: Optional[str] = None, next_by_subj: Optional[str] = None) -> RawStreamMsg:
+        self.refresh()
+        s = self.storage
+        if last_by_subj:
+            found = self.last_seq_for(last_by_subj)
+        elif next_by_subj:
+            mask = _mask_of(len(s.subjects), [i for i, n in enumerate(s.subjects) if subj.matches(next_by_subj, n)])
+            start = max(seq or 0, s.h.first_seq)
+            found = self._next_matching(mask, start)
+        else:
+            if not seq:
+                raise api_error(10003)
+            found = seq if s.is_live(seq) else 0
+        if not found:
+            raise api_error(10037)
+        subject, hdr, data, ts = s.read_message(found)
+        return RawStreamMsg(
+            subject=subject, seq=found, data=data, hdrs=hdr or None,
+            headers=H.decode(hdr) if hdr else None, stream=self.name, time=ns_to_datetime(ts),
+        )
+
+    def _next_matching(self, mask: np.ndarray, start: int) -> int:
+        s = self.storage
+        step = 1 << 16
+        for a in range(start, s.h.last_seq + 1, step):
+            b = min(a + step - 1, s.h.last_seq)
+            found = s.seqs_of_subjects(mask, a, b)
+            if len(found):
+                return int(found[0])
+        return 0
+
+    # ------------------------------------------------------------------ state
+
+    def info(self, subjects_filter: Optional[str] = None, deleted_details: bool = False, consumer_count: int = 0) -> StreamInfo:
+        self.refresh()
+        s = self.storage
+        h = s.h
+        first = h.first_seq
+        if not h.held and h.last_seq == 0 and not self.config.first_seq:
+            first = 0  # a stream that never held a message reports 0/0
+        first_ts = None
+        if h.msgs:
+            first_ts = ns_to_datetime(int(s.entries(h.first_seq, h.first_seq)[0]["ts"]))
+        num_deleted = (h.last_seq - first + 1) - h.msgs if h.last_seq > first else 0
+        deleted = None
+        if deleted_details and h.last_seq >= first and first:
+            deleted = (np.flatnonzero(s.dead_mask(first, h.last_seq)) + first).tolist() or None
+        subjects = None
+        if subjects_filter:
+            count = s.ensure_stats()[0]
+            subjects = {
+                name: int(count[i]) for i, name in enumerate(s.subjects)
+                if count[i] > 0 and subj.matches(subjects_filter, name)
+            } or None
+        state = StreamState(
+            messages=h.msgs, bytes=h.bytes, first_seq=first, last_seq=h.last_seq,
+            consumer_count=consumer_count, first_ts=first_ts,
+            last_ts=ns_to_datetime(h.last_ts) if h.last_ts else None,
+            num_subjects=h.num_subjects, num_deleted=max(num_deleted, 0),
+            deleted=deleted, subjects=subjects,
+        )
+        return StreamInfo(config=self.config, state=state, created=ns_to_datetime(self.created_ns))
+
+
+class _StreamLock:
+    """storage.locked() plus the config reload and lazy expiry every writer needs."""
+
+    __slots__ = ("stream", "inner")
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+        self.inner = stream.storage.locked()
+
+    def __enter__(self) -> Stream:
+        self.inner.__enter__()
+        st = self.stream
+        try:
+            st._reload_config()
+            if st.storage.h.deleted:
+                raise api_error(10059)
+            st._expire()
+        except BaseException as exc:
+            self.inner.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        return st
+
+    def __exit__(self, *exc):
+        return self.inner.__exit__(*exc)
+
+
+def _mask_of(n: int, ids) -> np.ndarray:
+    m = np.zeros(max(n, 1), dtype=bool)
+    for i in ids:
+        m[i] = True
+    return m
+
+
+def _int(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        return -1
