@@ -162,7 +162,7 @@ _API_ERRORS: dict[int, tuple[int, str, type[APIError]]] = {
     10139: (400, "consumer filter in FilterSubjects cannot be empty", BadRequestError),
     10148: (400, "consumer already exists", BadRequestError),
     10149: (400, "consumer does not exist", BadRequestError),
-    10193: (400, "expected last subject sequence subject header requires expected last subject sequence", BadRequestError),
+    10193: (400, "missing sequence for expected last sequence per subject", BadRequestError),
 }
 
 

@@ -22,6 +22,10 @@ MAX_REPLICAS = 5
 DEFAULT_DUPLICATE_WINDOW = 120.0
 MIN_DURATION = 0.1  # max_age and duplicate_window: "needs to be >= 100ms"
 _NAME_FORBIDDEN = frozenset(".*> \t\r\n\f\v")
+_SERVER_METADATA_LEN = len("_nats.level") + 1 + len("_nats.req.level") + 1 + len("_nats.ver") + len("2.15.1")
+# Subjects that only a no_ack stream may capture, and the exempt parts inside them.
+_JS_API = (("$JS.>", "$JSC.>", "$NRG.>"), "$JS.EVENT.>", "jetstream api")
+_SYS_API = (("$SYS.>",), "$SYS.ACCOUNT.>", "system api")
 
 
 def invalid(message: str) -> APIError:
@@ -31,7 +35,7 @@ def invalid(message: str) -> APIError:
 
 def check_name(name: Optional[str], kind: str = "stream") -> None:
     if not name or _NAME_FORBIDDEN.intersection(name):
-        raise invalid(f"{kind} name is required and can not contain '.', '*', '>'")
+        raise invalid(f"{kind} name is required and can not contain '.', '*', '>', '\\', '/'")
     if "/" in name or "\\" in name:
         raise api_error(10128)
     if len(name.encode()) > MAX_NAME_LEN:
@@ -60,7 +64,9 @@ def normalize_stream_config(config: StreamConfig) -> StreamConfig:
     if config.description is not None and len(config.description.encode()) > MAX_DESCRIPTION_LEN:
         raise invalid(f"stream description is too long, maximum allowed is {MAX_DESCRIPTION_LEN}")
     if config.metadata:
-        size = sum(len(k) + len(v) for k, v in config.metadata.items())
+        # The server counts the version keys it adds itself ("_nats.level": "5",
+        # "_nats.req.level": "0", "_nats.ver": "2.15.1") against the limit too.
+        size = _SERVER_METADATA_LEN + sum(len(k) + len(v) for k, v in config.metadata.items())
         if size > MAX_METADATA_LEN:
             raise invalid(f"stream metadata exceeds maximum size of {MAX_METADATA_LEN} bytes")
 
@@ -99,20 +105,26 @@ def normalize_stream_config(config: StreamConfig) -> StreamConfig:
             raise invalid("discard new per subject requires max msgs per subject > 0")
 
     subjects = list(config.subjects) if config.subjects else [config.name]
-    seen: list[str] = []
-    for s in subjects:
+    # The server checks each subject in order: valid, capture-all, API space,
+    # then against every later subject.
+    for i, s in enumerate(subjects):
         if not subj.is_valid(s):
             raise invalid("invalid subject")
-        if s == ">" and not config.no_ack:
-            raise invalid("capturing all subjects requires no-ack to be true")
-        for prior in seen:
-            if subj.collide(prior, s):
-                raise invalid(f"subject {s!r} overlaps with {prior!r}".replace("'", '"'))
-        seen.append(s)
+        if not config.no_ack:
+            if s == ">":
+                raise invalid("capturing all subjects requires no-ack to be true")
+            for spaces, exempt, what in (_JS_API, _SYS_API):
+                if any(subj.collide(s, space) for space in spaces) and not subj.subset(s, exempt):
+                    raise invalid(f"subjects that overlap with {what} require no-ack to be true")
+        for later in subjects[i + 1:]:
+            if subj.collide(s, later):
+                raise invalid(f'subject "{s}" overlaps with "{later}"')
 
     if replicas > 1:
         raise api_error(10074)
 
+    if config.first_seq is not None and config.first_seq < 0:
+        raise api_error(10025, err="first_seq can not be negative")
     first_seq = int(config.first_seq) if config.first_seq else None
     return StreamConfig(
         name=config.name,
@@ -150,8 +162,6 @@ def check_update(old: StreamConfig, new: StreamConfig) -> StreamConfig:
     """The rules for replacing ``old`` by the normalized ``new``; returns what is stored."""
     if new.name != old.name:
         raise invalid("stream configuration name must match original")
-    if new.max_consumers != old.max_consumers:
-        raise invalid("stream configuration update can not change MaxConsumers")
     if new.storage != old.storage:
         raise invalid("stream configuration update can not change storage type")
     if new.retention != old.retention and RetentionPolicy.WORK_QUEUE in (old.retention, new.retention):

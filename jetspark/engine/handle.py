@@ -149,7 +149,7 @@ class JetStream:
 
     def _data_dir(self, home: Path, config: StreamConfig, uid: str) -> Path:
         if config.storage == StorageType.MEMORY:
-            return _SHM / f"jetspark-{self.store_id}" / f"{config.name}-{uid}"
+            return _SHM / f"jetspark-{self.store_id}" / uid
         return home / "data"
 
     def _open_stream(self, name: str) -> Stream:
@@ -185,7 +185,7 @@ class JetStream:
                 existing.refresh()
                 if existing.config != new:
                     raise api_error(10058)
-                return existing.info()
+                return existing.info().evolve(did_create=True)  # as the server answers
             self._check_overlap(new)
             home = self.path / "streams" / new.name
             if home.exists():
@@ -304,9 +304,11 @@ class JetStream:
     def publish(self, subject: str, payload: bytes = b"", headers: Optional[Mapping[str, object]] = None, stream: Optional[str] = None) -> PubAck:
         """Store one message; returns the PubAck (``duplicate=True`` for a repeated Nats-Msg-Id)."""
         with self._lock:
-            if not subj.is_valid(subject, wildcards=False):
-                raise BadRequestError(400, 10003, f"invalid publish subject {subject!r}: it must be non-empty dot-separated tokens without wildcards or whitespace")
-            st = self._route(subject)
+            if not isinstance(subject, str) or not subject or subj.has_whitespace(subject):
+                raise BadRequestError(400, 10003, f"invalid publish subject {subject!r}: a subject is non-empty dot-separated tokens without whitespace")
+            # Like the server, a subject with empty tokens reaches no stream, and
+            # '*' or '>' tokens in a published subject are stored literally.
+            st = self._route(subject) if subj.is_valid(subject) else None
             if st is None:
                 raise NoStreamResponseError(subject)
             if stream is not None:

@@ -62,8 +62,10 @@ BLOCK_MAX_BYTES = 64 << 20
 
 _MAGIC = b"JSPKST01"
 _ACTIVE_OFF = 8
-_SLOT_OFF = (64, 192)
-_SLOT = struct.Struct("<16Q")  # fields, then a u32 crc right after
+_SLOT_OFF = (64, 1024)
+# 16 u64 fields, the last stored message's Nats-Msg-Id (u16 length + 400 bytes), then a u32 crc.
+_SLOT = struct.Struct("<16QH400s")
+_MAX_LAST_ID = 400
 _CRC = struct.Struct("<I")
 _FIELDS = (
     "commit", "first_seq", "last_seq", "last_ts", "msgs", "bytes", "num_subjects",
@@ -97,7 +99,8 @@ class Header:
     dedup_len: int = 0
     cfg_gen: int = 0
     deleted: int = 0
-    held: int = 0  # 1 once the stream has held (or skipped) a message
+    held: int = 0  # 1 once the stream has held (or skipped) a message, or was purged
+    last_id: bytes = b""  # Nats-Msg-Id of the last stored message (Nats-Expected-Last-Msg-Id)
 
 
 class _Block:
@@ -220,11 +223,11 @@ class StreamStorage:
         if zlib.crc32(raw[: _SLOT.size]) != crc:
             return None
         values = _SLOT.unpack_from(raw)
-        return Header(*values[: len(_FIELDS)])
+        return Header(*values[: len(_FIELDS)], last_id=values[17][: values[16]])
 
     def _write_slot(self, i: int, h: Header) -> None:
         values = [getattr(h, f) for f in _FIELDS] + [0] * (16 - len(_FIELDS))
-        raw = _SLOT.pack(*values)
+        raw = _SLOT.pack(*values, len(h.last_id), h.last_id)
         off = _SLOT_OFF[i]
         self._mm[off:off + _SLOT.size + 4] = raw + _CRC.pack(zlib.crc32(raw))
 
@@ -934,7 +937,8 @@ class _Locked:
             s._sync_tail()
             s.ensure_stats()
             s._pending_unlink = []
-            s._start = (s.h.commit, s.h.last_seq, s.h.ops_len, s.h.dedup_len, s.h.subj_len, s.h.first_seq, s.h.msgs, s.h.cfg_gen, s.h.deleted)
+            h = s.h
+            s._start = (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id)
         except BaseException:
             fcntl.flock(s._lock_fd, fcntl.LOCK_UN)
             s._thread_lock.release()
@@ -946,12 +950,12 @@ class _Locked:
         try:
             if exc_type is None:
                 h = s.h
-                if (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted) != s._start:
+                if (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id) != s._start:
                     s._commit()
                 for b in s._pending_unlink:
                     b.close()
                     b.unlink()
-            elif (h := s.h) and (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted) != s._start:
+            elif (h := s.h) and (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id) != s._start:
                 # A failure halfway through a change: what was written past the
                 # last commit is ignored by everyone and overwritten by the next
                 # writer; forget our in-memory changes and reload.

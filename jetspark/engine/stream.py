@@ -201,11 +201,13 @@ class Stream:
             return self._publish_locked(subject, data, hdr)
 
     def _publish_locked(self, subject: str, data: bytes, hdr: bytes) -> PubAck:
+        """The server's order of checks (JETSTREAM.md §3.6, as nats-server 2.15 runs it)."""
         s, c = self.storage, self.config
         h = s.h
         if c.sealed:
             raise api_error(10109)
-        msg_id = None
+        self.check_size(len(hdr), len(data))
+        msg_id = rollup = None
         if hdr:
             expected_stream = H.lookup(hdr, H.EXPECTED_STREAM)
             if expected_stream is not None and expected_stream != c.name:
@@ -227,19 +229,15 @@ class Stream:
                 if hit is not None:
                     return PubAck(stream=c.name, seq=hit, duplicate=True)
             last_id = H.lookup(hdr, H.EXPECTED_LAST_MSG_ID)
-            if last_id is not None:
-                actual_id = self.last_msg_id()
-                if last_id != actual_id:
-                    raise api_error(10070, id=actual_id)
+            if last_id is not None and _id_key(last_id) != h.last_id:
+                raise api_error(10070, id=h.last_id.decode(errors="replace"))
             rollup = H.lookup(hdr, H.ROLLUP)
-        else:
-            rollup = None
-        if rollup is not None:
-            if not c.allow_rollup_hdrs:
-                raise api_error(10111, err="rollup not permitted")
-            if rollup not in ("sub", "all"):
-                raise api_error(10111, err=f'rollup value invalid: "{rollup}"')
-        self.check_size(len(hdr), len(data))
+            if rollup is not None:
+                if not c.allow_rollup_hdrs:
+                    raise api_error(10111, err="rollup not permitted")
+                rollup = rollup.lower()
+                if rollup not in ("sub", "all"):
+                    raise api_error(10111, err=f'rollup value invalid: "{H.lookup(hdr, H.ROLLUP)}"')
         sid = s.subject_ids.get(subject)
         self.check_discard_new(sid, len(subject.encode()), len(hdr), len(data))
 
@@ -249,6 +247,7 @@ class Stream:
             seq = s.append_skip(ts)
         else:
             seq = s.append(subject, hdr, data, ts)
+            h.last_id = _id_key(msg_id or "")
             sid = s.subject_ids[subject]
             if rollup == "sub":
                 prior = s.seqs_of_subjects(_mask_of(len(s.subjects), [sid]), s.h.first_seq, seq - 1)
@@ -258,7 +257,6 @@ class Stream:
             self.enforce_limits(sid)
         if msg_id is not None:
             s.add_dedup(msgid_hash(msg_id), seq, ts)
-        self._expire()
         return PubAck(stream=c.name, seq=seq)
 
     def check_size(self, hlen: int, dlen: int) -> None:
@@ -274,11 +272,21 @@ class Stream:
         at_subject_limit = c.max_msgs_per_subject > 0 and sid is not None and s.subject_count(sid) >= c.max_msgs_per_subject
         if at_subject_limit and c.discard_new_per_subject:
             raise api_error(10077, err="maximum messages per subject exceeded")
-        # Quirk: a subject at its own limit replaces its oldest message and skips the max_msgs check.
+        # Quirk: a subject at its own limit replaces its oldest message, skips the
+        # max_msgs check, and passes the max_bytes check if the stream's first
+        # message is at least as large as the new one.
         if c.max_msgs > 0 and s.h.msgs >= c.max_msgs and not at_subject_limit:
             raise api_error(10077, err="maximum messages exceeded")
-        if c.max_bytes > 0 and s.h.bytes + s.msg_size(subject_len, hlen, dlen) > c.max_bytes and not at_subject_limit:
-            raise api_error(10077, err="maximum bytes exceeded")
+        size = s.msg_size(subject_len, hlen, dlen)
+        if c.max_bytes > 0 and s.h.bytes + size > c.max_bytes:
+            if not at_subject_limit or self._first_size() < size:
+                raise api_error(10077, err="maximum bytes exceeded")
+
+    def _first_size(self) -> int:
+        s = self.storage
+        if not s.h.msgs:
+            return 0
+        return int(s.sizes(s.entries(s.h.first_seq, s.h.first_seq))[0])
 
     def _duplicate(self, msg_id: str) -> Optional[int]:
         window = int(self.config.duplicate_window * _NS)
@@ -318,6 +326,8 @@ class Stream:
             raise api_error(10109)
         if c.deny_purge:
             raise api_error(10110, err="stream purge not permitted")
+        # 0 means "not set" for both, as on the wire.
+        seq, keep = seq or None, keep or None
         if seq is not None and keep is not None:
             raise api_error(10003)
         if subject is not None and not subj.is_valid(subject):
@@ -337,10 +347,9 @@ class Stream:
             elif keep is not None:
                 seqs = seqs[: max(len(seqs) - keep, 0)]
             self.remove(seqs)
+            s.h.held = 1  # even a never-written stream reports first = last + 1 after a purge
             if not subject and seq is not None and seq > s.h.last_seq + 1:
                 s.set_floor(seq)
-            elif s.h.msgs == 0 and (seq is None or not subject):
-                s._advance_first(s.h.last_seq + 1)
             return before - s.h.msgs
 
     def delete_msg(self, seq: int) -> None:
@@ -351,17 +360,20 @@ class Stream:
             raise api_error(10057, err="message delete not permitted")
         with self.locked():
             s = self.storage
-            if seq > s.h.last_seq:
-                if c.storage == StorageType.FILE:
-                    raise api_error(10057, err="stream store EOF")
-                raise api_error(10043, seq=seq)
             if not s.is_live(seq):
+                # The file store answers differently outside its range (JETSTREAM.md §4).
+                if c.storage == StorageType.FILE and seq > s.h.last_seq:
+                    raise api_error(10057, err="stream store EOF")
+                if c.storage == StorageType.FILE and seq < s.h.first_seq:
+                    raise api_error(10057, err="no message found")
                 raise api_error(10043, seq=seq)
             self.remove(np.array([seq], dtype=np.int64))
 
     def get_msg(self, seq: Optional[int] = None, last_by_subj: Optional[str] = None, next_by_subj: Optional[str] = None) -> RawStreamMsg:
         self.refresh()
         s = self.storage
+        if last_by_subj and seq:
+            raise api_error(10003)
         if last_by_subj:
             found = self.last_seq_for(last_by_subj)
         elif next_by_subj:
@@ -454,6 +466,12 @@ def _mask_of(n: int, ids) -> np.ndarray:
     for i in ids:
         m[i] = True
     return m
+
+
+def _id_key(msg_id: str) -> bytes:
+    """How a Nats-Msg-Id is kept in the header slot (over-long ids by their hash)."""
+    b = msg_id.encode()
+    return b if len(b) <= 400 else b"#" + msgid_hash(msg_id).hex().encode()
 
 
 def _int(value: str) -> int:

@@ -30,6 +30,10 @@ def is_valid(subject: str, *, wildcards: bool = True) -> bool:
     return True
 
 
+def has_whitespace(subject: str) -> bool:
+    return bool(_WHITESPACE.intersection(subject))
+
+
 def is_literal(subject: str) -> bool:
     return not any(tok in ("*", ">") for tok in subject.split("."))
 
