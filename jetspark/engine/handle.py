@@ -32,9 +32,11 @@ from jetspark.api import PubAck, RawStreamMsg, StorageType, StreamConfig, Stream
 from jetspark.engine import config as cfg
 from jetspark.engine import headers as H
 from jetspark.engine import subjects as subj
+from jetspark.engine.storage import FORK_GENERATION
 from jetspark.engine.stream import Stream, config_from_json, config_to_json
 from jetspark.errors import BadRequestError, ClosedError, NoStreamResponseError, StoreError, api_error
 
+_UNROUTED = object()
 _SHM = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
 
 
@@ -56,7 +58,7 @@ class JetStream:
         self._open_store()
 
     def _open_store(self) -> None:
-        self._pid = os.getpid()
+        self._fork_gen = FORK_GENERATION[0]
         self._store_lock_fd = os.open(self.path / "store.lock", os.O_RDWR | os.O_CREAT, 0o644)
         with self._store_locked():
             meta = self.path / "store.json"
@@ -101,7 +103,7 @@ class JetStream:
     def _check(self) -> None:
         if self._closed:
             raise ClosedError(f"the JetStream handle on {self.path} is closed")
-        if os.getpid() != self._pid:
+        if FORK_GENERATION[0] != self._fork_gen:
             # After fork: flock belongs to the open file, so the child needs its own.
             for st in self._streams.values():
                 st.storage.check_fork()
@@ -304,17 +306,21 @@ class JetStream:
     def publish(self, subject: str, payload: bytes = b"", headers: Optional[Mapping[str, object]] = None, stream: Optional[str] = None) -> PubAck:
         """Store one message; returns the PubAck (``duplicate=True`` for a repeated Nats-Msg-Id)."""
         with self._lock:
-            if not isinstance(subject, str) or not subject or subj.has_whitespace(subject):
-                raise BadRequestError(400, 10003, f"invalid publish subject {subject!r}: a subject is non-empty dot-separated tokens without whitespace")
-            # Like the server, a subject with empty tokens reaches no stream, and
-            # '*' or '>' tokens in a published subject are stored literally.
-            st = self._route(subject) if subj.is_valid(subject) else None
+            self._check()
+            self._sync_registry()
+            st = self._routes.get(subject, _UNROUTED)
+            if st is _UNROUTED:
+                if not isinstance(subject, str) or not subject or subj.has_whitespace(subject):
+                    raise BadRequestError(400, 10003, f"invalid publish subject {subject!r}: a subject is non-empty dot-separated tokens without whitespace")
+                # Like the server, a subject with empty tokens reaches no stream, and
+                # '*' or '>' tokens in a published subject are stored literally.
+                st = self._route(subject) if subj.is_valid(subject) else None
             if st is None:
                 raise NoStreamResponseError(subject)
             if stream is not None:
                 headers = dict(headers or {})
                 headers[H.EXPECTED_STREAM] = stream
-            return st.publish(subject, bytes(payload), H.encode(headers))
+            return st.publish(subject, payload if type(payload) is bytes else bytes(payload), H.encode(headers) if headers else b"")
 
     def get_msg(self, stream: str, seq: Optional[int] = None, last_by_subj: Optional[str] = None, next_by_subj: Optional[str] = None) -> RawStreamMsg:
         with self._lock:
@@ -327,6 +333,56 @@ class JetStream:
         with self._lock:
             self._stream(stream).delete_msg(seq)
             return True
+
+
+    # ------------------------------------------------------------------ bulk paths for Spark
+
+    def read_batches(
+        self,
+        stream: str,
+        start_seq: int = 1,
+        end_seq: Optional[int] = None,
+        subjects: Optional[Sequence[str]] = None,
+        batch_size: int = 65536,
+        headers: bool = False,
+    ) -> Iterator["pa.RecordBatch"]:
+        """Messages with start_seq <= seq <= end_seq (inclusive, optionally filtered by
+        subjects, wildcards allowed) as Arrow batches with the columns
+        stream, subject, seq, timestamp, data (and headers when asked)."""
+        from jetspark.engine import bulk
+
+        with self._lock:
+            st = self._stream(stream)
+        return bulk.read_batches(st, start_seq, end_seq, subjects=subjects, batch_size=batch_size, headers=headers)
+
+    def publish_batch(self, data, stream: Optional[str] = None):
+        """Append an Arrow table/batch (columns subject, data, optional headers, msg_id) with
+        the rules of single publishes, all or nothing; returns a BatchAck with one seq per row."""
+        import pyarrow as pa
+
+        from jetspark.engine import bulk
+
+        table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
+        if not isinstance(table, pa.Table) or "subject" not in table.column_names or "data" not in table.column_names:
+            raise BadRequestError(400, 10003, "publish_batch takes a pyarrow Table or RecordBatch with columns 'subject' and 'data' (optional 'headers', 'msg_id')")
+        with self._lock:
+            if stream is None:
+                if table.num_rows == 0:
+                    raise BadRequestError(400, 10003, "publish_batch of an empty table needs stream=")
+                first = table.column("subject")[0].as_py()
+                st = self._route(first) if isinstance(first, str) and subj.is_valid(first) else None
+                if st is None:
+                    raise NoStreamResponseError(first)
+            else:
+                st = self._stream(stream)
+            return bulk.publish_batch(st, table)
+
+    def seq_for_time(self, stream: str, when) -> int:
+        """The first sequence stored at or after ``when`` (a datetime, or ns since the epoch)."""
+        from jetspark.engine import bulk
+
+        with self._lock:
+            return bulk.seq_for_time(self._stream(stream), when)
 
 
 def _config(config: Optional[StreamConfig], params: dict) -> StreamConfig:

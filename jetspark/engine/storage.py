@@ -55,7 +55,12 @@ ENTRY = struct.Struct("<qQQIIII")
 ENTRY_SIZE = ENTRY.size
 assert ENTRY_SIZE == IDX_DTYPE.itemsize == 40
 SID_NONE = 0xFFFFFFFF  # a sequence that was consumed but nothing stored (interest retention)
-_KEY = struct.Struct("<QqI")
+
+# Bumped in every child right after fork(): handles compare it to the value they
+# opened with and reopen their files, because flock() belongs to the open file,
+# which a forked child shares with its parent.
+FORK_GENERATION = [0]
+os.register_at_fork(after_in_child=lambda: FORK_GENERATION.__setitem__(0, FORK_GENERATION[0] + 1))
 
 BLOCK_MAX_MSGS = 1 << 20
 BLOCK_MAX_BYTES = 64 << 20
@@ -67,6 +72,8 @@ _SLOT_OFF = (64, 1024)
 _SLOT = struct.Struct("<16QH400s")
 _MAX_LAST_ID = 400
 _CRC = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_ACTIVE = ((0).to_bytes(8, "little"), (1).to_bytes(8, "little"))
 _FIELDS = (
     "commit", "first_seq", "last_seq", "last_ts", "msgs", "bytes", "num_subjects",
     "ops_len", "subj_len", "dedup_len", "cfg_gen", "deleted", "held",
@@ -81,8 +88,33 @@ def msgid_hash(msg_id: str) -> bytes:
     return hashlib.blake2b(msg_id.encode(), digest_size=16).digest()
 
 
+_M32 = 0xFFFFFFFF
+_MIX = (0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D, 0x27D4EB2F)
+
+
+def _mix(seq, ts, sid):
+    """Binds a record's checksum to its sequence, time and subject (works on ints and uint64 arrays)."""
+    return (seq * _MIX[0] + (ts & _M32) * _MIX[1] + (ts >> 32) * _MIX[2] + sid * _MIX[3]) & _M32
+
+
 def record_crc(seq: int, ts: int, sid: int, hdr: bytes, data: bytes) -> int:
-    return zlib.crc32(data, zlib.crc32(hdr, zlib.crc32(_KEY.pack(seq, ts, sid))))
+    """crc32 of header block and payload, xor the record's (seq, ts, subject) mix."""
+    return zlib.crc32(data, zlib.crc32(hdr)) ^ _mix(seq, ts, sid)
+
+
+def record_crcs(seqs: np.ndarray, ts: np.ndarray, sids: np.ndarray, hdr, hdr_offsets, data, data_offsets) -> np.ndarray:
+    """record_crc for a run of records; the crc32 calls iterate in C (map), the mix in NumPy."""
+    n = len(seqs)
+    dv, hv = memoryview(data), memoryview(hdr)
+    d = data_offsets.tolist()
+    if hdr_offsets[-1] > hdr_offsets[0]:
+        h = hdr_offsets.tolist()
+        hcrc = map(zlib.crc32, map(hv.__getitem__, map(slice, h[:-1], h[1:])))
+        crc = np.fromiter(map(zlib.crc32, map(dv.__getitem__, map(slice, d[:-1], d[1:])), hcrc), dtype=np.uint32, count=n)
+    else:
+        crc = np.fromiter(map(zlib.crc32, map(dv.__getitem__, map(slice, d[:-1], d[1:]))), dtype=np.uint32, count=n)
+    mix = _mix(seqs.astype(np.uint64), ts.astype(np.uint64), sids.astype(np.uint64)).astype(np.uint32)
+    return crc ^ mix
 
 
 @dataclass
@@ -153,7 +185,7 @@ class StreamStorage:
     # ------------------------------------------------------------------ open / close
 
     def _open(self) -> None:
-        self._pid = os.getpid()
+        self._fork_gen = FORK_GENERATION[0]
         (self.dir / "blk").mkdir(parents=True, exist_ok=True)
         self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         self._state_fd = os.open(self.dir / "state", os.O_RDWR | os.O_CREAT, 0o644)
@@ -209,7 +241,7 @@ class StreamStorage:
 
     def check_fork(self) -> None:
         """After fork the child reopens everything: flock is per open file, not per process."""
-        if os.getpid() != self._pid:
+        if FORK_GENERATION[0] != self._fork_gen:
             self._thread_lock = threading.RLock()
             self._blocks = []
             self._open()
@@ -226,8 +258,10 @@ class StreamStorage:
         return Header(*values[: len(_FIELDS)], last_id=values[17][: values[16]])
 
     def _write_slot(self, i: int, h: Header) -> None:
-        values = [getattr(h, f) for f in _FIELDS] + [0] * (16 - len(_FIELDS))
-        raw = _SLOT.pack(*values, len(h.last_id), h.last_id)
+        raw = _SLOT.pack(
+            h.commit, h.first_seq, h.last_seq, h.last_ts, h.msgs, h.bytes, h.num_subjects, h.ops_len,
+            h.subj_len, h.dedup_len, h.cfg_gen, h.deleted, h.held, 0, 0, 0, len(h.last_id), h.last_id,
+        )
         off = _SLOT_OFF[i]
         self._mm[off:off + _SLOT.size + 4] = raw + _CRC.pack(zlib.crc32(raw))
 
@@ -243,14 +277,18 @@ class StreamStorage:
             raise CorruptStoreError(f"{self.dir / 'state'}: both header slots fail their checksum")
         return h
 
+    def _committed_counter(self) -> int:
+        """The active slot's commit counter; only meaningful while holding the lock (no writer can race)."""
+        return _U64.unpack_from(self._mm, _SLOT_OFF[self._mm[_ACTIVE_OFF] & 1])[0]
+
     def _commit(self) -> None:
         h = self.h
         h.commit += 1
-        active = int.from_bytes(self._mm[_ACTIVE_OFF:_ACTIVE_OFF + 8], "little") & 1
+        active = self._mm[_ACTIVE_OFF] & 1
         if self.fsync:
             self._sync_files()
         self._write_slot(1 - active, h)
-        self._mm[_ACTIVE_OFF:_ACTIVE_OFF + 8] = (1 - active).to_bytes(8, "little")
+        self._mm[_ACTIVE_OFF:_ACTIVE_OFF + 8] = _ACTIVE[1 - active]
         if self.fsync:
             self._mm.flush()
 
@@ -293,6 +331,7 @@ class StreamStorage:
             self._rescan_blocks()
             self._apply_dead(self._read_ops(h.ops_len))
             self._prune_blocks()
+            self._sync_tail()
             return
         self._read_subjects(h.subj_len)
         self.h = h
@@ -305,6 +344,7 @@ class StreamStorage:
             self._catch_up_stats(old, h, ranges)
         self._rebase_dead(h.first_seq)
         self._prune_blocks()
+        self._sync_tail()
         if self._dedup is not None:
             self._read_dedup(h.dedup_len)
 
@@ -757,12 +797,10 @@ class StreamStorage:
             e["sid"] = sids[pos:pos + k]
             mv = memoryview(data)
             hv = memoryview(hdr)
-            crcs = e["crc"]
-            for j in range(k):
-                s = seq + j
-                do, dl = int(data_offsets[pos + j]), int(dlens[pos + j])
-                ho, hl = int(hdr_offsets[pos + j]), int(hlens[pos + j])
-                crcs[j] = zlib.crc32(mv[do:do + dl], zlib.crc32(hv[ho:ho + hl], zlib.crc32(_KEY.pack(s, ts, int(sids[pos + j])))))
+            e["crc"] = record_crcs(
+                np.arange(seq, seq + k, dtype=np.uint64), e["ts"], e["sid"],
+                hdr, hdr_offsets[pos:pos + k + 1], data, data_offsets[pos:pos + k + 1],
+            )
             if d1 > d0:
                 os.pwrite(blk.dfd, mv[d0:d1], blk.dlen)
             if h1 > h0:
@@ -931,10 +969,8 @@ class _Locked:
             s._thread_lock.release()
             raise
         try:
-            h = s.read_header()
-            if h.commit != s.h.commit:
-                s._catch_up(h)
-            s._sync_tail()
+            if s._committed_counter() != s.h.commit:
+                s._catch_up(s.read_header())
             s.ensure_stats()
             s._pending_unlink = []
             h = s.h

@@ -164,12 +164,11 @@ class Stream:
                 while excess > 0:
                     self.remove(np.array([s.subject_first(i)], dtype=np.int64))
                     excess -= 1
-        if c.discard == DiscardPolicy.OLD or sid is None:
-            if c.discard == DiscardPolicy.OLD:
-                if c.max_msgs > 0 and h.msgs > c.max_msgs:
-                    self._remove_oldest(h.msgs - c.max_msgs)
-                if c.max_bytes > 0 and h.bytes > c.max_bytes:
-                    self._trim_bytes(c.max_bytes)
+        if c.discard == DiscardPolicy.OLD:
+            if c.max_msgs > 0 and h.msgs > c.max_msgs:
+                self._remove_oldest(h.msgs - c.max_msgs)
+            if c.max_bytes > 0 and h.bytes > c.max_bytes:
+                self._trim_bytes(c.max_bytes)
 
     def _remove_oldest(self, n: int) -> None:
         s = self.storage

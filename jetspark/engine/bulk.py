@@ -1,0 +1,256 @@
+"""Bulk paths for Spark: range reads into Arrow, Arrow batch appends, time -> sequence.
+
+A range read never touches messages one by one in Python: per block it
+reads the index entries for the range with one ``pread``, the payload bytes
+with another, and hands Arrow an offsets buffer computed with NumPy plus the
+payload bytes as they lie on disk (payloads are stored back to back, so the
+``data`` column needs no gather).  Removed sequences and subject filters are
+applied with one Arrow ``filter``.  Memory stays bounded by the batch size.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from jetspark.api import RetentionPolicy, datetime_to_ns
+from jetspark.engine import headers as H
+from jetspark.engine import subjects as subj
+from jetspark.engine.storage import SID_NONE
+from jetspark.engine.stream import Stream
+from jetspark.errors import BadRequestError, api_error
+
+HEADERS_TYPE = pa.map_(pa.string(), pa.list_(pa.string()))
+SCHEMA = pa.schema(
+    [
+        pa.field("stream", pa.string(), nullable=False),
+        pa.field("subject", pa.string(), nullable=False),
+        pa.field("seq", pa.int64(), nullable=False),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("data", pa.binary(), nullable=False),
+    ]
+)
+SCHEMA_WITH_HEADERS = SCHEMA.append(pa.field("headers", HEADERS_TYPE))
+
+# Keep each batch's payload bytes well inside Arrow's 32-bit binary offsets.
+MAX_BATCH_BYTES = 64 << 20
+
+
+def schema(headers: bool = False) -> pa.Schema:
+    return SCHEMA_WITH_HEADERS if headers else SCHEMA
+
+
+# ---------------------------------------------------------------------- reading
+
+
+def subject_mask(stream: Stream, filters: Optional[Sequence[str]]) -> Optional[np.ndarray]:
+    """A boolean array over subject ids: which subjects pass the filters (None = all)."""
+    if not filters or ">" in filters:
+        return None
+    names = stream.storage.subjects
+    mask = np.zeros(len(names) + 1, dtype=bool)
+    for i, name in enumerate(names):
+        if subj.matches_any(filters, name):
+            mask[i] = True
+    return mask
+
+
+def read_batches(
+    stream: Stream,
+    start_seq: int,
+    end_seq: Optional[int] = None,
+    subjects: Optional[Sequence[str]] = None,
+    batch_size: int = 65536,
+    headers: bool = False,
+) -> Iterator[pa.RecordBatch]:
+    """Stored messages with start_seq <= seq <= end_seq, in sequence order, as Arrow batches."""
+    if batch_size <= 0:
+        raise BadRequestError(400, 10003, f"batch_size must be positive, not {batch_size}")
+    for f in subjects or ():
+        if not subj.is_valid(f):
+            raise BadRequestError(400, 10003, f"invalid subject filter {f!r}")
+    stream.refresh()
+    s = stream.storage
+    lo = max(int(start_seq or 1), s.h.first_seq)
+    hi = s.h.last_seq if end_seq is None else min(int(end_seq), s.h.last_seq)
+    if lo > hi:
+        return
+    mask = subject_mask(stream, subjects)
+    names = pa.array(s.subjects, type=pa.string())
+    name = stream.name
+    for blk, a, b in s.block_spans(lo, hi):
+        seq = a
+        while seq <= b:
+            end = min(b, seq + batch_size - 1)
+            e = s.entries(seq, end)
+            # Shrink the batch if its payloads would be too many bytes.
+            span = e["doff"] + e["dlen"] - e["doff"][0]
+            if int(span[-1]) > MAX_BATCH_BYTES:
+                k = max(1, int(np.searchsorted(span, MAX_BATCH_BYTES, side="right")))
+                e = e[:k]
+                end = seq + k - 1
+            batch = _batch(stream, blk, e, seq, end, mask, names, name, headers)
+            if batch is not None and batch.num_rows:
+                yield batch
+            seq = end + 1
+        if len(names) != len(s.subjects):
+            names = pa.array(s.subjects, type=pa.string())
+
+
+def _batch(stream, blk, e, a, b, mask, names, name, headers) -> Optional[pa.RecordBatch]:
+    s = stream.storage
+    sids = e["sid"]
+    keep = ~s.dead_mask(a, b) & (sids != SID_NONE)
+    if mask is not None:
+        safe = np.where(sids == SID_NONE, len(mask) - 1, np.minimum(sids, len(mask) - 1)).astype(np.int64)
+        keep &= mask[safe]
+    n_keep = int(keep.sum())
+    if n_keep == 0:
+        return None
+    n = len(e)
+    d0 = int(e["doff"][0])
+    offsets = np.empty(n + 1, dtype=np.int32)
+    offsets[:n] = e["doff"] - d0
+    offsets[n] = int(e["doff"][-1]) + int(e["dlen"][-1]) - d0
+    raw = s.read_data(blk, d0, int(offsets[n]))
+    data = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw)])
+    ids = np.where(sids == SID_NONE, 0, sids).astype(np.int32)
+    subject = names.take(pa.array(ids))
+    seqs = pa.array(np.arange(a, b + 1, dtype=np.int64))
+    ts = pa.array(e["ts"] // 1000, type=pa.timestamp("us", tz="UTC"))
+    columns = [subject, seqs, ts, data]
+    if headers:
+        columns.append(_headers_column(s, blk, e))
+    if n_keep != n:
+        flt = pa.array(keep)
+        columns = [c.filter(flt) for c in columns]
+    stream_col = pa.repeat(pa.scalar(name, pa.string()), n_keep)
+    return pa.RecordBatch.from_arrays([stream_col, *columns], schema=schema(headers))
+
+
+def _headers_column(s, blk, e) -> pa.Array:
+    hlen = e["hlen"]
+    if not hlen.any():
+        return pa.nulls(len(e), HEADERS_TYPE)
+    h0 = int(e["hoff"][0])
+    raw = s.read_hdrs(blk, h0, int(e["hoff"][-1]) + int(e["hlen"][-1]) - h0)
+    out = []
+    for off, n in zip((e["hoff"] - h0).tolist(), hlen.tolist()):
+        out.append(list(H.decode_multi(raw[off:off + n]).items()) if n else None)
+    return pa.array(out, type=HEADERS_TYPE)
+
+
+def seq_for_time(stream: Stream, when) -> int:
+    """The first sequence stored at or after ``when`` (datetime or ns); last_seq + 1 if none."""
+    stream.refresh()
+    ns = datetime_to_ns(when) if isinstance(when, _dt.datetime) else int(when)
+    return stream.seq_at_time(ns)
+
+
+# ---------------------------------------------------------------------- appending
+
+
+@dataclass(frozen=True)
+class BatchAck:
+    """What ``publish_batch`` stored: one sequence per input row (a duplicate's is the original's)."""
+
+    stream: str
+    seqs: pa.Int64Array
+    duplicate: pa.BooleanArray
+
+    @property
+    def count(self) -> int:
+        return len(self.seqs)
+
+
+def _column(table: pa.Table, name: str) -> Optional[pa.ChunkedArray]:
+    if name not in table.column_names:
+        return None
+    col = table.column(name)
+    return None if col.null_count == len(col) else col
+
+
+def publish_batch(stream: Stream, table: pa.Table) -> BatchAck:
+    """Append every row as one publish would, all or nothing."""
+    c = stream.config
+    subjects = table.column("subject")
+    data = table.column("data")
+    if not pa.types.is_binary(data.type):
+        data = pc.cast(data, pa.binary())
+    if not pa.types.is_string(subjects.type):
+        subjects = pc.cast(subjects, pa.string())
+    hdr_col = _column(table, "headers")
+    id_col = _column(table, "msg_id")
+    n = table.num_rows
+    if n == 0:
+        return BatchAck(c.name, pa.array([], pa.int64()), pa.array([], pa.bool_()))
+    if hdr_col is not None or id_col is not None or c.retention == RetentionPolicy.INTEREST or c.discard.value == "new":
+        return _publish_rows(stream, subjects, data, hdr_col, id_col)
+    return _publish_fast(stream, subjects, data)
+
+
+def _publish_rows(stream, subjects, data, hdr_col, id_col) -> BatchAck:
+    """Rows with headers, ids, interest retention or discard new: the single-publish rules, row by row."""
+    subj_list = subjects.to_pylist()
+    data_list = data.to_pylist()
+    hdr_list = hdr_col.to_pylist() if hdr_col is not None else None
+    id_list = id_col.to_pylist() if id_col is not None else None
+    seqs, dups = [], []
+    with stream.locked():
+        for i, subject in enumerate(subj_list):
+            headers = dict(hdr_list[i]) if hdr_list and hdr_list[i] else {}
+            if id_list and id_list[i]:
+                headers[H.MSG_ID] = id_list[i]
+            try:
+                ack = stream._publish_locked(subject, data_list[i] or b"", H.encode(headers))
+            except Exception as exc:
+                exc.add_note(f"row {i} of the batch was refused; nothing from the batch was stored")
+                raise
+            seqs.append(ack.seq)
+            dups.append(bool(ack.duplicate))
+    return BatchAck(stream.name, pa.array(seqs, pa.int64()), pa.array(dups, pa.bool_()))
+
+
+def _publish_fast(stream, subjects, data) -> BatchAck:
+    """Limits retention, discard old, no headers: one write per file for the whole batch."""
+    s, c = stream.storage, stream.config
+    subjects = subjects.combine_chunks() if isinstance(subjects, pa.ChunkedArray) else subjects
+    data = data.combine_chunks() if isinstance(data, pa.ChunkedArray) else data
+    if data.null_count:
+        data = data.fill_null(b"")
+    lens = pc.binary_length(data).to_numpy(zero_copy_only=False).astype(np.int64)
+    if c.max_msg_size > 0 and (lens > c.max_msg_size).any():
+        row = int(np.flatnonzero(lens > c.max_msg_size)[0])
+        err = api_error(10054)
+        err.add_note(f"row {row} of the batch is {lens[row]} bytes; max_msg_size is {c.max_msg_size}; nothing was stored")
+        raise err
+    encoded = subjects.dictionary_encode()
+    uniq = encoded.dictionary.to_pylist()
+    for u in uniq:
+        if u is None or not subj.is_valid(u) or not subj.matches_any(c.subjects, u):
+            raise BadRequestError(
+                400, 10003, f"subject {u!r} in the batch is not captured by stream {c.name!r} (subjects {c.subjects})"
+            )
+    idx = encoded.indices.to_numpy(zero_copy_only=False)
+    offsets = np.frombuffer(data.buffers()[1], dtype=np.int32, count=len(data) + 1, offset=data.offset * 4)
+    payload = data.buffers()[2]
+    buf = memoryview(payload) if payload is not None else memoryview(b"")
+    base = int(offsets[0])
+    data_offsets = (offsets - base).astype(np.int64)
+    body = buf[base: int(offsets[-1])]
+    with stream.locked():
+        if c.sealed:
+            raise api_error(10109)
+        sid_of = np.array([s.subject_id(u) for u in uniq], dtype=np.uint32)
+        sids = sid_of[idx]
+        first = s.append_many(
+            sids, body, data_offsets, b"", np.zeros(len(sids) + 1, dtype=np.int64), stream.now()
+        )
+        stream.enforce_limits()
+    n = len(sids)
+    return BatchAck(c.name, pa.array(np.arange(first, first + n, dtype=np.int64)), pa.repeat(pa.scalar(False), n))
