@@ -34,7 +34,7 @@ from jetspark.engine import headers as H
 from jetspark.engine import subjects as subj
 from jetspark.engine.storage import FORK_GENERATION
 from jetspark.engine.stream import Stream, config_from_json, config_to_json
-from jetspark.errors import BadRequestError, ClosedError, NoStreamResponseError, StoreError, api_error
+from jetspark.errors import BadRequestError, ClosedError, CorruptStoreError, NoStreamResponseError, StoreError, api_error
 
 _UNROUTED = object()
 _SHM = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
@@ -76,6 +76,7 @@ class JetStream:
         self._gen_fd = os.open(self.path / "store.gen", os.O_RDWR)
         self._gen_mm = mmap.mmap(self._gen_fd, 8)
         self._streams: dict[str, Stream] = {}
+        self._broken: dict[str, StoreError] = {}
         self._gen = -1
         self._routes: dict[str, Optional[Stream]] = {}
 
@@ -130,11 +131,19 @@ class JetStream:
             if name not in names or not (st.home / "config.json").exists() or self._uid(st.home) != st.uid:
                 st.close()
                 del self._streams[name]
+        self._broken = {}
         for name in names - set(self._streams):
             try:
                 self._streams[name] = self._open_stream(name)
             except FileNotFoundError:
                 continue  # deleted while we looked
+            except (StoreError, ValueError, KeyError, OSError) as exc:
+                # One damaged stream must not take the store down: it answers with
+                # the error, the others keep working.
+                err = exc if isinstance(exc, StoreError) else CorruptStoreError(
+                    f"stream {name!r} in {self.path} cannot be opened: {type(exc).__name__}: {exc}"
+                )
+                self._broken[name] = err
         self._gen = gen
         self._routes.clear()
 
@@ -169,6 +178,8 @@ class JetStream:
         self._sync_registry()
         st = self._streams.get(name)
         if st is None:
+            if name in self._broken:
+                raise self._broken[name]
             raise api_error(10059)
         return st
 
@@ -265,7 +276,7 @@ class JetStream:
         with self._lock:
             self._check()
             self._sync_registry()
-            return [self._streams[n].info() for n in sorted(self._streams)]
+            return [self._streams[n].info() for n in sorted(self._streams)]  # damaged streams are left out
 
     def stream_names(self) -> list[str]:
         with self._lock:

@@ -33,6 +33,8 @@ writes nothing else; other removals append a range record to ``ops``.
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import mmap
 import os
 import struct
@@ -61,6 +63,9 @@ SID_NONE = 0xFFFFFFFF  # a sequence that was consumed but nothing stored (intere
 # which a forked child shares with its parent.
 FORK_GENERATION = [0]
 os.register_at_fork(after_in_child=lambda: FORK_GENERATION.__setitem__(0, FORK_GENERATION[0] + 1))
+
+log = logging.getLogger("jetspark")
+TAIL_CHECK = 1024  # records verified at the end of each stream when a process opens it
 
 BLOCK_MAX_MSGS = 1 << 20
 BLOCK_MAX_BYTES = 64 << 20
@@ -209,6 +214,101 @@ class StreamStorage:
         self._block_firsts: list[int] = []
         self._reset_caches()
         self.refresh()
+        if self.first_bad(max(self.h.first_seq, self.h.last_seq - TAIL_CHECK + 1), self.h.last_seq):
+            self._repair_tail()
+
+    # ------------------------------------------------------------------ verification and repair
+
+    def first_bad(self, a: int, b: int) -> int:
+        """The first sequence in a..b whose record is missing or fails its checksum, or 0."""
+        if a > b:
+            return 0
+        try:
+            spans = list(self.block_spans(a, b))
+        except CorruptStoreError:
+            return a
+        for blk, lo, hi in spans:
+            have = os.fstat(blk.ifd).st_size // ENTRY_SIZE - (lo - blk.first)
+            if have < hi - lo + 1:
+                if have <= 0:
+                    return lo
+                hi = lo + have - 1
+                short = hi + 1
+            else:
+                short = 0
+            e = self.entries(lo, hi)
+            stored = e["sid"] != SID_NONE
+            d0, h0 = int(e["doff"][0]), int(e["hoff"][0])
+            dend, hend = e["doff"] + e["dlen"], e["hoff"] + e["hlen"]
+            dsize, hsize = os.fstat(blk.dfd).st_size, os.fstat(blk.hfd).st_size
+            ok = ~stored | ((dend <= dsize) & (hend <= hsize))
+            if ok.all():
+                data = os.pread(blk.dfd, int(dend.max()) - d0, d0) if len(e) else b""
+                hdr = os.pread(blk.hfd, int(hend.max()) - h0, h0) if len(e) else b""
+                doffs = np.append(e["doff"] - d0, dend[-1] - d0).astype(np.int64)
+                hoffs = np.append(e["hoff"] - h0, hend[-1] - h0).astype(np.int64)
+                crc = record_crcs(np.arange(lo, hi + 1, dtype=np.uint64), e["ts"], e["sid"], hdr, hoffs, data, doffs)
+                ok = ~stored | (crc == e["crc"])
+            if not ok.all():
+                return lo + int(np.flatnonzero(~ok)[0])
+            if short:
+                return short
+        return 0
+
+    def _repair_tail(self) -> None:
+        """Drop a torn or corrupt tail: keep every record before the first bad one."""
+        with self.locked():
+            h = self.h
+            bad = self.first_bad(max(h.first_seq, h.last_seq - TAIL_CHECK + 1), h.last_seq)
+            if bad:
+                self.truncate_after(bad - 1)
+
+    def truncate_after(self, good_last: int) -> None:
+        """Forget sequences after good_last (under the lock); recorded in ``lost``."""
+        h = self.h
+        lost_seqs = [q for q in range(max(good_last + 1, h.first_seq), h.last_seq + 1) if self.is_live(q)]
+        log.warning("stream data in %s: records %d..%d are torn or corrupt and were dropped", self.dir, good_last + 1, h.last_seq)
+        h.last_seq = good_last
+        self._stats = None
+        msgs = nbytes = 0
+        first = h.first_seq
+        step = 1 << 20
+        for a in range(first, good_last + 1, step):
+            b = min(a + step - 1, good_last)
+            e = self.entries(a, b)
+            live = ~self.dead_mask(a, b) & (e["sid"] != SID_NONE)
+            msgs += int(live.sum())
+            nbytes += int(self.sizes(e[live]).sum())
+        h.msgs, h.bytes = msgs, nbytes
+        h.last_ts = int(self.entries(good_last, good_last)[0]["ts"]) if good_last >= first and good_last > 0 else h.last_ts
+        if msgs == 0:
+            h.first_seq = good_last + 1
+        h.num_subjects = int((self.ensure_stats()[0] > 0).sum())
+        for b in self._blocks:
+            if b.first > good_last + 1:
+                self._pending_unlink.append(b)
+        self._blocks = [b for b in self._blocks if b.first <= good_last + 1]
+        self._block_firsts = [b.first for b in self._blocks]
+        self._blocks and setattr(self._blocks[-1], "count", -1)
+        self._sync_tail()
+        self.record_lost(lost_seqs)
+
+    def record_lost(self, seqs: list[int]) -> None:
+        path = self.dir / "lost.json"
+        try:
+            prior = json.loads(path.read_text())["msgs"]
+        except (FileNotFoundError, ValueError, KeyError):
+            prior = []
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"msgs": sorted(set(prior) | set(seqs))}))
+        os.replace(tmp, path)
+
+    def lost(self) -> Optional[dict]:
+        try:
+            msgs = json.loads((self.dir / "lost.json").read_text())["msgs"]
+        except (FileNotFoundError, ValueError, KeyError):
+            return None
+        return {"msgs": msgs, "bytes": 0} if msgs else None
 
     def _reset_caches(self) -> None:
         self.h = Header(commit=-1)

@@ -429,7 +429,7 @@ class Stream:
             consumer_count=consumer_count, first_ts=first_ts,
             last_ts=ns_to_datetime(h.last_ts) if h.last_ts else None,
             num_subjects=h.num_subjects, num_deleted=max(num_deleted, 0),
-            deleted=deleted, subjects=subjects,
+            deleted=deleted, subjects=subjects, lost=s.lost(),
         )
         return StreamInfo(config=self.config, state=state, created=ns_to_datetime(self.created_ns))
 
