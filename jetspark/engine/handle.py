@@ -28,13 +28,33 @@ from typing import Callable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
-from jetspark.api import PubAck, RawStreamMsg, StorageType, StreamConfig, StreamInfo, datetime_to_ns
+from jetspark.api import (
+    ConsumerConfig,
+    ConsumerInfo,
+    PubAck,
+    RawStreamMsg,
+    SequenceInfo,
+    StorageType,
+    StreamConfig,
+    StreamInfo,
+    datetime_to_ns,
+)
 from jetspark.engine import config as cfg
+from jetspark.engine import consumer_config as ccfg
+from jetspark.engine.pull import Msg, PullSubscription
 from jetspark.engine import headers as H
 from jetspark.engine import subjects as subj
 from jetspark.engine.storage import FORK_GENERATION
 from jetspark.engine.stream import Stream, config_from_json, config_to_json
-from jetspark.errors import BadRequestError, ClosedError, CorruptStoreError, NoStreamResponseError, StoreError, api_error
+from jetspark.errors import (
+    BadRequestError,
+    ClosedError,
+    ConsumerNotFoundError,
+    CorruptStoreError,
+    NoStreamResponseError,
+    StoreError,
+    api_error,
+)
 
 _UNROUTED = object()
 _SHM = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
@@ -76,6 +96,7 @@ class JetStream:
         self._gen_fd = os.open(self.path / "store.gen", os.O_RDWR)
         self._gen_mm = mmap.mmap(self._gen_fd, 8)
         self._streams: dict[str, Stream] = {}
+        self._acks: dict[tuple[str, str], list[tuple[int, int]]] = {}
         self._broken: dict[str, StoreError] = {}
         self._gen = -1
         self._routes: dict[str, Optional[Stream]] = {}
@@ -85,7 +106,10 @@ class JetStream:
     def close(self) -> None:
         if self._closed:
             return
-        self._closed = True
+        try:
+            self._flush_acks()
+        finally:
+            self._closed = True
         for st in self._streams.values():
             st.close()
         self._streams.clear()
@@ -173,6 +197,8 @@ class JetStream:
 
     def _stream(self, name: str) -> Stream:
         self._check()
+        if self._acks:
+            self._flush_acks()
         if not isinstance(name, str) or not name:
             raise api_error(10059)
         self._sync_registry()
@@ -318,6 +344,8 @@ class JetStream:
         """Store one message; returns the PubAck (``duplicate=True`` for a repeated Nats-Msg-Id)."""
         with self._lock:
             self._check()
+            if self._acks:
+                self._flush_acks()
             self._sync_registry()
             st = self._routes.get(subject, _UNROUTED)
             if st is _UNROUTED:
@@ -394,6 +422,232 @@ class JetStream:
 
         with self._lock:
             return bulk.seq_for_time(self._stream(stream), when)
+
+
+    # ------------------------------------------------------------------ consumers
+
+    def add_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, **params) -> ConsumerInfo:
+        """Create a consumer, or update it if it exists with another config (nats-py's behaviour)."""
+        return self._upsert_consumer(stream, config, params, action="")
+
+    def create_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, **params) -> ConsumerInfo:
+        """Create a consumer; 10148 if one of that name exists with a different config."""
+        return self._upsert_consumer(stream, config, params, action="create")
+
+    def update_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, **params) -> ConsumerInfo:
+        """Update an existing consumer; 10149 if there is none of that name."""
+        return self._upsert_consumer(stream, config, params, action="update")
+
+    def _upsert_consumer(self, stream: str, config, params: dict, action: str) -> ConsumerInfo:
+        config = _consumer_config(config, params)
+        with self._lock:
+            st = self._stream(stream)
+            with st.locked():
+                new = ccfg.normalize_consumer_config(config, st.config)
+                if new.name is None:
+                    new = new.evolve(name=ccfg.new_ephemeral_name())
+                now = st.clock()
+                existing = st.consumers.by_name.get(new.name)
+                if existing is not None:
+                    if existing.config == new:
+                        return existing.info(now)
+                    if action == "create":
+                        raise api_error(10148)
+                    ccfg.check_update(existing.config, new)
+                    ccfg.check_workqueue(st.config, new, (c.config for c in st.consumers.by_name.values()))
+                    return st.consumers.update(existing, new).info(now)
+                if action == "update":
+                    raise api_error(10149)
+                if st.config.max_consumers > 0 and len(st.consumers.by_name) >= st.config.max_consumers:
+                    raise api_error(10026)
+                ccfg.check_workqueue(st.config, new, (c.config for c in st.consumers.by_name.values()))
+                return st.consumers.create(new, now).info(now)
+
+    def delete_consumer(self, stream: str, consumer: str) -> bool:
+        with self._lock:
+            st = self._stream(stream)
+            with st.locked():
+                if consumer not in st.consumers.by_name:
+                    raise api_error(10014)
+                st.consumers.delete(consumer)
+            return True
+
+    def _consumer(self, st: Stream, name: str):
+        c = st.consumers.by_name.get(name)
+        if c is None:
+            raise api_error(10014)
+        return c
+
+    def consumer_info(self, stream: str, consumer: str) -> ConsumerInfo:
+        with self._lock:
+            st = self._stream(stream)
+            with st.locked():
+                return self._consumer(st, consumer).info(st.clock())
+
+    def consumers_info(self, stream: str) -> list[ConsumerInfo]:
+        with self._lock:
+            st = self._stream(stream)
+            with st.locked():
+                now = st.clock()
+                return [st.consumers.by_name[n].info(now) for n in sorted(st.consumers.by_name)]
+
+    def pull_subscribe(self, subject: Optional[str] = None, durable: Optional[str] = None, stream: Optional[str] = None, config: Optional[ConsumerConfig] = None) -> PullSubscription:
+        """A pull subscription: binds ``durable`` if it exists, else creates the consumer
+        (filtered on ``subject``; ephemeral without ``durable``)."""
+        if stream is None:
+            stream = self.find_stream_name_by_subject(subject)
+        if durable:
+            try:
+                self.consumer_info(stream, durable)
+                return PullSubscription(self, stream, durable)
+            except ConsumerNotFoundError:
+                pass
+        config = config or ConsumerConfig()
+        if durable:
+            config = config.evolve(durable_name=durable)
+        if subject and not config.filter_subject and not config.filter_subjects:
+            config = config.evolve(filter_subject=subject)
+        info = self.add_consumer(stream, config)
+        return PullSubscription(self, stream, info.name)
+
+    def pull_subscribe_bind(self, durable: Optional[str] = None, stream: Optional[str] = None, consumer: Optional[str] = None) -> PullSubscription:
+        """A pull subscription on an existing consumer."""
+        name = durable or consumer
+        self.consumer_info(stream, name)
+        return PullSubscription(self, stream, name)
+
+    def _fetch(self, stream: str, consumer: str, batch: int, max_bytes: int) -> list[Msg]:
+        with self._lock:
+            st = self._stream(stream)
+            with st.locked():
+                c = self._consumer(st, consumer)
+                now = st.clock()
+                out = c.next_batch(batch, now, max_bytes)
+                if not out:
+                    return []
+                pending = c.num_pending()
+                new_after = sum(1 for _, _, n in out if n == 1)
+                recs = st.storage.read_messages([q for q, _, _ in out])
+                msgs = []
+                headers_only = bool(c.config.headers_only)
+                for (sseq, cseq, delivered), (subject, hdr, data, ts) in zip(out, recs):
+                    if delivered == 1:
+                        new_after -= 1
+                    headers = H.decode(hdr) if hdr else None
+                    if headers_only:
+                        headers = dict(headers or {})
+                        headers["Nats-Msg-Size"] = str(len(data))
+                        data = b""
+                    msgs.append(Msg(self, subject, data, headers, (st.name, c.name, sseq, cseq, delivered, pending + new_after, ts)))
+                return msgs
+
+    def _buffer_ack(self, meta: tuple) -> None:
+        key = (meta[0], meta[1])
+        buf = self._acks.setdefault(key, [])
+        buf.append((meta[2], meta[3]))
+        if len(buf) >= 8192:
+            self._flush_acks()
+
+    def _flush_acks(self) -> None:
+        """Apply buffered Msg.ack() calls: one lock and one log record per consumer."""
+        if not self._acks:
+            return
+        acks, self._acks = self._acks, {}
+        with self._lock:
+            self._sync_registry()
+            for (stream, consumer), items in acks.items():
+                st = self._streams.get(stream)
+                if st is None:
+                    continue
+                with st.locked():
+                    c = st.consumers.by_name.get(consumer)
+                    if c is None:
+                        continue
+                    if c.is_explicit:
+                        released = c.ack_many([q for q, _ in items])
+                    else:
+                        released = []
+                        for q, cseq in items:
+                            released.extend(c.ack(q, cseq))
+                    st.consumers.release(released)
+
+    def _consumer_action(self, kind: str, meta: tuple, delay: Optional[float]) -> None:
+        self._flush_acks()
+        stream, consumer, sseq, cseq = meta[0], meta[1], meta[2], meta[3]
+        with self._lock:
+            st = self._stream(stream)
+            with st.locked():
+                c = st.consumers.by_name.get(consumer)
+                if c is None:
+                    return
+                now = st.clock()
+                if kind == "nak":
+                    c.nak(sseq, cseq, delay, now)
+                elif kind == "progress":
+                    c.in_progress(sseq, now)
+                else:
+                    st.consumers.release(c.term(sseq, cseq))
+
+    # ------------------------------------------------------------------ for the Spark connector
+
+    def advance_ack_floor(self, stream: str, durable: str, seq: int) -> SequenceInfo:
+        """Acknowledge everything the durable consumer matches up to stream sequence ``seq``
+        (AckAll semantics, as if delivered and acked), releasing it on interest and
+        work-queue streams; returns the new ack floor."""
+        with self._lock:
+            st = self._stream(stream)
+            with st.locked():
+                c = self._consumer(st, durable)
+                old = c.asflr
+                c.advance_floor(int(seq))
+                if c.asflr > old:
+                    st.consumers.release(np.arange(old + 1, c.asflr + 1, dtype=np.int64))
+                return SequenceInfo(consumer_seq=c.adflr, stream_seq=c.asflr)
+
+    def ack_floor(self, stream: str, durable: str) -> SequenceInfo:
+        """The durable consumer's ack floor."""
+        return self.consumer_info(stream, durable).ack_floor
+
+    def ordered_consumer(self, stream: str, subjects: Optional[Sequence[str]] = None, start_seq: Optional[int] = None, end_seq: Optional[int] = None, batch_size: int = 4096) -> Iterator[Msg]:
+        """Read a (filtered) range in order with no acks, like nats-py's ordered consumer.
+
+        Messages carry metadata (stream and consumer sequences, num_pending);
+        their ack methods do nothing.
+        """
+        from jetspark.engine import bulk
+
+        with self._lock:
+            st = self._stream(stream)
+            st.refresh()
+            lo = max(start_seq or 1, st.storage.h.first_seq)
+            hi = st.storage.h.last_seq if end_seq is None else min(end_seq, st.storage.h.last_seq)
+            total = sum(b.num_rows for b in bulk.read_batches(st, lo, hi, subjects=subjects, batch_size=1 << 16)) if lo <= hi else 0
+        return _ordered(self, st, lo, hi, subjects, batch_size, total)
+
+
+def _ordered(js, st, lo, hi, subjects, batch_size, total) -> Iterator[Msg]:
+    from jetspark.engine import bulk
+
+    cseq = 0
+    if lo > hi:
+        return
+    for batch in bulk.read_batches(st, lo, hi, subjects=subjects, batch_size=batch_size, headers=True):
+        cols = batch.to_pydict()
+        for subject, seq, ts, data, hdrs in zip(cols["subject"], cols["seq"], cols["timestamp"], cols["data"], cols["headers"]):
+            cseq += 1
+            headers = {k: v[-1] for k, v in hdrs} if hdrs else None
+            yield Msg(None, subject, data, headers, (st.name, "", seq, cseq, 1, total - cseq, datetime_to_ns(ts)))
+
+
+def _consumer_config(config, params: dict) -> ConsumerConfig:
+    if config is None:
+        config = ConsumerConfig()
+    elif isinstance(config, dict):
+        config = ConsumerConfig.from_response(config)
+    unknown = set(params) - set(ConsumerConfig.__dataclass_fields__)
+    if unknown:
+        raise BadRequestError(400, 10003, f"unknown consumer config field(s) {sorted(unknown)}; accepted: {sorted(ConsumerConfig.__dataclass_fields__)}")
+    return config.evolve(**params) if params else config
 
 
 def _config(config: Optional[StreamConfig], params: dict) -> StreamConfig:

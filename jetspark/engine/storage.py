@@ -81,7 +81,7 @@ _U64 = struct.Struct("<Q")
 _ACTIVE = ((0).to_bytes(8, "little"), (1).to_bytes(8, "little"))
 _FIELDS = (
     "commit", "first_seq", "last_seq", "last_ts", "msgs", "bytes", "num_subjects",
-    "ops_len", "subj_len", "dedup_len", "cfg_gen", "deleted", "held",
+    "ops_len", "subj_len", "dedup_len", "cfg_gen", "deleted", "held", "cons_gen",
 )  # fmt: skip
 _SUBJ_HDR = struct.Struct("<HI")
 _OPS_HDR = struct.Struct("<II")
@@ -137,6 +137,7 @@ class Header:
     cfg_gen: int = 0
     deleted: int = 0
     held: int = 0  # 1 once the stream has held (or skipped) a message, or was purged
+    cons_gen: int = 0  # bumped when a consumer is added, changed, deleted or its log rewritten
     last_id: bytes = b""  # Nats-Msg-Id of the last stored message (Nats-Expected-Last-Msg-Id)
 
 
@@ -360,7 +361,7 @@ class StreamStorage:
     def _write_slot(self, i: int, h: Header) -> None:
         raw = _SLOT.pack(
             h.commit, h.first_seq, h.last_seq, h.last_ts, h.msgs, h.bytes, h.num_subjects, h.ops_len,
-            h.subj_len, h.dedup_len, h.cfg_gen, h.deleted, h.held, 0, 0, 0, len(h.last_id), h.last_id,
+            h.subj_len, h.dedup_len, h.cfg_gen, h.deleted, h.held, h.cons_gen, 0, 0, len(h.last_id), h.last_id,
         )
         off = _SLOT_OFF[i]
         self._mm[off:off + _SLOT.size + 4] = raw + _CRC.pack(zlib.crc32(raw))
@@ -623,6 +624,21 @@ class StreamStorage:
         if record_crc(seq, int(e["ts"]), sid, hdr, data) != int(e["crc"]):
             raise CorruptStoreError(f"{self.dir}: message {seq} fails its checksum")
         return self.subjects[sid], hdr, data, int(e["ts"])
+
+    def read_messages(self, seqs: list[int]) -> list[tuple[str, bytes, bytes, int]]:
+        """(subject, header block, payload, ts) for each sequence, reading each run of
+        consecutive sequences with one pread per file."""
+        found: dict[int, tuple[str, bytes, bytes, int]] = {}
+        for a, b in _runs(np.unique(np.asarray(seqs, dtype=np.int64))):
+            for blk, lo, hi in self.block_spans(a, b):
+                e = self.entries(lo, hi)
+                d0, h0 = int(e["doff"][0]), int(e["hoff"][0])
+                data = self.read_data(blk, d0, int(e["doff"][-1]) + int(e["dlen"][-1]) - d0)
+                hdr = self.read_hdrs(blk, h0, int(e["hoff"][-1]) + int(e["hlen"][-1]) - h0)
+                names = self.subjects
+                for i, (ts, doff, hoff, dlen, hlen, sid, _) in enumerate(e.tolist()):
+                    found[lo + i] = (names[sid] if sid != SID_NONE else "", hdr[hoff - h0: hoff - h0 + hlen], data[doff - d0: doff - d0 + dlen], ts)
+        return [found[q] for q in seqs]
 
     def sizes(self, e: np.ndarray) -> np.ndarray:
         """Per-message byte accounting as the server counts it (JETSTREAM.md §3.1)."""
@@ -1074,7 +1090,7 @@ class _Locked:
             s.ensure_stats()
             s._pending_unlink = []
             h = s.h
-            s._start = (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id)
+            s._start = (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id, h.cons_gen)
         except BaseException:
             fcntl.flock(s._lock_fd, fcntl.LOCK_UN)
             s._thread_lock.release()
@@ -1086,12 +1102,12 @@ class _Locked:
         try:
             if exc_type is None:
                 h = s.h
-                if (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id) != s._start:
+                if (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id, h.cons_gen) != s._start:
                     s._commit()
                 for b in s._pending_unlink:
                     b.close()
                     b.unlink()
-            elif (h := s.h) and (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id) != s._start:
+            elif (h := s.h) and (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id, h.cons_gen) != s._start:
                 # A failure halfway through a change: what was written past the
                 # last commit is ignored by everyone and overwritten by the next
                 # writer; forget our in-memory changes and reload.

@@ -61,13 +61,16 @@ class Stream:
             data_dir, home / "lock", memory=self.config.storage == StorageType.MEMORY, fsync=fsync
         )
         self._cfg_gen = self.storage.h.cfg_gen
-        self.consumer_interest: Optional[Callable[[str], bool]] = None
+        from jetspark.engine.consumer_set import ConsumerSet
+
+        self.consumers = ConsumerSet(self)
 
     @property
     def name(self) -> str:
         return self.config.name
 
     def close(self) -> None:
+        self.consumers.close()
         self.storage.close()
 
     # ------------------------------------------------------------------ config
@@ -146,11 +149,9 @@ class Stream:
     def remove(self, seqs: np.ndarray) -> int:
         """Remove live sequences; the single place stream removals go through."""
         n = self.storage.remove(seqs)
-        if n and self.on_remove is not None:
-            self.on_remove(seqs)
+        if n and self.consumers.by_name:
+            self.consumers.dropped(np.asarray(seqs, dtype=np.int64))
         return n
-
-    on_remove: Optional[Callable[[np.ndarray], None]] = None
 
     def enforce_limits(self, sid: Optional[int] = None) -> None:
         """Discard-old limits after a store or a config change (JETSTREAM.md §3.2)."""
@@ -296,7 +297,7 @@ class Stream:
         return None
 
     def _has_interest(self, subject: str) -> bool:
-        return self.consumer_interest is not None and self.consumer_interest(subject)
+        return self.consumers.interest(subject)
 
     def last_seq_for(self, subject: str) -> int:
         """Sequence of the last stored message on a subject (wildcards allowed), or 0."""
@@ -349,6 +350,10 @@ class Stream:
             s.h.held = 1  # even a never-written stream reports first = last + 1 after a purge
             if not subject and seq is not None and seq > s.h.last_seq + 1:
                 s.set_floor(seq)
+            if not subject:
+                # Consumers skip what a purge removed, never redelivering it (JETSTREAM.md §4).
+                for c in self.consumers.by_name.values():
+                    c.purged(s.h.first_seq if s.h.msgs else s.h.last_seq + 1)
             return before - s.h.msgs
 
     def delete_msg(self, seq: int) -> None:
@@ -403,9 +408,13 @@ class Stream:
 
     # ------------------------------------------------------------------ state
 
-    def info(self, subjects_filter: Optional[str] = None, deleted_details: bool = False, consumer_count: int = 0) -> StreamInfo:
-        self.refresh()
+    def info(self, subjects_filter: Optional[str] = None, deleted_details: bool = False) -> StreamInfo:
+        with self.locked():
+            return self._info(subjects_filter, deleted_details)
+
+    def _info(self, subjects_filter: Optional[str], deleted_details: bool) -> StreamInfo:
         s = self.storage
+        consumer_count = len(self.consumers.by_name)
         h = s.h
         first = h.first_seq
         if not h.held and h.last_seq == 0 and not self.config.first_seq:
@@ -450,6 +459,9 @@ class _StreamLock:
             st._reload_config()
             if st.storage.h.deleted:
                 raise api_error(10059)
+            if st.storage.h.cons_gen or st.consumers.by_name:
+                st.consumers.sync()
+                st.consumers.expire_inactive(st.clock())
             st._expire()
         except BaseException as exc:
             self.inner.__exit__(type(exc), exc, exc.__traceback__)

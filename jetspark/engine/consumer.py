@@ -1,0 +1,511 @@
+"""Consumers: delivery, acknowledgement, redelivery and ack floors (JETSTREAM.md §5, §6).
+
+A consumer's state is what nats-server keeps (``consumer.go``): the next
+delivery sequence, the next stream sequence, the ack floor, the pending
+deliveries with their deadlines, and the delivery counts.  It lives in an
+append-only log of state changes next to its config::
+
+    cons/<name>/config.json     the consumer's config and creation time
+    cons/<name>/log             records: u32 len | u32 crc | op, scalars, items
+
+Every change happens under the stream's lock, so deliveries, acks and the
+stream's retention stay consistent across processes; each process keeps
+the state in memory and reads only the records appended since it last
+looked.  A record is applied only if its checksum holds, so a process killed
+while writing one leaves a torn tail that the next writer cuts off: at
+worst a delivery is forgotten and the message is delivered again, never
+lost.  When the log grows, it is rewritten as one snapshot record and the
+stream header's ``cons_gen`` tells the other processes to reopen it.
+
+Time-driven behaviour (ack_wait, backoff, nak delays, inactive_threshold)
+is evaluated against the injected clock at the next operation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import zlib
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from jetspark.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy, SequenceInfo, ns_to_datetime
+from jetspark.engine import subjects as subj
+from jetspark.engine.consumer_config import filters_of
+from jetspark.engine.storage import SID_NONE
+
+_NS = 1_000_000_000
+_REC = struct.Struct("<IIBIqqqqq")  # len, crc, op, n, dseq, next_sseq, adflr, asflr, last_active
+_ITEM = np.dtype([("sseq", "<u8"), ("cseq", "<u8"), ("count", "<u4"), ("due", "<i8")])
+SCALARS, DELIVER, DROP, DUE, MAXED, SNAPSHOT, LAST_PER_SUBJECT = range(7)
+COMPACT_BYTES = 4 << 20
+
+
+class Consumer:
+    """One consumer of a stream, as this process last saw it."""
+
+    def __init__(self, stream, home: Path) -> None:
+        self.stream = stream
+        self.home = home
+        meta = json.loads((home / "config.json").read_text())
+        self.config = config_from_json(meta["config"])
+        self.created_ns = int(meta["created"])
+        self.name = self.config.name
+        self.filters = filters_of(self.config)
+        self._sid_mask: Optional[np.ndarray] = None
+        self._fd = os.open(home / "log", os.O_RDWR | os.O_CREAT, 0o644)
+        self._reset()
+        self.sync()
+
+    def _reset(self) -> None:
+        self.dseq = 0
+        self.next_sseq = 1
+        self.adflr = 0
+        self.asflr = 0
+        self.last_active = 0
+        self.pending: dict[int, list[int]] = {}  # sseq -> [cseq, due_ns]
+        self.rdc: dict[int, int] = {}  # sseq -> deliveries so far
+        self.lps: list[int] = []  # last-per-subject sequences still to deliver
+        self._pos = 0
+
+    def close(self) -> None:
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+
+    # ------------------------------------------------------------------ log
+
+    def sync(self) -> None:
+        """Apply records other processes appended; cut a torn tail off (caller holds the lock)."""
+        size = os.fstat(self._fd).st_size
+        if size <= self._pos:
+            return
+        raw = os.pread(self._fd, size - self._pos, self._pos)
+        pos = 0
+        while pos + _REC.size <= len(raw):
+            length, crc = struct.unpack_from("<II", raw, pos)
+            body = raw[pos + 8: pos + length]
+            if length < _REC.size or pos + length > len(raw) or zlib.crc32(body) != crc:
+                break
+            self._apply(raw, pos)
+            pos += length
+        self._pos += pos
+        if self._pos < size:
+            os.ftruncate(self._fd, self._pos)
+
+    def _apply(self, raw: bytes, pos: int) -> None:
+        _, _, op, n, self.dseq, self.next_sseq, self.adflr, self.asflr, self.last_active = _REC.unpack_from(raw, pos)
+        items = np.frombuffer(raw, dtype=_ITEM, count=n, offset=pos + _REC.size)
+        if op == SNAPSHOT:
+            self.pending, self.rdc, self.lps = {}, {}, []
+        if op in (DELIVER, SNAPSHOT):
+            for sseq, cseq, count, due in items.tolist():
+                if due >= 0:
+                    self.pending[sseq] = [cseq, due]
+                if count:
+                    self.rdc[sseq] = count
+                if op == SNAPSHOT and cseq == 0 and due < 0 and count == 0:
+                    self.lps.append(sseq)
+        elif op == DROP:
+            for sseq in items["sseq"].tolist():
+                self.pending.pop(sseq, None)
+                self.rdc.pop(sseq, None)
+        elif op == DUE:
+            for sseq, _, _, due in items.tolist():
+                if sseq in self.pending:
+                    self.pending[sseq][1] = due
+        elif op == MAXED:
+            for sseq in items["sseq"].tolist():
+                self.pending.pop(sseq, None)
+        elif op == LAST_PER_SUBJECT:
+            self.lps = items["sseq"].tolist()
+
+    def write(self, op: int, items: Optional[list[tuple]] = None) -> None:
+        """Append one record with the current scalars (caller holds the lock)."""
+        arr = np.array(items or [], dtype=_ITEM)
+        body_items = arr.tobytes()
+        head = struct.pack("<BIqqqqq", op, len(arr), self.dseq, self.next_sseq, self.adflr, self.asflr, self.last_active)
+        body = head + body_items
+        rec = struct.pack("<II", 8 + len(body), zlib.crc32(body)) + body
+        os.pwrite(self._fd, rec, self._pos)
+        self._pos += len(rec)
+        if self._pos > COMPACT_BYTES:
+            self.compact()
+
+    def compact(self) -> None:
+        """Rewrite the log as one snapshot; other processes reopen it on the cons_gen bump."""
+        items = [(s, p[0], self.rdc.get(s, 0), p[1]) for s, p in self.pending.items()]
+        items += [(s, 0, c, -1) for s, c in self.rdc.items() if s not in self.pending]
+        items += [(s, 0, 0, -1) for s in self.lps]
+        arr = np.array(items, dtype=_ITEM)
+        body = struct.pack("<BIqqqqq", SNAPSHOT, len(arr), self.dseq, self.next_sseq, self.adflr, self.asflr, self.last_active) + arr.tobytes()
+        tmp = self.home / "log.tmp"
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<II", 8 + len(body), zlib.crc32(body)) + body)
+        os.replace(tmp, self.home / "log")
+        os.close(self._fd)
+        self._fd = os.open(self.home / "log", os.O_RDWR)
+        self._pos = os.fstat(self._fd).st_size
+        self.stream.storage.h.cons_gen += 1
+
+    # ------------------------------------------------------------------ matching
+
+    def sid_mask(self) -> Optional[np.ndarray]:
+        """Which subject ids this consumer's filters match (None: all)."""
+        if not self.filters:
+            return None
+        names = self.stream.storage.subjects
+        m = self._sid_mask
+        if m is None or len(m) != len(names) + 1:
+            old = 0 if m is None else len(m) - 1
+            grown = np.zeros(len(names) + 1, dtype=bool)
+            if m is not None:
+                grown[:old] = m[:old]
+            for i in range(old, len(names)):
+                grown[i] = subj.matches_any(self.filters, names[i])
+            self._sid_mask = m = grown
+        return m
+
+    def matches(self, subject: str) -> bool:
+        return not self.filters or subj.matches_any(self.filters, subject)
+
+    def match_sids(self, sids: np.ndarray) -> np.ndarray:
+        stored = sids != SID_NONE
+        m = self.sid_mask()
+        if m is None:
+            return stored
+        safe = np.where(stored, sids, len(m) - 1).astype(np.int64)
+        return stored & m[np.minimum(safe, len(m) - 1)]
+
+    def matching_live(self, a: int, b: int) -> np.ndarray:
+        """Live sequences in a..b this consumer's filters match."""
+        s = self.stream.storage
+        a = max(a, s.h.first_seq)
+        b = min(b, s.h.last_seq)
+        if a > b:
+            return np.zeros(0, dtype=np.int64)
+        out = []
+        step = 1 << 16
+        for lo in range(a, b + 1, step):
+            hi = min(lo + step - 1, b)
+            e = s.entries(lo, hi)
+            ok = self.match_sids(e["sid"]) & ~s.dead_mask(lo, hi)
+            out.append(np.flatnonzero(ok) + lo)
+        return np.concatenate(out)
+
+    def count_matching(self, a: int) -> int:
+        """How many live messages at or after ``a`` match (num_pending's basis)."""
+        s = self.stream.storage
+        h = s.h
+        a = max(a, h.first_seq)
+        if a > h.last_seq or not h.msgs:
+            return 0
+        if not self.filters:
+            below = 0
+            if a > h.first_seq:
+                below = (a - h.first_seq) - int(s.dead_mask(h.first_seq, a - 1).sum())
+            return h.msgs - below
+        tail = h.last_seq - a + 1
+        head = a - h.first_seq
+        if tail <= head:
+            return len(self.matching_live(a, h.last_seq))
+        m = self.sid_mask()
+        count = s.ensure_stats()[0]
+        total = int(count[: len(m) - 1][m[:-1]].sum()) if len(m) > 1 else 0
+        return total - len(self.matching_live(h.first_seq, a - 1))
+
+    # ------------------------------------------------------------------ state queries
+
+    @property
+    def is_explicit(self) -> bool:
+        return self.config.ack_policy == AckPolicy.EXPLICIT
+
+    def ack_wait_for(self, deliveries: int) -> int:
+        """Nanoseconds until a message delivered ``deliveries`` times is due again."""
+        backoff = self.config.backoff
+        if backoff:
+            return int(backoff[min(deliveries - 1, len(backoff) - 1)] * _NS)
+        return int(self.config.ack_wait * _NS)
+
+    def num_pending(self) -> int:
+        if self.lps:
+            rest = [q for q in self.lps if q >= self.next_sseq and self.stream.storage.is_live(q)]
+            return len(rest) + self.count_matching(max(self.lps[-1] + 1, self.next_sseq))
+        return self.count_matching(self.next_sseq)
+
+    def num_redelivered(self) -> int:
+        return sum(1 for c in self.rdc.values() if c > 1)
+
+    def needs(self, seqs: np.ndarray) -> np.ndarray:
+        """Does this consumer still need these stream sequences (interest retention)?"""
+        above = seqs > self.asflr
+        if self.config.ack_policy == AckPolicy.EXPLICIT:
+            undelivered = seqs >= self.next_sseq
+            pending = np.isin(seqs, np.fromiter(self.pending, dtype=np.int64, count=len(self.pending)))
+            need = above & (undelivered | pending)
+        else:
+            need = above
+        if self.rdc:
+            # A message that reached max_deliver is kept (JETSTREAM.md §3.3).
+            need |= np.isin(seqs, np.fromiter(self.rdc, dtype=np.int64, count=len(self.rdc)))
+        return need
+
+    def info(self, now: int) -> ConsumerInfo:
+        return ConsumerInfo(
+            name=self.name,
+            stream_name=self.stream.name,
+            config=self.config,
+            created=ns_to_datetime(self.created_ns),
+            delivered=SequenceInfo(consumer_seq=self.dseq, stream_seq=max(self.next_sseq - 1, 0)),
+            ack_floor=SequenceInfo(consumer_seq=self.adflr, stream_seq=self.asflr),
+            num_ack_pending=len(self.pending),
+            num_redelivered=self.num_redelivered(),
+            num_waiting=0,
+            num_pending=self.num_pending(),
+        )
+
+    # ------------------------------------------------------------------ delivery (under the lock)
+
+    def expire_max_delivered(self, now: int) -> None:
+        """A message at max_deliver leaves pending once its last ack_wait passes (JETSTREAM.md §5.4)."""
+        md = self.config.max_deliver
+        if md <= 0 or not self.pending:
+            return
+        done = [s for s, (c, due) in self.pending.items() if due <= now and self.rdc.get(s, 1) >= md]
+        if done:
+            for s in done:
+                del self.pending[s]
+            self.write(MAXED, [(s, 0, 0, 0) for s in done])
+
+    def next_batch(self, batch: int, now: int, max_bytes: int = 0) -> list[tuple[int, int, int]]:
+        """Choose and record up to ``batch`` deliveries: redeliveries first, then new messages.
+
+        Returns (stream seq, consumer seq, num_delivered) per delivery.
+        """
+        s = self.stream.storage
+        self.expire_max_delivered(now)
+        out: list[tuple[int, int, int]] = []
+        items: list[tuple] = []
+        gone: list[int] = []
+        if self.pending:
+            due = sorted(q for q, (c, d) in self.pending.items() if d <= now)
+            for q in due:
+                if len(out) >= batch:
+                    break
+                if not s.is_live(q):
+                    gone.append(q)
+                    continue
+                count = self.rdc.get(q, 1) + 1
+                self.dseq += 1
+                self.pending[q] = [self.dseq, now + self.ack_wait_for(count)]
+                self.rdc[q] = count
+                out.append((q, self.dseq, count))
+                items.append((q, self.dseq, count, self.pending[q][1]))
+        room = batch - len(out)
+        limit = self.config.max_ack_pending
+        if self.config.ack_policy != AckPolicy.NONE and limit > 0:
+            room = min(room, limit - len(self.pending))
+        if room > 0:
+            for q in self._new_seqs(room):
+                self.dseq += 1
+                self.next_sseq = q + 1
+                if self.config.ack_policy == AckPolicy.NONE:
+                    self.adflr, self.asflr = self.dseq, q
+                    out.append((q, self.dseq, 1))
+                    items.append((q, self.dseq, 0, -1))
+                else:
+                    d = now + self.ack_wait_for(1)
+                    self.pending[q] = [self.dseq, d]
+                    self.rdc[q] = 1
+                    out.append((q, self.dseq, 1))
+                    items.append((q, self.dseq, 1, d))
+        self.last_active = now
+        if items:
+            self.write(DELIVER, items)
+        if gone:
+            self.drop(np.array(sorted(gone), dtype=np.int64))
+        return out
+
+    def _new_seqs(self, room: int) -> list[int]:
+        s = self.stream.storage
+        found: list[int] = []
+        if self.lps:
+            while self.lps and len(found) < room:
+                q = self.lps.pop(0)
+                if q >= self.next_sseq and s.is_live(q):
+                    found.append(q)
+            if not self.lps and found:
+                return found
+            if len(found) >= room:
+                return found
+        start = max(self.next_sseq, s.h.first_seq, found[-1] + 1 if found else 0)
+        step = max(room * 2, 256)
+        while len(found) < room and start <= s.h.last_seq:
+            end = min(s.h.last_seq, start + step - 1)
+            hits = self.matching_live(start, end)
+            found.extend(hits[: room - len(found)].tolist())
+            start = end + 1
+            step = min(step * 4, 1 << 20)
+        return found
+
+    # ------------------------------------------------------------------ acknowledgements (under the lock)
+
+    def ack(self, sseq: int, cseq: int) -> list[int]:
+        """An ack (or term) of one delivery; returns the stream sequences this consumer released."""
+        if self.config.ack_policy == AckPolicy.ALL:
+            return self._ack_all(sseq, cseq)
+        if self.config.ack_policy == AckPolicy.NONE:
+            return []
+        released = self._ack_explicit(sseq)
+        if released:
+            self.write(DROP, [(sseq, 0, 0, 0)])
+        return released
+
+    def ack_many(self, sseqs: list[int]) -> list[int]:
+        """Explicit acks of several deliveries in one record."""
+        released = []
+        for q in sseqs:
+            released.extend(self._ack_explicit(q))
+        if released:
+            self.write(DROP, [(q, 0, 0, 0) for q in released])
+        return released
+
+    def _ack_explicit(self, sseq: int) -> list[int]:
+        # consumer.go processAckMsg, AckExplicit.
+        p = self.pending.pop(sseq, None)
+        if p is None:
+            self.rdc.pop(sseq, None)
+            return []
+        self.rdc.pop(sseq, None)
+        dseq = p[0]
+        if not self.pending:
+            self.adflr, self.asflr = self.dseq, self.next_sseq - 1
+        elif dseq == self.adflr + 1:
+            self.adflr, self.asflr = dseq, sseq
+            for ss in range(sseq + 1, self.next_sseq):
+                nxt = self.pending.get(ss)
+                if nxt is not None:
+                    self.adflr, self.asflr = nxt[0] - 1, ss - 1
+                    break
+        return [sseq]
+
+    def _ack_all(self, sseq: int, cseq: int) -> list[int]:
+        # consumer.go processAckMsg, AckAll: everything up to sseq.
+        if cseq <= self.adflr or sseq <= self.asflr:
+            return []
+        old = self.asflr
+        self.adflr, self.asflr = cseq, sseq
+        dropped = [q for q in self.pending if q <= sseq]
+        for q in dropped:
+            del self.pending[q]
+        for q in [q for q in self.rdc if q <= sseq]:
+            del self.rdc[q]
+        self.write(DROP, [(q, 0, 0, 0) for q in dropped])
+        return list(range(old + 1, sseq + 1))
+
+    def term(self, sseq: int, cseq: int) -> list[int]:
+        """Like an ack, whatever the policy (consumer.go processTerm)."""
+        return self.ack(sseq, cseq)
+
+    def nak(self, sseq: int, cseq: int, delay: Optional[float], now: int) -> None:
+        p = self.pending.get(sseq)
+        if p is None or cseq <= self.adflr:
+            return
+        p[1] = now + int((delay or 0) * _NS)
+        self.write(DUE, [(sseq, p[0], 0, p[1])])
+
+    def in_progress(self, sseq: int, now: int) -> None:
+        p = self.pending.get(sseq)
+        if p is None:
+            return
+        p[1] = now + self.ack_wait_for(self.rdc.get(sseq, 1))
+        self.write(DUE, [(sseq, p[0], 0, p[1])])
+
+    def advance_floor(self, seq: int) -> None:
+        """Act as if every matching message up to ``seq`` was delivered and acked (the Spark commit)."""
+        if seq <= self.asflr:
+            return
+        if seq >= self.next_sseq:
+            self.dseq += len(self.matching_live(self.next_sseq, seq))
+            self.next_sseq = seq + 1
+            self.lps = [q for q in self.lps if q > seq]
+        for q in [q for q in self.pending if q <= seq]:
+            del self.pending[q]
+        for q in [q for q in self.rdc if q <= seq]:
+            del self.rdc[q]
+        if self.pending:
+            first = min(self.pending)
+            self.adflr, self.asflr = self.pending[first][0] - 1, first - 1
+        else:
+            self.adflr, self.asflr = self.dseq, self.next_sseq - 1
+        self.write(SNAPSHOT, self._snapshot_items())
+
+    def _snapshot_items(self) -> list[tuple]:
+        items = [(q, p[0], self.rdc.get(q, 0), p[1]) for q, p in self.pending.items()]
+        items += [(q, 0, c, -1) for q, c in self.rdc.items() if q not in self.pending]
+        items += [(q, 0, 0, -1) for q in self.lps]
+        return items
+
+    # ------------------------------------------------------------------ stream events (under the lock)
+
+    def drop(self, seqs: np.ndarray) -> None:
+        """Messages the stream removed: pending ones leave as if termed (JETSTREAM.md §5.4)."""
+        if not self.pending:
+            return
+        keys = np.fromiter(self.pending, dtype=np.int64, count=len(self.pending))
+        hit = sorted(keys[np.isin(keys, seqs)].tolist())
+        for q in hit:
+            self._ack_explicit(q) if self.is_explicit else self.pending.pop(q, None)
+        if hit:
+            self.write(DROP, [(q, 0, 0, 0) for q in hit])
+
+    def purged(self, start: int) -> None:
+        """Everything this consumer could see below ``start`` was purged (consumer.go purge)."""
+        changed = False
+        if start > self.next_sseq:
+            self.next_sseq = start
+            changed = True
+        if start - 1 > self.asflr:
+            self.asflr = start - 1
+            for q in [q for q in self.pending if q <= self.asflr]:
+                if self.pending[q][0] > self.adflr:
+                    self.adflr = self.pending[q][0]
+                del self.pending[q]
+            for q in [q for q in self.rdc if q <= self.asflr]:
+                del self.rdc[q]
+            changed = True
+        if not self.pending:
+            self.adflr, self.asflr = self.dseq, self.next_sseq - 1
+        self.lps = [q for q in self.lps if q >= start]
+        if changed:
+            self.write(SNAPSHOT, self._snapshot_items())
+
+
+def config_to_json(config: ConsumerConfig) -> dict:
+    d = config.as_dict()
+    if config.opt_start_time is not None:
+        d["opt_start_time"] = config.opt_start_time.isoformat()
+    return d
+
+
+def config_from_json(d: dict) -> ConsumerConfig:
+    import datetime as dt
+
+    from jetspark.api import ReplayPolicy
+
+    d = dict(d)
+    d["deliver_policy"] = DeliverPolicy(d["deliver_policy"])
+    d["ack_policy"] = AckPolicy(d["ack_policy"])
+    d["replay_policy"] = ReplayPolicy(d["replay_policy"])
+    if d.get("opt_start_time"):
+        d["opt_start_time"] = dt.datetime.fromisoformat(d["opt_start_time"])
+    return ConsumerConfig.from_response(d)
+
+
+def remove_consumer_dir(home: Path) -> None:
+    shutil.rmtree(home, ignore_errors=True)

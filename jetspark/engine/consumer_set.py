@@ -1,0 +1,183 @@
+"""A stream's consumers, and the retention they drive (JETSTREAM.md §3.3, §3.4).
+
+Interest retention: a message is stored only if some consumer's filter
+matches it, and removed once no matching consumer needs it any more.
+Work-queue retention: stored regardless, removed once its consumer acked or
+termed it.  Limits retention ignores consumers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Iterable, Optional
+
+import numpy as np
+
+from jetspark.api import ConsumerConfig, DeliverPolicy, RetentionPolicy, datetime_to_ns
+from jetspark.engine.consumer import SNAPSHOT, LAST_PER_SUBJECT, Consumer, config_to_json, remove_consumer_dir
+from jetspark.engine.storage import SID_NONE
+from jetspark.errors import api_error
+
+
+class ConsumerSet:
+    """This process's view of one stream's consumers; every method runs under the stream lock."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.by_name: dict[str, Consumer] = {}
+        self._gen = -1
+
+    @property
+    def dir(self) -> Path:
+        return self.stream.storage.dir / "cons"
+
+    def close(self) -> None:
+        for c in self.by_name.values():
+            c.close()
+        self.by_name.clear()
+        self._gen = -1
+
+    def sync(self) -> None:
+        """Reload the consumer list when another process changed it; catch up every log."""
+        gen = self.stream.storage.h.cons_gen
+        if gen != self._gen:
+            self.close()
+            if self.dir.is_dir():
+                for home in sorted(self.dir.iterdir()):
+                    if (home / "config.json").exists():
+                        try:
+                            c = Consumer(self.stream, home)
+                        except FileNotFoundError:
+                            continue
+                        self.by_name[c.name] = c
+            self._gen = gen
+        for c in self.by_name.values():
+            c.sync()
+
+    def _bump(self) -> None:
+        self.stream.storage.h.cons_gen += 1
+        self._gen = self.stream.storage.h.cons_gen
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def create(self, config: ConsumerConfig, now: int) -> Consumer:
+        """Create a consumer with the initial state its deliver policy gives (JETSTREAM.md §5.2)."""
+        self.dir.mkdir(exist_ok=True)
+        home = self.dir / f"{config.name}"
+        if home.exists():
+            remove_consumer_dir(home)
+        tmp = self.dir / f".new-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+        (tmp / "config.json").write_text(json.dumps({"config": config_to_json(config), "created": now}))
+        (tmp / "log").touch()
+        os.replace(tmp, home)
+        c = Consumer(self.stream, home)
+        start, lps = self._start(c, config)
+        c.next_sseq = start
+        c.asflr = start - 1
+        c.last_active = now
+        if lps:
+            c.lps = lps
+            c.write(LAST_PER_SUBJECT, [(q, 0, 0, -1) for q in lps])
+        else:
+            c.write(SNAPSHOT, [])
+        self.by_name[config.name] = c
+        self._bump()
+        return c
+
+    def _start(self, c: Consumer, config: ConsumerConfig) -> tuple[int, list[int]]:
+        s = self.stream.storage
+        h = s.h
+        first = max(h.first_seq, 1)
+        policy = config.deliver_policy
+        if policy == DeliverPolicy.ALL:
+            return first, []
+        if policy == DeliverPolicy.NEW:
+            return h.last_seq + 1, []
+        if policy == DeliverPolicy.LAST:
+            if not c.filters:
+                return max(h.last_seq, first) if h.msgs else h.last_seq + 1, []
+            last = max((self.stream.last_seq_for(f) for f in c.filters), default=0)
+            return (last if last else h.last_seq + 1), []
+        if policy == DeliverPolicy.BY_START_SEQUENCE:
+            return max(int(config.opt_start_seq), first), []
+        if policy == DeliverPolicy.BY_START_TIME:
+            return max(self.stream.seq_at_time(datetime_to_ns(config.opt_start_time)), first), []
+        if policy == DeliverPolicy.LAST_PER_SUBJECT:
+            count = s.ensure_stats()[0]
+            sids = np.flatnonzero(count > 0)
+            m = c.sid_mask()
+            lasts = sorted(s.subject_last(int(i)) for i in sids if m is None or m[i])
+            if not lasts:
+                return h.last_seq + 1, []
+            return lasts[0], lasts
+        return first, []
+
+    def update(self, c: Consumer, config: ConsumerConfig) -> Consumer:
+        meta = json.loads((c.home / "config.json").read_text())
+        meta["config"] = config_to_json(config)
+        tmp = c.home / "config.json.tmp"
+        tmp.write_text(json.dumps(meta))
+        os.replace(tmp, c.home / "config.json")
+        self._bump()
+        self.sync()
+        return self.by_name[config.name]
+
+    def delete(self, name: str) -> None:
+        c = self.by_name.pop(name)
+        c.close()
+        remove_consumer_dir(c.home)
+        self._bump()
+        if self.stream.config.retention == RetentionPolicy.INTEREST:
+            if not self.by_name:
+                # Deleting the last consumer purges an interest stream (JETSTREAM.md §3.3).
+                s = self.stream.storage
+                self.stream.remove_range(s.h.first_seq, s.h.last_seq)
+            else:
+                s = self.stream.storage
+                self.release(c.matching_live(max(c.asflr + 1, s.h.first_seq), s.h.last_seq))
+
+    def expire_inactive(self, now: int) -> None:
+        """Consumers with inactive_threshold go away once idle that long (checked lazily)."""
+        for c in list(self.by_name.values()):
+            thr = c.config.inactive_threshold
+            if thr and now - max(c.last_active, c.created_ns) > thr * 1_000_000_000:
+                self.delete(c.name)
+
+    # ------------------------------------------------------------------ retention
+
+    def interest(self, subject: str) -> bool:
+        return any(c.matches(subject) for c in self.by_name.values())
+
+    def release(self, seqs: Iterable[int] | np.ndarray) -> None:
+        """Remove the given sequences from an interest or work-queue stream if nobody needs them."""
+        st = self.stream
+        if st.config.retention == RetentionPolicy.LIMITS:
+            return
+        s = st.storage
+        seqs = np.asarray(seqs if isinstance(seqs, np.ndarray) else list(seqs), dtype=np.int64)
+        if not len(seqs):
+            return
+        seqs = np.unique(seqs)
+        seqs = seqs[(seqs >= s.h.first_seq) & (seqs <= s.h.last_seq)]
+        if not len(seqs):
+            return
+        seqs = seqs[~s.dead_mask(int(seqs[0]), int(seqs[-1]))[seqs - seqs[0]]]
+        if not len(seqs):
+            return
+        from jetspark.engine.storage import _runs
+
+        sids = np.concatenate([s.entries(a, b)["sid"] for a, b in _runs(seqs)])
+        keep = sids == SID_NONE
+        for c in self.by_name.values():
+            keep |= c.match_sids(sids) & c.needs(seqs)
+        st.remove(seqs[~keep])
+
+    def dropped(self, seqs: np.ndarray) -> None:
+        """The stream removed these: pending deliveries leave as if termed."""
+        for c in self.by_name.values():
+            if c.pending:
+                c.drop(seqs)
