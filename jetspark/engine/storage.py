@@ -186,6 +186,7 @@ class StreamStorage:
         self.memory = memory
         self.fsync = fsync and not memory
         self._thread_lock = threading.RLock()
+        self._depth = 0
         self._open()
 
     # ------------------------------------------------------------------ open / close
@@ -344,6 +345,7 @@ class StreamStorage:
         """After fork the child reopens everything: flock is per open file, not per process."""
         if FORK_GENERATION[0] != self._fork_gen:
             self._thread_lock = threading.RLock()
+            self._depth = 0
             self._blocks = []
             self._open()
 
@@ -1078,6 +1080,10 @@ class _Locked:
     def __enter__(self) -> StreamStorage:
         s = self.s
         s._thread_lock.acquire()
+        if s._depth:
+            # Re-entered by the same thread: the outermost holder commits and unlocks.
+            s._depth += 1
+            return s
         try:
             s.check_fork()
             fcntl.flock(s._lock_fd, fcntl.LOCK_EX)
@@ -1095,10 +1101,16 @@ class _Locked:
             fcntl.flock(s._lock_fd, fcntl.LOCK_UN)
             s._thread_lock.release()
             raise
+        s._depth = 1
         return s
 
     def __exit__(self, exc_type, exc, tb):
         s = self.s
+        if s._depth > 1:
+            s._depth -= 1
+            s._thread_lock.release()
+            return False
+        s._depth = 0
         try:
             if exc_type is None:
                 h = s.h

@@ -1,0 +1,66 @@
+"""The package's public face: exports, the error tree, and the engine's independence from Spark."""
+
+from __future__ import annotations
+
+import inspect
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+import jetspark
+import jetspark.errors as errors
+
+
+def test_all_is_sorted_and_complete():
+    assert jetspark.__all__ == sorted(jetspark.__all__)
+    public = {n for n, v in vars(jetspark).items() if not n.startswith("_") and not inspect.ismodule(v)}
+    assert public - {"annotations"} == set(jetspark.__all__)
+
+
+ERROR_CLASSES = [
+    cls for cls in vars(errors).values() if inspect.isclass(cls) and issubclass(cls, errors.JetSparkError)
+]
+
+
+@pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda c: c.__name__)
+def test_every_error_pickles(cls):
+    # Spark ships executor errors to the driver by pickling them.
+    if issubclass(cls, errors.APIError):
+        err = cls(404, 10059, "stream not found")
+        back = pickle.loads(pickle.dumps(err))
+        assert (back.code, back.err_code, back.description) == (404, 10059, "stream not found")
+    elif cls is errors.NoStreamResponseError:
+        back = pickle.loads(pickle.dumps(cls("orders.x")))
+        assert back.subject == "orders.x"
+    else:
+        back = pickle.loads(pickle.dumps(cls("what went wrong")))
+        assert str(back) == "what went wrong"
+    assert type(back) is cls
+
+
+@pytest.mark.parametrize(
+    "err_code, cls, builtin",
+    [
+        (10059, errors.StreamNotFoundError, LookupError),
+        (10014, errors.ConsumerNotFoundError, LookupError),
+        (10037, errors.MsgNotFoundError, LookupError),
+        (10071, errors.BadRequestError, ValueError),
+        (10077, errors.ServiceUnavailableError, errors.APIError),
+        (10052, errors.ServerError, errors.APIError),
+    ],
+)
+def test_api_errors_map_to_typed_classes(err_code, cls, builtin):
+    err = errors.api_error(err_code, err="x", seq=1, id="")
+    assert type(err) is cls and isinstance(err, builtin) and err.err_code == err_code
+
+
+def test_fetch_timeout_is_a_timeout_error():
+    assert issubclass(errors.FetchTimeoutError, TimeoutError)
+
+
+def test_engine_never_imports_spark():
+    code = "import jetspark, jetspark.engine.handle, jetspark.engine.bulk, sys; print('pyspark' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
