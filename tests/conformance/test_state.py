@@ -1,37 +1,18 @@
 """Stream state, message delete and message get (JETSTREAM.md §4).
 
 Every expected value here was checked against nats-server v2.15.1 with
-file and memory storage.  The one legitimate storage difference is the
-error for deleting a sequence that is not stored at or above first_seq
-(file store 10057, memory store 10043; see ``test_delete_msg_errors``).
+file and memory storage.  The one storage difference is the error for
+deleting a sequence below first_seq or above last_seq (file store 10057,
+memory store 10043; see ``DELETE_ERRORS``).
 """
 
 from __future__ import annotations
-
-import os
-import time
 
 import pytest
 
 from jetspark.errors import APIError
 
 
-@pytest.fixture(autouse=True)
-def _server_streams_removed(request):
-    """Wait until the reference server has removed the previous test's streams.
-
-    nats-server answers a stream delete before the file store's directory is
-    gone; re-creating the same name in that window (~1% of runs) brings the
-    old messages back or fails with 10049.  TODO: move into tests/conftest.py.
-    """
-    callspec = getattr(request.node, "callspec", None)
-    if callspec is None or not callspec.params.get("backend", "").startswith("server"):
-        return
-    server = request.getfixturevalue("nats_server")
-    streams = os.path.join(server.store_dir, "jetstream", "$G", "streams")
-    deadline = time.monotonic() + 5
-    while os.path.isdir(streams) and os.listdir(streams) and time.monotonic() < deadline:
-        time.sleep(0.001)
 
 
 # The order stream used throughout: sequence -> (subject, payload, headers).
