@@ -72,7 +72,23 @@ __all__ = [
     "StreamNotFoundError",
     "StreamState",
     "connect",
+    "local_session",
+    "register",
 ]
+
+
+def register(spark) -> None:
+    """Make ``format("jetstream")`` available in a SparkSession."""
+    from jetspark.connector import register as _register
+
+    _register(spark)
+
+
+def local_session(app_name: str = "jetspark", master: str = "local[2]", **conf):
+    """A local SparkSession set up for jetspark, with ``format("jetstream")`` registered."""
+    from jetspark.connector.session import local_session as _local_session
+
+    return _local_session(app_name, master, **conf)
 
 
 def connect(path, *, clock=None, sync: str = "os"):

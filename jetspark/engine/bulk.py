@@ -145,6 +145,28 @@ def _headers_column(s, blk, e) -> pa.Array:
     return pa.array(out, type=HEADERS_TYPE)
 
 
+def seq_for_bytes(stream: Stream, lo: int, hi: int, max_bytes: int) -> int:
+    stream.refresh()
+    s = stream.storage
+    lo = max(lo, s.h.first_seq)
+    hi = min(hi, s.h.last_seq)
+    if lo >= hi:
+        return max(hi, lo) if lo <= s.h.last_seq else hi
+    total, seq = 0, lo
+    step = 1 << 16
+    while seq <= hi:
+        end = min(hi, seq + step - 1)
+        e = s.entries(seq, end)
+        sizes = np.where(~s.dead_mask(seq, end) & (e["sid"] != SID_NONE), s.sizes(e), 0)
+        cum = total + np.cumsum(sizes)
+        k = int(np.searchsorted(cum, max_bytes, side="right"))
+        if k < len(cum):
+            return max(seq + k - 1, lo)
+        total = int(cum[-1])
+        seq = end + 1
+    return hi
+
+
 def seq_for_time(stream: Stream, when) -> int:
     """The first sequence stored at or after ``when`` (datetime or ns); last_seq + 1 if none."""
     stream.refresh()
@@ -189,9 +211,9 @@ def publish_batch(stream: Stream, table: pa.Table) -> BatchAck:
     n = table.num_rows
     if n == 0:
         return BatchAck(c.name, pa.array([], pa.int64()), pa.array([], pa.bool_()))
-    if hdr_col is not None or id_col is not None or c.retention == RetentionPolicy.INTEREST or c.discard.value == "new":
+    if hdr_col is not None or c.retention == RetentionPolicy.INTEREST or c.discard.value == "new":
         return _publish_rows(stream, subjects, data, hdr_col, id_col)
-    return _publish_fast(stream, subjects, data)
+    return _publish_fast(stream, subjects, data, id_col)
 
 
 def _publish_rows(stream, subjects, data, hdr_col, id_col) -> BatchAck:
@@ -216,8 +238,8 @@ def _publish_rows(stream, subjects, data, hdr_col, id_col) -> BatchAck:
     return BatchAck(stream.name, pa.array(seqs, pa.int64()), pa.array(dups, pa.bool_()))
 
 
-def _publish_fast(stream, subjects, data) -> BatchAck:
-    """Limits retention, discard old, no headers: one write per file for the whole batch."""
+def _publish_fast(stream, subjects, data, id_col=None) -> BatchAck:
+    """Limits retention, discard old, no headers (ids allowed): one write per file for the batch."""
     s, c = stream.storage, stream.config
     subjects = subjects.combine_chunks() if isinstance(subjects, pa.ChunkedArray) else subjects
     data = data.combine_chunks() if isinstance(data, pa.ChunkedArray) else data
@@ -243,14 +265,94 @@ def _publish_fast(stream, subjects, data) -> BatchAck:
     base = int(offsets[0])
     data_offsets = (offsets - base).astype(np.int64)
     body = buf[base: int(offsets[-1])]
+    ids = id_col.to_pylist() if id_col is not None else None
+    n = len(idx)
     with stream.locked():
         if c.sealed:
             raise api_error(10109)
+        keep = None
+        hdr, hdr_offsets = b"", np.zeros(n + 1, dtype=np.int64)
+        if ids is not None:
+            keep, dup_seq, hashes, hdr, hdr_offsets = _dedup_rows(stream, ids)
+            if c.max_msg_size > 0:
+                hl = np.diff(hdr_offsets)
+                bad = (hl > c.max_msg_size) | (hl + lens[keep] > c.max_msg_size)
+                if bad.any():
+                    err = api_error(10054)
+                    err.add_note("a row's Nats-Msg-Id header makes it larger than max_msg_size; nothing was stored")
+                    raise err
         sid_of = np.array([s.subject_id(u) for u in uniq], dtype=np.uint32)
         sids = sid_of[idx]
-        first = s.append_many(
-            sids, body, data_offsets, b"", np.zeros(len(sids) + 1, dtype=np.int64), stream.now()
-        )
+        ts = stream.now()
+        if keep is None:
+            first = s.append_many(sids, body, data_offsets, hdr, hdr_offsets, ts)
+            seqs = np.arange(first, first + n, dtype=np.int64)
+            dup = np.zeros(n, dtype=bool)
+        else:
+            k_sids = sids[keep]
+            k_body, k_offsets = _gather(body, data_offsets, keep)
+            seqs = dup_seq.copy()
+            if len(k_sids):
+                first = s.append_many(k_sids, k_body, k_offsets, hdr, hdr_offsets, ts)
+                new = np.arange(first, first + len(k_sids), dtype=np.int64)
+                seqs[keep] = new
+                # Rows repeating an id of this same batch point at its first row's sequence.
+                inner = dup_seq < 0
+                seqs[inner & ~keep] = seqs[-dup_seq[inner & ~keep] - 1]
+                s.add_dedup_many([hashes[i] for i in np.flatnonzero(keep)], new, ts)
+                s.h.last_id = _id_bytes(ids[int(np.flatnonzero(keep)[-1])])
+            dup = ~keep
         stream.enforce_limits()
-    n = len(sids)
-    return BatchAck(c.name, pa.array(np.arange(first, first + n, dtype=np.int64)), pa.repeat(pa.scalar(False), n))
+    return BatchAck(c.name, pa.array(seqs), pa.array(dup))
+
+
+def _id_bytes(msg_id: str) -> bytes:
+    from jetspark.engine.stream import _id_key
+
+    return _id_key(msg_id)
+
+
+def _dedup_rows(stream: Stream, ids: list):
+    """Which rows are new (by Nats-Msg-Id, within the window and within the batch), their
+    id hashes, and their header blocks back to back."""
+    from jetspark.engine.storage import msgid_hash
+
+    window = int(stream.config.duplicate_window * 1_000_000_000)
+    now = stream.clock()
+    known = stream.storage.ensure_dedup(now, window)
+    n = len(ids)
+    keep = np.ones(n, dtype=bool)
+    dup_seq = np.zeros(n, dtype=np.int64)  # original seq, or -(first row index + 1) within the batch
+    hashes = []
+    seen: dict[bytes, int] = {}
+    blocks = []
+    for i, msg_id in enumerate(ids):
+        if not msg_id:
+            raise BadRequestError(400, 10003, f"row {i} of the batch has an empty msg_id")
+        h = msgid_hash(msg_id)
+        hashes.append(h)
+        hit = known.get(h)
+        if hit is not None and now - hit[1] < window:
+            keep[i] = False
+            dup_seq[i] = hit[0]
+        elif h in seen:
+            keep[i] = False
+            dup_seq[i] = -(seen[h] + 1)
+        else:
+            seen[h] = i
+            blocks.append(b"NATS/1.0\r\nNats-Msg-Id: " + msg_id.encode() + b"\r\n\r\n")
+    lens = np.fromiter(map(len, blocks), dtype=np.int64, count=len(blocks))
+    offsets = np.zeros(len(blocks) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    return keep, dup_seq, hashes, b"".join(blocks), offsets
+
+
+def _gather(body, offsets: np.ndarray, keep: np.ndarray):
+    """The kept rows' payloads back to back, and their offsets."""
+    if keep.all():
+        return body, offsets
+    arr = pa.Array.from_buffers(pa.binary(), len(keep), [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(body)])
+    kept = arr.filter(pa.array(keep))
+    o = np.frombuffer(kept.buffers()[1], dtype=np.int32, count=len(kept) + 1).astype(np.int64)
+    data = kept.buffers()[2]
+    return (memoryview(data)[o[0]:o[-1]] if data is not None else memoryview(b"")), o - o[0]

@@ -416,6 +416,38 @@ class JetStream:
                 st = self._stream(stream)
             return bulk.publish_batch(st, table)
 
+    def seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:
+        """The last sequence in lo..hi such that the messages lo..it hold at most ``max_bytes``
+        (counted as ``bytes`` is; at least lo, so a read always moves)."""
+        from jetspark.engine import bulk
+
+        with self._lock:
+            return bulk.seq_for_bytes(self._stream(stream), lo, hi, max_bytes)
+
+    # Committed micro-batches of streaming sinks, per query: a replay of a committed
+    # batch writes nothing, however long after the duplicate window.
+    def sink_last_batch(self, query_id: str) -> int:
+        """The last micro-batch id committed for a streaming query writing here, or -1."""
+        path = self._sink_path(query_id)
+        try:
+            return int(json.loads(path.read_text())["batch"])
+        except (FileNotFoundError, ValueError, KeyError):
+            return -1
+
+    def sink_commit_batch(self, query_id: str, batch_id: int) -> None:
+        with self._lock, self._store_locked():
+            if batch_id <= self.sink_last_batch(query_id):
+                return
+            path = self._sink_path(query_id)
+            path.parent.mkdir(exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"batch": int(batch_id)}))
+            os.replace(tmp, path)
+
+    def _sink_path(self, query_id: str) -> Path:
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in query_id)
+        return self.path / "sinks" / f"{safe}.json"
+
     def seq_for_time(self, stream: str, when) -> int:
         """The first sequence stored at or after ``when`` (a datetime, or ns since the epoch)."""
         from jetspark.engine import bulk

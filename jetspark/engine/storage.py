@@ -802,6 +802,18 @@ class StreamStorage:
             self._dedup[h] = (seq, ts)
         self._dedup_pos = upto
 
+    def add_dedup_many(self, hashes: list[bytes], seqs: np.ndarray, ts: int) -> None:
+        recs = np.zeros(len(hashes), dtype=DEDUP_DTYPE)
+        recs["ts"] = ts
+        recs["seq"] = seqs
+        recs["h"] = np.frombuffer(b"".join(hashes), dtype="V16")
+        os.pwrite(self._dedup_fd, recs.tobytes(), self.h.dedup_len)
+        self.h.dedup_len += recs.nbytes
+        self._dedup_pos = self.h.dedup_len
+        if self._dedup is not None:
+            for h, q in zip(hashes, seqs.tolist()):
+                self._dedup[h] = (q, ts)
+
     def add_dedup(self, h: bytes, seq: int, ts: int) -> None:
         os.pwrite(self._dedup_fd, _DEDUP.pack(ts, seq, h), self.h.dedup_len)
         self.h.dedup_len += _DEDUP.size

@@ -1,0 +1,94 @@
+"""The Spark data source ``jetstream`` (pyspark.sql.datasource, Spark >= 4.2).
+
+Register it once per session, then read and write streams::
+
+    import jetspark
+    jetspark.register(spark)
+
+    df = (spark.readStream.format("jetstream")
+          .option("store", "./jetspark-data")      # or load("./jetspark-data")
+          .option("stream", "ORDERS")
+          .option("consumer", "spark-orders")      # optional durable consumer: commits advance its ack floor
+          .load())
+
+    spark.read.format("jetstream").option("stream", "ORDERS").load()          # batch
+    df.writeStream.format("jetstream").option("checkpointLocation", ...).start()
+
+Source schema: ``stream string, subject string, seq long, timestamp timestamp,
+data binary`` plus ``headers map<string, array<string>>`` with
+``includeHeaders``.  Offsets are ``{"stream": ..., "seq": <last sequence
+processed>}``.  See the README for every option.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+SOURCE_SCHEMA = StructType(
+    [
+        StructField("stream", StringType(), False),
+        StructField("subject", StringType(), False),
+        StructField("seq", LongType(), False),
+        StructField("timestamp", TimestampType(), False),
+        StructField("data", BinaryType(), False),
+    ]
+)
+HEADERS_FIELD = StructField("headers", MapType(StringType(), ArrayType(StringType(), False), False), True)
+
+
+class JetStreamDataSource(DataSource):
+    """``format("jetstream")``: batch and micro-batch source, batch and streaming sink."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "jetstream"
+
+    def schema(self) -> StructType:
+        from jetspark.connector.options import _bool
+
+        if _bool(self.options, "includeHeaders", False):
+            return StructType(SOURCE_SCHEMA.fields + [HEADERS_FIELD])
+        return SOURCE_SCHEMA
+
+    def reader(self, schema):
+        from jetspark.connector.options import reader_options
+        from jetspark.connector.source import BatchReader
+
+        return BatchReader(reader_options(self.options, streaming=False))
+
+    def streamReader(self, schema):
+        from jetspark.connector.options import reader_options
+        from jetspark.connector.source import StreamReader
+
+        return StreamReader(reader_options(self.options, streaming=True))
+
+    def writer(self, schema, overwrite: bool):
+        from jetspark.connector.options import writer_options
+        from jetspark.connector.sink import BatchWriter, check_schema, new_write_id
+
+        opts = writer_options(self.options)
+        check_schema(schema, opts)
+        return BatchWriter(opts, new_write_id())
+
+    def streamWriter(self, schema, overwrite: bool):
+        from jetspark.connector.options import writer_options
+        from jetspark.connector.sink import StreamWriter, check_schema
+
+        opts = writer_options(self.options)
+        check_schema(schema, opts)
+        return StreamWriter(opts)
+
+
+def register(spark) -> None:
+    """Make ``format("jetstream")`` available in this Spark session."""
+    spark.dataSource.register(JetStreamDataSource)

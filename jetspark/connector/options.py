@@ -1,0 +1,211 @@
+"""The connector's options, parsed once into frozen objects with errors that name the option.
+
+Names follow Spark's Kafka source where the idea is the same.  Option keys
+are case-insensitive (Spark passes them that way).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+from jetspark.errors import JetSparkError
+
+DEFAULT_STORE = "./jetspark-data"
+
+
+class OptionError(JetSparkError, ValueError):
+    """A connector option is missing or has a value the connector does not accept."""
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where a read starts: 'earliest', 'latest', a first sequence, or a time (ms since the epoch)."""
+
+    kind: str  # "earliest" | "latest" | "seq" | "timestamp"
+    value: int = 0
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    store: str
+    stream: str
+    subjects: tuple[str, ...]
+    consumer: Optional[str]
+    starting: Start
+    ending: Optional[int]  # last sequence to read (batch), None = latest
+    max_offsets_per_trigger: Optional[int]
+    max_bytes_per_trigger: Optional[int]
+    min_offsets_per_trigger: Optional[int]
+    max_trigger_delay_s: float
+    fail_on_data_loss: bool
+    include_headers: bool
+    min_partitions: int
+    rows_per_partition: int
+
+
+@dataclass(frozen=True)
+class WriterOptions:
+    store: str
+    stream: Optional[str]
+    subject: Optional[str]
+
+
+_READER_KEYS = {
+    "store", "path", "stream", "subjects", "subject", "consumer", "startingoffsets", "startingtimestamp",
+    "endingoffsets", "maxoffsetspertrigger", "maxbytespertrigger", "minoffsetspertrigger",
+    "maxtriggerdelay", "failondataloss", "includeheaders", "minpartitions", "rowsperpartition",
+    "checkpointlocation",
+}  # fmt: skip
+_WRITER_KEYS = {"store", "path", "stream", "subject", "checkpointlocation"}
+
+
+def _get(options: Mapping[str, str], key: str) -> Optional[str]:
+    for k, v in options.items():
+        if k.lower() == key.lower():
+            return v
+    return None
+
+
+def _store(options: Mapping[str, str]) -> str:
+    return _get(options, "store") or _get(options, "path") or os.environ.get("JETSPARK_STORE") or DEFAULT_STORE
+
+
+def _check_known(options: Mapping[str, str], known: set, what: str) -> None:
+    for k in options:
+        if k.lower() not in known:
+            raise OptionError(
+                f"unknown {what} option {k!r}; accepted: {', '.join(sorted(_CANONICAL[x] for x in known))}"
+            )
+
+
+def _positive_int(options, key: str) -> Optional[int]:
+    raw = _get(options, key)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise OptionError(f"option {key} must be a positive integer, not {raw!r}") from None
+    if value <= 0:
+        raise OptionError(f"option {key} must be a positive integer, not {raw!r}")
+    return value
+
+
+def _bool(options, key: str, default: bool) -> bool:
+    raw = _get(options, key)
+    if raw is None:
+        return default
+    low = str(raw).strip().lower()
+    if low in ("true", "1", "yes"):
+        return True
+    if low in ("false", "0", "no"):
+        return False
+    raise OptionError(f"option {key} must be true or false, not {raw!r}")
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1, None: 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(raw: str, key: str) -> float:
+    m = _DURATION.match(str(raw))
+    if not m:
+        raise OptionError(f"option {key} must be a duration like 500ms, 30s, 15m or 1h, not {raw!r}")
+    return float(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+def _sequence_json(raw: str, key: str, stream: str) -> int:
+    """``{"seq": 42}`` or ``{"<stream>": 42}``: a sequence number."""
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict):
+        value = doc.get("seq", doc.get(stream))
+        if isinstance(value, int) and value >= 0:
+            return value
+    raise OptionError(
+        f'option {key} must be "earliest", "latest" or JSON like {{"seq": 42}} (or {{"{stream}": 42}}), not {raw!r}'
+    )
+
+
+def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOptions:
+    _check_known(options, _READER_KEYS, "read")
+    stream = _get(options, "stream")
+    if not stream:
+        raise OptionError('option stream is required: .option("stream", "ORDERS")')
+    subjects_raw = _get(options, "subjects") or _get(options, "subject") or ""
+    subjects = tuple(s.strip() for s in subjects_raw.split(",") if s.strip())
+
+    start_raw = _get(options, "startingOffsets")
+    ts_raw = _get(options, "startingTimestamp")
+    if start_raw is not None and ts_raw is not None:
+        raise OptionError("options startingOffsets and startingTimestamp exclude each other; set one")
+    if ts_raw is not None:
+        try:
+            starting = Start("timestamp", int(ts_raw))
+        except ValueError:
+            raise OptionError(f"option startingTimestamp must be milliseconds since the epoch, not {ts_raw!r}") from None
+    elif start_raw is None:
+        starting = Start("latest" if streaming else "earliest")
+    elif start_raw.strip().lower() in ("earliest", "latest"):
+        starting = Start(start_raw.strip().lower())
+    else:
+        starting = Start("seq", _sequence_json(start_raw, "startingOffsets", stream))
+
+    end_raw = _get(options, "endingOffsets")
+    ending = None
+    if end_raw is not None:
+        if streaming:
+            raise OptionError("option endingOffsets is for batch reads (spark.read); a stream has no end")
+        if end_raw.strip().lower() != "latest":
+            if end_raw.strip().lower() == "earliest":
+                raise OptionError('option endingOffsets must be "latest" or JSON like {"seq": 42}, not "earliest"')
+            ending = _sequence_json(end_raw, "endingOffsets", stream)
+
+    limits = {k: _positive_int(options, k) for k in ("maxOffsetsPerTrigger", "maxBytesPerTrigger", "minOffsetsPerTrigger")}
+    if not streaming:
+        for k, v in limits.items():
+            if v is not None:
+                raise OptionError(f"option {k} is for streaming reads (spark.readStream)")
+    delay_raw = _get(options, "maxTriggerDelay")
+    if delay_raw is not None and limits["minOffsetsPerTrigger"] is None:
+        raise OptionError("option maxTriggerDelay only applies together with minOffsetsPerTrigger")
+    delay = parse_duration(delay_raw, "maxTriggerDelay") if delay_raw is not None else 15 * 60.0
+
+    return ReaderOptions(
+        store=_store(options),
+        stream=stream,
+        subjects=subjects,
+        consumer=_get(options, "consumer") or None,
+        starting=starting,
+        ending=ending,
+        max_offsets_per_trigger=limits["maxOffsetsPerTrigger"],
+        max_bytes_per_trigger=limits["maxBytesPerTrigger"],
+        min_offsets_per_trigger=limits["minOffsetsPerTrigger"],
+        max_trigger_delay_s=delay,
+        fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+        include_headers=_bool(options, "includeHeaders", False),
+        min_partitions=_positive_int(options, "minPartitions") or 1,
+        rows_per_partition=_positive_int(options, "rowsPerPartition") or 1_000_000,
+    )
+
+
+def writer_options(options: Mapping[str, str]) -> WriterOptions:
+    _check_known(options, _WRITER_KEYS, "write")
+    return WriterOptions(store=_store(options), stream=_get(options, "stream") or None, subject=_get(options, "subject") or None)
+
+
+_CANONICAL = {
+    k.lower(): k
+    for k in (
+        "store", "path", "stream", "subjects", "subject", "consumer", "startingOffsets", "startingTimestamp",
+        "endingOffsets", "maxOffsetsPerTrigger", "maxBytesPerTrigger", "minOffsetsPerTrigger",
+        "maxTriggerDelay", "failOnDataLoss", "includeHeaders", "minPartitions", "rowsPerPartition",
+        "checkpointLocation",
+    )
+}  # fmt: skip

@@ -1,0 +1,59 @@
+"""A local SparkSession set up for jetspark.
+
+Spark's Python workers must run this very interpreter (otherwise they fail
+with "Python worker failed to connect back" or miss pyarrow), filter
+pushdown for Python data sources is switched on, logging is quiet, and the
+``jetstream`` format is registered.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+
+def spark_conf(conf_dir: Optional[Path] = None) -> dict[str, str]:
+    """The settings jetspark needs, then conf/spark-defaults.conf on top."""
+    conf = {
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.sql.python.filterPushdown.enabled": "true",
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.session.timeZone": "UTC",
+    }
+    conf_dir = conf_dir or CONF_DIR
+    defaults = conf_dir / "spark-defaults.conf"
+    if defaults.exists():
+        for line in defaults.read_text().splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                key, _, value = line.partition(" ")
+                conf[key.strip()] = value.strip()
+    log4j = conf_dir / "log4j2.properties"
+    if log4j.exists():
+        opt = f"-Dlog4j.configurationFile=file:{log4j}"
+        conf["spark.driver.extraJavaOptions"] = opt
+        conf["spark.executor.extraJavaOptions"] = opt
+    return conf
+
+
+def local_session(app_name: str = "jetspark", master: str = "local[2]", **extra: str):
+    """Build (or get) a local SparkSession with the jetstream format registered."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from jetspark.connector import register
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in {**spark_conf(), **extra}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark

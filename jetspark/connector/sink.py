@@ -1,0 +1,122 @@
+"""The sink: DataFrame rows become messages, exactly once.
+
+Rows carry ``subject`` (or the ``subject`` option), ``data`` (binary or
+string), and optionally ``headers`` (map) and ``msg_id``.  A row without a
+``msg_id`` gets a deterministic ``Nats-Msg-Id`` built from (query id, batch
+id, partition, row), so a retried task or a replayed micro-batch is dropped
+by the stream's duplicate window; a micro-batch the store recorded as
+committed for the query is skipped outright, even after the window.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+
+from jetspark.connector.options import OptionError, WriterOptions
+from jetspark.connector.store import handle
+
+ALLOWED = ("subject", "data", "headers", "msg_id")
+
+
+@dataclass(frozen=True)
+class SinkCommit(WriterCommitMessage):
+    query_id: str
+    batch_id: int
+    rows: int
+    skipped: bool = False
+
+
+def check_schema(schema, opts: WriterOptions) -> None:
+    names = [f.name for f in schema.fields]
+    for n in names:
+        if n not in ALLOWED:
+            raise OptionError(
+                f"column {n!r} cannot be written to a stream; the sink takes columns {', '.join(ALLOWED)} "
+                "(select or rename them first)"
+            )
+    if "data" not in names:
+        raise OptionError("the sink needs a 'data' column (binary or string)")
+    if "subject" not in names and not opts.subject:
+        raise OptionError("the sink needs a 'subject' column or .option(\"subject\", \"...\")")
+
+
+def _task():
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx, (ctx.partitionId() if ctx else 0)
+
+
+def write_batches(opts: WriterOptions, batches: Iterator[pa.RecordBatch], id_prefix: str) -> int:
+    """Publish every batch through the API's batch append; returns the row count."""
+    js = handle(opts.store)
+    rows = 0
+    for batch in batches:
+        n = batch.num_rows
+        if n == 0:
+            continue
+        cols = {}
+        if "subject" in batch.schema.names:
+            cols["subject"] = batch.column("subject")
+            if cols["subject"].null_count and opts.subject:
+                cols["subject"] = pc.fill_null(cols["subject"], opts.subject)
+        else:
+            cols["subject"] = pa.repeat(pa.scalar(opts.subject, pa.string()), n)
+        cols["data"] = batch.column("data")
+        if "headers" in batch.schema.names:
+            cols["headers"] = batch.column("headers")
+        ids = pa.array([f"{id_prefix}:{rows + i}" for i in range(n)], pa.string())
+        if "msg_id" in batch.schema.names:
+            ids = pc.coalesce(batch.column("msg_id"), ids)
+        cols["msg_id"] = ids
+        js.publish_batch(pa.table(cols), stream=opts.stream)
+        rows += n
+    return rows
+
+
+class BatchWriter(DataSourceArrowWriter):
+    def __init__(self, opts: WriterOptions, write_id: str) -> None:
+        self.opts = opts
+        self.write_id = write_id
+
+    def write(self, iterator) -> SinkCommit:
+        _, part = _task()
+        rows = write_batches(self.opts, iterator, f"{self.write_id}:{part}")
+        return SinkCommit(self.write_id, 0, rows)
+
+
+class StreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, opts: WriterOptions) -> None:
+        self.opts = opts
+
+    def write(self, iterator) -> SinkCommit:
+        ctx, part = _task()
+        query_id = (ctx.getLocalProperty("sql.streaming.queryId") if ctx else None) or "adhoc"
+        batch_id = int((ctx.getLocalProperty("streaming.sql.batchId") if ctx else None) or 0)
+        js = handle(self.opts.store)
+        if js.sink_last_batch(query_id) >= batch_id:
+            # A replay of a batch this query already committed: nothing to write.
+            for _ in iterator:
+                pass
+            return SinkCommit(query_id, batch_id, 0, skipped=True)
+        rows = write_batches(self.opts, iterator, f"{query_id}:{batch_id}:{part}")
+        return SinkCommit(query_id, batch_id, rows)
+
+    def commit(self, messages: list[Optional[SinkCommit]], batchId: int) -> None:
+        queries = {m.query_id for m in messages if m is not None}
+        js = handle(self.opts.store)
+        for q in queries:
+            js.sink_commit_batch(q, batchId)
+
+    def abort(self, messages, batchId: int) -> None:
+        """Rows of an aborted batch stay; the replay's ids make them duplicates."""
+
+
+def new_write_id() -> str:
+    return uuid.uuid4().hex

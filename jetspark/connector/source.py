@@ -1,0 +1,301 @@
+"""The source: batch and micro-batch reads of a stream as sequence ranges.
+
+An offset is the last stream sequence processed: ``{"stream": "ORDERS",
+"seq": 1234}``.  A micro-batch (start, end] is split into sequence-range
+partitions, each read with the API's Arrow range read, so any batch re-reads
+identically after a failure.  With a ``consumer``, ``commit(end)`` advances
+that durable consumer's ack floor to ``end``: interest and work-queue
+retention then remove exactly what Spark has durably processed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    DataSourceStreamReader,
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+    StringStartsWith,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+
+from jetspark.connector.options import OptionError, ReaderOptions
+from jetspark.connector.store import handle
+from jetspark.errors import JetSparkError
+
+log = logging.getLogger("jetspark.connector")
+
+
+class DataLossError(JetSparkError):
+    """Retention removed messages before the query read them (failOnDataLoss=true)."""
+
+
+@dataclass(frozen=True)
+class SeqRange(InputPartition):
+    """One Spark task's work: stream sequences lo..hi inclusive."""
+
+    store: str
+    stream: str
+    lo: int
+    hi: int
+    subjects: tuple[str, ...]
+    include_headers: bool
+
+
+def split(opts: ReaderOptions, lo: int, hi: int, subjects: tuple[str, ...]) -> list[SeqRange]:
+    """Equal sequence ranges: at least minPartitions, at most rowsPerPartition sequences each."""
+    if lo > hi:
+        return []
+    total = hi - lo + 1
+    n = max(opts.min_partitions, math.ceil(total / opts.rows_per_partition))
+    n = min(n, total)
+    step = math.ceil(total / n)
+    return [
+        SeqRange(opts.store, opts.stream, a, min(a + step - 1, hi), subjects, opts.include_headers)
+        for a in range(lo, hi + 1, step)
+    ]
+
+
+def read_range(p: SeqRange) -> Iterator:
+    js = handle(p.store)
+    yield from js.read_batches(p.stream, p.lo, p.hi, subjects=list(p.subjects) or None, headers=p.include_headers)
+
+
+def _start_seq(js, opts: ReaderOptions) -> int:
+    """The first sequence to read from the starting option."""
+    state = js.stream_info(opts.stream).state
+    kind = opts.starting.kind
+    if kind == "earliest":
+        return max(state.first_seq, 1)
+    if kind == "latest":
+        return state.last_seq + 1
+    if kind == "seq":
+        return max(opts.starting.value, 1)
+    return js.seq_for_time(opts.stream, opts.starting.value * 1_000_000)
+
+
+# ---------------------------------------------------------------------- batch
+
+
+class BatchReader(DataSourceReader):
+    def __init__(self, opts: ReaderOptions) -> None:
+        self.opts = opts
+        self.subjects = opts.subjects
+        self.lo: Optional[int] = None
+        self.hi: Optional[int] = None
+        self.ts_bounds: list[tuple[str, int]] = []
+
+    def pushFilters(self, filters):
+        """Subject equality / IN / prefix and seq ranges are read exactly; timestamp
+        ranges narrow the sequences read and Spark still checks them."""
+        for f in filters:
+            col = f.attribute[0] if len(f.attribute) == 1 else None
+            if col == "subject" and not self._narrowed_subjects() and self._push_subject(f):
+                continue
+            if col == "seq" and isinstance(f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)):
+                self._push_seq(f)
+                continue
+            if col == "timestamp" and isinstance(f, (GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)):
+                self.ts_bounds.append((type(f).__name__, _micros(f.value)))
+            yield f
+
+    def _narrowed_subjects(self) -> bool:
+        return self.subjects != self.opts.subjects
+
+    def _push_subject(self, f) -> bool:
+        if self.opts.subjects:
+            return False  # already filtered by the option; let Spark intersect
+        if isinstance(f, EqualTo) and isinstance(f.value, str) and _literal(f.value):
+            self.subjects = (f.value,)
+            return True
+        if isinstance(f, In) and f.value and all(isinstance(v, str) and _literal(v) for v in f.value):
+            self.subjects = tuple(sorted(set(f.value)))
+            return True
+        if isinstance(f, StringStartsWith) and f.value.endswith(".") and _literal(f.value[:-1]):
+            # "orders." matches exactly what "orders.>" matches.
+            self.subjects = (f.value + ">",)
+            return True
+        return False
+
+    def _push_seq(self, f) -> None:
+        v = int(f.value)
+        lo, hi = {
+            EqualTo: (v, v), GreaterThan: (v + 1, None), GreaterThanOrEqual: (v, None),
+            LessThan: (None, v - 1), LessThanOrEqual: (None, v),
+        }[type(f)]  # fmt: skip
+        if lo is not None:
+            self.lo = lo if self.lo is None else max(self.lo, lo)
+        if hi is not None:
+            self.hi = hi if self.hi is None else min(self.hi, hi)
+
+    def partitions(self):
+        js = handle(self.opts.store)
+        state = js.stream_info(self.opts.stream).state
+        lo = _start_seq(js, self.opts)
+        hi = state.last_seq if self.opts.ending is None else min(self.opts.ending, state.last_seq)
+        if self.lo is not None:
+            lo = max(lo, self.lo)
+        if self.hi is not None:
+            hi = min(hi, self.hi)
+        for kind, us in self.ts_bounds:
+            # Timestamps never decrease along a stream, so a time bound is a sequence bound.
+            if kind == "GreaterThan":
+                lo = max(lo, js.seq_for_time(self.opts.stream, (us + 1) * 1000))
+            elif kind == "GreaterThanOrEqual":
+                lo = max(lo, js.seq_for_time(self.opts.stream, us * 1000))
+            elif kind == "LessThan":
+                hi = min(hi, js.seq_for_time(self.opts.stream, us * 1000) - 1)
+            else:
+                hi = min(hi, js.seq_for_time(self.opts.stream, (us + 1) * 1000) - 1)
+        return split(self.opts, max(lo, state.first_seq, 1), hi, self.subjects) or [
+            SeqRange(self.opts.store, self.opts.stream, 1, 0, self.subjects, self.opts.include_headers)
+        ]
+
+    def read(self, partition: SeqRange):
+        if partition.lo > partition.hi:
+            return iter(())
+        return read_range(partition)
+
+
+def _literal(s: str) -> bool:
+    return bool(s) and "*" not in s.split(".") and ">" not in s.split(".") and " " not in s
+
+
+def _micros(value) -> int:
+    import datetime as dt
+
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.astimezone()  # Spark hands session-local naive datetimes
+        delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+        return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return int(value)
+
+
+# ---------------------------------------------------------------------- streaming
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, opts: ReaderOptions) -> None:
+        self.opts = opts
+        self._target: Optional[int] = None
+        self._last_batch = time.monotonic()
+        js = handle(opts.store)
+        info = js.stream_info(opts.stream)
+        retention = info.config.retention.value
+        if retention != "limits" and not opts.consumer:
+            raise OptionError(
+                f"stream {opts.stream!r} has {retention} retention: messages exist only while a consumer "
+                f'holds interest, so this reader needs .option("consumer", "<durable name>"); its commits '
+                f"then release what Spark has processed"
+            )
+        self._resume: Optional[int] = None
+        if opts.consumer:
+            self._resume = self._bind_consumer(js)
+
+    def _bind_consumer(self, js) -> Optional[int]:
+        """Create or bind the durable consumer; returns its ack floor if it already existed."""
+        from jetspark.api import AckPolicy
+        from jetspark.errors import ConsumerNotFoundError
+
+        try:
+            info = js.consumer_info(self.opts.stream, self.opts.consumer)
+            return info.ack_floor.stream_seq
+        except ConsumerNotFoundError:
+            subjects = list(self.opts.subjects)
+            js.add_consumer(
+                self.opts.stream,
+                durable_name=self.opts.consumer,
+                ack_policy=AckPolicy.ALL,
+                filter_subject=subjects[0] if len(subjects) == 1 else None,
+                filter_subjects=subjects if len(subjects) > 1 else None,
+                max_ack_pending=-1,
+            )
+            return None
+
+    def initialOffset(self) -> dict:
+        js = handle(self.opts.store)
+        if self._resume is not None and self._resume > 0:
+            # A new query without a checkpoint resumes where the consumer's acks stand.
+            seq = self._resume
+        else:
+            seq = _start_seq(js, self.opts) - 1
+        return {"stream": self.opts.stream, "seq": seq}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        o = self.opts
+        if o.max_offsets_per_trigger:
+            return ReadMaxRows(o.max_offsets_per_trigger)
+        if o.max_bytes_per_trigger:
+            return ReadMaxBytes(o.max_bytes_per_trigger)
+        if o.min_offsets_per_trigger:
+            return ReadMinRows(o.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def _latest(self) -> int:
+        last = handle(self.opts.store).stream_info(self.opts.stream).state.last_seq
+        return last if self._target is None else min(last, self._target)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = int(start["seq"])
+        end = self._latest()
+        if end <= begin:
+            return start
+        if not isinstance(limit, ReadAllAvailable):
+            # Spark hands one limit; the options may set several: apply them all.
+            o = self.opts
+            if o.min_offsets_per_trigger and end - begin < o.min_offsets_per_trigger and self._target is None:
+                if time.monotonic() - self._last_batch < o.max_trigger_delay_s:
+                    return start
+            if o.max_offsets_per_trigger:
+                end = min(end, begin + o.max_offsets_per_trigger)
+            if o.max_bytes_per_trigger:
+                end = handle(o.store).seq_for_bytes(o.stream, begin + 1, end, o.max_bytes_per_trigger)
+        self._last_batch = time.monotonic()
+        return {"stream": self.opts.stream, "seq": end}
+
+    def reportLatestOffset(self) -> dict:
+        last = handle(self.opts.store).stream_info(self.opts.stream).state.last_seq
+        return {"stream": self.opts.stream, "seq": last}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = handle(self.opts.store).stream_info(self.opts.stream).state.last_seq
+
+    def partitions(self, start: dict, end: dict):
+        lo, hi = int(start["seq"]) + 1, int(end["seq"])
+        if lo > hi:
+            return []
+        js = handle(self.opts.store)
+        info = js.stream_info(self.opts.stream)
+        first = info.state.first_seq
+        if lo < first and info.config.retention.value == "limits":
+            lost = f"sequences {lo}..{min(first - 1, hi)} of stream {self.opts.stream!r} were removed by retention before this query read them"
+            if self.opts.fail_on_data_loss:
+                raise DataLossError(lost + '; set .option("failOnDataLoss", "false") to skip them and go on')
+            log.warning("%s; skipping them (failOnDataLoss=false)", lost)
+        return split(self.opts, max(lo, first), hi, self.opts.subjects)
+
+    def read(self, partition: SeqRange):
+        return read_range(partition)
+
+    def commit(self, end: dict) -> None:
+        if self.opts.consumer:
+            handle(self.opts.store).advance_ack_floor(self.opts.stream, self.opts.consumer, int(end["seq"]))
