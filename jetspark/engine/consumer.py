@@ -125,9 +125,9 @@ class Consumer:
         elif op == LAST_PER_SUBJECT:
             self.lps = items["sseq"].tolist()
 
-    def write(self, op: int, items: Optional[list[tuple]] = None) -> None:
+    def write(self, op: int, items=None) -> None:
         """Append one record with the current scalars (caller holds the lock)."""
-        arr = np.array(items or [], dtype=_ITEM)
+        arr = items if isinstance(items, np.ndarray) else np.array(items or [], dtype=_ITEM)
         body_items = arr.tobytes()
         head = struct.pack("<BIqqqqq", op, len(arr), self.dseq, self.next_sseq, self.adflr, self.asflr, self.last_active)
         body = head + body_items
@@ -290,7 +290,8 @@ class Consumer:
         s = self.stream.storage
         self.expire_max_delivered(now)
         out: list[tuple[int, int, int]] = []
-        items: list[tuple] = []
+        redelivered: list[tuple] = []
+        items: list = [redelivered]
         gone: list[int] = []
         if self.pending:
             due = sorted(q for q, (c, d) in self.pending.items() if d <= now)
@@ -305,28 +306,35 @@ class Consumer:
                 self.pending[q] = [self.dseq, now + self.ack_wait_for(count)]
                 self.rdc[q] = count
                 out.append((q, self.dseq, count))
-                items.append((q, self.dseq, count, self.pending[q][1]))
+                redelivered.append((q, self.dseq, count, self.pending[q][1]))
         room = batch - len(out)
         limit = self.config.max_ack_pending
         if self.config.ack_policy != AckPolicy.NONE and limit > 0:
             room = min(room, limit - len(self.pending))
         if room > 0:
-            for q in self._new_seqs(room):
-                self.dseq += 1
-                self.next_sseq = q + 1
+            qs = self._new_seqs(room)
+            if qs:
+                k = len(qs)
+                cseqs = range(self.dseq + 1, self.dseq + k + 1)
+                self.dseq += k
+                self.next_sseq = qs[-1] + 1
+                new = np.zeros(k, dtype=_ITEM)
+                new["sseq"] = qs
+                new["cseq"] = cseqs
                 if self.config.ack_policy == AckPolicy.NONE:
-                    self.adflr, self.asflr = self.dseq, q
-                    out.append((q, self.dseq, 1))
-                    items.append((q, self.dseq, 0, -1))
+                    self.adflr, self.asflr = self.dseq, qs[-1]
+                    new["due"] = -1
                 else:
                     d = now + self.ack_wait_for(1)
-                    self.pending[q] = [self.dseq, d]
-                    self.rdc[q] = 1
-                    out.append((q, self.dseq, 1))
-                    items.append((q, self.dseq, 1, d))
+                    self.pending.update(zip(qs, ([c, d] for c in cseqs)))
+                    self.rdc.update(dict.fromkeys(qs, 1))
+                    new["count"] = 1
+                    new["due"] = d
+                out.extend(zip(qs, cseqs, [1] * k))
+                items.append(new)
         self.last_active = now
-        if items:
-            self.write(DELIVER, items)
+        if out:
+            self.write(DELIVER, np.concatenate([np.array(redelivered, dtype=_ITEM)] + items[1:]))
         if gone:
             self.drop(np.array(sorted(gone), dtype=np.int64))
         return out
@@ -368,11 +376,21 @@ class Consumer:
 
     def ack_many(self, sseqs: list[int]) -> list[int]:
         """Explicit acks of several deliveries in one record."""
-        released = []
-        for q in sseqs:
-            released.extend(self._ack_explicit(q))
+        if len(sseqs) == len(self.pending) and self.pending.keys() == set(sseqs):
+            # Everything outstanding is acked: the floor meets delivered (consumer.go, len(pending) == 0).
+            released = sorted(sseqs)
+            self.pending.clear()
+            for q in released:
+                self.rdc.pop(q, None)
+            self.adflr, self.asflr = self.dseq, self.next_sseq - 1
+        else:
+            released = []
+            for q in sseqs:
+                released.extend(self._ack_explicit(q))
         if released:
-            self.write(DROP, [(q, 0, 0, 0) for q in released])
+            drop = np.zeros(len(released), dtype=_ITEM)
+            drop["sseq"] = released
+            self.write(DROP, drop)
         return released
 
     def _ack_explicit(self, sseq: int) -> list[int]:

@@ -161,7 +161,8 @@ class ConsumerSet:
         seqs = np.asarray(seqs if isinstance(seqs, np.ndarray) else list(seqs), dtype=np.int64)
         if not len(seqs):
             return
-        seqs = np.unique(seqs)
+        if len(seqs) > 1 and not (seqs[1:] > seqs[:-1]).all():
+            seqs = np.unique(seqs)
         seqs = seqs[(seqs >= s.h.first_seq) & (seqs <= s.h.last_seq)]
         if not len(seqs):
             return
