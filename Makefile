@@ -1,9 +1,10 @@
 # jetspark developer tasks.
 #
-#   make demo    the engine at work (python -m jetspark.demo)
+#   make demo    the Spark pipeline demo (python -m jetspark.demo)
 #   make test    the test suite (pytest over tests/)
+#   make bench   the benchmark scripts in benchmarks/ (see benchmarks/README.md)
 #
-# Both check for Java 17+ first, then bootstrap the virtualenv themselves:
+# Each checks for Java 17+ first, then bootstraps the virtualenv itself:
 # it is created if missing and `pip install -e '.[dev]'` runs again only when
 # pyproject.toml is newer than the stamp $(VENV)/.installed.
 #
@@ -12,13 +13,15 @@
 #   VENV=.venv           where the venv lives
 #   TESTS=tests          what pytest runs over
 #   PYTEST_ARGS=...      extra pytest arguments, e.g. PYTEST_ARGS='-x -m "not slow"'
-#   DEMO_ARGS=...        arguments for the demo, e.g. DEMO_ARGS='--path ./jetspark-data'
+#   DEMO_ARGS=...        arguments for the demo, e.g. DEMO_ARGS='--seconds 10 --rate 5000 --store DIR'
+#   BENCH_ARGS=...       arguments for each benchmark script, e.g. BENCH_ARGS=--quick
 
 PYTHON ?= python3
 VENV ?= .venv
 TESTS ?= tests
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
+BENCH_ARGS ?=
 # PySpark launches $JAVA_HOME/bin/java when JAVA_HOME is set and `java` from
 # PATH otherwise, so check that same binary.
 JAVA ?= $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
@@ -33,9 +36,9 @@ STAMP := $(VENV)/.installed
 .PHONY: help demo test bench venv clean check-java
 
 help:
-	@echo "make demo    run the engine demo (DEMO_ARGS='--path DIR' keeps the store)"
+	@echo "make demo    run the Spark pipeline demo (DEMO_ARGS='--seconds N --rate R --store DIR')"
 	@echo "make test    run the test suite (PYTEST_ARGS='...', TESTS=tests/...)"
-	@echo "make bench   run the scripts in benchmarks/"
+	@echo "make bench   run the scripts in benchmarks/ (BENCH_ARGS=--quick for a short run)"
 	@echo "make venv    create $(VENV) and install jetspark with its dev extras"
 	@echo "make clean   remove caches and build output (keeps $(VENV))"
 
@@ -55,7 +58,7 @@ bench: check-java $(STAMP)
 	  case "$${script##*/}" in _*) continue ;; esac; \
 	  found=1; \
 	  echo "== $$script"; \
-	  $(VENV_PY) "$$script" || exit $$?; \
+	  $(VENV_PY) "$$script" $(BENCH_ARGS) || exit $$?; \
 	done; \
 	[ -n "$$found" ] || { echo "make bench: no benchmark scripts in benchmarks/" >&2; exit 1; }
 

@@ -5,8 +5,8 @@ timezone-aware UTC ``datetime`` objects; on the wire (the nats-py backend) they
 become nanoseconds and RFC 3339 strings.  ``-1`` means *unlimited* for every
 limit, as in NATS.
 
-Configs are frozen, keyword-only dataclasses: ``evolve(**changes)`` returns a
-changed copy, ``as_dict()`` drops unset (``None``) fields and
+Configs are frozen, keyword-only dataclasses (results are plain ones, as in
+nats-py): ``evolve(**changes)`` returns a changed copy, ``as_dict()`` drops unset (``None``) fields and
 ``from_response(dict)`` ignores keys it does not know, so JSON from a real
 server reads into the same classes.
 """
@@ -88,7 +88,6 @@ def datetime_to_ns(value: _dt.datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
 
 
-@dataclass(frozen=True)
 class Base:
     @classmethod
     def from_response(cls: type[_B], resp: Dict[str, Any]) -> _B:
@@ -156,7 +155,7 @@ class StreamConfig(Base):
     metadata: Optional[Dict[str, str]] = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True)
 class StreamState(Base):
     """A stream's state (nats-py ``StreamState`` plus the server's timestamps and num_subjects)."""
 
@@ -174,7 +173,7 @@ class StreamState(Base):
     lost: Optional[Dict[str, Any]] = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True)
 class StreamInfo(Base):
     config: StreamConfig
     state: StreamState
@@ -182,7 +181,7 @@ class StreamInfo(Base):
     did_create: Optional[bool] = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True)
 class PubAck(Base):
     stream: str
     seq: int
@@ -190,7 +189,7 @@ class PubAck(Base):
     duplicate: Optional[bool] = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True)
 class RawStreamMsg(Base):
     """A stored message as ``get_msg`` returns it (nats-py ``RawStreamMsg``)."""
 
@@ -237,14 +236,14 @@ class ConsumerConfig(Base):
     metadata: Optional[Dict[str, str]] = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True)
 class SequenceInfo(Base):
     consumer_seq: int = 0
     stream_seq: int = 0
     last_active: Optional[_dt.datetime] = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True)
 class ConsumerInfo(Base):
     name: str
     stream_name: str

@@ -91,6 +91,8 @@ def backend(request, tmp_path):
         clock = FakeClock()
         js = jetspark.connect(tmp_path / "store", clock=clock)
         yield Backend(js, kind, storage, clock)
+        for name in js.stream_names():  # memory streams live in /dev/shm: leave nothing behind
+            js.delete_stream(name)
         js.close()
     elif storage == "file":
         # nats-server answers a stream delete before its files are gone, so a file

@@ -81,7 +81,7 @@ def read_batches(
     if lo > hi:
         return
     mask = subject_mask(stream, subjects)
-    names = pa.array(s.subjects, type=pa.string())
+    names = _strings(s.subjects)
     name = stream.name
     for blk, a, b in s.block_spans(lo, hi):
         seq = a
@@ -99,7 +99,7 @@ def read_batches(
                 yield batch
             seq = end + 1
         if len(names) != len(s.subjects):
-            names = pa.array(s.subjects, type=pa.string())
+            names = _strings(s.subjects)
 
 
 def _batch(stream, blk, e, a, b, mask, names, name, headers) -> Optional[pa.RecordBatch]:
@@ -119,18 +119,41 @@ def _batch(stream, blk, e, a, b, mask, names, name, headers) -> Optional[pa.Reco
     offsets[n] = int(e["doff"][-1]) + int(e["dlen"][-1]) - d0
     raw = s.read_data(blk, d0, int(offsets[n]))
     data = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw)])
+    # Columns from NumPy buffers directly (pa.array() on NumPy would import pandas).
     ids = np.where(sids == SID_NONE, 0, sids).astype(np.int32)
-    subject = names.take(pa.array(ids))
-    seqs = pa.array(np.arange(a, b + 1, dtype=np.int64))
-    ts = pa.array(e["ts"] // 1000, type=pa.timestamp("us", tz="UTC"))
+    subject = names.take(_from_numpy(pa.int32(), ids))
+    seqs = _from_numpy(pa.int64(), np.arange(a, b + 1, dtype=np.int64))
+    ts = _from_numpy(pa.timestamp("us", tz="UTC"), e["ts"] // 1000)
     columns = [subject, seqs, ts, data]
     if headers:
         columns.append(_headers_column(s, blk, e))
     if n_keep != n:
-        flt = pa.array(keep)
+        flt = _bool_array(keep)
         columns = [c.filter(flt) for c in columns]
-    stream_col = pa.repeat(pa.scalar(name, pa.string()), n_keep)
+    stream_col = _repeat_string(name, n_keep)
     return pa.RecordBatch.from_arrays([stream_col, *columns], schema=schema(headers))
+
+
+def _from_numpy(type_: pa.DataType, values: np.ndarray) -> pa.Array:
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
+
+
+def _repeat_string(value: str, n: int) -> pa.Array:
+    b = value.encode()
+    offsets = np.arange(0, (n + 1) * len(b), len(b) or 1, dtype=np.int32)[: n + 1] if b else np.zeros(n + 1, np.int32)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b * n)])
+
+
+def _strings(values: list[str]) -> pa.Array:
+    encoded = [v.encode() for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    return pa.Array.from_buffers(pa.string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))])
+
+
+def _bool_array(mask: np.ndarray) -> pa.Array:
+    return pa.Array.from_buffers(pa.bool_(), len(mask), [None, pa.py_buffer(np.packbits(mask, bitorder="little"))])
 
 
 def _headers_column(s, blk, e) -> pa.Array:
@@ -303,7 +326,7 @@ def _publish_fast(stream, subjects, data, id_col=None) -> BatchAck:
                 s.h.last_id = _id_bytes(ids[int(np.flatnonzero(keep)[-1])])
             dup = ~keep
         stream.enforce_limits()
-    return BatchAck(c.name, pa.array(seqs), pa.array(dup))
+    return BatchAck(c.name, _from_numpy(pa.int64(), seqs.astype(np.int64)), _bool_array(dup))
 
 
 def _id_bytes(msg_id: str) -> bytes:

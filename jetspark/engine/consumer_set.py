@@ -123,6 +123,7 @@ class ConsumerSet:
         tmp.write_text(json.dumps(meta))
         os.replace(tmp, c.home / "config.json")
         self._bump()
+        self._gen = -1  # reload every consumer, this one with its new config
         self.sync()
         return self.by_name[config.name]
 

@@ -285,13 +285,17 @@ class JetStream:
             data_dir = st.storage.dir
             st.close()
             del self._streams[name]
-            trash = self.path / "streams" / f".deleted-{name}-{uuid.uuid4().hex[:8]}"
+            trash = self.path / "streams" / f".deleted-{st.uid}-{uuid.uuid4().hex[:8]}"
             os.replace(st.home, trash)
             self._bump_gen()
             self._gen = self._read_gen()
             self._routes.clear()
         shutil.rmtree(trash, ignore_errors=True)
         shutil.rmtree(data_dir, ignore_errors=True)
+        try:
+            data_dir.parent.rmdir()  # the store's memory area, once its last stream is gone
+        except OSError:
+            pass
         return True
 
     def stream_info(self, name: str, subjects_filter: Optional[str] = None, deleted_details: bool = False) -> StreamInfo:
@@ -359,6 +363,8 @@ class JetStream:
             if stream is not None:
                 headers = dict(headers or {})
                 headers[H.EXPECTED_STREAM] = stream
+            if not headers:
+                return st.publish_plain(subject, payload if type(payload) is bytes else bytes(payload))
             return st.publish(subject, payload if type(payload) is bytes else bytes(payload), H.encode(headers) if headers else b"")
 
     def get_msg(self, stream: str, seq: Optional[int] = None, last_by_subj: Optional[str] = None, next_by_subj: Optional[str] = None) -> RawStreamMsg:

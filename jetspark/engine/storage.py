@@ -142,22 +142,49 @@ class Header:
 
 
 class _Block:
-    """One block's three files, opened lazily."""
+    """One block's three files; the tail block is also mapped for the writer."""
 
-    __slots__ = ("first", "count", "dlen", "hlen", "path", "ifd", "dfd", "hfd")
+    __slots__ = ("first", "count", "dlen", "hlen", "path", "ifd", "dfd", "hfd", "imm", "dmm", "dcap")
 
-    def __init__(self, path: Path, first: int) -> None:
+    def __init__(self, path: Path, first: int, create: bool = False) -> None:
         self.path = path
         self.first = first
         self.count = 0
         self.dlen = 0
         self.hlen = 0
-        flags = os.O_RDWR | os.O_CREAT
+        # Only the writer creates block files: a reader racing an unlink must not bring one back.
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
         self.ifd = os.open(f"{path}.idx", flags, 0o644)
         self.dfd = os.open(f"{path}.dat", flags, 0o644)
         self.hfd = os.open(f"{path}.hdr", flags, 0o644)
+        self.imm = self.dmm = None
+        self.dcap = 0
+
+    def map_for_writing(self) -> None:
+        """Map the index and payload files at their full block capacity.
+
+        A store into a shared mapping lands in the page cache just as a
+        pwrite() does (it survives the process being killed, and readers'
+        pread() sees it), without a system call per message.  The files are
+        sparse: unwritten capacity takes no disk space.
+        """
+        icap = BLOCK_MAX_MSGS * ENTRY_SIZE
+        if os.fstat(self.ifd).st_size < icap:
+            os.ftruncate(self.ifd, icap)
+        self.imm = mmap.mmap(self.ifd, icap)
+        self.dcap = max(BLOCK_MAX_BYTES, os.fstat(self.dfd).st_size)
+        if os.fstat(self.dfd).st_size < self.dcap:
+            os.ftruncate(self.dfd, self.dcap)
+        self.dmm = mmap.mmap(self.dfd, self.dcap)
 
     def close(self) -> None:
+        for mm in (self.imm, self.dmm):
+            if mm is not None:
+                try:
+                    mm.close()
+                except (BufferError, ValueError):
+                    pass
+        self.imm = self.dmm = None
         for fd in (self.ifd, self.dfd, self.hfd):
             try:
                 os.close(fd)
@@ -218,6 +245,21 @@ class StreamStorage:
         self.refresh()
         if self.first_bad(max(self.h.first_seq, self.h.last_seq - TAIL_CHECK + 1), self.h.last_seq):
             self._repair_tail()
+        if self._orphans():
+            with self.locked():
+                for path in self._orphans():
+                    path.unlink(missing_ok=True)
+
+    def _orphans(self) -> list[Path]:
+        """Block files a crash left behind: wholly below first_seq, or past last_seq + 1."""
+        firsts = sorted(int(p.name[:-4], 16) for p in (self.dir / "blk").glob("*.idx"))
+        h = self.h
+        dead = []
+        for i, first in enumerate(firsts):
+            end = firsts[i + 1] if i + 1 < len(firsts) else h.last_seq + 1
+            if end <= h.first_seq or first > h.last_seq + 1:
+                dead.append(first)
+        return [self.dir / "blk" / f"{f:016x}{ext}" for f in dead for ext in (".idx", ".dat", ".hdr")]
 
     # ------------------------------------------------------------------ verification and repair
 
@@ -317,6 +359,7 @@ class StreamStorage:
         self.subjects: list[str] = []
         self.subject_ids: dict[str, int] = {}
         self._subj_lens = np.zeros(0, dtype=np.int64)
+        self._subj_len_list: list[int] = []
         self._subj_pos = 0
         self._ops_pos = 0
         self._dead_base = 1
@@ -492,6 +535,7 @@ class StreamStorage:
             lens.append(n)
             pos += _SUBJ_HDR.size + n
         self._subj_lens = np.concatenate([self._subj_lens, np.array(lens, dtype=np.int64)])
+        self._subj_len_list.extend(lens)
         self._subj_pos = upto
         if self._stats is not None:
             grow = len(self.subjects) - len(self._stats[0])
@@ -546,14 +590,25 @@ class StreamStorage:
         for first in names:
             # A block past last_seq + 1 belongs to a writer that died before committing it.
             if first <= self.h.last_seq + 1 and first not in known:
-                known[first] = _Block(self.dir / "blk" / f"{first:016x}", first)
+                try:
+                    known[first] = _Block(self.dir / "blk" / f"{first:016x}", first)
+                except FileNotFoundError:
+                    continue  # unlinked while we listed
+
         self._blocks = [known[f] for f in sorted(known)]
         self._block_firsts = [b.first for b in self._blocks]
 
     def _prune_blocks(self) -> None:
-        """Close blocks wholly below first_seq."""
+        """Close blocks wholly below first_seq (another process has unlinked them).
+
+        That includes the last block once the stream is empty: appending to it
+        would write into a file nobody else can see any more.
+        """
         f = self.h.first_seq
-        while len(self._blocks) > 1 and self._blocks[1].first <= f:
+        while self._blocks:
+            end = self._blocks[1].first if len(self._blocks) > 1 else self.h.last_seq + 1
+            if end > f:
+                break
             self._blocks.pop(0).close()
             self._block_firsts.pop(0)
 
@@ -834,6 +889,7 @@ class StreamStorage:
             self.subjects.append(subject)
             self.subject_ids[subject] = sid
             self._subj_lens = np.append(self._subj_lens, len(b))
+            self._subj_len_list.append(len(b))
             if self._stats is not None:
                 self._stats = tuple(np.append(a, 0) for a in self._stats)
         return sid
@@ -843,7 +899,7 @@ class StreamStorage:
             b = self._blocks[-1]
             if b.first + b.count == seq and b.count < BLOCK_MAX_MSGS and (b.dlen + dlen <= BLOCK_MAX_BYTES or b.count == 0):
                 return b
-        b = _Block(self.dir / "blk" / f"{seq:016x}", seq)
+        b = _Block(self.dir / "blk" / f"{seq:016x}", seq, create=True)
         os.ftruncate(b.ifd, 0)
         os.ftruncate(b.dfd, 0)
         os.ftruncate(b.hfd, 0)
@@ -869,17 +925,25 @@ class StreamStorage:
 
     def append(self, subject: str, hdr: bytes, data: bytes, ts: int) -> int:
         """Store one message at last_seq + 1; returns its sequence."""
+        if self._stats is None:
+            self.ensure_stats()  # num_subjects needs the per-subject counts
         sid = self.subject_id(subject)
         h = self.h
         seq = h.last_seq + 1
         blk = self._tail_block(seq, len(data), len(hdr))
+        if blk.imm is None:
+            blk.map_for_writing()
         doff, hoff = blk.dlen, blk.hlen
-        if data:
-            os.pwrite(blk.dfd, data, doff)
+        n = len(data)
+        if n:
+            if doff + n <= blk.dcap:
+                blk.dmm[doff:doff + n] = data
+            else:
+                os.pwrite(blk.dfd, data, doff)  # a message larger than the block's capacity
         if hdr:
             os.pwrite(blk.hfd, hdr, hoff)
-        crc = record_crc(seq, ts, sid, hdr, data)
-        os.pwrite(blk.ifd, ENTRY.pack(ts, doff, hoff, len(data), len(hdr), sid, crc), (seq - blk.first) * ENTRY_SIZE)
+        crc = zlib.crc32(data, zlib.crc32(hdr)) ^ _mix(seq, ts, sid)
+        ENTRY.pack_into(blk.imm, (seq - blk.first) * ENTRY_SIZE, ts, doff, hoff, n, len(hdr), sid, crc)
         blk.count += 1
         blk.dlen += len(data)
         blk.hlen += len(hdr)
@@ -889,19 +953,23 @@ class StreamStorage:
         h.last_seq = seq
         h.last_ts = ts
         h.msgs += 1
-        h.bytes += self.msg_size(int(self._subj_lens[sid]), len(hdr), len(data))
+        slen = self._subj_len_list[sid]
+        if self.memory:
+            h.bytes += slen + len(hdr) + len(data) + 16
+        else:
+            h.bytes += 30 + slen + len(data) + (len(hdr) + 4 if hdr else 0)
         h.held = 1
-        if self._stats is not None:
-            count, first, last = self._stats
-            if count[sid] == 0:
-                h.num_subjects += 1
-                first[sid] = seq
-            count[sid] += 1
-            last[sid] = seq
+        count, first, last = self._stats
+        if count[sid] == 0:
+            h.num_subjects += 1
+            first[sid] = seq
+        count[sid] += 1
+        last[sid] = seq
         return seq
 
     def append_many(self, sids: np.ndarray, data: bytes, data_offsets: np.ndarray, hdr: bytes, hdr_offsets: np.ndarray, ts: int) -> int:
         """Store a run of messages (already validated) in one write per file; returns the first sequence."""
+        self.ensure_stats()
         h = self.h
         n = len(sids)
         first = h.last_seq + 1
@@ -979,6 +1047,7 @@ class StreamStorage:
 
     def remove(self, seqs: np.ndarray) -> int:
         """Remove live sequences (sorted, unique); returns how many were removed."""
+        self.ensure_stats()
         h = self.h
         if not len(seqs):
             return 0
@@ -1105,7 +1174,6 @@ class _Locked:
         try:
             if s._committed_counter() != s.h.commit:
                 s._catch_up(s.read_header())
-            s.ensure_stats()
             s._pending_unlink = []
             h = s.h
             s._start = (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id, h.cons_gen)

@@ -83,7 +83,8 @@ class Stream:
 
     def write_config(self, config: StreamConfig) -> None:
         """Replace the config (caller holds the lock); other processes reload it on the generation bump."""
-        meta = {"config": config_to_json(config), "created": self.created_ns}
+        meta = json.loads((self.home / "config.json").read_text())
+        meta["config"] = config_to_json(config)
         tmp = self.home / "config.json.tmp"
         tmp.write_text(json.dumps(meta))
         os.replace(tmp, self.home / "config.json")
@@ -199,6 +200,39 @@ class Stream:
     def publish(self, subject: str, data: bytes, hdr: bytes) -> PubAck:
         with self.locked():
             return self._publish_locked(subject, data, hdr)
+
+    def publish_plain(self, subject: str, data: bytes) -> PubAck:
+        """The hot path: no headers, on a stream whose rules need no more than size and
+        discard-old limits (see _plain); anything else takes the general path."""
+        s = self.storage
+        with s.locked():
+            h = s.h
+            if h.cfg_gen != self._cfg_gen or h.deleted or h.cons_gen or not self._plain:
+                with self.locked():
+                    return self._publish_locked(subject, data, b"")
+            c = self.config
+            if 0 < c.max_msg_size < len(data):
+                raise api_error(10054)
+            ts = self.clock()
+            seq = s.append(subject, b"", data, ts if ts > h.last_ts else h.last_ts)
+            h.last_id = b""
+            if (0 < c.max_msgs < h.msgs) or (0 < c.max_bytes < h.bytes):
+                self.enforce_limits()
+            return PubAck(stream=c.name, seq=seq)
+
+    @property
+    def _plain(self) -> bool:
+        c = self.config
+        return self.__dict__.get("_plain_for") is c or self._compute_plain()
+
+    def _compute_plain(self) -> bool:
+        c = self.config
+        ok = (
+            c.retention == RetentionPolicy.LIMITS and not c.sealed and c.discard == DiscardPolicy.OLD
+            and not c.max_age and c.max_msgs_per_subject <= 0
+        )
+        self._plain_for = c if ok else None
+        return ok
 
     def _publish_locked(self, subject: str, data: bytes, hdr: bytes) -> PubAck:
         """The server's order of checks (JETSTREAM.md §3.6, as nats-server 2.15 runs it)."""

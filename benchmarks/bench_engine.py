@@ -1,0 +1,945 @@
+"""Throughput and latency of the embedded engine, against a local nats-server measured in the same run.
+
+    .venv/bin/python benchmarks/bench_engine.py [--quick] [--dir DIR] [--only 1,3,...]
+
+Every row uses 100-byte payloads, file storage and the default sync setting
+on both sides (jetspark ``sync="os"``; nats-server's default, which fsyncs
+every two minutes).  The machine this runs on is shared and noisy, so each
+figure is the median of several repetitions, printed with its spread, and
+every comparison is a ratio against the anchor measured in this same run,
+never against a number from another day.
+
+Rows (see benchmarks/README.md for what each one means):
+
+1. single publish: ``js.publish(subject, payload)`` in a loop, vs nats-py
+   ``js.publish_async`` + ``publish_async_completed()`` to nats-server
+2. Arrow batch append: ``js.publish_batch(table, stream=...)``
+3. range read into Arrow, warm: ``js.read_batches(stream, 1, 1_000_000)``,
+   vs a nats-py pull consumer (ack none) doing ``fetch(batch=1000)``
+4. 1,000 messages from the middle of a 10,000,000-message stream
+5. peak RSS of a separate process scanning those 10,000,000 messages
+6. consumers (skipped on an engine without ``js.add_consumer``): fetch +
+   explicit ack, and advancing a durable consumer's ack floor
+
+A row whose engine method does not exist yet prints "not available"; the
+script exits 1 only when a row fails with an error, never for a missed
+target (targets are what the engine aims at, not assertions).
+"""
+
+from __future__ import annotations
+
+# Only the standard library is imported at the top: the RSS children of row 5
+# are spawned before numpy, pyarrow, nats-py and jetspark are loaded (see
+# RssChild), and _load_heavy_modules() imports those afterwards.
+import argparse
+import asyncio
+import gc
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Callable, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+PAYLOAD_SIZE = 100
+
+
+@dataclass(frozen=True)
+class Sizes:
+    publish_msgs: int  # row 1, per repetition, each side
+    publish_reps: int
+    batch_msgs: int  # row 2, per repetition
+    batch_rows: int  # rows per publish_batch call
+    batch_reps: int
+    read_msgs: int  # row 3, engine
+    read_reps: int  # warm passes
+    anchor_read_msgs: int  # row 3, nats-py
+    anchor_read_reps: int
+    big_msgs: int  # rows 4 and 5
+    mid_reads: int
+    rss_reps: int
+    consumer_msgs: int  # row 6, engine
+    anchor_consumer_msgs: int  # row 6, nats-py
+
+
+FULL = Sizes(
+    publish_msgs=100_000, publish_reps=7,
+    batch_msgs=1_000_000, batch_rows=100_000, batch_reps=5,
+    read_msgs=1_000_000, read_reps=5, anchor_read_msgs=200_000, anchor_read_reps=3,
+    big_msgs=10_000_000, mid_reads=200, rss_reps=3,
+    consumer_msgs=1_000_000, anchor_consumer_msgs=200_000,
+)  # fmt: skip
+QUICK = Sizes(
+    publish_msgs=20_000, publish_reps=3,
+    batch_msgs=200_000, batch_rows=100_000, batch_reps=3,
+    read_msgs=200_000, read_reps=3, anchor_read_msgs=50_000, anchor_read_reps=3,
+    big_msgs=1_000_000, mid_reads=50, rss_reps=1,
+    consumer_msgs=100_000, anchor_consumer_msgs=50_000,
+)  # fmt: skip
+
+# Spark's default Arrow batch (spark.sql.execution.arrow.maxRecordsPerBatch),
+# measured as an extra row next to the main publish_batch figure.
+SPARK_BATCH_ROWS = 10_000
+SUBJECTS_PER_TABLE = 16
+
+np = pa = nats = jetspark = None  # set by _load_heavy_modules()
+
+
+def _load_heavy_modules() -> None:
+    global np, pa, nats, jetspark
+    import numpy as np  # noqa: F811
+    import pyarrow as pa  # noqa: F811
+
+    import nats  # noqa: F811
+
+    import jetspark  # noqa: F811
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class Row:
+    key: str
+    name: str
+    value: str = ""
+    anchor: str = ""
+    ratio: str = ""
+    target: str = ""
+    result: str = ""
+    spread: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def not_available(key: str, name: str, target: str, why: str) -> Row:
+    return Row(key, name, value=f"not available ({why})", target=target, result="n/a")
+
+
+def rate(v: float) -> str:
+    return f"{v:,.0f} msg/s"
+
+
+def short(v: float) -> str:
+    """1234567 -> 1.23M, for spreads."""
+    for unit, div in (("M", 1e6), ("k", 1e3)):
+        if abs(v) >= div:
+            return f"{v / div:.3g}{unit}"
+    return f"{v:.3g}"
+
+
+def spread(vals: list[float], unit: str = "", fmt: Callable[[float], str] = short) -> str:
+    if len(vals) == 1:
+        return f"1 run: {fmt(vals[0])}{unit and ' ' + unit}"
+    return f"{len(vals)} runs: {fmt(min(vals))}-{fmt(max(vals))}{unit and ' ' + unit}"
+
+
+def verdict(checks: list[tuple[bool, str]]) -> str:
+    failed = [why for ok, why in checks if not ok]
+    return "PASS" if not failed else "FAIL (" + "; ".join(failed) + ")"
+
+
+def print_table(rows: list[Row]) -> None:
+    head = ["#", "benchmark", "jetspark (median)", "nats-server anchor (median)", "ratio", "target", "result", "spread (min-max)"]
+    body = [[r.key, r.name, r.value, r.anchor or "-", r.ratio or "-", r.target or "-", r.result, r.spread] for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+
+    def line(cells):
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
+
+    print(line(head))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for cells in body:
+        print(line(cells))
+    notes = [(r.key, n) for r in rows for n in r.notes]
+    if notes:
+        print()
+        for key, n in notes:
+            print(f"- ({key}) {n}")
+
+
+# --------------------------------------------------------------------------- machine
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def machine_info(base: Path, sizes: Sizes, quick: bool) -> list[str]:
+    cpu = next((ln.split(":", 1)[1].strip() for ln in _read("/proc/cpuinfo").splitlines() if ln.startswith("model name")), platform.processor() or "?")
+    mem_kb = next((int(ln.split()[1]) for ln in _read("/proc/meminfo").splitlines() if ln.startswith("MemTotal:")), 0)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        server = subprocess.run([nats_server_binary(), "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        server = "?"
+    try:
+        rev = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        rev = "?"
+    mounts = [ln.split() for ln in _read("/proc/mounts").splitlines()]
+    fs = max((m for m in mounts if len(m) > 2 and str(base).startswith(m[1])), key=lambda m: len(m[1]), default=["?", "?", "?"])
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+    return [
+        f"jetspark engine benchmark, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, mode: {'--quick' if quick else 'full'}",
+        "",
+        f"- machine: {os.cpu_count()} cores ({usable} usable), {cpu}, {mem_kb / 1048576:.1f} GiB RAM, {platform.system()} {platform.release()}",
+        f"- load average at start: {load}",
+        f"- python {platform.python_version()}, pyarrow {pa.__version__}, numpy {np.__version__}, nats-py {metadata.version('nats-py')}, {server}",
+        f"- jetspark {jetspark.__version__} at {rev}; store and server data under {base} ({fs[2]})",
+        f"- {PAYLOAD_SIZE}-byte payloads, file storage, default sync (jetspark sync='os'; nats-server default)",
+        f"- sizes: {sizes}",
+    ]
+
+
+# --------------------------------------------------------------------------- the nats-server anchor
+
+
+def nats_server_binary() -> str:
+    return shutil.which("nats-server") or os.path.join(os.path.dirname(sys.executable), "nats-server")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class NatsServer:
+    """A nats-server with JetStream on 127.0.0.1, a free port and its own store dir (as tests/reference.py)."""
+
+    def __init__(self, base: Path) -> None:
+        self.binary = nats_server_binary()
+        self.port = free_port()
+        self.store_dir = tempfile.mkdtemp(prefix="nats-", dir=base)
+        self.proc: Optional[subprocess.Popen] = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> "NatsServer":
+        self.proc = subprocess.Popen(
+            [self.binary, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", self.store_dir],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"nats-server exited with {self.proc.returncode}")
+                time.sleep(0.02)
+        raise RuntimeError("nats-server did not start listening within 10 s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        shutil.rmtree(self.store_dir, ignore_errors=True)
+
+
+class Anchor:
+    """nats-py on an event loop in this thread, connected to our own nats-server.
+
+    The loop only runs while an anchor measurement runs, so it does not
+    compete with the engine's measurements for the CPU.
+    """
+
+    def __init__(self, base: Path) -> None:
+        self.server = NatsServer(base)
+        self.loop = asyncio.new_event_loop()
+        self.nc = None
+        try:
+            self.server.start()
+            self.nc = self.run(nats.connect(self.server.url, allow_reconnect=False))
+        except BaseException:
+            self.close()
+            raise
+        self.js = self.nc.jetstream()
+
+    def run(self, coro):
+        return self.loop.run_until_complete(coro)
+
+    def close(self) -> None:
+        try:
+            if self.nc is not None and not self.nc.is_closed:
+                self.run(asyncio.wait_for(self.nc.close(), 10))
+        except Exception:
+            pass
+        self.loop.close()
+        self.server.stop()
+
+    async def fill(self, subject: str, n: int, payload: bytes) -> None:
+        """Put n messages on the server as fast as it takes them (not timed)."""
+        for _ in range(n):
+            await self.js.publish_async(subject, payload)
+        await self.js.publish_async_completed()
+
+    async def messages(self, stream: str) -> int:
+        return (await self.js.stream_info(stream)).state.messages
+
+
+# --------------------------------------------------------------------------- data
+
+
+def payloads(n: int, seed: int = 0) -> "pa.Array":
+    """n random 100-byte payloads as an Arrow binary column, built without Python objects."""
+    raw = np.random.default_rng(seed).bytes(n * PAYLOAD_SIZE)
+    offsets = np.arange(0, (n + 1) * PAYLOAD_SIZE, PAYLOAD_SIZE, dtype=np.int32)
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw)])
+
+
+def message_table(n: int, prefix: str) -> "pa.Table":
+    """subject (string: <prefix>.0 .. <prefix>.15, round robin), data (binary, 100 bytes)."""
+    names = pa.array([f"{prefix}.{i}" for i in range(SUBJECTS_PER_TABLE)], pa.string())
+    subject = names.take(pa.array(np.arange(n, dtype=np.int64) % SUBJECTS_PER_TABLE))
+    return pa.table({"subject": subject, "data": payloads(n)})
+
+
+def publish_table(js, table: "pa.Table", stream: str, rows_per_call: int) -> None:
+    for off in range(0, table.num_rows, rows_per_call):
+        chunk = table.slice(off, rows_per_call)
+        res = js.publish_batch(chunk, stream=stream)
+        if len(res.seqs) != chunk.num_rows:
+            raise AssertionError(f"publish_batch returned {len(res.seqs)} seqs for {chunk.num_rows} rows")
+
+
+# --------------------------------------------------------------------------- row 5's children
+
+
+_RSS_CHILD = r"""
+import json, resource, sys, time
+
+def vm_hwm_kb():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return -1
+
+line = sys.stdin.readline()
+if not line.strip():
+    sys.exit(0)  # the parent did not need us
+req = json.loads(line)
+t = time.perf_counter()
+import jetspark
+import jetspark.engine.bulk  # pyarrow and the read path: imported by the first read_batches otherwise
+
+out = {"import_ms": (time.perf_counter() - t) * 1e3}
+t = time.perf_counter()
+js = jetspark.connect(req["store"])
+try:
+    stream, mid = req["stream"], req["mid"]
+    out["open_ms"] = (time.perf_counter() - t) * 1e3
+    had_pandas = "pandas" in sys.modules
+    t = time.perf_counter()
+    out["mid_rows"] = sum(b.num_rows for b in js.read_batches(stream, mid, mid + 999))
+    out["first_mid_read_ms"] = (time.perf_counter() - t) * 1e3
+    out["first_read_imported_pandas"] = not had_pandas and "pandas" in sys.modules
+    out["baseline_maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rows = 0
+    t = time.perf_counter()
+    for batch in js.read_batches(stream, 1):  # from the first stored message to the last
+        rows += batch.num_rows
+        del batch  # discard each batch before the next one is made
+    out["scan_s"] = time.perf_counter() - t
+    out["rows"] = rows
+    out["maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out["vmhwm_kb"] = vm_hwm_kb()
+    # Not part of the scan: what the first stream_info on this fresh handle costs.
+    t = time.perf_counter()
+    js.stream_info(stream)
+    out["info_ms"] = (time.perf_counter() - t) * 1e3
+    out["info_maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+finally:
+    js.close()
+print(json.dumps(out))
+"""
+
+
+class RssChild:
+    """A Python process that waits for a store path, then scans one stream and reports its peak RSS.
+
+    Linux carries ``ru_maxrss`` across fork and exec (exec records the old
+    address space's high-water mark), so a child spawned from this process
+    after it has grown would report *our* peak, not its own.  These children
+    are therefore spawned first thing, while this process is a bare
+    interpreter, and sit idle on stdin until row 5 sends them work.  They
+    also report ``VmHWM`` (the high-water mark of their own address space
+    only) as a cross-check.
+    """
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _RSS_CHILD],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        )  # fmt: skip
+
+    def scan(self, store: Path, stream: str, mid: int, timeout: float = 1800) -> dict:
+        out, err = self.proc.communicate(json.dumps({"store": str(store), "stream": stream, "mid": mid}) + "\n", timeout=timeout)
+        if self.proc.returncode != 0:
+            raise RuntimeError(f"RSS child exited with {self.proc.returncode}: {err.strip()[-2000:]}")
+        return json.loads(out.strip().splitlines()[-1])
+
+    def dismiss(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.communicate("", timeout=10)
+            except (subprocess.TimeoutExpired, OSError, ValueError):
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+# --------------------------------------------------------------------------- the run
+
+
+class Bench:
+    def __init__(self, args, sizes: Sizes, base: Path, children: list[RssChild]) -> None:
+        self.args = args
+        self.sizes = sizes
+        self.base = base
+        self.children = children
+        self.store = Path(tempfile.mkdtemp(prefix="store-", dir=base))
+        self.js = jetspark.connect(self.store)
+        self.anchor: Optional[Anchor] = None
+        self.payload = bytes(payloads(1, seed=1)[0].as_py())
+        self.big_table: Optional[pa.Table] = None
+        self.big_msgs = 0  # messages in the engine's BIG stream so far
+
+    def close(self) -> None:
+        for child in self.children:
+            child.dismiss()
+        try:
+            self.js.close()
+        finally:
+            if self.anchor is not None:
+                self.anchor.close()
+
+    def get_anchor(self) -> Anchor:
+        if self.anchor is None:
+            log("starting nats-server")
+            self.anchor = Anchor(self.base)
+        return self.anchor
+
+    def has(self, method: str) -> bool:
+        return callable(getattr(self.js, method, None))
+
+    # ---- row 1 ------------------------------------------------------------------
+
+    def row_publish(self) -> list[Row]:
+        name = "single publish: js.publish(subject, payload) loop"
+        target = ">= 100,000 msg/s and >= 2x anchor"
+        n, reps, js, payload = self.sizes.publish_msgs, self.sizes.publish_reps, self.js, self.payload
+        anchor = self.get_anchor()
+        njs = anchor.js
+        use_async = callable(getattr(njs, "publish_async", None)) and callable(getattr(njs, "publish_async_completed", None))
+        window = 1000
+
+        async def anchor_publish(subject: str, count: int) -> None:
+            if use_async:
+                for _ in range(count):
+                    await njs.publish_async(subject, payload)
+                await njs.publish_async_completed()
+            else:  # pipelined js.publish, `window` requests in flight
+                for off in range(0, count, window):
+                    await asyncio.gather(*(njs.publish(subject, payload) for _ in range(min(window, count - off))))
+
+        def engine_rep(r: int, count: int) -> float:
+            stream = f"PUB{r}"
+            js.add_stream(name=stream, subjects=[f"pub{r}.>"])
+            subject = f"pub{r}.x"
+            gc.collect()
+            t = time.perf_counter()
+            for _ in range(count):
+                js.publish(subject, payload)
+            dt = time.perf_counter() - t
+            got = js.stream_info(stream).state.messages
+            js.delete_stream(stream)
+            if got != count:
+                raise AssertionError(f"engine stored {got} of {count} messages")
+            return count / dt
+
+        def anchor_rep(r: int, count: int) -> float:
+            stream = f"PUB{r}"
+            anchor.run(njs.add_stream(name=stream, subjects=[f"pub{r}.>"]))
+            gc.collect()
+            t = time.perf_counter()
+            anchor.run(anchor_publish(f"pub{r}.x", count))
+            dt = time.perf_counter() - t
+            got = anchor.run(anchor.messages(stream))
+            anchor.run(njs.delete_stream(stream))
+            if got != count:
+                raise AssertionError(f"nats-server stored {got} of {count} messages")
+            return count / dt
+
+        engine_rep(999, 2000)  # warm-up, not measured
+        anchor_rep(999, 2000)
+        eng, anc = [], []
+        for r in range(reps):  # interleaved, so drift in machine load hits both sides alike
+            eng.append(engine_rep(r, n))
+            anc.append(anchor_rep(r, n))
+            log(f"1 single publish {r + 1}/{reps}: engine {rate(eng[-1])}, anchor {rate(anc[-1])}")
+        e, a = statistics.median(eng), statistics.median(anc)
+        ratios = [x / y for x, y in zip(eng, anc)]
+        how = "nats-py js.publish_async + publish_async_completed()" if use_async else f"nats-py js.publish pipelined via asyncio.gather, {window} in flight"
+        return [
+            Row(
+                "1", name, rate(e), rate(a) + (" (publish_async)" if use_async else " (gathered publish)"), f"{e / a:.2f}x", target,
+                verdict([(e >= 100_000, "< 100,000 msg/s"), (e / a >= 2, "< 2x anchor")]),
+                f"engine {spread(eng)}; anchor {spread(anc)}",
+                [
+                    f"{reps} interleaved repetitions of {n:,} messages per side, each on a fresh stream, after a 2,000-message warm-up; "
+                    f"anchor: {how}; per-repetition ratios {min(ratios):.2f}x-{max(ratios):.2f}x."
+                ],
+            )
+        ]
+
+    # ---- row 2 ------------------------------------------------------------------
+
+    def row_publish_batch(self) -> list[Row]:
+        name = "Arrow batch append: js.publish_batch(table, stream=)"
+        target = ">= 1,500,000 msg/s"
+        if not self.has("publish_batch"):
+            return [not_available("2", name, target, "js.publish_batch missing")]
+        js, n = self.js, self.sizes.batch_msgs
+        table = message_table(n, "bat")
+
+        def rep(rows_per_call: int) -> float:
+            js.add_stream(name="BATCH", subjects=["bat.>"])
+            gc.collect()
+            t = time.perf_counter()
+            publish_table(js, table, "BATCH", rows_per_call)
+            dt = time.perf_counter() - t
+            got = js.stream_info("BATCH").state.messages
+            js.delete_stream("BATCH")
+            if got != n:
+                raise AssertionError(f"engine stored {got} of {n} messages")
+            return n / dt
+
+        rows = []
+        for key, rows_per_call, tgt in (("2", self.sizes.batch_rows, target), ("2b", SPARK_BATCH_ROWS, "")):
+            rep(rows_per_call)  # warm-up
+            vals = []
+            for r in range(self.sizes.batch_reps):
+                vals.append(rep(rows_per_call))
+                log(f"{key} publish_batch ({rows_per_call:,} rows/call) {r + 1}/{self.sizes.batch_reps}: {rate(vals[-1])}")
+            m = statistics.median(vals)
+            rows.append(
+                Row(
+                    key,
+                    f"{name}, {rows_per_call:,} rows/call" + (" (Spark's Arrow batch)" if not tgt else ""),
+                    rate(m), target=tgt or "-", result=verdict([(m >= 1_500_000, "< 1,500,000 msg/s")]) if tgt else "info",
+                    spread=spread(vals),
+                )  # fmt: skip
+            )
+        rows[0].notes.append(
+            f"{n:,} messages per repetition on {SUBJECTS_PER_TABLE} subjects, a fresh stream each time; "
+            f"median of {self.sizes.batch_reps} after one warm-up; the table is built before the clock starts."
+        )
+        return rows
+
+    # ---- the BIG stream (rows 3, 4, 5) -------------------------------------------
+
+    def ensure_big(self, n: int) -> None:
+        """Grow the engine's stream BIG to n messages with publish_batch (1,000,000-row tables)."""
+        if self.big_msgs >= n:
+            return
+        if self.big_msgs == 0:
+            self.js.add_stream(name="BIG", subjects=["big.>"])
+        if self.big_table is None:
+            self.big_table = message_table(min(1_000_000, self.sizes.big_msgs), "big")
+        t = time.perf_counter()
+        start = self.big_msgs
+        while self.big_msgs < n:
+            chunk = self.big_table.slice(0, min(self.big_table.num_rows, n - self.big_msgs))
+            publish_table(self.js, chunk, "BIG", self.sizes.batch_rows)
+            self.big_msgs += chunk.num_rows
+            if self.big_msgs % 1_000_000 == 0 or self.big_msgs == n:
+                log(f"BIG stream: {self.big_msgs:,} / {n:,} messages")
+        got = self.js.stream_info("BIG").state.messages
+        if got != n:
+            raise AssertionError(f"BIG holds {got} messages, expected {n}")
+        self.big_build_s = getattr(self, "big_build_s", 0.0) + time.perf_counter() - t
+        self.big_build_msgs = getattr(self, "big_build_msgs", 0) + n - start
+
+    def _missing_bulk(self) -> Optional[str]:
+        missing = [m for m in ("read_batches", "publish_batch") if not self.has(m)]
+        return " and ".join(f"js.{m}" for m in missing) + " missing" if missing else None
+
+    # ---- row 3 ------------------------------------------------------------------
+
+    def row_read(self) -> list[Row]:
+        n = self.sizes.read_msgs
+        name = f"range read into Arrow, warm: js.read_batches, {n:,} msgs"
+        target = ">= 5,000,000 msg/s and >= 100x anchor"
+        why = self._missing_bulk()
+        if why:
+            return [not_available("3", name, target, why + "; no anchor run")]
+        js = self.js
+        self.ensure_big(n)
+
+        def one_pass() -> float:
+            gc.collect()
+            t = time.perf_counter()
+            rows = 0
+            for batch in js.read_batches("BIG", 1, n):
+                rows += batch.num_rows
+            dt = time.perf_counter() - t
+            if rows != n:
+                raise AssertionError(f"read_batches returned {rows} rows for {n} sequences")
+            return n / dt
+
+        first = next(iter(js.read_batches("BIG", 1, 10)))
+        want = ["stream", "subject", "seq", "timestamp", "data"]
+        if first.schema.names[:5] != want:
+            raise AssertionError(f"read_batches columns {first.schema.names}, expected {want}")
+        cold = one_pass()
+        warm = []
+        for r in range(self.sizes.read_reps):
+            warm.append(one_pass())
+            log(f"3 read_batches warm {r + 1}/{self.sizes.read_reps}: {rate(warm[-1])}")
+
+        anc = self.anchor_pull_fetch()
+        e, a = statistics.median(warm), statistics.median(anc)
+        return [
+            Row(
+                "3", name, rate(e), rate(a) + " (pull fetch)", f"{e / a:.0f}x", target,
+                verdict([(e >= 5_000_000, "< 5,000,000 msg/s"), (e / a >= 100, "< 100x anchor")]),
+                f"engine {spread(warm)}; anchor {spread(anc)}",
+                [
+                    f"engine: sequences 1..{n:,} of BIG, first pass {rate(cold)} (not counted), then the median of {len(warm)} warm passes; "
+                    f"anchor: nats-py pull_subscribe with an ephemeral ack-none consumer (nats-py 2.16 has no ordered pull consumer), "
+                    f"fetch(batch=1000) until {self.sizes.anchor_read_msgs:,} messages, median of {len(anc)} consumers."
+                ],
+            )
+        ]
+
+    def anchor_pull_fetch(self) -> list[float]:
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+        anchor = self.get_anchor()
+        njs, n = anchor.js, self.sizes.anchor_read_msgs
+        anchor.run(njs.add_stream(name="READ", subjects=["read.>"]))
+        log(f"filling nats-server stream READ with {n:,} messages")
+        anchor.run(anchor.fill("read.x", n, self.payload))
+        if anchor.run(anchor.messages("READ")) != n:
+            raise AssertionError("nats-server READ stream is short")
+
+        async def drain() -> float:
+            sub = await njs.pull_subscribe(
+                "read.>", stream="READ",
+                config=ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL, inactive_threshold=30.0),
+            )  # fmt: skip
+            got = 0
+            t = time.perf_counter()
+            while got < n:
+                got += len(await sub.fetch(batch=1000, timeout=10))
+            dt = time.perf_counter() - t
+            await sub.unsubscribe()
+            if got != n:
+                raise AssertionError(f"fetched {got} of {n}")
+            return n / dt
+
+        out = []
+        for r in range(self.sizes.anchor_read_reps):
+            gc.collect()
+            out.append(anchor.run(drain()))
+            log(f"3 anchor pull fetch {r + 1}/{self.sizes.anchor_read_reps}: {rate(out[-1])}")
+        anchor.run(njs.delete_stream("READ"))
+        return out
+
+    # ---- row 4 ------------------------------------------------------------------
+
+    def row_mid_read(self) -> list[Row]:
+        n = self.sizes.big_msgs
+        name = f"1,000 msgs from the middle of {n:,}: list(js.read_batches(...))"
+        target = "< 5 ms"
+        why = self._missing_bulk()
+        if why:
+            return [not_available("4", name, target, why)]
+        js = self.js
+        self.ensure_big(n)
+        rng = random.Random(4)
+        mid = n // 2
+        times = []
+        for i in range(self.sizes.mid_reads):
+            start = mid + rng.randrange(-n // 100, n // 100)  # within 1% of the middle
+            gc.collect()
+            t = time.perf_counter()
+            batches = list(js.read_batches("BIG", start, start + 999))
+            times.append((time.perf_counter() - t) * 1e3)
+            if i == 0 and sum(b.num_rows for b in batches) != 1000:
+                raise AssertionError("read_batches did not return 1,000 rows")
+        m = statistics.median(times)
+        q = statistics.quantiles(times, n=10) if len(times) >= 10 else [min(times)] * 9
+        notes = [f"{len(times)} reads at random starts within 1% of seq {mid:,}, after the first row-3 reads warmed this handle; p10 {q[0]:.2f} ms, p90 {q[-1]:.2f} ms."]
+        if n < 10_000_000:
+            notes.append(f"--quick: the stream holds {n:,} messages, not 10,000,000.")
+        if getattr(self, "big_build_msgs", 0):
+            notes.append(f"building BIG with publish_batch ({self.sizes.batch_rows:,} rows/call): {self.big_build_msgs:,} msgs in {self.big_build_s:.1f} s ({rate(self.big_build_msgs / self.big_build_s)}).")
+        return [Row("4", name, f"{m:.2f} ms", target=target, result=verdict([(m < 5, ">= 5 ms")]), spread=f"{len(times)} runs: {min(times):.2f}-{max(times):.2f} ms", notes=notes)]
+
+    # ---- row 5 ------------------------------------------------------------------
+
+    def row_rss(self) -> list[Row]:
+        n = self.sizes.big_msgs
+        name = f"peak RSS, child process scanning {n:,} msgs with read_batches"
+        target = "< 500 MB"
+        why = self._missing_bulk()
+        if why:
+            return [not_available("5", name, target, why)]
+        self.ensure_big(n)
+        results = []
+        for i, child in enumerate(self.children):
+            results.append(child.scan(self.store, "BIG", n // 2))
+            r = results[-1]
+            if r["rows"] != n or r["mid_rows"] != 1000:
+                raise AssertionError(f"RSS child read {r['rows']} rows (mid read {r['mid_rows']}), expected {n}")
+            log(f"5 scan {i + 1}/{len(self.children)}: ru_maxrss {r['maxrss_kb'] / 1024:.0f} MB, VmHWM {r['vmhwm_kb'] / 1024:.0f} MB, {rate(n / r['scan_s'])}")
+        peaks = [r["maxrss_kb"] / 1024 for r in results]
+        m = statistics.median(peaks)
+        pick = results[peaks.index(sorted(peaks)[len(peaks) // 2])]
+        notes = [
+            f"ru_maxrss of a child process (spawned before this process grew: Linux carries ru_maxrss across fork+exec); "
+            f"median of {len(results)} child process{'es' if len(results) > 1 else ''}; its VmHWM {pick['vmhwm_kb'] / 1024:.0f} MB; "
+            f"peak before the scan (after import, open and one 1,000-msg read) {pick['baseline_maxrss_kb'] / 1024:.0f} MB.",
+            f"the same child: imported jetspark and pyarrow in {pick['import_ms']:.0f} ms, opened the store in {pick['open_ms']:.1f} ms, "
+            f"first 1,000-msg read from the middle on the fresh handle "
+            f"{pick['first_mid_read_ms']:.2f} ms{' (pandas got imported during it)' if pick.get('first_read_imported_pandas') else ''}, full scan {pick['scan_s']:.2f} s ({rate(n / pick['scan_s'])}); "
+            f"after the scan, its first stream_info took {pick['info_ms']:.0f} ms and its peak RSS became {pick['info_maxrss_kb'] / 1024:.0f} MB (not counted above).",
+        ]
+        if n < 10_000_000:
+            notes.append(f"--quick: the stream holds {n:,} messages, not 10,000,000.")
+        return [Row("5", name, f"{m:.0f} MB", target=target, result=verdict([(m < 500, ">= 500 MB")]), spread=spread(peaks, "MB", lambda v: f"{v:.0f}"), notes=notes)]
+
+    # ---- row 6: consumers ---------------------------------------------------------
+    #
+    # Kept apart from rows 1-5: it was written before the consumers landed, and
+    # is skipped ("not available") on an engine without js.add_consumer.  It
+    # uses nats-py's shape: js.add_consumer(stream, config), js.pull_subscribe(
+    # subject, durable=..., stream=...).fetch(batch), msg.ack(), plus the bulk
+    # ack-floor call Spark's commit uses.
+
+    ACK_FLOOR_METHOD = "advance_ack_floor"  # js.advance_ack_floor(stream, durable, seq)
+
+    def row_consumers(self) -> list[Row]:
+        n = self.sizes.consumer_msgs
+        fetch_name = f"consumer fetch(batch=1000) + explicit ack, {n:,} msgs"
+        floor_name = f"advance a durable's ack floor over {n:,} msgs (interest)"
+        if not self.has("add_consumer"):
+            why = "js.add_consumer missing: consumers issue"
+            return [not_available("6a", fetch_name, "ratio only", why), not_available("6b", floor_name, "ratio only", why)]
+        if not self.has("publish_batch"):
+            why = "js.publish_batch missing"
+            return [not_available("6a", fetch_name, "ratio only", why), not_available("6b", floor_name, "ratio only", why)]
+        return [self._row_fetch_ack(fetch_name), self._row_ack_floor(floor_name)]
+
+    def _row_fetch_ack(self, name: str) -> Row:
+        from jetspark import AckPolicy, ConsumerConfig
+
+        js, n = self.js, self.sizes.consumer_msgs
+        js.add_stream(name="CONS", subjects=["cons.>"])
+        publish_table(js, message_table(n, "cons"), "CONS", self.sizes.batch_rows)
+        vals = []
+        for r in range(3):
+            durable = f"bench{r}"
+            js.add_consumer("CONS", ConsumerConfig(durable_name=durable, ack_policy=AckPolicy.EXPLICIT))
+            sub = js.pull_subscribe("cons.>", durable=durable, stream="CONS")
+            gc.collect()
+            got = 0
+            t = time.perf_counter()
+            while got < n:
+                msgs = sub.fetch(batch=1000)
+                for msg in msgs:
+                    msg.ack()
+                got += len(msgs)
+            # msg.ack() is fire-and-forget, as in nats-py; the clock stops once the acks are applied.
+            floor = js.consumer_info("CONS", durable).ack_floor.stream_seq
+            vals.append(n / (time.perf_counter() - t))
+            js.delete_consumer("CONS", durable)
+            if got != n or floor != n:
+                raise AssertionError(f"fetched {got} and ack floor {floor}, expected {n}")
+            log(f"6a engine fetch+ack {r + 1}/3: {rate(vals[-1])}")
+        js.delete_stream("CONS")
+        anc = self.anchor_fetch_ack(ack="explicit")
+        e, a = statistics.median(vals), statistics.median(anc)
+        return Row(
+            "6a", name, rate(e), rate(a) + " (fetch + ack)", f"{e / a:.1f}x", "ratio only", "info",
+            f"engine {spread(vals)}; anchor {spread(anc)}",
+            [f"engine: {n:,} msgs, 3 fresh durables; anchor: nats-py pull_subscribe durable, explicit ack, fetch(1000) + msg.ack() over {self.sizes.anchor_consumer_msgs:,} msgs."],
+        )  # fmt: skip
+
+    def _row_ack_floor(self, name: str) -> Row:
+        from jetspark import AckPolicy, ConsumerConfig, RetentionPolicy
+
+        js, n = self.js, self.sizes.consumer_msgs
+        advance = getattr(js, self.ACK_FLOOR_METHOD, None)
+        if advance is None:
+            return not_available("6b", name, "ratio only", f"js.{self.ACK_FLOOR_METHOD} missing")
+        table = message_table(n, "int")
+        vals = []
+        for r in range(3):
+            js.add_stream(name="INT", subjects=["int.>"], retention=RetentionPolicy.INTEREST)
+            js.add_consumer("INT", ConsumerConfig(durable_name="floor", ack_policy=AckPolicy.ALL))
+            publish_table(js, table, "INT", self.sizes.batch_rows)
+            last = js.stream_info("INT").state.last_seq
+            gc.collect()
+            t = time.perf_counter()
+            advance("INT", "floor", last)
+            vals.append(n / (time.perf_counter() - t))
+            left = js.stream_info("INT").state.messages
+            js.delete_stream("INT")
+            if left:
+                raise AssertionError(f"{left} messages left on the interest stream after the ack floor passed them")
+            log(f"6b engine ack floor {r + 1}/3: {rate(vals[-1])}")
+        anc = self.anchor_fetch_ack(ack="all")
+        e, a = statistics.median(vals), statistics.median(anc)
+        return Row(
+            "6b", name, rate(e), rate(a) + " (fetch + ack last, ack all)", f"{e / a:.0f}x", "ratio only", "info",
+            f"engine {spread(vals)}; anchor {spread(anc)}",
+            [f"engine: one js.{self.ACK_FLOOR_METHOD}(stream, durable, last_seq) over {n:,} msgs; anchor: nats-py durable with ack_policy=all on an interest stream, fetch(1000) and ack the last msg of each batch, {self.sizes.anchor_consumer_msgs:,} msgs."],
+        )  # fmt: skip
+
+    def anchor_fetch_ack(self, ack: str) -> list[float]:
+        """nats-py durable pull consumer: fetch(batch=1000), then ack every msg (explicit) or the last (all)."""
+        from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy
+
+        anchor = self.get_anchor()
+        njs, n = anchor.js, self.sizes.anchor_consumer_msgs
+        explicit = ack == "explicit"
+        out = []
+        for r in range(3):
+            stream = f"ACK{r}"
+            subject = f"ack{r}.x"
+            retention = RetentionPolicy.LIMITS if explicit else RetentionPolicy.INTEREST
+            anchor.run(njs.add_stream(name=stream, subjects=[f"ack{r}.>"], retention=retention))
+
+            async def settle() -> None:
+                # Acks are fire-and-forget publishes: the clock stops when the server has applied all of them.
+                while (await njs.consumer_info(stream, "bench")).ack_floor.stream_seq < n:
+                    await asyncio.sleep(0.001)
+
+            async def run() -> float:
+                durable = "bench"
+                cfg = ConsumerConfig(ack_policy=AckPolicy.EXPLICIT if explicit else AckPolicy.ALL, max_ack_pending=-1)
+                sub = await njs.pull_subscribe(subject, durable=durable, stream=stream, config=cfg)
+                await anchor.fill(subject, n, self.payload)  # after the durable exists: interest streams keep only what has interest
+                got = 0
+                t = time.perf_counter()
+                while got < n:
+                    msgs = await sub.fetch(batch=1000, timeout=10)
+                    if explicit:
+                        for msg in msgs:
+                            await msg.ack()
+                    else:
+                        await msgs[-1].ack()
+                    got += len(msgs)
+                await settle()
+                dt = time.perf_counter() - t
+                await sub.unsubscribe()
+                return n / dt
+
+            gc.collect()
+            out.append(anchor.run(run()))
+            anchor.run(njs.delete_stream(stream))
+            log(f"6 anchor fetch+ack ({ack}) {r + 1}/3: {rate(out[-1])}")
+        return out
+
+
+# --------------------------------------------------------------------------- main
+
+SECTIONS = ("1", "2", "3", "4", "5", "6")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions (a 1,000,000-msg stream for rows 4 and 5)")
+    parser.add_argument("--dir", type=Path, default=None, help="where the temporary store and nats-server data go (default: the system temp dir)")
+    parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated rows to run, e.g. --only 1,3 (default: all)")
+    args = parser.parse_args(argv)
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = sorted(set(only) - set(SECTIONS))
+    if unknown:
+        parser.error(f"--only: unknown rows {unknown}; choose from {', '.join(SECTIONS)}")
+    sizes = QUICK if args.quick else FULL
+
+    # Before anything else grows this process (see RssChild).
+    children = [RssChild() for _ in range(sizes.rss_reps)] if "5" in only else []
+    base = None
+    bench = None
+
+    def on_term(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    rows: list[Row] = []
+    errors = 0
+    try:
+        _load_heavy_modules()
+        if args.dir is not None:
+            args.dir.mkdir(parents=True, exist_ok=True)
+        base = Path(tempfile.mkdtemp(prefix="jetspark-bench-", dir=args.dir))
+        header = machine_info(base, sizes, args.quick)
+        bench = Bench(args, sizes, base, children)
+        sections = {
+            "1": ("single publish", bench.row_publish),
+            "2": ("publish_batch", bench.row_publish_batch),
+            "3": ("range read", bench.row_read),
+            "4": ("read from the middle", bench.row_mid_read),
+            "5": ("peak RSS", bench.row_rss),
+            "6": ("consumers", bench.row_consumers),
+        }
+        for key in SECTIONS:
+            if key not in only:
+                continue
+            title, fn = sections[key]
+            log(f"row {key}: {title}")
+            try:
+                rows.extend(fn())
+            except Exception as exc:
+                errors += 1
+                traceback.print_exc()
+                rows.append(Row(key, title, value=f"error: {type(exc).__name__}: {exc}"[:160], result="ERROR"))
+        header.append(f"- load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print("\n".join(header))
+        print()
+        print_table(rows)
+    finally:
+        if bench is not None:
+            bench.close()
+        else:
+            for child in children:
+                child.dismiss()
+        if base is not None:
+            shutil.rmtree(base, ignore_errors=True)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,18 @@
+"""The ``jetspark`` command line, over the public API only (``jetspark.connect`` and its handle).
+
+::
+
+    app.py        the click group, global options (--store, --server, --debug)
+    context.py    State (the lazily opened store) and the one error boundary
+    streams.py    jetspark stream add|edit|info|ls|rm|purge|get|rmm|report
+    consumers.py  jetspark consumer add|edit|info|ls|rm|next
+    messages.py   jetspark pub, sub, fetch
+    tools.py      jetspark demo, bench
+    parse.py      durations and sizes, as the nats CLI reads them
+    templates.py  {{Count}}-style body templates for pub
+    output.py     tables, JSON, progress bars
+"""
+
+from jetspark.cli.app import cli, main
+
+__all__ = ["cli", "main"]

@@ -1,0 +1,5 @@
+"""``python -m jetspark.cli``."""
+
+from jetspark.cli.app import main
+
+main()

@@ -1,0 +1,58 @@
+"""The ``jetspark`` click group: global options and the command tree."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import click
+
+import jetspark
+from jetspark.cli.consumers import consumer
+from jetspark.cli.context import DEFAULT_STORE, Group, State
+from jetspark.cli.messages import fetch, pub, sub
+from jetspark.cli.streams import stream
+from jetspark.cli.tools import bench, demo
+
+__all__ = ["cli", "main"]
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@click.group(cls=Group, context_settings=CONTEXT_SETTINGS)
+@click.option(
+    "--store",
+    envvar="JETSPARK_STORE",
+    default=DEFAULT_STORE,
+    show_default=True,
+    show_envvar=True,
+    metavar="PATH",
+    help="Directory of the embedded store.",
+)
+@click.option("--server", metavar="URL", help="A NATS server (nats://host:port) instead of the embedded store. Not available yet.")
+@click.option("--debug", is_flag=True, help="Show the full traceback of an error.")
+@click.version_option(jetspark.__version__, "--version", prog_name="jetspark")
+@click.pass_context
+def cli(ctx: click.Context, store: str, server: Optional[str], debug: bool):
+    """jetspark: streams with NATS JetStream semantics in a directory, from the command line.
+
+    Commands and flags follow the `nats` CLI.  Durations read like 500ms,
+    1h30m or 7d; sizes like 10MB or 1GiB (1024-based).  Read commands take
+    --json for machine-readable output.  The store is --store, else
+    $JETSPARK_STORE, else ./jetspark-data.
+
+    \b
+    Example:
+      jetspark stream add ORDERS --subjects 'orders.>'
+      jetspark pub orders.new '{"id": {{Count}}}' --count 10
+      jetspark sub 'orders.>' --no-follow
+    """
+    ctx.obj = State(store=store, server=server, debug=debug)
+
+
+for command in (stream, consumer, pub, sub, fetch, demo, bench):
+    cli.add_command(command)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    """The console script's entry point."""
+    cli.main(args=list(argv) if argv is not None else None, prog_name="jetspark")

@@ -1,0 +1,138 @@
+"""The command line's shared state and its one error boundary.
+
+``State`` (``ctx.obj``) holds the global options and opens the store on first
+use, through ``jetspark.connect`` only.  ``Group.invoke`` is the single place
+where library errors become ``click.ClickException``: one line on stderr, the
+JetStream description and err_code for API errors, exit status 1, and the
+traceback only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+import click
+
+import jetspark
+from jetspark.errors import APIError, JetSparkError
+
+__all__ = ["DEFAULT_STORE", "Group", "State", "describe_error", "pass_state"]
+
+# conf/jetspark.toml [store] path; a test keeps the two equal.
+DEFAULT_STORE = "./jetspark-data"
+
+
+class State:
+    """Global options plus the lazily opened JetStream handle."""
+
+    def __init__(self, store: str, server: Optional[str], debug: bool) -> None:
+        self.store = store
+        self.server = server
+        self.debug = debug
+        self._js = None
+
+    def js(self, create: bool = False):
+        """The JetStream handle on the store.
+
+        Only commands that create something (``stream add``) may create the
+        store: the others fail on a path that holds none, so a mistyped
+        ``--store`` reports itself instead of leaving an empty store behind.
+        """
+        self.check_backend()
+        if self._js is None:
+            path = Path(str(self.store).removeprefix("file://"))
+            if not create and not (path / "store.json").exists():
+                raise click.ClickException(
+                    f"no jetspark store at {self.store} (choose one with --store or JETSPARK_STORE; "
+                    "`jetspark stream add` creates it)"
+                )
+            self._js = jetspark.connect(str(path))
+        return self._js
+
+    def check_backend(self) -> None:
+        """``--server`` names a backend that does not exist yet: say so."""
+        if self.server is not None:
+            raise click.ClickException(
+                f"--server {self.server}: the nats server backend is not available yet; "
+                "jetspark runs the embedded engine on a directory (--store PATH or JETSPARK_STORE)"
+            )
+
+    def close(self) -> None:
+        js, self._js = self._js, None
+        if js is not None:
+            js.close()
+
+
+pass_state = click.make_pass_decorator(State)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for a library error: API errors as ``description (err_code N)``."""
+    if isinstance(exc, APIError):
+        return f"{exc.description} (err_code {exc.err_code})"
+    if isinstance(exc, JetSparkError):
+        return str(exc) or type(exc).__name__
+    if isinstance(exc, OSError):
+        return f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}"
+    return f"{type(exc).__name__}: {exc} (an unexpected error; rerun with --debug for the traceback)"
+
+
+class Group(click.Group):
+    """A click group that turns library errors into ClickException, and closes the store."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt, SystemExit):
+            raise
+        except BrokenPipeError:
+            # `jetspark sub ... | head`: the reader left; stop quietly, as cat does.
+            _silence_stdout()
+            raise click.exceptions.Exit(141) from None
+        except Exception as exc:
+            state = ctx.find_object(State)
+            if state is not None and state.debug:
+                raise
+            raise click.ClickException(describe_error(exc)) from exc
+        finally:
+            if ctx.parent is None:
+                state = ctx.find_object(State)
+                if state is not None:
+                    self._close(state)
+
+    @staticmethod
+    def _close(state: State) -> None:
+        try:
+            state.close()  # applies buffered acks
+        except Exception as exc:
+            if state.debug:
+                raise
+            raise click.ClickException(describe_error(exc)) from exc
+
+
+def needs_store(create: bool = False) -> Callable:
+    """Pass the JetStream handle as the command's first argument."""
+
+    def deco(fn: Callable) -> Callable:
+        @pass_state
+        @functools.wraps(fn)
+        def wrapper(state: State, *args, **kwargs):
+            return fn(state.js(create=create), *args, **kwargs)
+
+        return wrapper
+
+    return deco

@@ -1,0 +1,215 @@
+"""The command tree as a whole: help and README for every command, global options, errors, demo, bench."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+from importlib import metadata
+from pathlib import Path
+
+import click
+import pytest
+
+import jetspark
+from jetspark.cli import cli as jetspark_cli
+from jetspark.cli import tools
+from jetspark.cli.context import DEFAULT_STORE
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+
+
+def walk(command: click.Command, path: tuple[str, ...] = ()):
+    yield path, command
+    if isinstance(command, click.Group):
+        for name, sub in sorted(command.commands.items()):
+            yield from walk(sub, path + (name,))
+
+
+COMMANDS = list(walk(jetspark_cli))
+LEAVES = [path for path, c in COMMANDS if not isinstance(c, click.Group)]
+# Every command that prints data takes --json.
+READ_COMMANDS = [
+    ("stream", "add"), ("stream", "edit"), ("stream", "info"), ("stream", "ls"), ("stream", "report"), ("stream", "get"),
+    ("stream", "purge"), ("consumer", "add"), ("consumer", "edit"), ("consumer", "info"), ("consumer", "ls"),
+    ("consumer", "next"), ("pub",), ("sub",), ("fetch",),
+]
+
+
+def test_the_issue_s_commands_exist():
+    assert set(LEAVES) == {
+        *(("stream", c) for c in ("add", "edit", "info", "ls", "rm", "purge", "get", "rmm", "report")),
+        *(("consumer", c) for c in ("add", "edit", "info", "ls", "rm", "next")),
+        ("pub",), ("sub",), ("fetch",), ("demo",), ("bench",),
+    }
+
+
+@pytest.mark.parametrize("path", [p for p, _ in COMMANDS], ids=lambda p: " ".join(p) or "jetspark")
+def test_every_command_has_help_with_an_example_and_is_in_the_readme(cli, path):
+    command = dict(COMMANDS)[path]
+    assert (command.help or "").strip(), f"jetspark {' '.join(path)} has no help text"
+    r = cli(*path, "--help")
+    assert "Example:" in r.stdout
+    assert re.search(r"^\s+jetspark .*" + " ".join(path), r.stdout, re.M), "the example should use the command itself"
+    for param in command.params:
+        if isinstance(param, click.Option):
+            assert param.help, f"jetspark {' '.join(path)} {param.opts[0]} has no help"
+    section = README.split("## Command line", 1)[1]
+    assert f"jetspark {' '.join(path)}".strip() in section, f"README's Command line section does not mention jetspark {' '.join(path)}"
+
+
+@pytest.mark.parametrize("path", READ_COMMANDS, ids=" ".join)
+def test_read_commands_take_json(path):
+    command = dict(COMMANDS)[path]
+    assert any("--json" in p.opts for p in command.params if isinstance(p, click.Option))
+
+
+def test_cli_uses_only_the_public_api():
+    for source in (ROOT / "jetspark" / "cli").glob("*.py"):
+        text = source.read_text()
+        assert "jetspark.engine" not in text, f"{source.name} imports engine internals"
+        assert not re.search(r"\bjs\._|\bmsg\._|\bsub_?\._", text), f"{source.name} uses a private attribute of the API"
+
+
+def test_importing_the_cli_is_light():
+    code = "import sys, jetspark.cli; print(sorted(m for m in ('numpy', 'pyarrow', 'pyspark', 'tqdm') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_console_script_and_module():
+    (ep,) = [e for e in metadata.entry_points(group="console_scripts") if e.name == "jetspark"]
+    assert ep.value == "jetspark.cli:main"
+    out = subprocess.run([sys.executable, "-m", "jetspark.cli", "--version"], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == f"jetspark, version {jetspark.__version__}"
+
+
+def test_default_store_is_conf_s():
+    tomllib = pytest.importorskip("tomllib")
+    conf = tomllib.loads((ROOT / "conf" / "jetspark.toml").read_text())
+    assert DEFAULT_STORE == conf["store"]["path"]
+    assert jetspark_cli.params[0].default == DEFAULT_STORE
+
+
+def test_store_comes_from_flag_then_env_then_default(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    flag, env = tmp_path / "flag", tmp_path / "env"
+    cli("--store", flag, "stream", "add", "F")
+    cli("stream", "add", "E", env={"JETSPARK_STORE": str(env)})
+    cli("stream", "add", "D", env={"JETSPARK_STORE": None})
+    assert cli.json("--store", flag, "stream", "ls", "--names", env={"JETSPARK_STORE": str(env)}) == ["F"]
+    assert cli.json("stream", "ls", "--names", env={"JETSPARK_STORE": str(env)}) == ["E"]
+    assert cli.json("stream", "ls", "--names", env={"JETSPARK_STORE": None}) == ["D"]
+    assert (tmp_path / "jetspark-data" / "store.json").exists()
+    assert cli.json("--store", f"file://{flag}", "stream", "ls", "--names") == ["F"]
+
+
+def test_a_missing_store_is_not_created(cli):
+    r = cli("stream", "ls", code=1)
+    assert r.stderr.strip() == (
+        f"Error: no jetspark store at {cli.store} (choose one with --store or JETSPARK_STORE; `jetspark stream add` creates it)"
+    )
+    cli("pub", "x", "y", code=1)
+    assert not cli.store.exists()
+
+
+def test_server_is_not_available_yet(cli):
+    r = cli("--server", "nats://127.0.0.1:4222", "stream", "ls", code=1)
+    assert r.stderr.strip() == (
+        "Error: --server nats://127.0.0.1:4222: the nats server backend is not available yet; "
+        "jetspark runs the embedded engine on a directory (--store PATH or JETSPARK_STORE)"
+    )
+    cli("--server", "nats://x", "demo", code=1)
+
+
+def test_errors_are_one_line_and_debug_shows_the_traceback(cli):
+    cli("stream", "add", "S")
+    r = cli("stream", "info", "NOPE", code=1)
+    assert r.stderr == "Error: stream not found (err_code 10059)\n"
+    assert r.stdout == ""
+    from click.testing import CliRunner
+
+    r = CliRunner(env={"JETSPARK_STORE": str(cli.store)}).invoke(jetspark_cli, ["--debug", "stream", "info", "NOPE"])
+    assert r.exit_code == 1
+    assert isinstance(r.exception, jetspark.StreamNotFoundError)
+
+
+def test_unexpected_errors_are_one_line_too(cli, monkeypatch):
+    cli("stream", "add", "S")
+
+    def boom(self, *a, **kw):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr("jetspark.engine.handle.JetStream.streams_info", boom)
+    r = cli("stream", "ls", code=1)
+    assert r.stderr == "Error: RuntimeError: disk on fire (an unexpected error; rerun with --debug for the traceback)\n"
+
+
+def test_version(cli):
+    assert cli("--version").stdout.strip() == f"jetspark, version {jetspark.__version__}"
+
+
+# ---------------------------------------------------------------------- demo and bench
+
+
+def test_demo_runs_jetspark_demo_on_the_store(cli, monkeypatch):
+    calls = []
+
+    def fake_main(argv):
+        calls.append(list(argv))
+        print("demo ran")
+        return 0
+
+    monkeypatch.setattr("jetspark.demo.main", fake_main)
+    assert cli("demo").stdout == "demo ran\n"
+    cli("--store", "/elsewhere", "demo", "--seconds", "5", "--rate", "100")
+    assert calls == [["--store", str(cli.store)], ["--store", "/elsewhere", "--seconds", "5", "--rate", "100"]]
+    monkeypatch.setattr("jetspark.demo.main", lambda argv: 3)
+    cli("demo", code=3)
+
+
+FAKE_BENCH = textwrap.dedent(
+    """
+    import sys, time
+    def log(m):
+        print(time.strftime("[%H:%M:%S] ") + m, file=sys.stderr, flush=True)
+    log("row 1: single publish")
+    log("1 single publish 1/3: 100,000 msg/s")
+    log("row 3: range read")
+    print("| # | what | result |")
+    print("| 1 | publish | ok |", "args=" + " ".join(sys.argv[1:]))
+    sys.exit(int(sys.argv[-1]) if sys.argv[-1].isdigit() else 0)
+    """
+)
+
+
+@pytest.fixture
+def fake_bench(tmp_path, monkeypatch):
+    script = tmp_path / "benchmarks" / "bench_engine.py"
+    script.parent.mkdir()
+    script.write_text(FAKE_BENCH)
+    monkeypatch.setattr(tools, "BENCH_SCRIPT", script)
+    return script
+
+
+def test_bench_runs_the_script_and_prints_its_table(cli, fake_bench):
+    r = cli("bench", "--quick")
+    assert "| 1 | publish | ok | args=--quick" in r.stdout
+    assert "row 1: single publish" in r.stderr  # piped: the script's own log, no bar
+    r = cli("bench", "--only", "1,3", "--dir", fake_bench.parent, "--progress")
+    assert f"args=--only 1,3 --dir {fake_bench.parent}" in r.stdout
+    assert "bench" in r.stderr and "row" in r.stderr and "[" not in r.stderr.replace("[00:", "")
+    r = cli("bench", "--dir", "7", code=1)
+    assert "the benchmark script exited with status 7" in r.stderr
+
+
+def test_bench_without_the_script(cli, tmp_path, monkeypatch):
+    monkeypatch.setattr(tools, "BENCH_SCRIPT", tmp_path / "nowhere" / "bench_engine.py")
+    r = cli("bench", code=1)
+    assert "benchmark script not found" in r.stderr and "source checkout" in r.stderr
+
+
+def test_bench_script_location():
+    assert tools.BENCH_SCRIPT == ROOT / "benchmarks" / "bench_engine.py"

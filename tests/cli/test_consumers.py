@@ -1,0 +1,148 @@
+"""jetspark consumer add|edit|info|ls|rm|next, and jetspark fetch."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def test_add_info_ls(orders):
+    r = orders("consumer", "add", "ORDERS", "NEW", "--filter", "orders.new", "--wait", "45s", "--max-deliver", "5",
+               "--max-pending", "100", "--description", "new orders", "--backoff", "1s,5s", "--metadata", "owner=me")
+    assert "Consumer ORDERS > NEW added" in r.stdout
+    assert "Filter Subject: orders.new" in r.stdout
+    assert "Unprocessed Messages: 3" in r.stdout
+    info = orders.json("consumer", "info", "ORDERS", "NEW")
+    c = info["config"]
+    assert (info["name"], info["stream_name"], info["num_pending"]) == ("NEW", "ORDERS", 3)
+    assert (c["durable_name"], c["filter_subject"], c["ack_policy"], c["deliver_policy"]) == ("NEW", "orders.new", "explicit", "all")
+    assert (c["max_deliver"], c["max_ack_pending"], c["backoff"], c["metadata"]) == (5, 100, [1.0, 5.0], {"owner": "me"})
+    assert c["ack_wait"] == 1.0  # the server forces the first backoff step
+    assert "Ack Wait: 1s" in orders("consumer", "info", "ORDERS", "NEW").stdout
+
+    orders("consumer", "add", "ORDERS", "ALL", "--ack", "none", "--deliver", "last", "--replay", "original")
+    assert orders.json("consumer", "ls", "ORDERS", "--names") == ["ALL", "NEW"]
+    assert orders("consumer", "ls", "ORDERS", "-n").stdout.split() == ["ALL", "NEW"]
+    infos = orders.json("consumer", "ls", "ORDERS")
+    assert [(i["name"], i["config"]["ack_policy"], i["num_pending"]) for i in infos] == [("ALL", "none", 1), ("NEW", "explicit", 3)]
+    text = orders("consumer", "ls", "ORDERS").stdout
+    assert "Consumers of ORDERS" in text
+    assert any(line.split()[:1] == ["NEW"] for line in text.splitlines())
+    assert orders.json("stream", "info", "ORDERS")["state"]["consumer_count"] == 2
+
+
+@pytest.mark.parametrize(
+    "deliver, policy, first",
+    [
+        ("all", "all", 1),
+        ("last", "last", 5),
+        ("new", "new", None),
+        ("subject", "last_per_subject", 3),
+        ("4", "by_start_sequence", 4),
+        ("1h", "by_start_time", 1),
+    ],
+)
+def test_deliver_policies(orders, deliver, policy, first):
+    info = orders.json("consumer", "add", "ORDERS", "C", "--deliver", deliver)
+    assert info["config"]["deliver_policy"] == policy
+    if first is None:
+        orders("consumer", "next", "ORDERS", "C", "--wait", "0s", code=1)
+    else:
+        assert orders.json_lines("consumer", "next", "ORDERS", "C", "--wait", "0s")[0]["seq"] == first
+
+
+def test_add_errors(orders):
+    orders("consumer", "add", "ORDERS", "C")
+    r = orders("consumer", "add", "ORDERS", "C", "--max-deliver", "3", code=1)
+    assert r.stderr.strip() == "Error: consumer already exists (err_code 10148)"
+    r = orders("consumer", "add", "NOPE", "C", code=1)
+    assert r.stderr.strip() == "Error: stream not found (err_code 10059)"
+    r = orders("consumer", "add", "ORDERS", "D", "--deliver", "whenever", code=2)
+    assert "invalid start 'whenever'" in r.stderr
+    orders("stream", "add", "WQ", "--subjects", "wq.>", "--retention", "workqueue")
+    r = orders("consumer", "add", "WQ", "W", "--ack", "none", code=1)
+    assert "(err_code 10084)" in r.stderr
+
+
+def test_edit(orders):
+    orders("consumer", "add", "ORDERS", "C", "--filter", "orders.new")
+    info = orders.json("consumer", "edit", "ORDERS", "C", "--max-deliver", "7", "--description", "edited", "--filter", "orders.*")
+    assert info["name"] == "C"
+    # A fresh handle sees what the edit stored.
+    c = orders.json("consumer", "info", "ORDERS", "C")["config"]
+    assert (c["max_deliver"], c["description"], c["filter_subject"], c["ack_policy"]) == (7, "edited", "orders.*", "explicit")
+    r = orders("consumer", "edit", "ORDERS", "NOPE", "--max-deliver", "3", code=1)
+    assert r.stderr.strip() == "Error: consumer not found (err_code 10014)"
+
+
+def test_edit_prints_the_new_config(orders):
+    orders("consumer", "add", "ORDERS", "C")
+    r = orders("consumer", "edit", "ORDERS", "C", "--max-deliver", "7")
+    assert "max_deliver: -1 -> 7" in r.stdout
+
+
+def test_next_acks(orders):
+    orders("consumer", "add", "ORDERS", "NEW", "--filter", "orders.new")
+    r = orders("consumer", "next", "ORDERS", "NEW")
+    assert r.stdout.startswith("[ORDERS > NEW] orders.new @ ")
+    assert "stream seq 1, consumer seq 1, delivered 1x, 2 pending" in r.stdout
+    assert '{"id": 1}' in r.stdout and "Acknowledged message" in r.stdout
+    msgs = orders.json_lines("consumer", "next", "ORDERS", "NEW", "--count", "2")
+    assert [(m["seq"], m["consumer_seq"], m["delivered"], m["pending"], m["action"]) for m in msgs] == [(2, 2, 1, 1, "ack"), (3, 3, 1, 0, "ack")]
+    assert msgs[0]["data"] == '{"id": 2}' and msgs[0]["headers"] == {"Nats-Msg-Id": "order-2"}
+    info = orders.json("consumer", "info", "ORDERS", "NEW")
+    assert (info["ack_floor"]["stream_seq"], info["num_ack_pending"], info["num_pending"]) == (3, 0, 0)
+    r = orders("consumer", "next", "ORDERS", "NEW", "--wait", "50ms", code=1)
+    assert r.stderr.strip() == "Error: no message from consumer 'NEW' of stream 'ORDERS' within 0.05 s"
+
+
+def test_next_no_ack_nak_term(orders):
+    orders("consumer", "add", "ORDERS", "C", "--filter", "orders.new")
+    assert orders("consumer", "next", "ORDERS", "C", "--no-ack", "--raw").stdout == '{"id": 1}\n'
+    info = orders.json("consumer", "info", "ORDERS", "C")
+    assert (info["num_ack_pending"], info["ack_floor"]["stream_seq"]) == (1, 0)
+    # nak: delivered again at once
+    assert orders.json_lines("consumer", "next", "ORDERS", "C", "--nak")[0]["seq"] == 2
+    m = orders.json_lines("consumer", "next", "ORDERS", "C", "--term")[0]
+    assert (m["seq"], m["delivered"], m["action"]) == (2, 2, "term")
+    assert orders("consumer", "next", "ORDERS", "C", "--nak", "--term", code=2).stderr.count("cannot be combined") == 1
+
+
+def test_next_fewer_than_count(orders):
+    orders("consumer", "add", "ORDERS", "C", "--filter", "orders.shipped")
+    r = orders("consumer", "next", "ORDERS", "C", "--count", "3", "--wait", "0s", "--raw")
+    assert r.stdout == "shipped\n"
+    assert "1 of 3 messages: no more within 0s" in r.stderr
+
+
+def test_fetch(orders):
+    orders("consumer", "add", "ORDERS", "C")
+    msgs = orders.json_lines("fetch", "ORDERS", "C", "--batch", "4")
+    assert [m["seq"] for m in msgs] == [1, 2, 3, 4]
+    assert msgs[3]["headers"] == {"Region": "eu"}
+    r = orders("fetch", "ORDERS", "C", "--batch", "10", "--timeout", "0s")
+    assert "[ORDERS > C] orders.shipped" in r.stdout
+    r = orders("fetch", "ORDERS", "C", "--timeout", "10ms", code=1)
+    assert "no message from consumer 'C'" in r.stderr
+    assert orders.json("consumer", "info", "ORDERS", "C")["ack_floor"]["stream_seq"] == 5
+    r = orders("fetch", "ORDERS", "NOPE", code=1)
+    assert r.stderr.strip() == "Error: consumer not found (err_code 10014)"
+
+
+def test_fetch_no_ack_on_a_workqueue(cli):
+    cli("stream", "add", "JOBS", "--subjects", "jobs.>", "--retention", "workqueue")
+    cli("pub", "jobs.a", "job {{Count}}", "--count", "3")
+    cli("consumer", "add", "JOBS", "W")
+    assert cli("fetch", "JOBS", "W", "--batch", "2", "--no-ack", "--raw").stdout == "job 1\njob 2\n"
+    assert cli.json("stream", "info", "JOBS")["state"]["messages"] == 3
+    assert cli("fetch", "JOBS", "W", "--raw").stdout == "job 3\n"
+    assert cli.json("stream", "info", "JOBS")["state"]["messages"] == 2  # the acked job left the queue
+
+
+def test_rm(orders):
+    orders("consumer", "add", "ORDERS", "C")
+    r = orders("consumer", "rm", "ORDERS", "C", input="n\n", code=1)
+    assert "Really delete consumer ORDERS > C?" in r.stdout
+    assert orders("consumer", "rm", "ORDERS", "C", "-f").stdout.strip() == "Deleted consumer ORDERS > C"
+    assert orders.json("consumer", "ls", "ORDERS") == []
+    assert orders("consumer", "ls", "ORDERS").stdout.strip() == "No consumers defined on ORDERS"
+    assert orders("consumer", "rm", "ORDERS", "C", "-f", code=1).stderr.strip() == "Error: consumer not found (err_code 10014)"
