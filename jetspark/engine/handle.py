@@ -14,7 +14,6 @@ memory stream on the server forgets its messages on restart.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import mmap
 import os
@@ -44,7 +43,7 @@ from jetspark.engine import consumer_config as ccfg
 from jetspark.engine.pull import Msg, PullSubscription
 from jetspark.engine import headers as H
 from jetspark.engine import subjects as subj
-from jetspark.engine.storage import FORK_GENERATION
+from jetspark.engine.storage import FORK_GENERATION, FLock
 from jetspark.engine.stream import Stream, config_from_json, config_to_json
 from jetspark.errors import (
     BadRequestError,
@@ -135,7 +134,7 @@ class JetStream:
             self._open_store()
 
     def _store_locked(self):
-        return _FLock(self._store_lock_fd)
+        return FLock(self._store_lock_fd)
 
     def _read_gen(self) -> int:
         return int.from_bytes(self._gen_mm[0:8], "little")
@@ -697,17 +696,3 @@ def _config(config: Optional[StreamConfig], params: dict) -> StreamConfig:
     if unknown:
         raise BadRequestError(400, 10003, f"unknown stream config field(s) {sorted(unknown)}; accepted: {sorted(StreamConfig.__dataclass_fields__)}")
     return config.evolve(**params) if params else config
-
-
-class _FLock:
-    __slots__ = ("fd",)
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def __enter__(self):
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.fd, fcntl.LOCK_UN)

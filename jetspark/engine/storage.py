@@ -449,7 +449,7 @@ class StreamStorage:
     # ------------------------------------------------------------------ locking
 
     def _flock(self):
-        return _FLock(self._lock_fd)
+        return FLock(self._lock_fd)
 
     def locked(self) -> "_Locked":
         """Exclusive access across threads and processes; commits on a clean exit."""
@@ -1138,7 +1138,9 @@ def _runs(seqs: np.ndarray) -> list[tuple[int, int]]:
     return [(int(seqs[s]), int(seqs[e])) for s, e in zip(starts, ends)]
 
 
-class _FLock:
+class FLock:
+    """An exclusive flock() held for a with-block."""
+
     __slots__ = ("fd",)
 
     def __init__(self, fd: int) -> None:
