@@ -15,7 +15,10 @@
     ├── FetchTimeoutError (TimeoutError)      fetch found nothing before its timeout
     ├── StoreError                            the store on disk cannot be used
     │   └── CorruptStoreError                 damaged files that recovery could not repair
-    └── ClosedError                           the handle was used after close()
+    ├── ClosedError                           the handle was used after close()
+    ├── ServerConnectionError (ConnectionError)  nats:// backend: cannot reach the server, or lost it
+    │   └── AuthenticationError               the server refused the credentials
+    └── RequestTimeoutError (TimeoutError)    nats:// backend: the server did not answer in time
 
 API errors carry the server's ``code`` (HTTP-like status), ``err_code``
 (JetStream's stable error number) and ``description`` exactly as nats-server
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 __all__ = [
     "APIError",
+    "AuthenticationError",
     "BadRequestError",
     "ClosedError",
     "ConsumerNotFoundError",
@@ -37,6 +41,8 @@ __all__ = [
     "MsgNotFoundError",
     "NoStreamResponseError",
     "NotFoundError",
+    "RequestTimeoutError",
+    "ServerConnectionError",
     "ServerError",
     "ServiceUnavailableError",
     "StoreError",
@@ -124,12 +130,26 @@ class ClosedError(JetSparkError):
     """The handle was used after close()."""
 
 
+class ServerConnectionError(JetSparkError, ConnectionError):
+    """The nats:// backend cannot reach the server, or lost the connection and it did not
+    come back within the handle's timeout."""
+
+
+class AuthenticationError(ServerConnectionError):
+    """The server refused the connection's credentials (user/password, token, nkey, creds)."""
+
+
+class RequestTimeoutError(JetSparkError, TimeoutError):
+    """The nats:// backend's server is connected but did not answer within the timeout."""
+
+
 # err_code -> (HTTP code, description template, class). Descriptions are the
 # server's own text (JETSTREAM.md §7); templates take keyword fields.
 _API_ERRORS: dict[int, tuple[int, str, type[APIError]]] = {
     10003: (400, "bad request", BadRequestError),
-    10012: (400, "{err}", BadRequestError),
+    10012: (500, "{err}", ServerError),
     10014: (404, "consumer not found", ConsumerNotFoundError),
+    10017: (400, "consumer name in subject does not match durable name in request", BadRequestError),
     10025: (400, "invalid JSON: {err}", BadRequestError),
     10026: (400, "maximum consumers limit reached", BadRequestError),
     10037: (404, "no message found", MsgNotFoundError),
@@ -145,23 +165,27 @@ _API_ERRORS: dict[int, tuple[int, str, type[APIError]]] = {
     10071: (400, "wrong last sequence: {seq}", BadRequestError),
     10074: (500, "replicas > 1 not supported in non-clustered mode", ServerError),
     10077: (503, "{err}", ServiceUnavailableError),
-    10084: (400, "consumer must be pull-based with explicit ack on workqueue streams", BadRequestError),
+    10084: (400, "consumer in pull mode requires explicit ack policy on workqueue stream", BadRequestError),
     10094: (400, "{err}", BadRequestError),
-    10098: (400, "consumer must be deliver all on workqueue stream", BadRequestError),
+    10098: (400, "workqueue stream requires explicit ack", BadRequestError),
     10099: (400, "multiple non-filtered consumers not allowed on workqueue stream", BadRequestError),
     10100: (400, "filtered consumer not unique on workqueue stream", BadRequestError),
     10101: (400, "consumer must be deliver all on workqueue stream", BadRequestError),
+    10102: (400, "consumer name is too long, maximum allowed is {max}", BadRequestError),
+    10107: (400, "consumer description is too long, maximum allowed is {max}", BadRequestError),
     10109: (400, "invalid operation on sealed stream", BadRequestError),
     10110: (500, "{err}", ServerError),
     10111: (500, "{err}", ServerError),
     10116: (400, "max deliver is required to be > length of backoff values", BadRequestError),
+    10127: (400, "Consumer name can not contain path separators", BadRequestError),
     10128: (400, "Stream name can not contain path separators", BadRequestError),
     10133: (400, "replicas count cannot be negative", BadRequestError),
-    10136: (400, "consumer creation with both filter subject and filter subjects not allowed", BadRequestError),
+    10136: (400, "consumer cannot have both FilterSubject and FilterSubjects specified", BadRequestError),
     10138: (400, "consumer subject filters cannot overlap", BadRequestError),
     10139: (400, "consumer filter in FilterSubjects cannot be empty", BadRequestError),
     10148: (400, "consumer already exists", BadRequestError),
     10149: (400, "consumer does not exist", BadRequestError),
+    10183: (400, "consumer ack wait needs to be positive", BadRequestError),
     10193: (400, "missing sequence for expected last sequence per subject", BadRequestError),
 }
 

@@ -42,6 +42,7 @@ _NS = 1_000_000_000
 _REC = struct.Struct("<IIBIqqqqq")  # len, crc, op, n, dseq, next_sseq, adflr, asflr, last_active
 _ITEM = np.dtype([("sseq", "<u8"), ("cseq", "<u8"), ("count", "<u4"), ("due", "<i8")])
 SCALARS, DELIVER, DROP, DUE, MAXED, SNAPSHOT, LAST_PER_SUBJECT = range(7)
+QUEUED = 0xFFFFFFFF  # an item's count marking "appended to the redelivery queue"
 COMPACT_BYTES = 4 << 20
 
 
@@ -54,7 +55,7 @@ class Consumer:
         meta = json.loads((home / "config.json").read_text())
         self.config = config_from_json(meta["config"])
         self.created_ns = int(meta["created"])
-        self.name = self.config.name
+        self.name = meta.get("name") or self.config.name
         self.filters = filters_of(self.config)
         self._sid_mask: Optional[np.ndarray] = None
         self._fd = os.open(home / "log", os.O_RDWR | os.O_CREAT, 0o644)
@@ -70,6 +71,7 @@ class Consumer:
         self.pending: dict[int, list[int]] = {}  # sseq -> [cseq, due_ns]
         self.rdc: dict[int, int] = {}  # sseq -> deliveries so far
         self.lps: list[int] = []  # last-per-subject sequences still to deliver
+        self.rdq: list[int] = []  # the redelivery queue, in order (naks first come first)
         self._pos = 0
 
     def close(self) -> None:
@@ -80,11 +82,19 @@ class Consumer:
 
     # ------------------------------------------------------------------ log
 
-    def sync(self) -> None:
-        """Apply records other processes appended; cut a torn tail off (caller holds the lock)."""
-        size = os.fstat(self._fd).st_size
+    def sync(self) -> bool:
+        """Apply records other processes appended; cut a torn tail off (caller holds the lock).
+
+        False if the log file was replaced or removed since this process opened it: a
+        process rewrote it (compact) or deleted the consumer and died before its cons_gen
+        bump was committed; the caller reopens the consumers.
+        """
+        st = os.fstat(self._fd)
+        if st.st_nlink == 0:
+            return False
+        size = st.st_size
         if size <= self._pos:
-            return
+            return True
         raw = os.pread(self._fd, size - self._pos, self._pos)
         pos = 0
         while pos + _REC.size <= len(raw):
@@ -97,28 +107,38 @@ class Consumer:
         self._pos += pos
         if self._pos < size:
             os.ftruncate(self._fd, self._pos)
+        return True
 
     def _apply(self, raw: bytes, pos: int) -> None:
         _, _, op, n, self.dseq, self.next_sseq, self.adflr, self.asflr, self.last_active = _REC.unpack_from(raw, pos)
         items = np.frombuffer(raw, dtype=_ITEM, count=n, offset=pos + _REC.size)
         if op == SNAPSHOT:
-            self.pending, self.rdc, self.lps = {}, {}, []
+            self.pending, self.rdc, self.lps, self.rdq = {}, {}, [], []
         if op in (DELIVER, SNAPSHOT):
             for sseq, cseq, count, due in items.tolist():
+                if count == QUEUED:
+                    self.rdq.append(sseq)
+                    continue
                 if due >= 0:
                     self.pending[sseq] = [cseq, due]
                 if count:
                     self.rdc[sseq] = count
+                if op == DELIVER and sseq in self.rdq:
+                    self.rdq.remove(sseq)
                 if op == SNAPSHOT and cseq == 0 and due < 0 and count == 0:
                     self.lps.append(sseq)
         elif op == DROP:
             for sseq in items["sseq"].tolist():
                 self.pending.pop(sseq, None)
                 self.rdc.pop(sseq, None)
+                if sseq in self.rdq:
+                    self.rdq.remove(sseq)
         elif op == DUE:
-            for sseq, _, _, due in items.tolist():
+            for sseq, _, count, due in items.tolist():
                 if sseq in self.pending:
                     self.pending[sseq][1] = due
+                    if count == QUEUED and sseq not in self.rdq:
+                        self.rdq.append(sseq)
         elif op == MAXED:
             for sseq in items["sseq"].tolist():
                 self.pending.pop(sseq, None)
@@ -139,10 +159,7 @@ class Consumer:
 
     def compact(self) -> None:
         """Rewrite the log as one snapshot; other processes reopen it on the cons_gen bump."""
-        items = [(s, p[0], self.rdc.get(s, 0), p[1]) for s, p in self.pending.items()]
-        items += [(s, 0, c, -1) for s, c in self.rdc.items() if s not in self.pending]
-        items += [(s, 0, 0, -1) for s in self.lps]
-        arr = np.array(items, dtype=_ITEM)
+        arr = np.array(self._snapshot_items(), dtype=_ITEM)
         body = struct.pack("<BIqqqqq", SNAPSHOT, len(arr), self.dseq, self.next_sseq, self.adflr, self.asflr, self.last_active) + arr.tobytes()
         tmp = self.home / "log.tmp"
         with open(tmp, "wb") as f:
@@ -197,6 +214,13 @@ class Consumer:
             ok = self.match_sids(e["sid"]) & ~s.dead_mask(lo, hi)
             out.append(np.flatnonzero(ok) + lo)
         return np.concatenate(out)
+
+    def _matches_nothing_stored(self) -> bool:
+        m = self.sid_mask()
+        if m is None:
+            return False
+        count = self.stream.storage.ensure_stats()[0]
+        return not count[: len(m) - 1][m[:-1]].any()
 
     def count_matching(self, a: int) -> int:
         """How many live messages at or after ``a`` match (num_pending's basis)."""
@@ -280,6 +304,8 @@ class Consumer:
         if done:
             for s in done:
                 del self.pending[s]
+                if s in self.rdq:
+                    self.rdq.remove(s)
             self.write(MAXED, [(s, 0, 0, 0) for s in done])
 
     def next_batch(self, batch: int, now: int, max_bytes: int = 0) -> list[tuple[int, int, int]]:
@@ -294,25 +320,36 @@ class Consumer:
         items: list = [redelivered]
         gone: list[int] = []
         if self.pending:
-            due = sorted(q for q, (c, d) in self.pending.items() if d <= now)
-            for q in due:
-                if len(out) >= batch:
-                    break
+            # Messages past their ack wait join the redelivery queue in stream order,
+            # behind those nak'd (consumer.go checkPending, addToRedeliverQueue).
+            queued = set(self.rdq)
+            self.rdq.extend(sorted(q for q, (c, d) in self.pending.items() if d <= now and q not in queued))
+            while self.rdq and len(out) < batch:
+                q = self.rdq.pop(0)
+                p = self.pending.get(q)
+                if p is None:
+                    continue
                 if not s.is_live(q):
                     gone.append(q)
                     continue
                 count = self.rdc.get(q, 1) + 1
                 self.dseq += 1
-                self.pending[q] = [self.dseq, now + self.ack_wait_for(count)]
+                # The pending record keeps the first delivery's consumer sequence (consumer.go trackPending).
+                p[1] = now + self.ack_wait_for(count)
                 self.rdc[q] = count
                 out.append((q, self.dseq, count))
-                redelivered.append((q, self.dseq, count, self.pending[q][1]))
+                redelivered.append((q, p[0], count, p[1]))
         room = batch - len(out)
         limit = self.config.max_ack_pending
         if self.config.ack_policy != AckPolicy.NONE and limit > 0:
             room = min(room, limit - len(self.pending))
         if room > 0:
             qs = self._new_seqs(room)
+            if not qs and not out and s.memory and self._matches_nothing_stored() \
+                    and self.config.deliver_policy != DeliverPolicy.BY_START_SEQUENCE:
+                # nats-server's memory store moves a pull whose filter matches no stored
+                # subject to the end of the stream (its file store does not); the ack floor stays.
+                self.next_sseq = max(self.next_sseq, s.h.last_seq + 1)
             if qs:
                 k = len(qs)
                 cseqs = range(self.dseq + 1, self.dseq + k + 1)
@@ -387,6 +424,7 @@ class Consumer:
             released = []
             for q in sseqs:
                 released.extend(self._ack_explicit(q))
+        self.rdq = [q for q in self.rdq if q in self.pending] if self.rdq else self.rdq
         if released:
             drop = np.zeros(len(released), dtype=_ITEM)
             drop["sseq"] = released
@@ -394,12 +432,14 @@ class Consumer:
         return released
 
     def _ack_explicit(self, sseq: int) -> list[int]:
-        # consumer.go processAckMsg, AckExplicit.
+        """consumer.go processAckMsg, AckExplicit; returns the sequence for the stream's
+        retention to reconsider (any delivered one, pending or not)."""
         p = self.pending.pop(sseq, None)
-        if p is None:
-            self.rdc.pop(sseq, None)
-            return []
         self.rdc.pop(sseq, None)
+        if sseq in self.rdq:
+            self.rdq.remove(sseq)
+        if p is None:
+            return [sseq] if sseq < self.next_sseq else []
         dseq = p[0]
         if not self.pending:
             self.adflr, self.asflr = self.dseq, self.next_sseq - 1
@@ -435,7 +475,10 @@ class Consumer:
         if p is None or cseq <= self.adflr:
             return
         p[1] = now + int((delay or 0) * _NS)
-        self.write(DUE, [(sseq, p[0], 0, p[1])])
+        queued = not delay  # a plain nak queues at once; a delayed one waits for its time
+        if queued and sseq not in self.rdq:
+            self.rdq.append(sseq)
+        self.write(DUE, [(sseq, p[0], QUEUED if queued else 0, p[1])])
 
     def in_progress(self, sseq: int, now: int) -> None:
         p = self.pending.get(sseq)
@@ -467,6 +510,7 @@ class Consumer:
         items = [(q, p[0], self.rdc.get(q, 0), p[1]) for q, p in self.pending.items()]
         items += [(q, 0, c, -1) for q, c in self.rdc.items() if q not in self.pending]
         items += [(q, 0, 0, -1) for q in self.lps]
+        items += [(q, 0, QUEUED, -1) for q in self.rdq]
         return items
 
     # ------------------------------------------------------------------ stream events (under the lock)
@@ -482,26 +526,27 @@ class Consumer:
         if hit:
             self.write(DROP, [(q, 0, 0, 0) for q in hit])
 
-    def purged(self, start: int) -> None:
-        """Everything this consumer could see below ``start`` was purged (consumer.go purge)."""
-        changed = False
-        if start > self.next_sseq:
+    def purged(self, start: int, wider: bool = False) -> None:
+        """The stream purged what this consumer could see below ``start`` (consumer.go purge).
+
+        ``wider``: the consumer sees more than the (subject) purge removed, so it
+        also drops pending entries whose message is gone.
+        """
+        s = self.stream.storage
+        if self.next_sseq < start:
             self.next_sseq = start
-            changed = True
-        if start - 1 > self.asflr:
+        if self.asflr < start:
             self.asflr = start - 1
-            for q in [q for q in self.pending if q <= self.asflr]:
-                if self.pending[q][0] > self.adflr:
-                    self.adflr = self.pending[q][0]
-                del self.pending[q]
-            for q in [q for q in self.rdc if q <= self.asflr]:
-                del self.rdc[q]
-            changed = True
+            for q in list(self.pending):
+                if q <= self.asflr or (wider and not s.is_live(q)):
+                    self.adflr = max(self.adflr, self.pending.pop(q)[0])
+                    self.rdc.pop(q, None)
         if not self.pending:
+            self.rdc.clear()
             self.adflr, self.asflr = self.dseq, self.next_sseq - 1
+        self.rdq = [q for q in self.rdq if q in self.pending]
         self.lps = [q for q in self.lps if q >= start]
-        if changed:
-            self.write(SNAPSHOT, self._snapshot_items())
+        self.write(SNAPSHOT, self._snapshot_items())
 
 
 def config_to_json(config: ConsumerConfig) -> dict:

@@ -34,92 +34,79 @@ def filters_of(config: ConsumerConfig) -> list[str]:
     return []
 
 
-def check_consumer_name(name: Optional[str], what: str = "consumer name") -> None:
-    if name is None:
+def check_consumer_name(name: Optional[str]) -> None:
+    """name and durable_name answer by one rule."""
+    if not name:
         return
     if "/" in name or "\\" in name:
         raise api_error(10127)
-    if not name or _NAME_FORBIDDEN.intersection(name):
-        raise api_error(10052, err=f"{what} can not contain '.', '*', '>'" if what == "consumer name" else f"{what} can not contain '.', '*', '>'")
-    if len(name.encode()) > MAX_NAME_LEN:
-        raise invalid(f"consumer name is too long, maximum allowed is {MAX_NAME_LEN}")
+    if _NAME_FORBIDDEN.intersection(name):
+        raise invalid("consumer name can not contain '.', '*', '>', '\\', '/'")
+    if len(name) > MAX_NAME_LEN:
+        raise api_error(10102, max=MAX_NAME_LEN)
 
 
 def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> ConsumerConfig:
     """Apply the server's defaults and validation; return what it would echo."""
-    if config.durable_name is not None:
-        check_consumer_name(config.durable_name, "durable name")
+    check_consumer_name(config.durable_name)
     check_consumer_name(config.name)
     if config.name and config.durable_name and config.name != config.durable_name:
-        raise invalid("consumer name in subject does not match durable name in request")
-    if config.description and len(config.description.encode()) > MAX_DESCRIPTION_LEN:
-        raise invalid(f"consumer description is too long, maximum allowed is {MAX_DESCRIPTION_LEN}")
+        raise api_error(10017)
+    if config.description and len(config.description) > MAX_DESCRIPTION_LEN:
+        raise api_error(10107, max=MAX_DESCRIPTION_LEN)
 
     deliver = _enum(DeliverPolicy, config.deliver_policy, "deliver policy") or DeliverPolicy.ALL
     ack = _enum(AckPolicy, config.ack_policy, "ack policy") or AckPolicy.NONE
     replay = _enum(ReplayPolicy, config.replay_policy, "replay policy") or ReplayPolicy.INSTANT
 
-    # Filters (JETSTREAM.md §2).
-    if config.filter_subject and config.filter_subjects:
+    replicas = int(config.num_replicas or 0)
+    if replicas < 0:
+        raise api_error(10133)
+    if replicas > 1:
+        raise api_error(10074)
+
+    # Filters (JETSTREAM.md §2); an empty filter means none.
+    filter_subject = config.filter_subject or None
+    filter_subjects = list(config.filter_subjects) if config.filter_subjects else None
+    if filter_subject and filter_subjects:
         raise api_error(10136)
-    filters = filters_of(config)
-    for f in filters:
-        if f == "" or f is None:
-            raise api_error(10139)
-    for f in filters:
-        if not subj.is_valid(f):
-            raise invalid("consumer filter subject is not a valid subject")
+    filters = filter_subjects or ([filter_subject] if filter_subject else [])
+    if any(not f for f in filters):
+        raise api_error(10139)
+    if any(not subj.is_valid(f) for f in filters):
+        raise invalid("invalid subject")
     for i, a in enumerate(filters):
         for b in filters[i + 1:]:
             if subj.subset(a, b) or subj.subset(b, a):
                 raise api_error(10138)
 
-    # Start position must match the deliver policy.
-    if deliver == DeliverPolicy.BY_START_SEQUENCE:
-        if not config.opt_start_seq:
-            raise api_error(10094, err="consumer delivery policy is deliver by start sequence, but optional start sequence is not set")
-        if config.opt_start_time is not None:
-            raise api_error(10094, err="consumer delivery policy is deliver by start sequence, but optional start time is also set")
-    elif deliver == DeliverPolicy.BY_START_TIME:
-        if config.opt_start_time is None:
-            raise api_error(10094, err="consumer delivery policy is deliver by start time, but optional start time is not set")
-        if config.opt_start_seq:
-            raise api_error(10094, err="consumer delivery policy is deliver by start time, but optional start sequence is also set")
-    else:
-        if config.opt_start_seq:
-            raise api_error(10094, err=f"consumer delivery policy is deliver {_policy_text(deliver)}, but optional start sequence is also set")
-        if config.opt_start_time is not None:
-            raise api_error(10094, err=f"consumer delivery policy is deliver {_policy_text(deliver)}, but optional start time is also set")
+    _check_start(deliver, config, bool(filters))
 
     backoff = [float(b) for b in config.backoff] if config.backoff else None
-    max_deliver = int(config.max_deliver) if config.max_deliver else -1
-    if max_deliver < -1 or max_deliver == 0:
-        max_deliver = -1
+    max_deliver = int(config.max_deliver) if config.max_deliver and config.max_deliver > 0 else -1
+    if backoff and max_deliver != -1 and len(backoff) > max_deliver:
+        raise api_error(10116)
+    if config.ack_wait is not None and config.ack_wait < 0:
+        raise api_error(10183)
     if backoff:
-        if ack == AckPolicy.NONE:
-            raise invalid("backoff requires an ack policy")
-        if max_deliver != -1 and len(backoff) > max_deliver:
-            raise api_error(10116)
-    ack_wait = float(config.ack_wait) if config.ack_wait else (backoff[0] if backoff else DEFAULT_ACK_WAIT)
-    if backoff:
-        ack_wait = backoff[0]  # the server forces the first backoff step
-    max_ack_pending = config.max_ack_pending
+        ack_wait: Optional[float] = backoff[0]  # the server forces the first backoff step
+    elif ack == AckPolicy.NONE:
+        ack_wait = None
+    else:
+        ack_wait = float(config.ack_wait) if config.ack_wait else DEFAULT_ACK_WAIT
+
+    map_ = config.max_ack_pending
     if ack == AckPolicy.NONE:
-        max_ack_pending = -1 if not max_ack_pending else int(max_ack_pending)
-    elif not max_ack_pending:
-        max_ack_pending = DEFAULT_MAX_ACK_PENDING
-    max_waiting = int(config.max_waiting) if config.max_waiting else DEFAULT_MAX_WAITING
+        max_ack_pending = None if not map_ else (-1 if map_ < 0 else int(map_))
+    else:
+        max_ack_pending = DEFAULT_MAX_ACK_PENDING if not map_ else (-1 if map_ < 0 else int(map_))
+    max_waiting = int(config.max_waiting) if config.max_waiting and config.max_waiting > 0 else DEFAULT_MAX_WAITING
 
     durable = config.durable_name or None
     name = config.name or durable
-    inactive = float(config.inactive_threshold) if config.inactive_threshold else None
-    if inactive is not None and inactive < 0:
-        raise invalid("consumer inactive threshold can not be negative")
+    inactive = float(config.inactive_threshold) if config.inactive_threshold and config.inactive_threshold > 0 else None
     if not durable and inactive is None:
         inactive = EPHEMERAL_INACTIVE
-
-    if deliver == DeliverPolicy.LAST_PER_SUBJECT and not filters and not stream.subjects:
-        raise invalid("consumer delivery policy is deliver last per subject, but FilterSubject is not set")
 
     return ConsumerConfig(
         name=name,
@@ -132,17 +119,40 @@ def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> C
         ack_wait=ack_wait,
         max_deliver=max_deliver,
         backoff=backoff,
-        filter_subject=filters[0] if len(filters) == 1 and config.filter_subject else None,
-        filter_subjects=list(config.filter_subjects) if config.filter_subjects else None,
+        filter_subject=filter_subject,
+        filter_subjects=filter_subjects,
         replay_policy=replay,
         max_waiting=max_waiting,
-        max_ack_pending=int(max_ack_pending),
-        headers_only=bool(config.headers_only) or None,
+        max_ack_pending=max_ack_pending,
+        headers_only=True if config.headers_only else None,
         inactive_threshold=inactive,
-        num_replicas=int(config.num_replicas or 0),
-        mem_storage=config.mem_storage or None,
+        num_replicas=replicas,
+        mem_storage=True if config.mem_storage else None,
         metadata=dict(config.metadata) if config.metadata else None,
     )
+
+
+def _check_start(deliver: DeliverPolicy, config: ConsumerConfig, filtered: bool) -> None:
+    """The start options must match the deliver policy (10094, the server's texts)."""
+    what = f"consumer delivery policy is deliver {_policy_text(deliver)}, but "
+    seq, start_time = config.opt_start_seq, config.opt_start_time
+    if deliver == DeliverPolicy.BY_START_SEQUENCE:
+        if not seq:
+            raise api_error(10094, err=what + "optional start sequence is not set")
+        if start_time is not None:
+            raise api_error(10094, err=what + "optional start time is also set")
+    elif deliver == DeliverPolicy.BY_START_TIME:
+        if start_time is None:
+            raise api_error(10094, err=what + "optional start time is not set")
+        if seq:
+            raise api_error(10094, err=what + "optional start start sequence is also set")  # sic
+    else:
+        if deliver == DeliverPolicy.LAST_PER_SUBJECT and not filtered:
+            raise api_error(10094, err=what + "optional filter subject is not set")
+        if seq:
+            raise api_error(10094, err=what + "optional start sequence is also set")
+        if start_time is not None:
+            raise api_error(10094, err=what + "optional start time is also set")
 
 
 def _policy_text(p: DeliverPolicy) -> str:
@@ -150,24 +160,23 @@ def _policy_text(p: DeliverPolicy) -> str:
         DeliverPolicy.ALL: "all",
         DeliverPolicy.LAST: "last",
         DeliverPolicy.NEW: "new",
+        DeliverPolicy.BY_START_SEQUENCE: "by start sequence",
+        DeliverPolicy.BY_START_TIME: "by start time",
         DeliverPolicy.LAST_PER_SUBJECT: "last per subject",
-    }.get(p, p.value)
+    }[p]
 
 
 def check_update(old: ConsumerConfig, new: ConsumerConfig) -> None:
-    """What a consumer update may not change (JETSTREAM.md §5.1)."""
-    for field, text in (
-        ("deliver_policy", "deliver policy"),
-        ("opt_start_seq", "start sequence"),
-        ("opt_start_time", "start time"),
-        ("ack_policy", "acknowledgement policy"),
-        ("replay_policy", "replay policy"),
-        ("max_waiting", "max waiting"),
+    """What a consumer update may not change (10012, the server's texts)."""
+    for fields, text in (
+        (("deliver_policy", "opt_start_seq", "opt_start_time"), "deliver policy"),
+        (("ack_policy",), "ack policy"),
+        (("replay_policy",), "replay policy"),
+        (("max_waiting",), "max waiting"),
+        (("mem_storage",), "storage type"),
     ):
-        if getattr(old, field) != getattr(new, field):
-            raise api_error(10012, err=f"consumer configuration update can not change {text}")
-    if (old.durable_name or None) != (new.durable_name or None):
-        raise api_error(10012, err="consumer configuration update can not change durable name")
+        if any(getattr(old, f) != getattr(new, f) for f in fields):
+            raise api_error(10012, err=f"{text} can not be updated")
 
 
 def check_workqueue(stream: StreamConfig, new: ConsumerConfig, others: Iterable[ConsumerConfig]) -> None:
@@ -181,11 +190,10 @@ def check_workqueue(stream: StreamConfig, new: ConsumerConfig, others: Iterable[
     if new.deliver_policy != DeliverPolicy.ALL:
         raise api_error(10101)
     mine = filters_of(new)
+    others = [o for o in others if o.name is None or o.name != new.name]
+    if not mine and others:
+        raise api_error(10099)
     for other in others:
-        if other.name == new.name:
-            continue
         theirs = filters_of(other)
-        if not mine and not theirs:
-            raise api_error(10099)
-        if not mine or not theirs or any(subj.collide(a, b) for a in mine for b in theirs):
+        if not theirs or any(subj.collide(a, b) for a in mine for b in theirs):
             raise api_error(10100)

@@ -44,18 +44,25 @@ class ConsumerSet:
         """Reload the consumer list when another process changed it; catch up every log."""
         gen = self.stream.storage.h.cons_gen
         if gen != self._gen:
-            self.close()
-            if self.dir.is_dir():
-                for home in sorted(self.dir.iterdir()):
-                    if (home / "config.json").exists():
-                        try:
-                            c = Consumer(self.stream, home)
-                        except FileNotFoundError:
-                            continue
-                        self.by_name[c.name] = c
-            self._gen = gen
+            self._reload(gen)
         for c in self.by_name.values():
-            c.sync()
+            if not c.sync():
+                # A log was rewritten or removed by a process that died before committing
+                # the cons_gen bump: this process's file is stale, reopen them all.
+                self._reload(gen)
+                break
+
+    def _reload(self, gen: int) -> None:
+        self.close()
+        if self.dir.is_dir():
+            for home in sorted(self.dir.iterdir()):
+                if (home / "config.json").exists():
+                    try:
+                        c = Consumer(self.stream, home)
+                    except FileNotFoundError:
+                        continue
+                    self.by_name[c.name] = c
+        self._gen = gen
 
     def _bump(self) -> None:
         self.stream.storage.h.cons_gen += 1
@@ -63,15 +70,16 @@ class ConsumerSet:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def create(self, config: ConsumerConfig, now: int) -> Consumer:
+    def create(self, config: ConsumerConfig, now: int, name: str) -> Consumer:
         """Create a consumer with the initial state its deliver policy gives (JETSTREAM.md §5.2)."""
         self.dir.mkdir(exist_ok=True)
-        home = self.dir / f"{config.name}"
+        # The directory is the name, unless the name is too long for one (255 bytes).
+        home = self.dir / (name if len(name.encode()) <= 255 else uuid.uuid5(uuid.NAMESPACE_URL, name).hex)
         if home.exists():
             remove_consumer_dir(home)
         tmp = self.dir / f".new-{uuid.uuid4().hex[:8]}"
         tmp.mkdir()
-        (tmp / "config.json").write_text(json.dumps({"config": config_to_json(config), "created": now}))
+        (tmp / "config.json").write_text(json.dumps({"config": config_to_json(config), "created": now, "name": name}))
         (tmp / "log").touch()
         os.replace(tmp, home)
         c = Consumer(self.stream, home)
@@ -84,7 +92,7 @@ class ConsumerSet:
             c.write(LAST_PER_SUBJECT, [(q, 0, 0, -1) for q in lps])
         else:
             c.write(SNAPSHOT, [])
-        self.by_name[config.name] = c
+        self.by_name[name] = c
         self._bump()
         return c
 
@@ -101,7 +109,7 @@ class ConsumerSet:
             if not c.filters:
                 return max(h.last_seq, first) if h.msgs else h.last_seq + 1, []
             last = max((self.stream.last_seq_for(f) for f in c.filters), default=0)
-            return (last if last else h.last_seq + 1), []
+            return (last if last else first), []
         if policy == DeliverPolicy.BY_START_SEQUENCE:
             return max(int(config.opt_start_seq), first), []
         if policy == DeliverPolicy.BY_START_TIME:
@@ -125,7 +133,7 @@ class ConsumerSet:
         self._bump()
         self._gen = -1  # reload every consumer, this one with its new config
         self.sync()
-        return self.by_name[config.name]
+        return self.by_name[c.name]
 
     def delete(self, name: str) -> None:
         c = self.by_name.pop(name)

@@ -28,6 +28,7 @@ from typing import Callable, Iterator, Mapping, Optional, Sequence
 import numpy as np
 
 from jetspark.api import (
+    AckPolicy,
     ConsumerConfig,
     ConsumerInfo,
     PubAck,
@@ -481,10 +482,8 @@ class JetStream:
             st = self._stream(stream)
             with st.locked():
                 new = ccfg.normalize_consumer_config(config, st.config)
-                if new.name is None:
-                    new = new.evolve(name=ccfg.new_ephemeral_name())
                 now = st.clock()
-                existing = st.consumers.by_name.get(new.name)
+                existing = st.consumers.by_name.get(new.name) if new.name else None
                 if existing is not None:
                     if existing.config == new:
                         return existing.info(now)
@@ -498,7 +497,8 @@ class JetStream:
                 if st.config.max_consumers > 0 and len(st.consumers.by_name) >= st.config.max_consumers:
                     raise api_error(10026)
                 ccfg.check_workqueue(st.config, new, (c.config for c in st.consumers.by_name.values()))
-                return st.consumers.create(new, now).info(now)
+                # An ephemeral consumer gets a generated name; its config keeps name=None, as the server echoes it.
+                return st.consumers.create(new, now, new.name or ccfg.new_ephemeral_name()).info(now)
 
     def delete_consumer(self, stream: str, consumer: str) -> bool:
         with self._lock:
@@ -562,6 +562,8 @@ class JetStream:
                 out = c.next_batch(batch, now, max_bytes)
                 if not out:
                     return []
+                if c.config.ack_policy == AckPolicy.NONE:
+                    st.consumers.release([q for q, _, _ in out])  # with ack none, delivery is the release
                 pending = c.num_pending()
                 new_after = sum(1 for _, _, n in out if n == 1)
                 recs = st.storage.read_messages([q for q, _, _ in out])

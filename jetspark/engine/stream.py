@@ -105,8 +105,11 @@ class Stream:
         return _StreamLock(self)
 
     def now(self) -> int:
-        # Timestamps never go backwards within a stream, so time -> sequence lookups can bisect.
-        return max(self.clock(), self.storage.h.last_ts)
+        # Timestamps grow along a stream (by at least the 1 us a timestamp column shows),
+        # so time -> sequence lookups can bisect and every message has its own time.
+        last = self.storage.h.last_ts
+        t = self.clock()
+        return t if t > last else last + 1000
 
     # ------------------------------------------------------------------ limits
 
@@ -214,7 +217,7 @@ class Stream:
             if 0 < c.max_msg_size < len(data):
                 raise api_error(10054)
             ts = self.clock()
-            seq = s.append(subject, b"", data, ts if ts > h.last_ts else h.last_ts)
+            seq = s.append(subject, b"", data, ts if ts > h.last_ts else h.last_ts + 1000)
             h.last_id = b""
             if (0 < c.max_msgs < h.msgs) or (0 < c.max_bytes < h.bytes):
                 self.enforce_limits()
@@ -380,15 +383,35 @@ class Stream:
                 seqs = seqs[seqs < seq]
             elif keep is not None:
                 seqs = seqs[: max(len(seqs) - keep, 0)]
-            self.remove(seqs)
+            s.remove(seqs)
             s.h.held = 1  # even a never-written stream reports first = last + 1 after a purge
             if not subject and seq is not None and seq > s.h.last_seq + 1:
                 s.set_floor(seq)
-            if not subject:
-                # Consumers skip what a purge removed, never redelivering it (JETSTREAM.md §4).
-                for c in self.consumers.by_name.values():
-                    c.purged(s.h.first_seq if s.h.msgs else s.h.last_seq + 1)
+            if self.consumers.by_name:
+                self._consumers_after_purge(subject, seqs)
             return before - s.h.msgs
+
+    def _consumers_after_purge(self, subject: Optional[str], removed: np.ndarray) -> None:
+        """How nats-server moves consumers after a purge (JETSTREAM.md §4, stream.go purge).
+
+        A consumer the purge covers skips to the first remaining message the purge
+        subject matches (the new first, without a subject), never redelivering what
+        was purged.  After a wildcard subject purge, a consumer seeing more than was
+        purged also drops pending entries whose message is gone.  Whatever pending
+        message is left among the removed ones leaves pending as if termed.
+        """
+        s = self.storage
+        first = s.h.first_seq if s.h.msgs else s.h.last_seq + 1
+        for c in self.consumers.by_name.values():
+            if not subject or subject == ">":
+                c.purged(first)
+            elif c.filters and all(subj.subset(f, subject) for f in c.filters):
+                mask = _mask_of(len(s.subjects), [i for i, n in enumerate(s.subjects) if subj.matches(subject, n)])
+                left = s.seqs_of_subjects(mask, s.h.first_seq, s.h.last_seq) if s.h.msgs else []
+                c.purged(int(left[0]) if len(left) else s.h.last_seq + 1)
+            elif not subj.is_literal(subject) and (not c.filters or any(subj.collide(f, subject) for f in c.filters)):
+                c.purged(first, wider=True)
+        self.consumers.dropped(np.asarray(removed, dtype=np.int64))
 
     def delete_msg(self, seq: int) -> None:
         c = self.config
