@@ -72,6 +72,7 @@ class Consumer:
         self.rdc: dict[int, int] = {}  # sseq -> deliveries so far
         self.lps: list[int] = []  # last-per-subject sequences still to deliver
         self.rdq: list[int] = []  # the redelivery queue, in order (naks first come first)
+        self.replayed: list = []  # sequences other processes' records released (see ConsumerSet.sync)
         self._pos = 0
 
     def close(self) -> None:
@@ -110,8 +111,17 @@ class Consumer:
         return True
 
     def _apply(self, raw: bytes, pos: int) -> None:
+        old_floor = self.asflr
         _, _, op, n, self.dseq, self.next_sseq, self.adflr, self.asflr, self.last_active = _REC.unpack_from(raw, pos)
         items = np.frombuffer(raw, dtype=_ITEM, count=n, offset=pos + _REC.size)
+        # What this record released, for the stream's retention to reconsider: the
+        # process that wrote it may have died before committing the removal.
+        if op == DROP:
+            self.replayed.append(items["sseq"].astype(np.int64))
+        elif op == DELIVER and self.config.ack_policy == AckPolicy.NONE:
+            self.replayed.append(items["sseq"].astype(np.int64))
+        if self.asflr > old_floor:
+            self.replayed.append(np.arange(old_floor + 1, self.asflr + 1, dtype=np.int64))
         if op == SNAPSHOT:
             self.pending, self.rdc, self.lps, self.rdq = {}, {}, [], []
         if op in (DELIVER, SNAPSHOT):

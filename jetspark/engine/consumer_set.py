@@ -51,6 +51,13 @@ class ConsumerSet:
                 # the cons_gen bump: this process's file is stale, reopen them all.
                 self._reload(gen)
                 break
+        released = [a for c in self.by_name.values() for a in c.replayed]
+        for c in self.by_name.values():
+            c.replayed = []
+        if released and self.stream.config.retention != RetentionPolicy.LIMITS:
+            # Releasing again what another process's acks released is harmless, and
+            # finishes its work if it died before committing the removal.
+            self.release(np.concatenate(released))
 
     def _reload(self, gen: int) -> None:
         self.close()
@@ -63,6 +70,16 @@ class ConsumerSet:
                         continue
                     self.by_name[c.name] = c
         self._gen = gen
+        for c in self.by_name.values():
+            c.replayed = []
+        if self.by_name and self.stream.config.retention != RetentionPolicy.LIMITS:
+            # Fresh from disk: sweep what every consumer has released (a process may have
+            # died between a consumer's ack record and the stream's removal).
+            s = self.stream.storage
+            top = min(max(c.next_sseq for c in self.by_name.values()) - 1, s.h.last_seq)
+            if s.h.msgs and top >= s.h.first_seq:
+                seqs = np.arange(s.h.first_seq, top + 1, dtype=np.int64)
+                self.release(seqs[~s.dead_mask(s.h.first_seq, top)])
 
     def _bump(self) -> None:
         self.stream.storage.h.cons_gen += 1
