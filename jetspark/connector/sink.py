@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
@@ -66,18 +67,71 @@ def write_batches(opts: WriterOptions, batches: Iterator[pa.RecordBatch], id_pre
             cols["subject"] = batch.column("subject")
             if cols["subject"].null_count and opts.subject:
                 cols["subject"] = pc.fill_null(cols["subject"], opts.subject)
+            if cols["subject"].null_count:
+                raise OptionError(
+                    'a row has a null subject and the sink has no .option("subject", "...") to use instead'
+                )
         else:
             cols["subject"] = pa.repeat(pa.scalar(opts.subject, pa.string()), n)
         cols["data"] = batch.column("data")
         if "headers" in batch.schema.names:
             cols["headers"] = batch.column("headers")
-        ids = pa.array([f"{id_prefix}:{rows + i}" for i in range(n)], pa.string())
+        own_ids = "msg_id" in batch.schema.names and batch.column("msg_id").null_count < n
+        parts = [(opts.stream, None)] if opts.stream is not None else None
+        if not own_ids:
+            table = pa.table(cols)
+            parts = parts or _by_stream(js, table)
+            if len(parts) == 1:
+                # Row i's id is f"{id_prefix}:{rows + i}": the engine dedups the batch as one range.
+                js.publish_batch(table, stream=parts[0][0], msg_id_prefix=f"{id_prefix}:", msg_id_start=rows)
+                rows += n
+                continue
+        ids = _msg_ids(id_prefix, rows, n)
         if "msg_id" in batch.schema.names:
             ids = pc.coalesce(batch.column("msg_id"), ids)
         cols["msg_id"] = ids
-        js.publish_batch(pa.table(cols), stream=opts.stream)
+        table = pa.table(cols)
+        if opts.stream is not None:
+            js.publish_batch(table, stream=opts.stream)
+        else:
+            for name, part in _by_stream(js, table):
+                js.publish_batch(part, stream=name)
         rows += n
     return rows
+
+
+def _msg_ids(prefix: str, first: int, n: int) -> pa.Array:
+    """``f"{prefix}:{first + i}"`` for i in range(n), built in Arrow rather than row by row in Python."""
+    nums = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(np.arange(first, first + n, dtype=np.int64))])
+    return pc.binary_join_element_wise(pa.scalar(prefix + ":", pa.string()), pc.cast(nums, pa.string()), "")
+
+
+def _by_stream(js, table: pa.Table) -> list[tuple[Optional[str], pa.Table]]:
+    """The rows grouped by the stream each one's subject routes to, as a publish routes it.
+
+    A batch whose subjects all go to one stream (the common case) stays whole;
+    a subject no stream captures raises NoStreamResponseError before anything
+    of the batch is stored.
+    """
+    from jetspark.engine import subjects as subj
+    from jetspark.errors import NoStreamResponseError, StreamNotFoundError
+
+    subjects = table.column("subject")
+    route: dict[str, str] = {}
+    for s in pc.unique(subjects).to_pylist():
+        try:
+            route[s] = js.find_stream_name_by_subject(s) if isinstance(s, str) and subj.is_valid(s) else None
+        except StreamNotFoundError:
+            route[s] = None
+        if route[s] is None:
+            raise NoStreamResponseError(s)
+    names = sorted(set(route.values()))
+    if len(names) <= 1:
+        return [(names[0] if names else None, table)]
+    return [
+        (name, table.filter(pc.is_in(subjects, value_set=pa.array([s for s, n in route.items() if n == name], subjects.type))))
+        for name in names
+    ]
 
 
 class BatchWriter(DataSourceArrowWriter):

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from jetspark.api import RetentionPolicy, datetime_to_ns
 from jetspark.engine import headers as H
 from jetspark.engine import subjects as subj
-from jetspark.engine.storage import SID_NONE
+from jetspark.engine.storage import SID_NONE, _runs, msgid_hash
 from jetspark.engine.stream import Stream
 from jetspark.errors import BadRequestError, api_error
 
@@ -220,8 +220,12 @@ def _column(table: pa.Table, name: str) -> Optional[pa.ChunkedArray]:
     return None if col.null_count == len(col) else col
 
 
-def publish_batch(stream: Stream, table: pa.Table) -> BatchAck:
-    """Append every row as one publish would, all or nothing."""
+def publish_batch(stream: Stream, table: pa.Table, msg_id_prefix: Optional[str] = None, msg_id_start: int = 0) -> BatchAck:
+    """Append every row as one publish would, all or nothing.
+
+    With ``msg_id_prefix``, row i carries the Nats-Msg-Id ``f"{msg_id_prefix}{msg_id_start + i}"``
+    and the batch is deduplicated as a range (one record, not one per row).
+    """
     c = stream.config
     subjects = table.column("subject")
     data = table.column("data")
@@ -234,6 +238,13 @@ def publish_batch(stream: Stream, table: pa.Table) -> BatchAck:
     n = table.num_rows
     if n == 0:
         return BatchAck(c.name, pa.array([], pa.int64()), pa.array([], pa.bool_()))
+    if msg_id_prefix is not None:
+        if id_col is not None:
+            raise BadRequestError(400, 10003, "publish_batch takes either a msg_id column or msg_id_prefix, not both")
+        if hdr_col is not None or c.retention == RetentionPolicy.INTEREST or c.discard.value == "new":
+            ids = pa.array([f"{msg_id_prefix}{msg_id_start + i}" for i in range(n)], pa.string())
+            return _publish_rows(stream, subjects, data, hdr_col, ids)
+        return _publish_fast(stream, subjects, data, id_range=(msg_id_prefix, int(msg_id_start)))
     if hdr_col is not None or c.retention == RetentionPolicy.INTEREST or c.discard.value == "new":
         return _publish_rows(stream, subjects, data, hdr_col, id_col)
     return _publish_fast(stream, subjects, data, id_col)
@@ -261,7 +272,7 @@ def _publish_rows(stream, subjects, data, hdr_col, id_col) -> BatchAck:
     return BatchAck(stream.name, pa.array(seqs, pa.int64()), pa.array(dups, pa.bool_()))
 
 
-def _publish_fast(stream, subjects, data, id_col=None) -> BatchAck:
+def _publish_fast(stream, subjects, data, id_col=None, id_range=None) -> BatchAck:
     """Limits retention, discard old, no headers (ids allowed): one write per file for the batch."""
     s, c = stream.storage, stream.config
     subjects = subjects.combine_chunks() if isinstance(subjects, pa.ChunkedArray) else subjects
@@ -295,8 +306,12 @@ def _publish_fast(stream, subjects, data, id_col=None) -> BatchAck:
             raise api_error(10109)
         keep = None
         hdr, hdr_offsets = b"", np.zeros(n + 1, dtype=np.int64)
+        if id_range is not None:
+            keep, dup_seq, hdr, hdr_offsets = _dedup_range(stream, id_range, n)
+            hashes = None
         if ids is not None:
             keep, dup_seq, hashes, hdr, hdr_offsets = _dedup_rows(stream, ids)
+        if keep is not None:
             if c.max_msg_size > 0:
                 hl = np.diff(hdr_offsets)
                 bad = (hl > c.max_msg_size) | (hl + lens[keep] > c.max_msg_size)
@@ -322,11 +337,51 @@ def _publish_fast(stream, subjects, data, id_col=None) -> BatchAck:
                 # Rows repeating an id of this same batch point at its first row's sequence.
                 inner = dup_seq < 0
                 seqs[inner & ~keep] = seqs[-dup_seq[inner & ~keep] - 1]
-                s.add_dedup_many([hashes[i] for i in np.flatnonzero(keep)], new, ts)
-                s.h.last_id = _id_bytes(ids[int(np.flatnonzero(keep)[-1])])
+                kept_rows = np.flatnonzero(keep)
+                if hashes is not None:
+                    s.add_dedup_many([hashes[i] for i in kept_rows], new, ts)
+                    s.h.last_id = _id_bytes(ids[int(kept_rows[-1])])
+                else:
+                    prefix, start = id_range
+                    ph = msgid_hash(prefix)
+                    for a, b in _runs(kept_rows):  # consecutive rows were stored at consecutive seqs
+                        s.add_range(ph, start + a, start + b, int(seqs[a]), ts)
+                    s.h.last_id = _id_bytes(f"{prefix}{start + int(kept_rows[-1])}")
             dup = ~keep
         stream.enforce_limits()
     return BatchAck(c.name, _from_numpy(pa.int64(), seqs.astype(np.int64)), _bool_array(dup))
+
+
+def _dedup_range(stream: Stream, id_range: tuple[str, int], n: int):
+    """Rows of a generated-id batch that are new: overlaps with recorded ranges (and, if
+    any single ids are remembered, those) are duplicates; their header blocks, built by Arrow."""
+    prefix, start = id_range
+    window = int(stream.config.duplicate_window * 1_000_000_000)
+    now = stream.clock()
+    keep = np.ones(n, dtype=bool)
+    dup_seq = np.zeros(n, dtype=np.int64)
+    for first, last, seq, ts in stream.storage.ensure_ranges(now, window).get(msgid_hash(prefix), ()):
+        if now - ts >= window:
+            continue
+        a, b = max(first, start), min(last, start + n - 1)
+        if a <= b:
+            keep[a - start: b - start + 1] = False
+            dup_seq[a - start: b - start + 1] = np.arange(seq + a - first, seq + b - first + 1)
+    known = stream.storage.ensure_dedup(now, window)
+    if known:
+        for i in np.flatnonzero(keep).tolist():
+            hit = known.get(msgid_hash(f"{prefix}{start + i}"))
+            if hit is not None and now - hit[1] < window:
+                keep[i], dup_seq[i] = False, hit[0]
+    rows = np.flatnonzero(keep) + start
+    index = pa.Array.from_buffers(pa.int64(), len(rows), [None, pa.py_buffer(rows.astype(np.int64))])
+    blocks = pc.binary_join_element_wise(
+        pa.scalar("NATS/1.0\r\nNats-Msg-Id: " + prefix), pc.cast(index, pa.string()), pa.scalar("\r\n\r\n"), pa.scalar("")
+    )
+    offsets = np.frombuffer(blocks.buffers()[1], dtype=np.int32, count=len(blocks) + 1).astype(np.int64)
+    data = blocks.buffers()[2]
+    hdr = memoryview(data)[offsets[0]:offsets[-1]] if data is not None else memoryview(b"")
+    return keep, dup_seq, hdr, offsets - offsets[0]
 
 
 def _id_bytes(msg_id: str) -> bytes:

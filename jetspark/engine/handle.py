@@ -400,9 +400,12 @@ class JetStream:
             st = self._stream(stream)
         return bulk.read_batches(st, start_seq, end_seq, subjects=subjects, batch_size=batch_size, headers=headers)
 
-    def publish_batch(self, data, stream: Optional[str] = None):
+    def publish_batch(self, data, stream: Optional[str] = None, msg_id_prefix: Optional[str] = None, msg_id_start: int = 0):
         """Append an Arrow table/batch (columns subject, data, optional headers, msg_id) with
-        the rules of single publishes, all or nothing; returns a BatchAck with one seq per row."""
+        the rules of single publishes, all or nothing; returns a BatchAck with one seq per row.
+
+        ``msg_id_prefix``: row i gets the Nats-Msg-Id ``f"{msg_id_prefix}{msg_id_start + i}"``,
+        deduplicated as one range (how the Spark sink makes its writes exactly-once cheaply)."""
         import pyarrow as pa
 
         from jetspark.engine import bulk
@@ -420,7 +423,7 @@ class JetStream:
                     raise NoStreamResponseError(first)
             else:
                 st = self._stream(stream)
-            return bulk.publish_batch(st, table)
+            return bulk.publish_batch(st, table, msg_id_prefix, msg_id_start)
 
     def seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:
         """The last sequence in lo..hi such that the messages lo..it hold at most ``max_bytes``

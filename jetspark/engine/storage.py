@@ -81,12 +81,13 @@ _U64 = struct.Struct("<Q")
 _ACTIVE = ((0).to_bytes(8, "little"), (1).to_bytes(8, "little"))
 _FIELDS = (
     "commit", "first_seq", "last_seq", "last_ts", "msgs", "bytes", "num_subjects",
-    "ops_len", "subj_len", "dedup_len", "cfg_gen", "deleted", "held", "cons_gen",
+    "ops_len", "subj_len", "dedup_len", "cfg_gen", "deleted", "held", "cons_gen", "ranges_len",
 )  # fmt: skip
 _SUBJ_HDR = struct.Struct("<HI")
 _OPS_HDR = struct.Struct("<II")
 DEDUP_DTYPE = np.dtype([("ts", "<i8"), ("seq", "<u8"), ("h", "V16")])
 _DEDUP = struct.Struct("<qQ16s")
+_RANGE = struct.Struct("<qQ16sQQ")  # ts, first seq, blake2b(prefix), first index, last index
 
 
 def msgid_hash(msg_id: str) -> bytes:
@@ -138,6 +139,7 @@ class Header:
     deleted: int = 0
     held: int = 0  # 1 once the stream has held (or skipped) a message, or was purged
     cons_gen: int = 0  # bumped when a consumer is added, changed, deleted or its log rewritten
+    ranges_len: int = 0  # committed length of the dedup_ranges journal
     last_id: bytes = b""  # Nats-Msg-Id of the last stored message (Nats-Expected-Last-Msg-Id)
 
 
@@ -226,6 +228,7 @@ class StreamStorage:
         self._subj_fd = os.open(self.dir / "subjects", os.O_RDWR | os.O_CREAT, 0o644)
         self._ops_fd = os.open(self.dir / "ops", os.O_RDWR | os.O_CREAT, 0o644)
         self._dedup_fd = os.open(self.dir / "dedup", os.O_RDWR | os.O_CREAT, 0o644)
+        self._ranges_fd = os.open(self.dir / "dedup_ranges", os.O_RDWR | os.O_CREAT, 0o644)
         if os.fstat(self._state_fd).st_size < 4096:
             with self._flock():
                 if os.fstat(self._state_fd).st_size < 4096:
@@ -367,6 +370,8 @@ class StreamStorage:
         self._stats: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None  # (count, first, last) per subject id
         self._dedup: Optional[dict[bytes, tuple[int, int]]] = None
         self._dedup_pos = 0
+        self._ranges: Optional[dict[bytes, list[tuple[int, int, int, int]]]] = None
+        self._ranges_pos = 0
         for b in self._blocks:
             b.close()
         self._blocks = []
@@ -374,7 +379,7 @@ class StreamStorage:
 
     def close(self) -> None:
         self._reset_caches()
-        for fd in (self._lock_fd, self._state_fd, self._subj_fd, self._ops_fd, self._dedup_fd):
+        for fd in (self._lock_fd, self._state_fd, self._subj_fd, self._ops_fd, self._dedup_fd, self._ranges_fd):
             try:
                 os.close(fd)
             except OSError:
@@ -406,7 +411,7 @@ class StreamStorage:
     def _write_slot(self, i: int, h: Header) -> None:
         raw = _SLOT.pack(
             h.commit, h.first_seq, h.last_seq, h.last_ts, h.msgs, h.bytes, h.num_subjects, h.ops_len,
-            h.subj_len, h.dedup_len, h.cfg_gen, h.deleted, h.held, h.cons_gen, 0, 0, len(h.last_id), h.last_id,
+            h.subj_len, h.dedup_len, h.cfg_gen, h.deleted, h.held, h.cons_gen, h.ranges_len, 0, len(h.last_id), h.last_id,
         )
         off = _SLOT_OFF[i]
         self._mm[off:off + _SLOT.size + 4] = raw + _CRC.pack(zlib.crc32(raw))
@@ -439,7 +444,7 @@ class StreamStorage:
             self._mm.flush()
 
     def _sync_files(self) -> None:
-        for fd in (self._subj_fd, self._ops_fd, self._dedup_fd):
+        for fd in (self._subj_fd, self._ops_fd, self._dedup_fd, self._ranges_fd):
             os.fdatasync(fd)
         if self._blocks:
             b = self._blocks[-1]
@@ -493,6 +498,8 @@ class StreamStorage:
         self._sync_tail()
         if self._dedup is not None:
             self._read_dedup(h.dedup_len)
+        if self._ranges is not None:
+            self._read_ranges(h.ranges_len)
 
     def _catch_up_stats(self, old: Header, h: Header, ranges: list[tuple[int, int]]) -> None:
         """Move the per-subject stats from the ``old`` commit to ``h``.
@@ -857,6 +864,37 @@ class StreamStorage:
             self._dedup[h] = (seq, ts)
         self._dedup_pos = upto
 
+    # Ranges of ids "<prefix><n>" for n in first..last, stored at consecutive sequences
+    # from seq: a batch with generated ids costs one record, not one per row.
+
+    def ensure_ranges(self, now: int, window_ns: int) -> dict[bytes, list[tuple[int, int, int, int]]]:
+        if self._ranges is None:
+            self._ranges = {}
+            n = self.h.ranges_len // _RANGE.size
+            lo, hi, cutoff = 0, n, now - window_ns
+            while lo < hi:  # time-ordered: skip what left the window
+                mid = (lo + hi) // 2
+                (ts,) = struct.unpack("<q", os.pread(self._ranges_fd, 8, mid * _RANGE.size))
+                lo, hi = (mid + 1, hi) if ts < cutoff else (lo, mid)
+            self._ranges_pos = lo * _RANGE.size
+            self._read_ranges(self.h.ranges_len)
+        return self._ranges
+
+    def _read_ranges(self, upto: int) -> None:
+        if upto <= self._ranges_pos:
+            return
+        raw = os.pread(self._ranges_fd, upto - self._ranges_pos, self._ranges_pos)
+        for ts, seq, h, first, last in _RANGE.iter_unpack(raw):
+            self._ranges.setdefault(h, []).append((first, last, seq, ts))
+        self._ranges_pos = upto
+
+    def add_range(self, prefix_hash: bytes, first: int, last: int, seq: int, ts: int) -> None:
+        os.pwrite(self._ranges_fd, _RANGE.pack(ts, seq, prefix_hash, first, last), self.h.ranges_len)
+        self.h.ranges_len += _RANGE.size
+        self._ranges_pos = self.h.ranges_len
+        if self._ranges is not None:
+            self._ranges.setdefault(prefix_hash, []).append((first, last, seq, ts))
+
     def add_dedup_many(self, hashes: list[bytes], seqs: np.ndarray, ts: int) -> None:
         recs = np.zeros(len(hashes), dtype=DEDUP_DTYPE)
         recs["ts"] = ts
@@ -866,8 +904,7 @@ class StreamStorage:
         self.h.dedup_len += recs.nbytes
         self._dedup_pos = self.h.dedup_len
         if self._dedup is not None:
-            for h, q in zip(hashes, seqs.tolist()):
-                self._dedup[h] = (q, ts)
+            self._dedup.update(zip(hashes, zip(seqs.tolist(), [ts] * len(hashes))))
 
     def add_dedup(self, h: bytes, seq: int, ts: int) -> None:
         os.pwrite(self._dedup_fd, _DEDUP.pack(ts, seq, h), self.h.dedup_len)
@@ -1178,7 +1215,7 @@ class _Locked:
                 s._catch_up(s.read_header())
             s._pending_unlink = []
             h = s.h
-            s._start = (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id, h.cons_gen)
+            s._start = (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id, h.cons_gen, h.ranges_len)
         except BaseException:
             fcntl.flock(s._lock_fd, fcntl.LOCK_UN)
             s._thread_lock.release()
@@ -1196,12 +1233,12 @@ class _Locked:
         try:
             if exc_type is None:
                 h = s.h
-                if (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id, h.cons_gen) != s._start:
+                if (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id, h.cons_gen, h.ranges_len) != s._start:
                     s._commit()
                 for b in s._pending_unlink:
                     b.close()
                     b.unlink()
-            elif (h := s.h) and (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id, h.cons_gen) != s._start:
+            elif (h := s.h) and (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id, h.cons_gen, h.ranges_len) != s._start:
                 # A failure halfway through a change: what was written past the
                 # last commit is ignored by everyone and overwritten by the next
                 # writer; forget our in-memory changes and reload.

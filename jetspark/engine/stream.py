@@ -326,11 +326,26 @@ class Stream:
         return int(s.sizes(s.entries(s.h.first_seq, s.h.first_seq))[0])
 
     def _duplicate(self, msg_id: str) -> Optional[int]:
+        """The sequence an id was stored at within the duplicate window, or None."""
         window = int(self.config.duplicate_window * _NS)
         now = self.clock()
         hit = self.storage.ensure_dedup(now, window).get(msgid_hash(msg_id))
         if hit is not None and now - hit[1] < window:
             return hit[0]
+        return self.range_duplicate(msg_id, now, window)
+
+    def range_duplicate(self, msg_id: str, now: int, window: int) -> Optional[int]:
+        """Is ``msg_id`` ("<prefix><n>") inside a range a batch with generated ids recorded?"""
+        ranges = self.storage.ensure_ranges(now, window)
+        if not ranges:
+            return None
+        digits = len(msg_id) - len(msg_id.rstrip("0123456789"))
+        if not digits:
+            return None
+        n = int(msg_id[-digits:])
+        for first, last, seq, ts in ranges.get(msgid_hash(msg_id[:-digits]), ()):
+            if first <= n <= last and now - ts < window and str(n) == msg_id[-digits:]:
+                return seq + (n - first)
         return None
 
     def _has_interest(self, subject: str) -> bool:
