@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from jetspark.api import RetentionPolicy, datetime_to_ns
 from jetspark.engine import headers as H
 from jetspark.engine import subjects as subj
-from jetspark.engine.storage import SID_NONE, _runs, msgid_hash
+from jetspark.engine.records import SID_NONE, _runs, msgid_hash
 from jetspark.engine.stream import Stream
 from jetspark.errors import BadRequestError, api_error
 
@@ -393,7 +393,7 @@ def _id_bytes(msg_id: str) -> bytes:
 def _dedup_rows(stream: Stream, ids: list):
     """Which rows are new (by Nats-Msg-Id, within the window and within the batch), their
     id hashes, and their header blocks back to back."""
-    from jetspark.engine.storage import msgid_hash
+    from jetspark.engine.records import msgid_hash
 
     window = int(stream.config.duplicate_window * 1_000_000_000)
     now = stream.clock()

@@ -36,7 +36,7 @@ import numpy as np
 from jetspark.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy, SequenceInfo, ns_to_datetime
 from jetspark.engine import subjects as subj
 from jetspark.engine.consumer_config import filters_of
-from jetspark.engine.storage import SID_NONE
+from jetspark.engine.records import SID_NONE
 
 _NS = 1_000_000_000
 _REC = struct.Struct("<IIBIqqqqq")  # len, crc, op, n, dseq, next_sseq, adflr, asflr, last_active

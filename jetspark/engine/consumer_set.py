@@ -12,14 +12,13 @@ import json
 import os
 import uuid
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable
 
 import numpy as np
 
 from jetspark.api import ConsumerConfig, DeliverPolicy, RetentionPolicy, datetime_to_ns
 from jetspark.engine.consumer import SNAPSHOT, LAST_PER_SUBJECT, Consumer, config_to_json, remove_consumer_dir
-from jetspark.engine.storage import SID_NONE
-from jetspark.errors import api_error
+from jetspark.engine.records import SID_NONE
 
 
 class ConsumerSet:
@@ -195,7 +194,7 @@ class ConsumerSet:
         seqs = seqs[~s.dead_mask(int(seqs[0]), int(seqs[-1]))[seqs - seqs[0]]]
         if not len(seqs):
             return
-        from jetspark.engine.storage import _runs
+        from jetspark.engine.records import _runs
 
         sids = np.concatenate([s.entries(a, b)["sid"] for a, b in _runs(seqs)])
         keep = sids == SID_NONE

@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -44,7 +44,7 @@ from jetspark.engine import consumer_config as ccfg
 from jetspark.engine.pull import Msg, PullSubscription
 from jetspark.engine import headers as H
 from jetspark.engine import subjects as subj
-from jetspark.engine.storage import FORK_GENERATION, FLock
+from jetspark.engine.locking import FORK_GENERATION, FLock
 from jetspark.engine.stream import Stream, config_from_json, config_to_json
 from jetspark.errors import (
     BadRequestError,
@@ -55,6 +55,9 @@ from jetspark.errors import (
     StoreError,
     api_error,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 _UNROUTED = object()
 _SHM = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())

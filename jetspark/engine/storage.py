@@ -32,7 +32,6 @@ writes nothing else; other removals append a range record to ``ops``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import mmap
@@ -41,28 +40,30 @@ import struct
 import threading
 import zlib
 from bisect import bisect_right
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
 import fcntl
 import numpy as np
 
-from jetspark.errors import CorruptStoreError
-
-IDX_DTYPE = np.dtype(
-    [("ts", "<i8"), ("doff", "<u8"), ("hoff", "<u8"), ("dlen", "<u4"), ("hlen", "<u4"), ("sid", "<u4"), ("crc", "<u4")]
+from jetspark.engine.blocks import Block
+from jetspark.engine.header import ACTIVE, ACTIVE_OFF, CRC, FIELDS, MAGIC, SLOT, SLOT_OFF, U64, Header
+from jetspark.engine.locking import FORK_GENERATION, FLock
+from jetspark.engine.records import (
+    DEDUP,
+    DEDUP_DTYPE,
+    ENTRY,
+    ENTRY_SIZE,
+    IDX_DTYPE,
+    RANGE,
+    SID_NONE,
+    _merge,
+    _mix,
+    _runs,
+    record_crc,
+    record_crcs,
 )
-ENTRY = struct.Struct("<qQQIIII")
-ENTRY_SIZE = ENTRY.size
-assert ENTRY_SIZE == IDX_DTYPE.itemsize == 40
-SID_NONE = 0xFFFFFFFF  # a sequence that was consumed but nothing stored (interest retention)
-
-# Bumped in every child right after fork(): handles compare it to the value they
-# opened with and reopen their files, because flock() belongs to the open file,
-# which a forked child shares with its parent.
-FORK_GENERATION = [0]
-os.register_at_fork(after_in_child=lambda: FORK_GENERATION.__setitem__(0, FORK_GENERATION[0] + 1))
+from jetspark.errors import CorruptStoreError
 
 log = logging.getLogger("jetspark")
 TAIL_CHECK = 1024  # records verified at the end of each stream when a process opens it
@@ -70,135 +71,9 @@ TAIL_CHECK = 1024  # records verified at the end of each stream when a process o
 BLOCK_MAX_MSGS = 1 << 20
 BLOCK_MAX_BYTES = 64 << 20
 
-_MAGIC = b"JSPKST01"
-_ACTIVE_OFF = 8
-_SLOT_OFF = (64, 1024)
-# 16 u64 fields, the last stored message's Nats-Msg-Id (u16 length + 400 bytes), then a u32 crc.
-_SLOT = struct.Struct("<16QH400s")
-_MAX_LAST_ID = 400
-_CRC = struct.Struct("<I")
-_U64 = struct.Struct("<Q")
-_ACTIVE = ((0).to_bytes(8, "little"), (1).to_bytes(8, "little"))
-_FIELDS = (
-    "commit", "first_seq", "last_seq", "last_ts", "msgs", "bytes", "num_subjects",
-    "ops_len", "subj_len", "dedup_len", "cfg_gen", "deleted", "held", "cons_gen", "ranges_len",
-)  # fmt: skip
 _SUBJ_HDR = struct.Struct("<HI")
 _OPS_HDR = struct.Struct("<II")
-DEDUP_DTYPE = np.dtype([("ts", "<i8"), ("seq", "<u8"), ("h", "V16")])
-_DEDUP = struct.Struct("<qQ16s")
-_RANGE = struct.Struct("<qQ16sQQ")  # ts, first seq, blake2b(prefix), first index, last index
 
-
-def msgid_hash(msg_id: str) -> bytes:
-    return hashlib.blake2b(msg_id.encode(), digest_size=16).digest()
-
-
-_M32 = 0xFFFFFFFF
-_MIX = (0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D, 0x27D4EB2F)
-
-
-def _mix(seq, ts, sid):
-    """Binds a record's checksum to its sequence, time and subject (works on ints and uint64 arrays)."""
-    return (seq * _MIX[0] + (ts & _M32) * _MIX[1] + (ts >> 32) * _MIX[2] + sid * _MIX[3]) & _M32
-
-
-def record_crc(seq: int, ts: int, sid: int, hdr: bytes, data: bytes) -> int:
-    """crc32 of header block and payload, xor the record's (seq, ts, subject) mix."""
-    return zlib.crc32(data, zlib.crc32(hdr)) ^ _mix(seq, ts, sid)
-
-
-def record_crcs(seqs: np.ndarray, ts: np.ndarray, sids: np.ndarray, hdr, hdr_offsets, data, data_offsets) -> np.ndarray:
-    """record_crc for a run of records; the crc32 calls iterate in C (map), the mix in NumPy."""
-    n = len(seqs)
-    dv, hv = memoryview(data), memoryview(hdr)
-    d = data_offsets.tolist()
-    if hdr_offsets[-1] > hdr_offsets[0]:
-        h = hdr_offsets.tolist()
-        hcrc = map(zlib.crc32, map(hv.__getitem__, map(slice, h[:-1], h[1:])))
-        crc = np.fromiter(map(zlib.crc32, map(dv.__getitem__, map(slice, d[:-1], d[1:])), hcrc), dtype=np.uint32, count=n)
-    else:
-        crc = np.fromiter(map(zlib.crc32, map(dv.__getitem__, map(slice, d[:-1], d[1:]))), dtype=np.uint32, count=n)
-    mix = _mix(seqs.astype(np.uint64), ts.astype(np.uint64), sids.astype(np.uint64)).astype(np.uint32)
-    return crc ^ mix
-
-
-@dataclass
-class Header:
-    commit: int = 0
-    first_seq: int = 1  # the floor: every sequence below it is gone
-    last_seq: int = 0
-    last_ts: int = 0
-    msgs: int = 0
-    bytes: int = 0
-    num_subjects: int = 0
-    ops_len: int = 0
-    subj_len: int = 0
-    dedup_len: int = 0
-    cfg_gen: int = 0
-    deleted: int = 0
-    held: int = 0  # 1 once the stream has held (or skipped) a message, or was purged
-    cons_gen: int = 0  # bumped when a consumer is added, changed, deleted or its log rewritten
-    ranges_len: int = 0  # committed length of the dedup_ranges journal
-    last_id: bytes = b""  # Nats-Msg-Id of the last stored message (Nats-Expected-Last-Msg-Id)
-
-
-class _Block:
-    """One block's three files; the tail block is also mapped for the writer."""
-
-    __slots__ = ("first", "count", "dlen", "hlen", "path", "ifd", "dfd", "hfd", "imm", "dmm", "dcap")
-
-    def __init__(self, path: Path, first: int, create: bool = False) -> None:
-        self.path = path
-        self.first = first
-        self.count = 0
-        self.dlen = 0
-        self.hlen = 0
-        # Only the writer creates block files: a reader racing an unlink must not bring one back.
-        flags = os.O_RDWR | (os.O_CREAT if create else 0)
-        self.ifd = os.open(f"{path}.idx", flags, 0o644)
-        self.dfd = os.open(f"{path}.dat", flags, 0o644)
-        self.hfd = os.open(f"{path}.hdr", flags, 0o644)
-        self.imm = self.dmm = None
-        self.dcap = 0
-
-    def map_for_writing(self) -> None:
-        """Map the index and payload files at their full block capacity.
-
-        A store into a shared mapping lands in the page cache just as a
-        pwrite() does (it survives the process being killed, and readers'
-        pread() sees it), without a system call per message.  The files are
-        sparse: unwritten capacity takes no disk space.
-        """
-        icap = BLOCK_MAX_MSGS * ENTRY_SIZE
-        if os.fstat(self.ifd).st_size < icap:
-            os.ftruncate(self.ifd, icap)
-        self.imm = mmap.mmap(self.ifd, icap)
-        self.dcap = max(BLOCK_MAX_BYTES, os.fstat(self.dfd).st_size)
-        if os.fstat(self.dfd).st_size < self.dcap:
-            os.ftruncate(self.dfd, self.dcap)
-        self.dmm = mmap.mmap(self.dfd, self.dcap)
-
-    def close(self) -> None:
-        for mm in (self.imm, self.dmm):
-            if mm is not None:
-                try:
-                    mm.close()
-                except (BufferError, ValueError):
-                    pass
-        self.imm = self.dmm = None
-        for fd in (self.ifd, self.dfd, self.hfd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-    def unlink(self) -> None:
-        for ext in (".idx", ".dat", ".hdr"):
-            try:
-                os.unlink(f"{self.path}{ext}")
-            except FileNotFoundError:
-                pass
 
 
 class StreamStorage:
@@ -234,15 +109,15 @@ class StreamStorage:
                 if os.fstat(self._state_fd).st_size < 4096:
                     os.ftruncate(self._state_fd, 4096)
                     mm = mmap.mmap(self._state_fd, 4096)
-                    mm[0:8] = _MAGIC
+                    mm[0:8] = MAGIC
                     self._mm = mm
                     self._write_slot(0, Header())
-                    mm[_ACTIVE_OFF:_ACTIVE_OFF + 8] = (0).to_bytes(8, "little")
+                    mm[ACTIVE_OFF:ACTIVE_OFF + 8] = (0).to_bytes(8, "little")
                     mm.close()
         self._mm = mmap.mmap(self._state_fd, 4096)
-        if self._mm[0:8] != _MAGIC:
+        if self._mm[0:8] != MAGIC:
             raise CorruptStoreError(f"{self.dir / 'state'}: not a jetspark stream header")
-        self._blocks: list[_Block] = []
+        self._blocks: list[Block] = []
         self._block_firsts: list[int] = []
         self._reset_caches()
         self.refresh()
@@ -400,25 +275,25 @@ class StreamStorage:
     # ------------------------------------------------------------------ header
 
     def _read_slot(self, i: int) -> Optional[Header]:
-        off = _SLOT_OFF[i]
-        raw = self._mm[off:off + _SLOT.size + 4]
-        (crc,) = _CRC.unpack_from(raw, _SLOT.size)
-        if zlib.crc32(raw[: _SLOT.size]) != crc:
+        off = SLOT_OFF[i]
+        raw = self._mm[off:off + SLOT.size + 4]
+        (crc,) = CRC.unpack_from(raw, SLOT.size)
+        if zlib.crc32(raw[: SLOT.size]) != crc:
             return None
-        values = _SLOT.unpack_from(raw)
-        return Header(*values[: len(_FIELDS)], last_id=values[17][: values[16]])
+        values = SLOT.unpack_from(raw)
+        return Header(*values[: len(FIELDS)], last_id=values[17][: values[16]])
 
     def _write_slot(self, i: int, h: Header) -> None:
-        raw = _SLOT.pack(
+        raw = SLOT.pack(
             h.commit, h.first_seq, h.last_seq, h.last_ts, h.msgs, h.bytes, h.num_subjects, h.ops_len,
             h.subj_len, h.dedup_len, h.cfg_gen, h.deleted, h.held, h.cons_gen, h.ranges_len, 0, len(h.last_id), h.last_id,
         )
-        off = _SLOT_OFF[i]
-        self._mm[off:off + _SLOT.size + 4] = raw + _CRC.pack(zlib.crc32(raw))
+        off = SLOT_OFF[i]
+        self._mm[off:off + SLOT.size + 4] = raw + CRC.pack(zlib.crc32(raw))
 
     def read_header(self) -> Header:
         for _ in range(1000):
-            active = int.from_bytes(self._mm[_ACTIVE_OFF:_ACTIVE_OFF + 8], "little")
+            active = int.from_bytes(self._mm[ACTIVE_OFF:ACTIVE_OFF + 8], "little")
             h = self._read_slot(active & 1)
             if h is not None:
                 return h
@@ -430,16 +305,16 @@ class StreamStorage:
 
     def _committed_counter(self) -> int:
         """The active slot's commit counter; only meaningful while holding the lock (no writer can race)."""
-        return _U64.unpack_from(self._mm, _SLOT_OFF[self._mm[_ACTIVE_OFF] & 1])[0]
+        return U64.unpack_from(self._mm, SLOT_OFF[self._mm[ACTIVE_OFF] & 1])[0]
 
     def _commit(self) -> None:
         h = self.h
         h.commit += 1
-        active = self._mm[_ACTIVE_OFF] & 1
+        active = self._mm[ACTIVE_OFF] & 1
         if self.fsync:
             self._sync_files()
         self._write_slot(1 - active, h)
-        self._mm[_ACTIVE_OFF:_ACTIVE_OFF + 8] = _ACTIVE[1 - active]
+        self._mm[ACTIVE_OFF:ACTIVE_OFF + 8] = ACTIVE[1 - active]
         if self.fsync:
             self._mm.flush()
 
@@ -598,7 +473,7 @@ class StreamStorage:
             # A block past last_seq + 1 belongs to a writer that died before committing it.
             if first <= self.h.last_seq + 1 and first not in known:
                 try:
-                    known[first] = _Block(self.dir / "blk" / f"{first:016x}", first)
+                    known[first] = Block(self.dir / "blk" / f"{first:016x}", first)
                 except FileNotFoundError:
                     continue  # unlinked while we listed
 
@@ -662,7 +537,7 @@ class StreamStorage:
             seq = end + 1
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
-    def block_spans(self, a: int, b: int) -> Iterator[tuple[_Block, int, int]]:
+    def block_spans(self, a: int, b: int) -> Iterator[tuple[Block, int, int]]:
         """(block, first, last) pieces of a..b, one per block."""
         seq = a
         while seq <= b:
@@ -672,10 +547,10 @@ class StreamStorage:
             yield blk, seq, end
             seq = end + 1
 
-    def read_data(self, blk: _Block, off: int, n: int) -> bytes:
+    def read_data(self, blk: Block, off: int, n: int) -> bytes:
         return os.pread(blk.dfd, n, off) if n else b""
 
-    def read_hdrs(self, blk: _Block, off: int, n: int) -> bytes:
+    def read_hdrs(self, blk: Block, off: int, n: int) -> bytes:
         return os.pread(blk.hfd, n, off) if n else b""
 
     def read_message(self, seq: int) -> tuple[str, bytes, bytes, int]:
@@ -840,19 +715,19 @@ class StreamStorage:
         if self._dedup is None:
             self._dedup = {}
             total = self.h.dedup_len
-            n = total // _DEDUP.size
+            n = total // DEDUP.size
             if n:
                 # Records are in time order: find the window's start by bisection.
                 lo, hi = 0, n
                 cutoff = now - window_ns
                 while lo < hi:
                     mid = (lo + hi) // 2
-                    (ts,) = struct.unpack("<q", os.pread(self._dedup_fd, 8, mid * _DEDUP.size))
+                    (ts,) = struct.unpack("<q", os.pread(self._dedup_fd, 8, mid * DEDUP.size))
                     if ts < cutoff:
                         lo = mid + 1
                     else:
                         hi = mid
-                self._dedup_pos = lo * _DEDUP.size
+                self._dedup_pos = lo * DEDUP.size
             self._read_dedup(total)
         return self._dedup
 
@@ -860,7 +735,7 @@ class StreamStorage:
         if upto <= self._dedup_pos:
             return
         raw = os.pread(self._dedup_fd, upto - self._dedup_pos, self._dedup_pos)
-        for ts, seq, h in _DEDUP.iter_unpack(raw):
+        for ts, seq, h in DEDUP.iter_unpack(raw):
             self._dedup[h] = (seq, ts)
         self._dedup_pos = upto
 
@@ -870,13 +745,13 @@ class StreamStorage:
     def ensure_ranges(self, now: int, window_ns: int) -> dict[bytes, list[tuple[int, int, int, int]]]:
         if self._ranges is None:
             self._ranges = {}
-            n = self.h.ranges_len // _RANGE.size
+            n = self.h.ranges_len // RANGE.size
             lo, hi, cutoff = 0, n, now - window_ns
             while lo < hi:  # time-ordered: skip what left the window
                 mid = (lo + hi) // 2
-                (ts,) = struct.unpack("<q", os.pread(self._ranges_fd, 8, mid * _RANGE.size))
+                (ts,) = struct.unpack("<q", os.pread(self._ranges_fd, 8, mid * RANGE.size))
                 lo, hi = (mid + 1, hi) if ts < cutoff else (lo, mid)
-            self._ranges_pos = lo * _RANGE.size
+            self._ranges_pos = lo * RANGE.size
             self._read_ranges(self.h.ranges_len)
         return self._ranges
 
@@ -884,13 +759,13 @@ class StreamStorage:
         if upto <= self._ranges_pos:
             return
         raw = os.pread(self._ranges_fd, upto - self._ranges_pos, self._ranges_pos)
-        for ts, seq, h, first, last in _RANGE.iter_unpack(raw):
+        for ts, seq, h, first, last in RANGE.iter_unpack(raw):
             self._ranges.setdefault(h, []).append((first, last, seq, ts))
         self._ranges_pos = upto
 
     def add_range(self, prefix_hash: bytes, first: int, last: int, seq: int, ts: int) -> None:
-        os.pwrite(self._ranges_fd, _RANGE.pack(ts, seq, prefix_hash, first, last), self.h.ranges_len)
-        self.h.ranges_len += _RANGE.size
+        os.pwrite(self._ranges_fd, RANGE.pack(ts, seq, prefix_hash, first, last), self.h.ranges_len)
+        self.h.ranges_len += RANGE.size
         self._ranges_pos = self.h.ranges_len
         if self._ranges is not None:
             self._ranges.setdefault(prefix_hash, []).append((first, last, seq, ts))
@@ -907,8 +782,8 @@ class StreamStorage:
             self._dedup.update(zip(hashes, zip(seqs.tolist(), [ts] * len(hashes))))
 
     def add_dedup(self, h: bytes, seq: int, ts: int) -> None:
-        os.pwrite(self._dedup_fd, _DEDUP.pack(ts, seq, h), self.h.dedup_len)
-        self.h.dedup_len += _DEDUP.size
+        os.pwrite(self._dedup_fd, DEDUP.pack(ts, seq, h), self.h.dedup_len)
+        self.h.dedup_len += DEDUP.size
         self._dedup_pos = self.h.dedup_len
         if self._dedup is not None:
             self._dedup[h] = (seq, ts)
@@ -931,12 +806,12 @@ class StreamStorage:
                 self._stats = tuple(np.append(a, 0) for a in self._stats)
         return sid
 
-    def _tail_block(self, seq: int, dlen: int, hlen: int) -> _Block:
+    def _tail_block(self, seq: int, dlen: int, hlen: int) -> Block:
         if self._blocks:
             b = self._blocks[-1]
             if b.first + b.count == seq and b.count < BLOCK_MAX_MSGS and (b.dlen + dlen <= BLOCK_MAX_BYTES or b.count == 0):
                 return b
-        b = _Block(self.dir / "blk" / f"{seq:016x}", seq, create=True)
+        b = Block(self.dir / "blk" / f"{seq:016x}", seq, create=True)
         os.ftruncate(b.ifd, 0)
         os.ftruncate(b.dfd, 0)
         os.ftruncate(b.hfd, 0)
@@ -969,7 +844,7 @@ class StreamStorage:
         seq = h.last_seq + 1
         blk = self._tail_block(seq, len(data), len(hdr))
         if blk.imm is None:
-            blk.map_for_writing()
+            blk.map_for_writing(BLOCK_MAX_MSGS * ENTRY_SIZE, BLOCK_MAX_BYTES)
         doff, hoff = blk.dlen, blk.hlen
         n = len(data)
         if n:
@@ -1151,44 +1026,6 @@ class StreamStorage:
     def wipe(self) -> None:
         """Delete the stream's files (the stream itself is being deleted)."""
         self.h.deleted = 1
-
-
-def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Union of inclusive ranges, dropping empty ones."""
-    out: list[tuple[int, int]] = []
-    for a, b in sorted(r for r in ranges if r[0] <= r[1]):
-        if out and a <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
-
-
-def _runs(seqs: np.ndarray) -> list[tuple[int, int]]:
-    """Sorted unique sequences -> inclusive (first, last) runs."""
-    if not len(seqs):
-        return []
-    seqs = np.asarray(seqs, dtype=np.int64)
-    breaks = np.flatnonzero(np.diff(seqs) != 1)
-    starts = np.concatenate([[0], breaks + 1])
-    ends = np.concatenate([breaks, [len(seqs) - 1]])
-    return [(int(seqs[s]), int(seqs[e])) for s, e in zip(starts, ends)]
-
-
-class FLock:
-    """An exclusive flock() held for a with-block."""
-
-    __slots__ = ("fd",)
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def __enter__(self):
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
 
 
 class _Locked:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -30,8 +29,9 @@ from jetspark.api import (
 )
 from jetspark.engine import headers as H
 from jetspark.engine import subjects as subj
-from jetspark.engine.storage import StreamStorage, msgid_hash
-from jetspark.errors import APIError, api_error
+from jetspark.engine.records import msgid_hash
+from jetspark.engine.storage import StreamStorage
+from jetspark.errors import api_error
 
 _NS = 1_000_000_000
 

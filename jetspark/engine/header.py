@@ -1,0 +1,45 @@
+"""The stream header: two checksummed slots in a shared 4 KiB mapping, and which is live.
+
+A writer fills the inactive slot and then flips the active index with one
+aligned 8-byte store, so a reader (or a process recovering after a crash)
+always finds a whole slot.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+MAGIC = b"JSPKST01"
+ACTIVE_OFF = 8
+SLOT_OFF = (64, 1024)
+# 16 u64 fields, the last stored message's Nats-Msg-Id (u16 length + 400 bytes), then a u32 crc.
+SLOT = struct.Struct("<16QH400s")
+MAX_LAST_ID = 400
+CRC = struct.Struct("<I")
+U64 = struct.Struct("<Q")
+ACTIVE = ((0).to_bytes(8, "little"), (1).to_bytes(8, "little"))
+FIELDS = (
+    "commit", "first_seq", "last_seq", "last_ts", "msgs", "bytes", "num_subjects",
+    "ops_len", "subj_len", "dedup_len", "cfg_gen", "deleted", "held", "cons_gen", "ranges_len",
+)  # fmt: skip
+
+
+@dataclass
+class Header:
+    commit: int = 0
+    first_seq: int = 1  # the floor: every sequence below it is gone
+    last_seq: int = 0
+    last_ts: int = 0
+    msgs: int = 0
+    bytes: int = 0
+    num_subjects: int = 0
+    ops_len: int = 0
+    subj_len: int = 0
+    dedup_len: int = 0
+    cfg_gen: int = 0
+    deleted: int = 0
+    held: int = 0  # 1 once the stream has held (or skipped) a message, or was purged
+    cons_gen: int = 0  # bumped when a consumer is added, changed, deleted or its log rewritten
+    ranges_len: int = 0  # committed length of the dedup_ranges journal
+    last_id: bytes = b""  # Nats-Msg-Id of the last stored message (Nats-Expected-Last-Msg-Id)
