@@ -1,11 +1,15 @@
 """jetspark: Spark pipelines on a log with NATS JetStream semantics.
 
-``jetspark.connect(path)`` opens the embedded engine on a directory and
-returns a synchronous JetStream handle whose verbs and dataclasses are
+``jetspark.connect(path)`` opens the embedded engine on a directory, and
+``jetspark.connect("nats://host:4222")`` a real NATS JetStream server; both
+return a synchronous JetStream handle whose verbs and dataclasses are
 nats-py's.
 """
 
 from __future__ import annotations
+
+import os
+import re
 
 from jetspark.api import (
     AckPolicy,
@@ -25,6 +29,7 @@ from jetspark.api import (
 )
 from jetspark.errors import (
     APIError,
+    AuthenticationError,
     BadRequestError,
     ClosedError,
     ConsumerNotFoundError,
@@ -34,6 +39,8 @@ from jetspark.errors import (
     MsgNotFoundError,
     NoStreamResponseError,
     NotFoundError,
+    RequestTimeoutError,
+    ServerConnectionError,
     ServerError,
     ServiceUnavailableError,
     StoreError,
@@ -45,6 +52,7 @@ __version__ = "0.1.0"
 __all__ = [
     "APIError",
     "AckPolicy",
+    "AuthenticationError",
     "BadRequestError",
     "ClosedError",
     "ConsumerConfig",
@@ -61,8 +69,10 @@ __all__ = [
     "PubAck",
     "RawStreamMsg",
     "ReplayPolicy",
+    "RequestTimeoutError",
     "RetentionPolicy",
     "SequenceInfo",
+    "ServerConnectionError",
     "ServerError",
     "ServiceUnavailableError",
     "StorageType",
@@ -91,14 +101,39 @@ def local_session(app_name: str = "jetspark", master: str = "local[2]", **conf):
     return _local_session(app_name, master, **conf)
 
 
-def connect(path, *, clock=None, sync: str = "os"):
-    """Open (creating if needed) the store at ``path`` and return its JetStream handle.
+_SERVER_SCHEMES = ("nats://", "tls://", "ws://", "wss://")
 
-    ``sync="os"`` (the default): a returned publish has been written to the
-    operating system and survives the process being killed.  ``sync="fsync"``:
-    it has also been flushed to the disk.  ``clock`` is a callable returning
-    nanoseconds since the epoch; tests inject one to move time without sleeping.
+
+def connect(url, *, clock=None, sync: str | None = None, **options):
+    """Open a JetStream handle: the embedded engine on a directory, or a real NATS server.
+
+    - a path (``str`` or ``os.PathLike``) or a ``file://`` URL: the embedded
+      engine on that directory, created if needed.  ``sync="os"`` (the
+      default): a returned publish has been written to the operating system
+      and survives the process being killed; ``sync="fsync"``: it has also
+      been flushed to the disk.  ``clock`` is a callable returning
+      nanoseconds since the epoch; tests inject one to move time without
+      sleeping.
+    - ``nats://host:port`` (also ``tls://``, ``ws://``, ``wss://``; several
+      servers of one cluster separated by commas): a real NATS JetStream
+      server through nats-py, with the same verbs, dataclasses and errors.
+      ``options`` are connection options (see
+      ``jetspark.remote.ConnectOptions``): ``timeout`` (seconds, default 5:
+      every call gives up within it), ``user``/``password``, ``token``,
+      ``user_credentials`` (a .creds file), ``nkeys_seed`` (a seed file),
+      ``tls_ca``/``tls_cert``/``tls_key``, ``name``, ``connect_timeout``, ...
     """
+    text = os.fspath(url) if isinstance(url, os.PathLike) else url
+    if isinstance(text, str) and text.strip().lower().startswith(_SERVER_SCHEMES):
+        if clock is not None or sync is not None:
+            raise TypeError("clock= and sync= apply to the embedded engine (a path), not to a nats:// server")
+        from jetspark.remote import NatsJetStream
+
+        return NatsJetStream(text, **options)
+    if isinstance(text, str) and "://" in text and not text.startswith("file://") and re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", text):
+        raise ValueError(f"cannot connect to {text.split('://', 1)[0]}:// URLs: give a path, file://path, or nats://host:port")
+    if options:
+        raise TypeError(f"connection options {sorted(options)} apply to a nats:// server, not to the embedded engine at {text!r}")
     from jetspark.engine.handle import JetStream
 
-    return JetStream(path, clock=clock, sync=sync)
+    return JetStream(url, clock=clock, sync=sync or "os")

