@@ -43,7 +43,9 @@ class State:
         store: the others fail on a path that holds none, so a mistyped
         ``--store`` reports itself instead of leaving an empty store behind.
         """
-        self.check_backend()
+        if self._js is None and self.server is not None:
+            # A NATS server: the same API through nats-py (jetspark.remote).
+            self._js = jetspark.connect(self.server)
         if self._js is None:
             path = Path(str(self.store).removeprefix("file://"))
             if not create and not (path / "store.json").exists():
@@ -55,11 +57,11 @@ class State:
         return self._js
 
     def check_backend(self) -> None:
-        """``--server`` names a backend that does not exist yet: say so."""
+        """For commands that only run on the embedded engine (demo, bench)."""
         if self.server is not None:
             raise click.ClickException(
-                f"--server {self.server}: the nats server backend is not available yet; "
-                "jetspark runs the embedded engine on a directory (--store PATH or JETSPARK_STORE)"
+                f"--server {self.server}: this command runs on the embedded engine; "
+                "drop --server (and choose a directory with --store PATH or JETSPARK_STORE)"
             )
 
     def close(self) -> None:

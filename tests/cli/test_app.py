@@ -115,13 +115,21 @@ def test_a_missing_store_is_not_created(cli):
     assert not cli.store.exists()
 
 
-def test_server_is_not_available_yet(cli):
-    r = cli("--server", "nats://127.0.0.1:4222", "stream", "ls", code=1)
-    assert r.stderr.strip() == (
-        "Error: --server nats://127.0.0.1:4222: the nats server backend is not available yet; "
-        "jetspark runs the embedded engine on a directory (--store PATH or JETSPARK_STORE)"
-    )
-    cli("--server", "nats://x", "demo", code=1)
+def test_server_runs_the_commands_on_a_real_nats_server(cli, nats_server):
+    url = nats_server.url
+    cli("--server", url, "stream", "add", "CLI_S", "--subjects", "cli.>")
+    cli("--server", url, "pub", "cli.x", "hello", "--count", "3")
+    info = cli.json("--server", url, "stream", "info", "CLI_S")
+    assert info["state"]["messages"] == 3
+    cli("--server", url, "stream", "rm", "CLI_S", "-f")
+    # The demo and the benchmarks run on the embedded engine only.
+    r = cli("--server", url, "demo", code=1)
+    assert "this command runs on the embedded engine" in r.stderr
+
+
+def test_an_unreachable_server_is_one_clear_line(cli):
+    r = cli("--server", "nats://127.0.0.1:1", "stream", "ls", code=1)
+    assert r.stderr.startswith("Error: ") and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_errors_are_one_line_and_debug_shows_the_traceback(cli):
