@@ -571,10 +571,12 @@ class JetStream:
                 if c.config.ack_policy == AckPolicy.NONE:
                     st.consumers.release([q for q, _, _ in out])  # with ack none, delivery is the release
                 pending = c.num_pending()
-                new_after = sum(1 for _, _, n in out if n == 1)
                 recs = st.storage.read_messages([q for q, _, _ in out])
+                name, cname, headers_only = st.name, c.name, bool(c.config.headers_only)
+                # num_pending after each delivery: the new messages still to come after it.
+                new_after = sum(1 for _, _, n in out if n == 1)
                 msgs = []
-                headers_only = bool(c.config.headers_only)
+                append = msgs.append
                 for (sseq, cseq, delivered), (subject, hdr, data, ts) in zip(out, recs):
                     if delivered == 1:
                         new_after -= 1
@@ -583,7 +585,7 @@ class JetStream:
                         headers = dict(headers or {})
                         headers["Nats-Msg-Size"] = str(len(data))
                         data = b""
-                    msgs.append(Msg(self, subject, data, headers, (st.name, c.name, sseq, cseq, delivered, pending + new_after, ts)))
+                    append(Msg(self, subject, data, headers, (name, cname, sseq, cseq, delivered, pending + new_after, ts)))
                 return msgs
 
     def _buffer_ack(self, meta: tuple) -> None:

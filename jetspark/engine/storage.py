@@ -567,17 +567,33 @@ class StreamStorage:
     def read_messages(self, seqs: list[int]) -> list[tuple[str, bytes, bytes, int]]:
         """(subject, header block, payload, ts) for each sequence, reading each run of
         consecutive sequences with one pread per file."""
+        if seqs and seqs[-1] - seqs[0] == len(seqs) - 1 and all(b > a for a, b in zip(seqs, seqs[1:])):
+            return self._read_run(seqs[0], seqs[-1])  # the common case: new deliveries in a row
         found: dict[int, tuple[str, bytes, bytes, int]] = {}
         for a, b in _runs(np.unique(np.asarray(seqs, dtype=np.int64))):
-            for blk, lo, hi in self.block_spans(a, b):
-                e = self.entries(lo, hi)
-                d0, h0 = int(e["doff"][0]), int(e["hoff"][0])
-                data = self.read_data(blk, d0, int(e["doff"][-1]) + int(e["dlen"][-1]) - d0)
-                hdr = self.read_hdrs(blk, h0, int(e["hoff"][-1]) + int(e["hlen"][-1]) - h0)
-                names = self.subjects
-                for i, (ts, doff, hoff, dlen, hlen, sid, _) in enumerate(e.tolist()):
-                    found[lo + i] = (names[sid] if sid != SID_NONE else "", hdr[hoff - h0: hoff - h0 + hlen], data[doff - d0: doff - d0 + dlen], ts)
+            for q, rec in zip(range(a, b + 1), self._read_run(a, b)):
+                found[q] = rec
         return [found[q] for q in seqs]
+
+    def _read_run(self, a: int, b: int) -> list[tuple[str, bytes, bytes, int]]:
+        out = []
+        names = self.subjects
+        for blk, lo, hi in self.block_spans(a, b):
+            e = self.entries(lo, hi)
+            d0, h0 = int(e["doff"][0]), int(e["hoff"][0])
+            data = self.read_data(blk, d0, int(e["doff"][-1]) + int(e["dlen"][-1]) - d0)
+            hdr = self.read_hdrs(blk, h0, int(e["hoff"][-1]) + int(e["hlen"][-1]) - h0)
+            if not hdr:
+                out.extend(
+                    (names[sid] if sid != SID_NONE else "", b"", data[doff - d0: doff - d0 + dlen], ts)
+                    for ts, doff, _, dlen, _, sid, _ in e.tolist()
+                )
+            else:
+                out.extend(
+                    (names[sid] if sid != SID_NONE else "", hdr[hoff - h0: hoff - h0 + hlen], data[doff - d0: doff - d0 + dlen], ts)
+                    for ts, doff, hoff, dlen, hlen, sid, _ in e.tolist()
+                )
+        return out
 
     def sizes(self, e: np.ndarray) -> np.ndarray:
         """Per-message byte accounting as the server counts it (JETSTREAM.md §3.1)."""
