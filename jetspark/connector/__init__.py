@@ -43,7 +43,10 @@ SOURCE_SCHEMA = StructType(
         StructField("data", BinaryType(), False),
     ]
 )
-HEADERS_FIELD = StructField("headers", MapType(StringType(), ArrayType(StringType(), False), False), True)
+# Nullable map values and array elements: the engine's Arrow headers type is
+# map<string, list<string>> with nullable children, and Spark checks a returned
+# RecordBatch's schema for equality (nullability included).
+HEADERS_FIELD = StructField("headers", MapType(StringType(), ArrayType(StringType(), True), True), True)
 
 
 class JetStreamDataSource(DataSource):
@@ -73,10 +76,16 @@ class JetStreamDataSource(DataSource):
         return StreamReader(reader_options(self.options, streaming=True))
 
     def writer(self, schema, overwrite: bool):
-        from jetspark.connector.options import writer_options
+        from jetspark.connector.options import OptionError, writer_options
         from jetspark.connector.sink import BatchWriter, check_schema, new_write_id
 
         opts = writer_options(self.options)
+        if overwrite:
+            # As Spark's Kafka sink: a log is appended to, never overwritten.
+            raise OptionError(
+                'the jetstream sink appends messages to streams: use mode("append"); '
+                "a stream cannot be overwritten (purge it through the API if that is the intent)"
+            )
         check_schema(schema, opts)
         return BatchWriter(opts, new_write_id())
 

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
+from jetspark.engine.subjects import is_valid as is_valid_subject
 from jetspark.errors import JetSparkError
 
 DEFAULT_STORE = "./jetspark-data"
@@ -60,7 +61,8 @@ _READER_KEYS = {
     "maxtriggerdelay", "failondataloss", "includeheaders", "minpartitions", "rowsperpartition",
     "checkpointlocation",
 }  # fmt: skip
-_WRITER_KEYS = {"store", "path", "stream", "subject", "checkpointlocation"}
+# Spark hands writers its own query options too (checkpointLocation, queryName).
+_WRITER_KEYS = {"store", "path", "stream", "subject", "checkpointlocation", "queryname"}
 
 
 def _get(options: Mapping[str, str], key: str) -> Optional[str]:
@@ -118,8 +120,8 @@ def parse_duration(raw: str, key: str) -> float:
     return float(m.group(1)) * _UNIT_S[m.group(2)]
 
 
-def _sequence_json(raw: str, key: str, stream: str) -> int:
-    """``{"seq": 42}`` or ``{"<stream>": 42}``: a sequence number."""
+def _sequence_json(raw: str, key: str, stream: str, words: str = '"earliest", "latest"') -> int:
+    """``{"seq": 42}`` or ``{"<stream>": 42}``: a sequence number (``words``: the other accepted values)."""
     try:
         doc = json.loads(raw)
     except ValueError:
@@ -129,7 +131,7 @@ def _sequence_json(raw: str, key: str, stream: str) -> int:
         if isinstance(value, int) and value >= 0:
             return value
     raise OptionError(
-        f'option {key} must be "earliest", "latest" or JSON like {{"seq": 42}} (or {{"{stream}": 42}}), not {raw!r}'
+        f'option {key} must be {words} or JSON like {{"seq": 42}} (or {{"{stream}": 42}}), not {raw!r}'
     )
 
 
@@ -140,6 +142,12 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
         raise OptionError('option stream is required: .option("stream", "ORDERS")')
     subjects_raw = _get(options, "subjects") or _get(options, "subject") or ""
     subjects = tuple(s.strip() for s in subjects_raw.split(",") if s.strip())
+    for s in subjects:
+        if not is_valid_subject(s):
+            raise OptionError(
+                f"option subjects must be comma-separated subject filters like orders.new, orders.* "
+                f"or orders.>, and {s!r} is not one"
+            )
 
     start_raw = _get(options, "startingOffsets")
     ts_raw = _get(options, "startingTimestamp")
@@ -165,7 +173,7 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
         if end_raw.strip().lower() != "latest":
             if end_raw.strip().lower() == "earliest":
                 raise OptionError('option endingOffsets must be "latest" or JSON like {"seq": 42}, not "earliest"')
-            ending = _sequence_json(end_raw, "endingOffsets", stream)
+            ending = _sequence_json(end_raw, "endingOffsets", stream, '"latest"')
 
     limits = {k: _positive_int(options, k) for k in ("maxOffsetsPerTrigger", "maxBytesPerTrigger", "minOffsetsPerTrigger")}
     if not streaming:
@@ -206,6 +214,6 @@ _CANONICAL = {
         "store", "path", "stream", "subjects", "subject", "consumer", "startingOffsets", "startingTimestamp",
         "endingOffsets", "maxOffsetsPerTrigger", "maxBytesPerTrigger", "minOffsetsPerTrigger",
         "maxTriggerDelay", "failOnDataLoss", "includeHeaders", "minPartitions", "rowsPerPartition",
-        "checkpointLocation",
+        "checkpointLocation", "queryName",
     )
 }  # fmt: skip

@@ -79,6 +79,19 @@ def read_range(p: SeqRange) -> Iterator:
     yield from js.read_batches(p.stream, p.lo, p.hi, subjects=list(p.subjects) or None, headers=p.include_headers)
 
 
+def _stream_info(js, opts: ReaderOptions):
+    """The stream's info; a stream that does not exist is an option error that names it."""
+    from jetspark.errors import StreamNotFoundError
+
+    try:
+        return js.stream_info(opts.stream)
+    except StreamNotFoundError:
+        names = ", ".join(js.stream_names()) or "none"
+        raise OptionError(
+            f"option stream: there is no stream {opts.stream!r} in the store {opts.store} (streams: {names})"
+        ) from None
+
+
 def _start_seq(js, opts: ReaderOptions) -> int:
     """The first sequence to read from the starting option."""
     state = js.stream_info(opts.stream).state
@@ -106,8 +119,11 @@ class BatchReader(DataSourceReader):
     def pushFilters(self, filters):
         """Subject equality / IN / prefix and seq ranges are read exactly; timestamp
         ranges narrow the sequences read and Spark still checks them."""
+        # Spark may reuse a reader for another query of the same DataFrame: start afresh.
+        self.subjects, self.lo, self.hi, self.ts_bounds = self.opts.subjects, None, None, []
         for f in filters:
-            col = f.attribute[0] if len(f.attribute) == 1 else None
+            attr = getattr(f, "attribute", None)  # Not(...) has a child instead
+            col = attr[0] if attr is not None and len(attr) == 1 else None
             if col == "subject" and not self._narrowed_subjects() and self._push_subject(f):
                 continue
             if col == "seq" and isinstance(f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)):
@@ -148,7 +164,7 @@ class BatchReader(DataSourceReader):
 
     def partitions(self):
         js = handle(self.opts.store)
-        state = js.stream_info(self.opts.stream).state
+        state = _stream_info(js, self.opts).state
         lo = _start_seq(js, self.opts)
         hi = state.last_seq if self.opts.ending is None else min(self.opts.ending, state.last_seq)
         if self.lo is not None:
@@ -176,7 +192,11 @@ class BatchReader(DataSourceReader):
 
 
 def _literal(s: str) -> bool:
-    return bool(s) and "*" not in s.split(".") and ">" not in s.split(".") and " " not in s
+    """A well-formed literal subject: usable as a read filter that matches exactly itself.
+    Anything else ("x.", "a..b", "a b", "x.*") stays with Spark, which compares strings."""
+    from jetspark.engine import subjects as subj
+
+    return subj.is_valid(s, wildcards=False)
 
 
 def _micros(value) -> int:
@@ -199,7 +219,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Optional[int] = None
         self._last_batch = time.monotonic()
         js = handle(opts.store)
-        info = js.stream_info(opts.stream)
+        info = _stream_info(js, opts)
         retention = info.config.retention.value
         if retention != "limits" and not opts.consumer:
             raise OptionError(
@@ -209,10 +229,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         self._resume: Optional[int] = None
         if opts.consumer:
-            self._resume = self._bind_consumer(js)
+            self._resume = self._bind_consumer(js, retention)
 
-    def _bind_consumer(self, js) -> Optional[int]:
-        """Create or bind the durable consumer; returns its ack floor if it already existed."""
+    def _bind_consumer(self, js, retention: str) -> Optional[int]:
+        """Create or bind the durable consumer; returns its ack floor if it already existed.
+
+        Commits advance the floor cumulatively (AckAll semantics), so the consumer is
+        created with ack policy "all" -- except on a work-queue stream, which (as on
+        nats-server, error 10098) takes only explicit-ack consumers."""
         from jetspark.api import AckPolicy
         from jetspark.errors import ConsumerNotFoundError
 
@@ -224,7 +248,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             js.add_consumer(
                 self.opts.stream,
                 durable_name=self.opts.consumer,
-                ack_policy=AckPolicy.ALL,
+                ack_policy=AckPolicy.EXPLICIT if retention == "workqueue" else AckPolicy.ALL,
                 filter_subject=subjects[0] if len(subjects) == 1 else None,
                 filter_subjects=subjects if len(subjects) > 1 else None,
                 max_ack_pending=-1,
