@@ -255,3 +255,22 @@ class ConsumerInfo(Base):
     num_redelivered: int = 0
     num_waiting: int = 0
     num_pending: int = 0
+
+
+def with_params(cls, config, params: dict):
+    """``config`` (a ``cls``, a dict or None) with keyword overrides, as nats-py's
+    ``add_stream(config=None, **params)`` takes them; unknown names are refused."""
+    from jetspark.errors import BadRequestError
+
+    if config is None:
+        config = cls()
+    elif isinstance(config, dict):
+        config = cls.from_response(config)
+    unknown = set(params) - set(cls.__dataclass_fields__)
+    if unknown:
+        what = "stream" if cls is StreamConfig else "consumer"
+        raise BadRequestError(
+            400, 10003, f"unknown {what} config field(s) {sorted(unknown)}; accepted: {sorted(cls.__dataclass_fields__)}"
+        )
+    return config.evolve(**params) if params else config
+

@@ -9,8 +9,25 @@ import click
 from jetspark.api import ConsumerConfig, ConsumerInfo
 from jetspark.cli.context import needs_store
 from jetspark.cli.messages import ack_options, deliver
-from jetspark.cli.output import emit_json, fmt_ago, fmt_count, fmt_date, fmt_limit, fmt_time, kv_block, output_options, table
-from jetspark.cli.parse import DURATION, DeliverType, format_duration, parse_duration, parse_header, split_list
+from jetspark.cli.output import (
+    emit_json,
+    fmt_ago,
+    fmt_count,
+    fmt_date,
+    fmt_limit,
+    fmt_time,
+    kv_block,
+    output_options,
+    table,
+)
+from jetspark.cli.parse import (
+    DURATION,
+    DeliverType,
+    format_duration,
+    parse_duration,
+    parse_header,
+    split_list,
+)
 
 __all__ = ["consumer"]
 

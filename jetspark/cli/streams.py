@@ -31,7 +31,14 @@ from jetspark.cli.output import (
     rfc3339,
     table,
 )
-from jetspark.cli.parse import DURATION, SIZE, format_duration, format_size, parse_header, split_list
+from jetspark.cli.parse import (
+    DURATION,
+    SIZE,
+    format_duration,
+    format_size,
+    parse_header,
+    split_list,
+)
 
 __all__ = ["stream"]
 

@@ -33,7 +33,14 @@ from typing import Optional
 
 import numpy as np
 
-from jetspark.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy, SequenceInfo, ns_to_datetime
+from jetspark.api import (
+    AckPolicy,
+    ConsumerConfig,
+    ConsumerInfo,
+    DeliverPolicy,
+    SequenceInfo,
+    ns_to_datetime,
+)
 from jetspark.engine import subjects as subj
 from jetspark.engine.consumer_config import filters_of
 from jetspark.engine.records import SID_NONE

@@ -10,7 +10,14 @@ from __future__ import annotations
 import secrets
 from typing import Iterable, Optional
 
-from jetspark.api import AckPolicy, ConsumerConfig, DeliverPolicy, ReplayPolicy, RetentionPolicy, StreamConfig
+from jetspark.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    ReplayPolicy,
+    RetentionPolicy,
+    StreamConfig,
+)
 from jetspark.engine import subjects as subj
 from jetspark.engine.config import MAX_DESCRIPTION_LEN, MAX_NAME_LEN, _enum, invalid
 from jetspark.errors import api_error

@@ -17,7 +17,13 @@ from typing import Iterable
 import numpy as np
 
 from jetspark.api import ConsumerConfig, DeliverPolicy, RetentionPolicy, datetime_to_ns
-from jetspark.engine.consumer import SNAPSHOT, LAST_PER_SUBJECT, Consumer, config_to_json, remove_consumer_dir
+from jetspark.engine.consumer import (
+    LAST_PER_SUBJECT,
+    SNAPSHOT,
+    Consumer,
+    config_to_json,
+    remove_consumer_dir,
+)
 from jetspark.engine.records import SID_NONE
 
 

@@ -38,13 +38,14 @@ from jetspark.api import (
     StreamConfig,
     StreamInfo,
     datetime_to_ns,
+    with_params,
 )
 from jetspark.engine import config as cfg
 from jetspark.engine import consumer_config as ccfg
-from jetspark.engine.pull import Msg, PullSubscription
 from jetspark.engine import headers as H
 from jetspark.engine import subjects as subj
 from jetspark.engine.locking import FORK_GENERATION, FLock
+from jetspark.engine.pull import Msg, PullSubscription
 from jetspark.engine.stream import Stream, config_from_json, config_to_json
 from jetspark.errors import (
     BadRequestError,
@@ -687,22 +688,8 @@ def _ordered(js, st, lo, hi, subjects, batch_size, total) -> Iterator[Msg]:
 
 
 def _consumer_config(config, params: dict) -> ConsumerConfig:
-    if config is None:
-        config = ConsumerConfig()
-    elif isinstance(config, dict):
-        config = ConsumerConfig.from_response(config)
-    unknown = set(params) - set(ConsumerConfig.__dataclass_fields__)
-    if unknown:
-        raise BadRequestError(400, 10003, f"unknown consumer config field(s) {sorted(unknown)}; accepted: {sorted(ConsumerConfig.__dataclass_fields__)}")
-    return config.evolve(**params) if params else config
+    return with_params(ConsumerConfig, config, params)
 
 
-def _config(config: Optional[StreamConfig], params: dict) -> StreamConfig:
-    if config is None:
-        config = StreamConfig()
-    elif isinstance(config, dict):
-        config = StreamConfig.from_response(config)
-    unknown = set(params) - set(StreamConfig.__dataclass_fields__)
-    if unknown:
-        raise BadRequestError(400, 10003, f"unknown stream config field(s) {sorted(unknown)}; accepted: {sorted(StreamConfig.__dataclass_fields__)}")
-    return config.evolve(**params) if params else config
+def _config(config, params: dict) -> StreamConfig:
+    return with_params(StreamConfig, config, params)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import os
-
 import fcntl
+import os
 
 # Bumped in every child right after fork(): handles compare it to the value they
 # opened with and reopen their files, because flock() belongs to the open file,

@@ -32,6 +32,7 @@ writes nothing else; other removals append a range record to ``ops``.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import mmap
@@ -43,11 +44,20 @@ from bisect import bisect_right
 from pathlib import Path
 from typing import Iterator, Optional
 
-import fcntl
 import numpy as np
 
 from jetspark.engine.blocks import Block
-from jetspark.engine.header import ACTIVE, ACTIVE_OFF, CRC, FIELDS, MAGIC, SLOT, SLOT_OFF, U64, Header
+from jetspark.engine.header import (
+    ACTIVE,
+    ACTIVE_OFF,
+    CRC,
+    FIELDS,
+    MAGIC,
+    SLOT,
+    SLOT_OFF,
+    U64,
+    Header,
+)
 from jetspark.engine.locking import FORK_GENERATION, FLock
 from jetspark.engine.records import (
     DEDUP,

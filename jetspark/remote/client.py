@@ -26,11 +26,20 @@ import time
 import weakref
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
-from nats.nuid import NUID
 import nats.errors as nerr
 from nats.aio.client import Client as NATS
+from nats.nuid import NUID
 
-from jetspark.api import ConsumerConfig, ConsumerInfo, PubAck, RawStreamMsg, SequenceInfo, StreamConfig, StreamInfo
+from jetspark.api import (
+    ConsumerConfig,
+    ConsumerInfo,
+    PubAck,
+    RawStreamMsg,
+    SequenceInfo,
+    StreamConfig,
+    StreamInfo,
+    with_params,
+)
 from jetspark.engine import subjects as subj
 from jetspark.errors import (
     AuthenticationError,
@@ -754,22 +763,8 @@ def _describe(exc: Optional[BaseException]) -> str:
 
 
 def _consumer_config(config, params: dict) -> ConsumerConfig:
-    if config is None:
-        config = ConsumerConfig()
-    elif isinstance(config, dict):
-        config = ConsumerConfig.from_response(config)
-    unknown = set(params) - set(ConsumerConfig.__dataclass_fields__)
-    if unknown:
-        raise BadRequestError(400, 10003, f"unknown consumer config field(s) {sorted(unknown)}; accepted: {sorted(ConsumerConfig.__dataclass_fields__)}")
-    return config.evolve(**params) if params else config
+    return with_params(ConsumerConfig, config, params)
 
 
-def _config(config: Optional[StreamConfig], params: dict) -> StreamConfig:
-    if config is None:
-        config = StreamConfig()
-    elif isinstance(config, dict):
-        config = StreamConfig.from_response(config)
-    unknown = set(params) - set(StreamConfig.__dataclass_fields__)
-    if unknown:
-        raise BadRequestError(400, 10003, f"unknown stream config field(s) {sorted(unknown)}; accepted: {sorted(StreamConfig.__dataclass_fields__)}")
-    return config.evolve(**params) if params else config
+def _config(config, params: dict) -> StreamConfig:
+    return with_params(StreamConfig, config, params)
