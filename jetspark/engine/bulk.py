@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from jetspark.api import RetentionPolicy, datetime_to_ns
 from jetspark.engine import headers as H
 from jetspark.engine import subjects as subj
-from jetspark.engine.records import SID_NONE, _runs, msgid_hash
+from jetspark.engine.records import SID_NONE, _runs, msgid_hash, template_crcs
 from jetspark.engine.stream import Stream
 from jetspark.errors import BadRequestError, api_error
 
@@ -306,8 +306,9 @@ def _publish_fast(stream, subjects, data, id_col=None, id_range=None) -> BatchAc
             raise api_error(10109)
         keep = None
         hdr, hdr_offsets = b"", np.zeros(n + 1, dtype=np.int64)
+        hdr_crcs = None
         if id_range is not None:
-            keep, dup_seq, hdr, hdr_offsets = _dedup_range(stream, id_range, n)
+            keep, dup_seq, hdr, hdr_offsets, hdr_crcs = _dedup_range(stream, id_range, n)
             hashes = None
         if ids is not None:
             keep, dup_seq, hashes, hdr, hdr_offsets = _dedup_rows(stream, ids)
@@ -331,7 +332,7 @@ def _publish_fast(stream, subjects, data, id_col=None, id_range=None) -> BatchAc
             k_body, k_offsets = _gather(body, data_offsets, keep)
             seqs = dup_seq.copy()
             if len(k_sids):
-                first = s.append_many(k_sids, k_body, k_offsets, hdr, hdr_offsets, ts)
+                first = s.append_many(k_sids, k_body, k_offsets, hdr, hdr_offsets, ts, hdr_crcs)
                 new = np.arange(first, first + len(k_sids), dtype=np.int64)
                 seqs[keep] = new
                 # Rows repeating an id of this same batch point at its first row's sequence.
@@ -373,15 +374,40 @@ def _dedup_range(stream: Stream, id_range: tuple[str, int], n: int):
             hit = known.get(msgid_hash(f"{prefix}{start + i}"))
             if hit is not None and now - hit[1] < window:
                 keep[i], dup_seq[i] = False, hit[0]
-    rows = np.flatnonzero(keep) + start
-    index = pa.Array.from_buffers(pa.int64(), len(rows), [None, pa.py_buffer(rows.astype(np.int64))])
-    blocks = pc.binary_join_element_wise(
-        pa.scalar("NATS/1.0\r\nNats-Msg-Id: " + prefix), pc.cast(index, pa.string()), pa.scalar("\r\n\r\n"), pa.scalar("")
-    )
-    offsets = np.frombuffer(blocks.buffers()[1], dtype=np.int32, count=len(blocks) + 1).astype(np.int64)
-    data = blocks.buffers()[2]
-    hdr = memoryview(data)[offsets[0]:offsets[-1]] if data is not None else memoryview(b"")
-    return keep, dup_seq, hdr, offsets - offsets[0]
+    hdr, offsets, crcs = id_header_blocks(prefix, np.flatnonzero(keep) + start)
+    return keep, dup_seq, hdr, offsets, crcs
+
+
+def id_header_blocks(prefix: str, numbers: np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """The header blocks ``NATS/1.0\\r\\nNats-Msg-Id: <prefix><n>\\r\\n\\r\\n`` for ascending
+    numbers, back to back, and their offsets: built as rows of bytes, one NumPy array
+    per digit count, rather than one string per message."""
+    head = b"NATS/1.0\r\nNats-Msg-Id: " + prefix.encode()
+    tail = b"\r\n\r\n"
+    numbers = np.asarray(numbers, dtype=np.int64)
+    digits = np.ones(len(numbers), dtype=np.int64)
+    for power in range(1, 19):
+        digits += numbers >= 10**power
+    parts, widths, crcs = [], [], []
+    for d in np.unique(digits).tolist():  # ascending numbers: each digit count is one run
+        n = numbers[digits == d]
+        width = len(head) + d + len(tail)
+        values = np.empty((len(n), d), dtype=np.int64)
+        for j in range(d):
+            values[:, j] = (n // 10 ** (d - 1 - j)) % 10
+        rows = np.empty((len(n), width), dtype=np.uint8)
+        rows[:, : len(head)] = np.frombuffer(head, dtype=np.uint8)
+        rows[:, len(head): len(head) + d] = 48 + values
+        rows[:, len(head) + d:] = np.frombuffer(tail, dtype=np.uint8)
+        parts.append(rows.ravel())
+        widths.append(np.full(len(n), width, dtype=np.int64))
+        crcs.append(template_crcs(head, tail, values))
+    offsets = np.zeros(len(numbers) + 1, dtype=np.int64)
+    if len(numbers):
+        np.cumsum(np.concatenate(widths), out=offsets[1:])
+    if not parts:
+        return b"", offsets, np.zeros(0, dtype=np.uint32)
+    return np.concatenate(parts).tobytes(), offsets, np.concatenate(crcs)
 
 
 def _id_bytes(msg_id: str) -> bytes:

@@ -35,24 +35,56 @@ def _mix(seq, ts, sid):
     return (seq * _MIX[0] + (ts & _M32) * _MIX[1] + (ts >> 32) * _MIX[2] + sid * _MIX[3]) & _M32
 
 
+def _rotl1(x):
+    """Rotate a 32-bit value left by one (ints and uint64 arrays)."""
+    return ((x << 1) | (x >> 31)) & _M32
+
+
 def record_crc(seq: int, ts: int, sid: int, hdr: bytes, data: bytes) -> int:
-    """crc32 of header block and payload, xor the record's (seq, ts, subject) mix."""
-    return zlib.crc32(data, zlib.crc32(hdr)) ^ _mix(seq, ts, sid)
+    """A record's checksum: crc32 of the payload, xor the header block's crc32 rotated
+    (so a header and a payload cannot stand in for each other), xor the record's
+    (seq, ts, subject) mix.  Without headers it is crc32(payload) ^ mix."""
+    return zlib.crc32(data) ^ _rotl1(zlib.crc32(hdr)) ^ _mix(seq, ts, sid)
 
 
-def record_crcs(seqs: np.ndarray, ts: np.ndarray, sids: np.ndarray, hdr, hdr_offsets, data, data_offsets) -> np.ndarray:
-    """record_crc for a run of records; the crc32 calls iterate in C (map), the mix in NumPy."""
+def record_crcs(seqs: np.ndarray, ts: np.ndarray, sids: np.ndarray, hdr, hdr_offsets, data, data_offsets, hdr_crcs=None) -> np.ndarray:
+    """record_crc for a run of records: the crc32 calls iterate in C (map), the rest in NumPy.
+    ``hdr_crcs``: the header blocks' crc32s when the caller already has them."""
     n = len(seqs)
-    dv, hv = memoryview(data), memoryview(hdr)
+    dv = memoryview(data)
     d = data_offsets.tolist()
-    if hdr_offsets[-1] > hdr_offsets[0]:
+    crc = np.fromiter(map(zlib.crc32, map(dv.__getitem__, map(slice, d[:-1], d[1:]))), dtype=np.uint32, count=n).astype(np.uint64)
+    if hdr_crcs is None and hdr_offsets[-1] > hdr_offsets[0]:
+        hv = memoryview(hdr)
         h = hdr_offsets.tolist()
-        hcrc = map(zlib.crc32, map(hv.__getitem__, map(slice, h[:-1], h[1:])))
-        crc = np.fromiter(map(zlib.crc32, map(dv.__getitem__, map(slice, d[:-1], d[1:])), hcrc), dtype=np.uint32, count=n)
-    else:
-        crc = np.fromiter(map(zlib.crc32, map(dv.__getitem__, map(slice, d[:-1], d[1:]))), dtype=np.uint32, count=n)
-    mix = _mix(seqs.astype(np.uint64), ts.astype(np.uint64), sids.astype(np.uint64)).astype(np.uint32)
-    return crc ^ mix
+        hdr_crcs = np.fromiter(map(zlib.crc32, map(hv.__getitem__, map(slice, h[:-1], h[1:]))), dtype=np.uint32, count=n)
+    if hdr_crcs is not None:
+        crc ^= _rotl1(np.asarray(hdr_crcs, dtype=np.uint64))
+    mix = _mix(seqs.astype(np.uint64), ts.astype(np.uint64), sids.astype(np.uint64))
+    return (crc ^ mix).astype(np.uint32)
+
+
+def template_crcs(head: bytes, tail: bytes, digits: np.ndarray) -> np.ndarray:
+    """crc32 of ``head + digits + tail`` for every row of a (rows, d) array of digit values.
+
+    CRC-32 is affine over GF(2): for messages of one length, the crc of a message
+    differing from a base message in some bytes is the base's crc xor the effect
+    of each differing byte alone.  So a table of d x 10 crcs replaces one crc32
+    call per row.
+    """
+    rows, d = digits.shape
+    base = bytearray(head + b"0" * d + tail)
+    c0 = zlib.crc32(base)
+    table = np.zeros((d, 10), dtype=np.uint32)
+    for j in range(d):
+        for v in range(1, 10):
+            base[len(head) + j] = 48 + v
+            table[j, v] = zlib.crc32(base) ^ c0
+        base[len(head) + j] = 48
+    out = np.full(rows, c0, dtype=np.uint32)
+    for j in range(d):
+        out ^= table[j, digits[:, j]]
+    return out
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

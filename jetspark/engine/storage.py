@@ -69,6 +69,7 @@ from jetspark.engine.records import (
     SID_NONE,
     _merge,
     _mix,
+    _rotl1,
     _runs,
     record_crc,
     record_crcs,
@@ -880,7 +881,7 @@ class StreamStorage:
                 os.pwrite(blk.dfd, data, doff)  # a message larger than the block's capacity
         if hdr:
             os.pwrite(blk.hfd, hdr, hoff)
-        crc = zlib.crc32(data, zlib.crc32(hdr)) ^ _mix(seq, ts, sid)
+        crc = zlib.crc32(data) ^ (_rotl1(zlib.crc32(hdr)) if hdr else 0) ^ _mix(seq, ts, sid)
         ENTRY.pack_into(blk.imm, (seq - blk.first) * ENTRY_SIZE, ts, doff, hoff, n, len(hdr), sid, crc)
         blk.count += 1
         blk.dlen += len(data)
@@ -905,7 +906,7 @@ class StreamStorage:
         last[sid] = seq
         return seq
 
-    def append_many(self, sids: np.ndarray, data: bytes, data_offsets: np.ndarray, hdr: bytes, hdr_offsets: np.ndarray, ts: int) -> int:
+    def append_many(self, sids: np.ndarray, data: bytes, data_offsets: np.ndarray, hdr: bytes, hdr_offsets: np.ndarray, ts: int, hdr_crcs=None) -> int:
         """Store a run of messages (already validated) in one write per file; returns the first sequence."""
         self.ensure_stats()
         h = self.h
@@ -936,6 +937,7 @@ class StreamStorage:
             e["crc"] = record_crcs(
                 np.arange(seq, seq + k, dtype=np.uint64), e["ts"], e["sid"],
                 hdr, hdr_offsets[pos:pos + k + 1], data, data_offsets[pos:pos + k + 1],
+                None if hdr_crcs is None else hdr_crcs[pos:pos + k],
             )
             if d1 > d0:
                 os.pwrite(blk.dfd, mv[d0:d1], blk.dlen)
