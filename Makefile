@@ -1,6 +1,6 @@
 # jetspark developer tasks.
 #
-#   make demo    the Spark pipeline demo (python -m jetspark.demo)
+#   make demo    the Spark pipeline demo (jetspark demo)
 #   make test    the test suite (pytest over tests/)
 #   make bench   the benchmark scripts in benchmarks/ (see benchmarks/README.md)
 #
@@ -43,7 +43,7 @@ help:
 	@echo "make clean   remove caches and build output (keeps $(VENV))"
 
 demo: check-java $(STAMP)
-	$(VENV_PY) -m jetspark.demo $(DEMO_ARGS)
+	$(VENV)/bin/jetspark demo $(DEMO_ARGS)
 
 # pytest exits 5 when it collected no tests; that is a failure here, and says so.
 test: check-java $(STAMP)
