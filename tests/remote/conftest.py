@@ -115,7 +115,3 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def have_openssl() -> bool:
-    return any(os.access(os.path.join(p, "openssl"), os.X_OK) for p in os.environ.get("PATH", "").split(os.pathsep))

@@ -14,7 +14,7 @@ from jetspark.engine.handle import JetStream
 from jetspark.errors import AuthenticationError, ClosedError, ServerConnectionError
 from jetspark.remote import ConnectOptions, NatsJetStream
 from jetspark.remote.options import redact_url, split_servers
-from tests.remote.conftest import free_port, have_openssl
+from tests.remote.conftest import free_port
 
 pytestmark = pytest.mark.server
 
@@ -112,7 +112,6 @@ def test_token_auth(start_server):
         jetspark.connect(s.url, token="nope", timeout=2)
 
 
-@pytest.mark.skipif(not have_openssl(), reason="needs the openssl command to make certificates")
 def test_tls_with_a_ca_and_a_client_certificate(start_server, tmp_path):
     def ossl(*args):
         subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp_path)
