@@ -6,7 +6,6 @@ or need authentication or TLS start their own with ``start_server(*args)``.
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import time
