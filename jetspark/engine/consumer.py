@@ -336,6 +336,7 @@ class Consumer:
         redelivered: list[tuple] = []
         items: list = [redelivered]
         gone: list[int] = []
+        fits = _ByteBudget(self, max_bytes) if max_bytes > 0 else None
         if self.pending:
             # Messages past their ack wait join the redelivery queue in stream order,
             # behind those nak'd (consumer.go checkPending, addToRedeliverQueue).
@@ -350,6 +351,10 @@ class Consumer:
                     gone.append(q)
                     continue
                 count = self.rdc.get(q, 1) + 1
+                if fits is not None and not fits.take(q, self.dseq + 1, count, new=False):
+                    self.rdq.insert(0, q)
+                    batch = len(out)  # nothing more fits this pull
+                    break
                 self.dseq += 1
                 # The pending record keeps the first delivery's consumer sequence (consumer.go trackPending).
                 p[1] = now + self.ack_wait_for(count)
@@ -362,6 +367,8 @@ class Consumer:
             room = min(room, limit - len(self.pending))
         if room > 0:
             qs = self._new_seqs(room)
+            if fits is not None:
+                qs = qs[: fits.count_new(qs, self.dseq + 1)]
             if not qs and not out and s.memory and self._matches_nothing_stored() \
                     and self.config.deliver_policy != DeliverPolicy.BY_START_SEQUENCE:
                 # nats-server's memory store moves a pull whose filter matches no stored
@@ -564,6 +571,42 @@ class Consumer:
         self.rdq = [q for q in self.rdq if q in self.pending]
         self.lps = [q for q in self.lps if q >= start]
         self.write(SNAPSHOT, self._snapshot_items())
+
+
+class _ByteBudget:
+    """A pull's max_bytes, counted as nats-server counts it: subject, header block,
+    payload and the ack reply subject of each delivery; what does not fit is not
+    delivered."""
+
+    def __init__(self, consumer: Consumer, max_bytes: int) -> None:
+        self.c = consumer
+        self.left = max_bytes
+        self.pending = consumer.num_pending()
+        self.prefix = len(f"$JS.ACK.{consumer.stream.name}.{consumer.name}.")
+
+    def _size(self, sseq: int, cseq: int, delivered: int, pending: int) -> int:
+        e = self.c.stream.storage.entries(sseq, sseq)[0]
+        subject = self.c.stream.storage.subjects[int(e["sid"])]
+        reply = self.prefix + len(f"{delivered}.{sseq}.{cseq}.{int(e['ts'])}.{pending}")
+        return len(subject.encode()) + int(e["hlen"]) + int(e["dlen"]) + reply
+
+    def take(self, sseq: int, cseq: int, delivered: int, new: bool) -> bool:
+        size = self._size(sseq, cseq, delivered, self.pending)
+        if size > self.left:
+            self.left = 0
+            return False
+        self.left -= size
+        return True
+
+    def count_new(self, seqs: list[int], cseq: int) -> int:
+        """How many of these new messages fit, in order."""
+        for i, q in enumerate(seqs):
+            size = self._size(q, cseq + i, 1, self.pending - i - 1)
+            if size > self.left:
+                self.left = 0
+                return i
+            self.left -= size
+        return len(seqs)
 
 
 def config_to_json(config: ConsumerConfig) -> dict:

@@ -712,3 +712,30 @@ def test_deleted_and_evicted_pending_messages_leave_pending(js):
     eventually(js, read, (((3, 3), (3, 3)), (0, 0, 7, 0)))
     assert js.stream_info("S").state.first_seq == 6
     assert [m.metadata.sequence.stream for m in sub.fetch(10)] == [6, 7, 8, 9, 10, 11, 12]
+
+
+# ---------------------------------------------------------------- fetch(max_bytes)
+
+# max_bytes -> messages one pull returns.  nats-server counts each delivery as
+# subject + header block + payload + its ack reply subject
+# ($JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>, about
+# 45 bytes here), and delivers nothing that does not fit.
+MAX_BYTES = [(100, 0), (150, 1), (250, 1), (300, 2), (1000, 6)]
+
+
+@pytest.mark.parametrize("max_bytes, expected", MAX_BYTES, ids=[str(m) for m, _ in MAX_BYTES])
+def test_fetch_max_bytes(js, max_bytes, expected):
+    cs.add_stream(js, name="S", subjects=["a.*"])
+    for _ in range(5):
+        js.publish("a.1", b"x" * 100)
+    js.publish("a.1", b"x" * 100, headers={"K": "v"})
+    name = f"C{max_bytes:04d}"  # the consumer's name is part of the reply subject
+    sub = consumer(js, name)
+    if expected == 0:
+        with pytest.raises(FetchTimeoutError):
+            sub.fetch(10, timeout=0.2, max_bytes=max_bytes)
+        assert info(js, name).num_ack_pending == 0  # nothing was delivered
+        return
+    msgs = sub.fetch(10, timeout=1, max_bytes=max_bytes)
+    assert [m.metadata.sequence.stream for m in msgs] == list(range(1, expected + 1))
+    assert info(js, name).num_ack_pending == expected
