@@ -48,7 +48,8 @@ class Backend:
 
     @property
     def is_server(self) -> bool:
-        return self.kind == "server"
+        # A real nats-server answers, through the test's reference client or jetspark's nats-py backend.
+        return self.kind in ("server", "remote")
 
     def add_stream(self, config=None, **params):
         if (config is None or config.storage is None) and "storage" not in params:
@@ -84,8 +85,11 @@ def store_path(tmp_path):
     return tmp_path / "store"
 
 
-@pytest.fixture(params=["engine-file", "engine-memory", "server-file", "server-memory"])
+@pytest.fixture(params=["engine-file", "engine-memory", "server-file", "server-memory", "remote-file", "remote-memory"])
 def backend(request, tmp_path):
+    """engine-*: the embedded engine; server-*: a real nats-server through the test's
+    reference client (tests/reference.py); remote-*: the same server through jetspark's
+    own nats-py backend (jetspark.connect("nats://...")), which must answer the same."""
     kind, storage = request.param.split("-")
     if kind == "engine":
         clock = FakeClock()
@@ -100,7 +104,7 @@ def backend(request, tmp_path):
         # with old messages (or fail with 10049): each file test gets its own
         # server (starting one takes ~25 ms).
         server = NatsServer().start()
-        js = ServerJS(server.url)
+        js = ServerJS(server.url) if kind == "server" else jetspark.connect(server.url)
         try:
             yield Backend(js, kind, storage, RealClock())
         finally:
@@ -108,7 +112,7 @@ def backend(request, tmp_path):
             server.stop()
     else:
         server = request.getfixturevalue("nats_server")
-        js = ServerJS(server.url)
+        js = ServerJS(server.url) if kind == "server" else jetspark.connect(server.url)
         try:
             yield Backend(js, kind, storage, RealClock())
         finally:

@@ -58,7 +58,7 @@ def server_streams_removed(request):
     back or fails with 10049.  (Import this into a test module to use it.)
     """
     callspec = getattr(request.node, "callspec", None)
-    if callspec is None or not callspec.params.get("backend", "").startswith("server"):
+    if callspec is None or not callspec.params.get("backend", "").startswith(("server", "remote")):
         return
     server = request.getfixturevalue("nats_server")
     streams = os.path.join(server.store_dir, "jetstream", "$G", "streams")
