@@ -33,6 +33,7 @@ class Start:
 @dataclass(frozen=True)
 class ReaderOptions:
     store: str
+    connection: tuple[tuple[str, str], ...]  # "nats.*" options for a nats:// store
     stream: str
     subjects: tuple[str, ...]
     consumer: Optional[str]
@@ -51,6 +52,7 @@ class ReaderOptions:
 @dataclass(frozen=True)
 class WriterOptions:
     store: str
+    connection: tuple[tuple[str, str], ...]
     stream: Optional[str]
     subject: Optional[str]
 
@@ -76,8 +78,19 @@ def _store(options: Mapping[str, str]) -> str:
     return _get(options, "store") or _get(options, "path") or os.environ.get("JETSPARK_STORE") or DEFAULT_STORE
 
 
+def _connection(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """Options for a nats:// store, prefixed ``nats.`` (``nats.user``, ``nats.creds``,
+    ``nats.tls.ca``, ``nats.timeout``, ...): see the README's "A real NATS server"."""
+    conn = tuple(sorted((k[5:], v) for k, v in options.items() if k.lower().startswith("nats.")))
+    if conn and not _store(options).startswith(("nats://", "tls://")):
+        raise OptionError(f"options {', '.join('nats.' + k for k, _ in conn)} are for a nats:// store, not {_store(options)!r}")
+    return conn
+
+
 def _check_known(options: Mapping[str, str], known: set, what: str) -> None:
     for k in options:
+        if k.lower().startswith("nats."):
+            continue
         if k.lower() not in known:
             raise OptionError(
                 f"unknown {what} option {k!r}; accepted: {', '.join(sorted(_CANONICAL[x] for x in known))}"
@@ -187,6 +200,7 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
 
     return ReaderOptions(
         store=_store(options),
+        connection=_connection(options),
         stream=stream,
         subjects=subjects,
         consumer=_get(options, "consumer") or None,
@@ -205,7 +219,12 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
 
 def writer_options(options: Mapping[str, str]) -> WriterOptions:
     _check_known(options, _WRITER_KEYS, "write")
-    return WriterOptions(store=_store(options), stream=_get(options, "stream") or None, subject=_get(options, "subject") or None)
+    return WriterOptions(
+        store=_store(options),
+        connection=_connection(options),
+        stream=_get(options, "stream") or None,
+        subject=_get(options, "subject") or None,
+    )
 
 
 _CANONICAL = {

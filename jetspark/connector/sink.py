@@ -60,7 +60,7 @@ def _task():
 
 def write_batches(opts: WriterOptions, batches: Iterator[pa.RecordBatch], id_prefix: str) -> int:
     """Publish every batch through the API's batch append; returns the row count."""
-    js = handle(opts.store)
+    js = handle(opts.store, opts.connection)
     rows = 0
     for batch in batches:
         n = batch.num_rows
@@ -157,7 +157,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         ctx, part = _task()
         query_id = (ctx.getLocalProperty("sql.streaming.queryId") if ctx else None) or "adhoc"
         batch_id = int((ctx.getLocalProperty("streaming.sql.batchId") if ctx else None) or 0)
-        js = handle(self.opts.store)
+        js = handle(self.opts.store, self.opts.connection)
         if js.sink_last_batch(query_id) >= batch_id:
             # A replay of a batch this query already committed: nothing to write.
             for _ in iterator:
@@ -168,7 +168,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[Optional[SinkCommit]], batchId: int) -> None:
         queries = {m.query_id for m in messages if m is not None}
-        js = handle(self.opts.store)
+        js = handle(self.opts.store, self.opts.connection)
         for q in queries:
             js.sink_commit_batch(q, batchId)
 

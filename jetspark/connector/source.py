@@ -58,6 +58,7 @@ class SeqRange(InputPartition):
     hi: int
     subjects: tuple[str, ...]
     include_headers: bool
+    connection: tuple[tuple[str, str], ...] = ()
 
 
 def split(opts: ReaderOptions, lo: int, hi: int, subjects: tuple[str, ...]) -> list[SeqRange]:
@@ -69,13 +70,13 @@ def split(opts: ReaderOptions, lo: int, hi: int, subjects: tuple[str, ...]) -> l
     n = min(n, total)
     step = math.ceil(total / n)
     return [
-        SeqRange(opts.store, opts.stream, a, min(a + step - 1, hi), subjects, opts.include_headers)
+        SeqRange(opts.store, opts.stream, a, min(a + step - 1, hi), subjects, opts.include_headers, opts.connection)
         for a in range(lo, hi + 1, step)
     ]
 
 
 def read_range(p: SeqRange) -> Iterator:
-    js = handle(p.store)
+    js = handle(p.store, p.connection)
     yield from js.read_batches(p.stream, p.lo, p.hi, subjects=list(p.subjects) or None, headers=p.include_headers)
 
 
@@ -163,7 +164,7 @@ class BatchReader(DataSourceReader):
             self.hi = hi if self.hi is None else min(self.hi, hi)
 
     def partitions(self):
-        js = handle(self.opts.store)
+        js = handle(self.opts.store, self.opts.connection)
         state = _stream_info(js, self.opts).state
         lo = _start_seq(js, self.opts)
         hi = state.last_seq if self.opts.ending is None else min(self.opts.ending, state.last_seq)
@@ -182,7 +183,7 @@ class BatchReader(DataSourceReader):
             else:
                 hi = min(hi, js.seq_for_time(self.opts.stream, (us + 1) * 1000) - 1)
         return split(self.opts, max(lo, state.first_seq, 1), hi, self.subjects) or [
-            SeqRange(self.opts.store, self.opts.stream, 1, 0, self.subjects, self.opts.include_headers)
+            SeqRange(self.opts.store, self.opts.stream, 1, 0, self.subjects, self.opts.include_headers, self.opts.connection)
         ]
 
     def read(self, partition: SeqRange):
@@ -218,7 +219,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self._target: Optional[int] = None
         self._last_batch = time.monotonic()
-        js = handle(opts.store)
+        js = handle(opts.store, opts.connection)
         info = _stream_info(js, opts)
         retention = info.config.retention.value
         if retention != "limits" and not opts.consumer:
@@ -256,7 +257,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return None
 
     def initialOffset(self) -> dict:
-        js = handle(self.opts.store)
+        js = handle(self.opts.store, self.opts.connection)
         if self._resume is not None and self._resume > 0:
             # A new query without a checkpoint resumes where the consumer's acks stand.
             seq = self._resume
@@ -275,7 +276,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def _latest(self) -> int:
-        last = handle(self.opts.store).stream_info(self.opts.stream).state.last_seq
+        last = handle(self.opts.store, self.opts.connection).stream_info(self.opts.stream).state.last_seq
         return last if self._target is None else min(last, self._target)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
@@ -292,22 +293,22 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if o.max_offsets_per_trigger:
                 end = min(end, begin + o.max_offsets_per_trigger)
             if o.max_bytes_per_trigger:
-                end = handle(o.store).seq_for_bytes(o.stream, begin + 1, end, o.max_bytes_per_trigger)
+                end = handle(o.store, o.connection).seq_for_bytes(o.stream, begin + 1, end, o.max_bytes_per_trigger)
         self._last_batch = time.monotonic()
         return {"stream": self.opts.stream, "seq": end}
 
     def reportLatestOffset(self) -> dict:
-        last = handle(self.opts.store).stream_info(self.opts.stream).state.last_seq
+        last = handle(self.opts.store, self.opts.connection).stream_info(self.opts.stream).state.last_seq
         return {"stream": self.opts.stream, "seq": last}
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = handle(self.opts.store).stream_info(self.opts.stream).state.last_seq
+        self._target = handle(self.opts.store, self.opts.connection).stream_info(self.opts.stream).state.last_seq
 
     def partitions(self, start: dict, end: dict):
         lo, hi = int(start["seq"]) + 1, int(end["seq"])
         if lo > hi:
             return []
-        js = handle(self.opts.store)
+        js = handle(self.opts.store, self.opts.connection)
         info = js.stream_info(self.opts.stream)
         first = info.state.first_seq
         if lo < first and info.config.retention.value == "limits":
@@ -322,4 +323,4 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         if self.opts.consumer:
-            handle(self.opts.store).advance_ack_floor(self.opts.stream, self.opts.consumer, int(end["seq"]))
+            handle(self.opts.store, self.opts.connection).advance_ack_floor(self.opts.stream, self.opts.consumer, int(end["seq"]))

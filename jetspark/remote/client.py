@@ -485,15 +485,25 @@ class NatsJetStream:
 
         return bulk.read_batches(self, stream, start_seq, end_seq, subjects=subjects, batch_size=batch_size, headers=headers)
 
-    def publish_batch(self, data, stream: Optional[str] = None):
+    def publish_batch(self, data, stream: Optional[str] = None, msg_id_prefix: Optional[str] = None, msg_id_start: int = 0):
         """Append an Arrow table/batch (columns subject, data, optional headers, msg_id) as
         pipelined publishes, awaiting every PubAck; returns a BatchAck with one seq per row.
 
         Unlike the engine it is not all or nothing: a refused row raises its error
         (with a note naming the row) and rows the server accepted stay stored.  Give
-        rows a ``msg_id`` to make a retry safe within the duplicate window."""
+        rows a ``msg_id`` to make a retry safe within the duplicate window.
+        ``msg_id_prefix``: row i gets the Nats-Msg-Id ``f"{msg_id_prefix}{msg_id_start + i}"``
+        (as on the engine; a server deduplicates them one by one)."""
+        import pyarrow as pa
+
         from jetspark.remote import bulk
 
+        if msg_id_prefix is not None:
+            table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
+            if "msg_id" in table.column_names:
+                raise BadRequestError(400, 10003, "publish_batch takes either a msg_id column or msg_id_prefix, not both")
+            ids = pa.array([f"{msg_id_prefix}{msg_id_start + i}" for i in range(table.num_rows)], pa.string())
+            data = table.append_column("msg_id", ids)
         return bulk.publish_batch(self, data, stream)
 
     def seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:
