@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -60,6 +60,8 @@ from pyspark.sql.datasource import (  # noqa: E402
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow  # noqa: E402
 
 import jetspark  # noqa: E402
+import bench_engine as be  # noqa: E402  (the table helpers every benchmark shares)
+from bench_engine import Row, rate, spread, verdict  # noqa: E402
 
 PAYLOAD_SIZE = 100
 SUBJECTS = 16  # subjects <prefix>.0 .. <prefix>.15, round robin by sequence
@@ -89,58 +91,8 @@ def log(msg: str) -> None:
 # --------------------------------------------------------------------------- results (as bench_engine.py)
 
 
-@dataclass
-class Row:
-    key: str
-    name: str
-    value: str = ""
-    anchor: str = ""
-    ratio: str = ""
-    target: str = ""
-    result: str = ""
-    spread: str = ""
-    notes: list[str] = field(default_factory=list)
-
-
-def rate(v: float) -> str:
-    return f"{v:,.0f} msg/s"
-
-
-def short(v: float) -> str:
-    for unit, div in (("M", 1e6), ("k", 1e3)):
-        if abs(v) >= div:
-            return f"{v / div:.3g}{unit}"
-    return f"{v:.3g}"
-
-
-def spread(vals: list[float], unit: str = "", fmt: Callable[[float], str] = short) -> str:
-    if len(vals) == 1:
-        return f"1 run: {fmt(vals[0])}{unit and ' ' + unit}"
-    return f"{len(vals)} runs: {fmt(min(vals))}-{fmt(max(vals))}{unit and ' ' + unit}"
-
-
-def verdict(checks: list[tuple[bool, str]]) -> str:
-    failed = [why for ok, why in checks if not ok]
-    return "PASS" if not failed else "FAIL (" + "; ".join(failed) + ")"
-
-
 def print_table(rows: list[Row]) -> None:
-    head = ["#", "benchmark", "jetspark (median)", "anchor (median)", "ratio", "target", "result", "spread (min-max)"]
-    body = [[r.key, r.name, r.value, r.anchor or "-", r.ratio or "-", r.target or "-", r.result, r.spread] for r in rows]
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
-
-    def line(cells):
-        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
-
-    print(line(head))
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for cells in body:
-        print(line(cells))
-    notes = [(r.key, n) for r in rows for n in r.notes]
-    if notes:
-        print()
-        for key, n in notes:
-            print(f"- ({key}) {n}")
+    be.print_table(rows, anchor="anchor (median)")
 
 
 # --------------------------------------------------------------------------- machine

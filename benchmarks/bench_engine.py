@@ -154,8 +154,8 @@ def verdict(checks: list[tuple[bool, str]]) -> str:
     return "PASS" if not failed else "FAIL (" + "; ".join(failed) + ")"
 
 
-def print_table(rows: list[Row]) -> None:
-    head = ["#", "benchmark", "jetspark (median)", "nats-server anchor (median)", "ratio", "target", "result", "spread (min-max)"]
+def print_table(rows: list[Row], anchor: str = "nats-server anchor (median)") -> None:
+    head = ["#", "benchmark", "jetspark (median)", anchor, "ratio", "target", "result", "spread (min-max)"]
     body = [[r.key, r.name, r.value, r.anchor or "-", r.ratio or "-", r.target or "-", r.result, r.spread] for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
 
