@@ -38,7 +38,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -740,22 +739,11 @@ def main(argv=None) -> int:
         header = machine_info(base, sizes, args.quick, spark)
         header.append(f"- SparkSession up in {spark_s:.1f} s")
         bench = Bench(args, sizes, base, spark)
-        sections = {
-            "1": ("batch read", bench.row_batch_read),
-            "2": ("streaming read", bench.row_stream_read),
-            "3": ("streaming write", bench.row_stream_write),
-        }
-        for key in SECTIONS:
-            if key not in only:
-                continue
-            title, fn = sections[key]
-            log(f"row {key}: {title}")
-            try:
-                rows.extend(fn())
-            except Exception as exc:
-                errors += 1
-                traceback.print_exc()
-                rows.append(Row(key, title, value=f"error: {type(exc).__name__}: {exc}"[:160], result="ERROR"))
+        errors += be.run_rows([
+            ("1", "batch read", bench.row_batch_read),
+            ("2", "streaming read", bench.row_stream_read),
+            ("3", "streaming write", bench.row_stream_write),
+        ], only, rows)  # fmt: skip
         if bench.store_note():
             header.append(bench.store_note())
         header.append(f"- load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; whole run {time.perf_counter() - started:.0f} s")

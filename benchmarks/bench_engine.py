@@ -154,8 +154,24 @@ def verdict(checks: list[tuple[bool, str]]) -> str:
     return "PASS" if not failed else "FAIL (" + "; ".join(failed) + ")"
 
 
-def print_table(rows: list[Row], anchor: str = "nats-server anchor (median)") -> None:
-    head = ["#", "benchmark", "jetspark (median)", anchor, "ratio", "target", "result", "spread (min-max)"]
+def run_rows(sections: list[tuple[str, str, Callable[[], list[Row]]]], only: set[str], rows: list[Row]) -> int:
+    """Run each wanted row; a row that raises becomes an ERROR row. Returns the error count."""
+    errors = 0
+    for key, title, fn in sections:
+        if key not in only:
+            continue
+        log(f"row {key}: {title}")
+        try:
+            rows.extend(fn())
+        except Exception as exc:
+            errors += 1
+            traceback.print_exc()
+            rows.append(Row(key, title, value=f"error: {type(exc).__name__}: {exc}"[:160], result="ERROR"))
+    return errors
+
+
+def print_table(rows: list[Row], anchor: str = "nats-server anchor (median)", value: str = "jetspark (median)") -> None:
+    head = ["#", "benchmark", value, anchor, "ratio", "target", "result", "spread (min-max)"]
     body = [[r.key, r.name, r.value, r.anchor or "-", r.ratio or "-", r.target or "-", r.result, r.spread] for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
 
@@ -907,25 +923,14 @@ def main(argv=None) -> int:
         base = Path(tempfile.mkdtemp(prefix="jetspark-bench-", dir=args.dir))
         header = machine_info(base, sizes, args.quick)
         bench = Bench(args, sizes, base, children)
-        sections = {
-            "1": ("single publish", bench.row_publish),
-            "2": ("publish_batch", bench.row_publish_batch),
-            "3": ("range read", bench.row_read),
-            "4": ("read from the middle", bench.row_mid_read),
-            "5": ("peak RSS", bench.row_rss),
-            "6": ("consumers", bench.row_consumers),
-        }
-        for key in SECTIONS:
-            if key not in only:
-                continue
-            title, fn = sections[key]
-            log(f"row {key}: {title}")
-            try:
-                rows.extend(fn())
-            except Exception as exc:
-                errors += 1
-                traceback.print_exc()
-                rows.append(Row(key, title, value=f"error: {type(exc).__name__}: {exc}"[:160], result="ERROR"))
+        errors += run_rows([
+            ("1", "single publish", bench.row_publish),
+            ("2", "publish_batch", bench.row_publish_batch),
+            ("3", "range read", bench.row_read),
+            ("4", "read from the middle", bench.row_mid_read),
+            ("5", "peak RSS", bench.row_rss),
+            ("6", "consumers", bench.row_consumers),
+        ], only, rows)  # fmt: skip
         header.append(f"- load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print("\n".join(header))
         print()

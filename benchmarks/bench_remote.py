@@ -217,22 +217,7 @@ class Bench:
 
 
 def print_table(rows: list[Row]) -> None:
-    head = ["#", "benchmark", "jetspark nats:// (median)", "nats-py anchor (median)", "ratio", "target", "result", "spread (min-max)"]
-    body = [[r.key, r.name, r.value, r.anchor or "-", r.ratio or "-", r.target or "-", r.result, r.spread] for r in rows]
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
-
-    def line(cells):
-        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
-
-    print(line(head))
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for cells in body:
-        print(line(cells))
-    notes = [(r.key, n) for r in rows for n in r.notes]
-    if notes:
-        print()
-        for key, n in notes:
-            print(f"- ({key}) {n}")
+    be.print_table(rows, anchor="nats-py anchor (median)", value="jetspark nats:// (median)")
 
 
 SECTIONS = ("1", "2")
@@ -267,16 +252,7 @@ def main(argv=None) -> int:
         header = [h for h in header if "payloads, file storage" not in h]
         header.insert(-1, f"- {be.PAYLOAD_SIZE}-byte payloads, file storage; both sides on one local nats-server")
         bench = Bench(sizes, base)
-        for key, title, fn in (("1", "range read", bench.row_read), ("2", "batch append", bench.row_publish)):
-            if key not in only:
-                continue
-            log(f"row {key}: {title}")
-            try:
-                rows.extend(fn())
-            except Exception as exc:
-                errors += 1
-                traceback.print_exc()
-                rows.append(Row(key, title, value=f"error: {type(exc).__name__}: {exc}"[:160], result="ERROR"))
+        errors += be.run_rows([("1", "range read", bench.row_read), ("2", "batch append", bench.row_publish)], only, rows)
         header.append(f"- load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print("\n".join(header))
         print()
