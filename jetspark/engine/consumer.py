@@ -351,7 +351,7 @@ class Consumer:
                     gone.append(q)
                     continue
                 count = self.rdc.get(q, 1) + 1
-                if fits is not None and not fits.take(q, self.dseq + 1, count, new=False):
+                if fits is not None and not fits.take(q, self.dseq + 1, count):
                     self.rdq.insert(0, q)
                     batch = len(out)  # nothing more fits this pull
                     break
@@ -590,7 +590,7 @@ class _ByteBudget:
         reply = self.prefix + len(f"{delivered}.{sseq}.{cseq}.{int(e['ts'])}.{pending}")
         return len(subject.encode()) + int(e["hlen"]) + int(e["dlen"]) + reply
 
-    def take(self, sseq: int, cseq: int, delivered: int, new: bool) -> bool:
+    def take(self, sseq: int, cseq: int, delivered: int) -> bool:
         size = self._size(sseq, cseq, delivered, self.pending)
         if size > self.left:
             self.left = 0

@@ -14,8 +14,8 @@ MAGIC = b"JSPKST01"
 ACTIVE_OFF = 8
 SLOT_OFF = (64, 1024)
 # 16 u64 fields, the last stored message's Nats-Msg-Id (u16 length + 400 bytes), then a u32 crc.
-SLOT = struct.Struct("<16QH400s")
 MAX_LAST_ID = 400
+SLOT = struct.Struct(f"<16QH{MAX_LAST_ID}s")
 CRC = struct.Struct("<I")
 U64 = struct.Struct("<Q")
 ACTIVE = ((0).to_bytes(8, "little"), (1).to_bytes(8, "little"))

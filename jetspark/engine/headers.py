@@ -17,7 +17,6 @@ EXPECTED_LAST_SUBJ_SEQ = "Nats-Expected-Last-Subject-Sequence"
 EXPECTED_LAST_SUBJ_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
 ROLLUP = "Nats-Rollup"
-MSG_TTL = "Nats-TTL"
 
 
 def encode(headers: Optional[Mapping[str, object]]) -> bytes:

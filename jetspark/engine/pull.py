@@ -43,7 +43,7 @@ class MsgMetadata:
 class Msg:
     """A message delivered by a consumer; acknowledge it with ack/nak/in_progress/term."""
 
-    __slots__ = ("subject", "data", "headers", "_js", "_meta", "_ts", "_acked")
+    __slots__ = ("subject", "data", "headers", "_js", "_meta")
 
     def __init__(self, js: Optional["JetStream"], subject: str, data: bytes, headers, meta: tuple) -> None:
         self.subject = subject
@@ -51,7 +51,6 @@ class Msg:
         self.headers = headers
         self._js = js
         self._meta = meta  # (stream, consumer, sseq, cseq, delivered, pending, ts_ns)
-        self._acked = False
 
     @property
     def metadata(self) -> MsgMetadata:

@@ -1051,10 +1051,6 @@ class StreamStorage:
             self._pending_unlink.append(self._blocks.pop(0))
             self._block_firsts.pop(0)
 
-    def wipe(self) -> None:
-        """Delete the stream's files (the stream itself is being deleted)."""
-        self.h.deleted = 1
-
 
 class _Locked:
     __slots__ = ("s",)

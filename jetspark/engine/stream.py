@@ -30,6 +30,7 @@ from jetspark.api import (
 from jetspark.engine import headers as H
 from jetspark.engine import subjects as subj
 from jetspark.engine.records import msgid_hash
+from jetspark.engine.header import MAX_LAST_ID
 from jetspark.engine.storage import StreamStorage
 from jetspark.errors import api_error
 
@@ -225,17 +226,16 @@ class Stream:
 
     @property
     def _plain(self) -> bool:
+        """Does this config need no more than size and discard-old limits? (cached per config)"""
         c = self.config
-        return self.__dict__.get("_plain_for") is c or self._compute_plain()
-
-    def _compute_plain(self) -> bool:
-        c = self.config
-        ok = (
-            c.retention == RetentionPolicy.LIMITS and not c.sealed and c.discard == DiscardPolicy.OLD
-            and not c.max_age and c.max_msgs_per_subject <= 0
-        )
-        self._plain_for = c if ok else None
-        return ok
+        cached = self.__dict__.get("_plain_cache")
+        if cached is None or cached[0] is not c:
+            ok = (
+                c.retention == RetentionPolicy.LIMITS and not c.sealed and c.discard == DiscardPolicy.OLD
+                and not c.max_age and c.max_msgs_per_subject <= 0
+            )
+            cached = self._plain_cache = (c, ok)
+        return cached[1]
 
     def _publish_locked(self, subject: str, data: bytes, hdr: bytes) -> PubAck:
         """The server's order of checks (JETSTREAM.md §3.6, as nats-server 2.15 runs it)."""
@@ -362,13 +362,6 @@ class Stream:
             if subj.matches(subject, name):
                 best = max(best, s.subject_last(sid))
         return best
-
-    def last_msg_id(self) -> str:
-        s = self.storage
-        if not s.h.msgs or not s.is_live(s.h.last_seq):
-            return ""
-        _, hdr, _, _ = s.read_message(s.h.last_seq)
-        return H.lookup(hdr, H.MSG_ID) or ""
 
     # ------------------------------------------------------------------ purge / delete / get
 
@@ -554,7 +547,7 @@ def _mask_of(n: int, ids) -> np.ndarray:
 def _id_key(msg_id: str) -> bytes:
     """How a Nats-Msg-Id is kept in the header slot (over-long ids by their hash)."""
     b = msg_id.encode()
-    return b if len(b) <= 400 else b"#" + msgid_hash(msg_id).hex().encode()
+    return b if len(b) <= MAX_LAST_ID else b"#" + msgid_hash(msg_id).hex().encode()
 
 
 def _int(value: str) -> int:

@@ -16,6 +16,7 @@ import datetime as dt
 import pytest
 
 from jetspark.api import AckPolicy, DeliverPolicy
+from jetspark import errors as jetspark_errors
 from jetspark.errors import FetchTimeoutError
 from tests.conformance import consumer_support as cs
 from tests.conformance.consumer_support import counts, eventually, fetch_nothing, meta, seqs
@@ -739,3 +740,22 @@ def test_fetch_max_bytes(js, max_bytes, expected):
     msgs = sub.fetch(10, timeout=1, max_bytes=max_bytes)
     assert [m.metadata.sequence.stream for m in msgs] == list(range(1, expected + 1))
     assert info(js, name).num_ack_pending == expected
+
+
+# ---------------------------------------------------------------- inactive_threshold
+
+
+def test_inactive_threshold_removes_idle_consumers(js):
+    """A consumer idle past its inactive_threshold is deleted, durable or not; a
+    durable without one stays (checked by the server on a timer, by the engine at
+    the next call on the stream)."""
+    add_stream(js)
+    js.add_consumer("S", durable_name="IDLE", inactive_threshold=0.5)
+    ephemeral = js.add_consumer("S", inactive_threshold=0.5).name
+    js.add_consumer("S", durable_name="KEEP")
+    assert sorted(c.name for c in js.consumers_info("S")) == sorted(["IDLE", "KEEP", ephemeral])
+    js.clock.advance(1.2)
+    eventually(js, lambda: [c.name for c in js.consumers_info("S")], ["KEEP"])
+    assert js.stream_info("S").state.consumer_count == 1
+    with pytest.raises(jetspark_errors.ConsumerNotFoundError):
+        js.consumer_info("S", "IDLE")
