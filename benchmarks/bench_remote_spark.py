@@ -8,7 +8,14 @@ then times ``spark.read.format("jetstream").option("store", url)`` into the
 ``noop`` sink with the read split into 1 and into 2 sequence-range partitions
 (``minPartitions``), each partition reading through its own connection.
 Target: 2 partitions >= 1.6x 1 partition.  Medians of interleaved
-repetitions; the server shares this machine's cores with Spark.
+repetitions.
+
+The server, Spark's JVM and the Python readers share this machine's cores, so
+the script also counts the CPU every process under it spends (``/proc``: the
+nats-server, the JVM and its Python workers): CPU per message shows whether a
+partition costs the same when two run, and cores busy with one partition
+bounds the ratio any second partition could reach here
+(``cores / busy with 1``).
 """
 
 from __future__ import annotations
@@ -26,6 +33,37 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_engine as be  # noqa: E402  (table, machine header, nats-server helper)
 from bench_engine import Row, rate, spread, verdict  # noqa: E402
+
+
+def _process_cpu() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU seconds including its reaped children) for every process."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        # utime, stime, cutime, cstime: a Python worker that exited is counted by its parent.
+        out[int(name)] = (int(fields[1]), sum(int(v) for v in fields[11:15]) / tick)
+    return out
+
+
+def tree_cpu(root: int) -> float:
+    """CPU seconds spent so far by ``root`` and every process below it."""
+    procs = _process_cpu()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += procs.get(pid, (0, 0.0))[1]
+        todo.extend(children.get(pid, ()))
+    return total
 
 
 def main(argv=None) -> int:
@@ -52,12 +90,16 @@ def main(argv=None) -> int:
                 js.publish_batch(pa.table({"subject": [f"big.{i % 16}" for i in range(k)], "data": [payload] * k}), stream="BIG")
         spark = jetspark.local_session("bench-remote-spark", master="local[2]")
 
-        def run(parts: int) -> float:
+        def run(parts: int) -> tuple[float, float, float]:
+            """(msgs/s, CPU microseconds per message, cores busy) of one read."""
             df = (spark.read.format("jetstream").option("store", server.url).option("stream", "BIG")
                   .option("minPartitions", parts).option("rowsPerPartition", n).load())
-            t0 = time.perf_counter()
+            # This process is the parent of the nats-server and of Spark's JVM, whose
+            # children are the Python workers: its tree is everything the read costs.
+            c0, t0 = tree_cpu(os.getpid()), time.perf_counter()
             df.write.format("noop").mode("overwrite").save()
-            return n / (time.perf_counter() - t0)
+            wall, cpu = time.perf_counter() - t0, tree_cpu(os.getpid()) - c0
+            return n / wall, cpu / n * 1e6, cpu / wall
 
         run(2)  # warm-up: Python workers, the server's caches
         one, two = [], []
@@ -69,13 +111,24 @@ def main(argv=None) -> int:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)
 
-    m1, m2 = statistics.median(one), statistics.median(two)
+    def median(runs, i):
+        return statistics.median(r[i] for r in runs)
+
+    m1, m2 = median(one, 0), median(two, 0)
     ratio = m2 / m1
+    cores = os.cpu_count() or 1
+    busy1, busy2 = median(one, 2), median(two, 2)
+    ceiling = min(2.0, cores / busy1)
     rows = [
         Row("1", f"Spark batch read of {n:,} msgs from nats-server into noop, 2 partitions vs 1",
             rate(m2), rate(m1) + " (1 partition)", f"{ratio:.2f}x", ">= 1.6x",
             verdict([(ratio >= 1.6, "< 1.6x")]),
-            f"2 partitions {spread(two)}; 1 partition {spread(one)}"),
+            f"2 partitions {spread([r[0] for r in two])}; 1 partition {spread([r[0] for r in one])}"),
+        Row("1b", "CPU per message, server + JVM + Python readers, 2 partitions vs 1",
+            f"{median(two, 1):.2f} us", f"{median(one, 1):.2f} us (1 partition)", f"{median(two, 1) / median(one, 1):.2f}x",
+            result="info", spread=f"cores busy: 2 partitions {busy2:.2f}, 1 partition {busy1:.2f}, of {cores}"),
+        Row("1c", f"ratio ceiling on this machine: {cores} cores / cores busy with 1 partition",
+            f"{ceiling:.2f}x", ratio=f"{ratio / ceiling:.0%} of it", result="info"),
     ]
     be.print_table(rows)
     return 0
