@@ -120,8 +120,9 @@ def connect(url, *, clock=None, sync: str | None = None, **options):
       ``options`` are connection options (see
       ``jetspark.remote.ConnectOptions``): ``timeout`` (seconds, default 5:
       every call gives up within it), ``user``/``password``, ``token``,
-      ``user_credentials`` (a .creds file), ``nkeys_seed`` (a seed file),
-      ``tls_ca``/``tls_cert``/``tls_key``, ``name``, ``connect_timeout``, ...
+      ``user_credentials`` (a .creds file), ``nkeys_seed`` (a seed file) or
+      ``nkeys_seed_str`` (the seed), ``tls_ca``/``tls_cert``/``tls_key``,
+      ``name``, ``connect_timeout``, ...
     """
     text = os.fspath(url) if isinstance(url, os.PathLike) else url
     if isinstance(text, str) and text.strip().lower().startswith(_SERVER_SCHEMES):
