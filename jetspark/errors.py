@@ -18,6 +18,7 @@
     ├── ClosedError                           the handle was used after close()
     ├── ServerConnectionError (ConnectionError)  nats:// backend: cannot reach the server, or lost it
     │   └── AuthenticationError               the server refused the credentials
+    ├── PermissionDeniedError (PermissionError)  nats:// backend: the user may not publish (or subscribe) there
     └── RequestTimeoutError (TimeoutError)    nats:// backend: the server did not answer in time
 
 API errors carry the server's ``code`` (HTTP-like status), ``err_code``
@@ -41,6 +42,7 @@ __all__ = [
     "MsgNotFoundError",
     "NoStreamResponseError",
     "NotFoundError",
+    "PermissionDeniedError",
     "RequestTimeoutError",
     "ServerConnectionError",
     "ServerError",
@@ -137,6 +139,18 @@ class ServerConnectionError(JetSparkError, ConnectionError):
 
 class AuthenticationError(ServerConnectionError):
     """The server refused the connection's credentials (user/password, token, nkey, creds)."""
+
+
+class PermissionDeniedError(JetSparkError, PermissionError):
+    """The nats:// backend's server refused a subject by the user's permissions (its
+    ``-ERR 'Permissions Violation ...'``); ``subject`` is the one denied."""
+
+    def __init__(self, message: str = "", subject: str = "") -> None:
+        self.subject = subject
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.subject))
 
 
 class RequestTimeoutError(JetSparkError, TimeoutError):

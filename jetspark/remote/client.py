@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 import time
 import weakref
@@ -48,6 +49,7 @@ from jetspark.errors import (
     ConsumerNotFoundError,
     JetSparkError,
     NoStreamResponseError,
+    PermissionDeniedError,
     RequestTimeoutError,
     ServerConnectionError,
     ServiceUnavailableError,
@@ -70,6 +72,11 @@ log = logging.getLogger("jetspark.remote")
 # not delivered yet, e.g. one from an earlier consumer of the same name).
 _ACK_SETTLE = 1.0
 _PAGE_GUARD = 10_000
+# The server answers a publish or subscription the user's permissions deny with
+# -ERR 'Permissions Violation for Publish to "<subject>"' and no reply; nats-py
+# hands that, lowercased, to error_cb only, so the request would wait out its
+# timeout.  Requests watch for it (_nats_request).
+_VIOLATION = re.compile(r'permissions violation for (publish|subscription) to "([^"]*)"')
 
 
 class NatsJetStream:
@@ -102,6 +109,9 @@ class NatsJetStream:
         self._acks_done = 0
         self._ack_event: Optional[asyncio.Event] = None
         self._ack_inbox: Optional[str] = None
+        self._awaiting: dict[asyncio.Future, str] = {}  # a request's denial watch -> its subject
+        self._inbox_denied = False  # the server refuses our reply subscriptions: no request can succeed
+        self._last_violation: tuple[float, str, str] | None = None  # (when, kind, subject)
         self._loop = Loop()
         budget = max(self.timeout, self.options.connect_timeout or 0.0)
         try:
@@ -166,6 +176,10 @@ class NatsJetStream:
         return f" ({_describe(self._last_error)})" if self._last_error else ""
 
     async def _on_error(self, exc: BaseException) -> None:
+        violation = _VIOLATION.search(str(exc))
+        if violation:
+            self._on_violation(violation.group(1), violation.group(2))
+            return
         self._last_error = exc
         if len(self._connect_errors) < 100:
             self._connect_errors.append(exc)
@@ -179,6 +193,44 @@ class NatsJetStream:
 
     async def _on_reconnected(self) -> None:
         log.info("reconnected to %s", self.url)
+        self._inbox_denied = False  # permissions may have changed; a denial comes again if not
+
+    def _on_violation(self, kind: str, subject: str) -> None:
+        """A permission violation (``subject`` lowercased, as nats-py gives it): fail the requests it dooms."""
+        log.debug("nats: permissions violation for %s to %s on %s", kind, subject, self.url)
+        self._last_violation = (time.monotonic(), kind, subject)
+        if kind == "publish":
+            for watch, requested in self._awaiting.items():
+                if requested.lower() == subject and not watch.done():
+                    watch.set_result(self._permission_error("publish to", requested))
+        elif subject.startswith("_inbox."):
+            # Replies come to the connection's _INBOX subscription: no request can succeed.
+            self._inbox_denied = True
+            for watch in self._awaiting:
+                if not watch.done():
+                    watch.set_result(self._permission_error("subscribe to", "_INBOX.>"))
+
+    def _permission_error(self, action: str, subject: str) -> PermissionDeniedError:
+        who = f"user {self.options.user!r}" if self.options.user else "this connection"
+        why = ", where the replies to its requests arrive" if action == "subscribe to" else ""
+        return PermissionDeniedError(f"permission denied: {self.url} does not allow {who} to {action} {subject!r}{why}", subject)
+
+    async def _nats_request(self, nc: NATS, subject: str, data: bytes, timeout: float, headers: dict | None = None):
+        """``nc.request``, except that a subject the user's permissions deny is a
+        ``PermissionDeniedError`` as soon as the server says so, not a timeout."""
+        if self._inbox_denied:
+            raise self._permission_error("subscribe to", "_INBOX.>")
+        watch = asyncio.get_running_loop().create_future()
+        self._awaiting[watch] = subject
+        reply = asyncio.ensure_future(nc.request(subject, data, timeout=timeout, headers=headers))
+        try:
+            await asyncio.wait((reply, watch), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            del self._awaiting[watch]
+            reply.cancel()  # nothing if it is done
+        if watch.done():
+            raise watch.result()
+        return reply.result()
 
     async def _ready_nc(self, timeout: float) -> NATS:
         """The connection, once it is up: waits up to ``timeout`` for a reconnect in progress."""
@@ -200,7 +252,13 @@ class NatsJetStream:
         nc = self._nc
         if not nc.is_connected:
             return ServerConnectionError(f"lost the connection to {self.url} while waiting {timeout:g} s for {what}{self._last_error_text()}")
-        return RequestTimeoutError(f"{self.url} did not answer {what} within {timeout:g} s")
+        hint = ""
+        if self._last_violation and time.monotonic() - self._last_violation[0] <= min(timeout, self.timeout) + 1:
+            # The bulk paths publish without _nats_request's watch: say what the server refused
+            # meanwhile (the subject lowercased, as nats-py reports it).
+            _, kind, subject = self._last_violation
+            hint = f" (meanwhile the server reported a permissions violation for {kind} to {subject!r}: the user's permissions deny it)"
+        return RequestTimeoutError(f"{self.url} did not answer {what} within {timeout:g} s{hint}")
 
     def _check(self) -> None:
         if self._closed:
@@ -245,7 +303,7 @@ class NatsJetStream:
         nc = await self._ready_nc(timeout)
         data = raw if raw is not None else (b"" if payload is None else json.dumps(payload).encode())
         try:
-            msg = await nc.request(subject, data, timeout=timeout)
+            msg = await self._nats_request(nc, subject, data, timeout)
         except nerr.NoRespondersError:
             raise ServiceUnavailableError(
                 503, 10076, f"jetstream not enabled: nothing at {self.url} answers {'.'.join(subject.split('.')[:3])} requests (is JetStream on, and the domain right?)"
@@ -434,9 +492,7 @@ class NatsJetStream:
 
             return await bulk.publish_one_raw(self, nc, subject, payload, wire.encode_headers(headers))
         try:
-            msg = await nc.request(
-                subject, payload, timeout=self.timeout, headers={k: wire.header_str(v) for k, v in headers.items()} if headers else None
-            )
+            msg = await self._nats_request(nc, subject, payload, self.timeout, {k: wire.header_str(v) for k, v in headers.items()} if headers else None)
         except nerr.NoRespondersError:
             raise NoStreamResponseError(subject) from None
         except nerr.TimeoutError:
@@ -707,7 +763,7 @@ class NatsJetStream:
     async def _aack_request(self, reply: str, payload: bytes, timeout: float) -> None:
         nc = await self._ready_nc(self.timeout)
         try:
-            await nc.request(reply, payload, timeout=timeout)
+            await self._nats_request(nc, reply, payload, timeout)
         except nerr.NoRespondersError:
             pass  # nothing takes acks (ack policy none, or the consumer is gone)
         except nerr.TimeoutError:
