@@ -87,7 +87,7 @@ def _stream_info(js, opts: ReaderOptions):
     try:
         return js.stream_info(opts.stream)
     except StreamNotFoundError:
-        names = ", ".join(js.stream_names()) or "none"
+        names = ", ".join(sorted(js.stream_names())) or "none"
         raise OptionError(
             f"option stream: there is no stream {opts.stream!r} in the store {opts.store} (streams: {names})"
         ) from None

@@ -512,13 +512,20 @@ class Consumer:
         self.write(DUE, [(sseq, p[0], 0, p[1])])
 
     def advance_floor(self, seq: int) -> None:
-        """Act as if every matching message up to ``seq`` was delivered and acked (the Spark commit)."""
+        """Act as if every matching message up to ``seq`` was delivered and acked (the Spark commit).
+
+        As on a server, where this fetches and acks those messages, the consumer ends
+        at the last of them: messages after it up to ``seq`` that it does not match
+        leave its delivered and ack floor positions where they are."""
         if seq <= self.asflr:
             return
         if seq >= self.next_sseq:
-            self.dseq += len(self.matching_live(self.next_sseq, seq))
-            self.next_sseq = seq + 1
-            self.lps = [q for q in self.lps if q > seq]
+            live = self.matching_live(self.next_sseq, seq)
+            if len(live):
+                last = int(live[-1])
+                self.dseq += len(live)
+                self.next_sseq = last + 1
+                self.lps = [q for q in self.lps if q > last]
         for q in [q for q in self.pending if q <= seq]:
             del self.pending[q]
         for q in [q for q in self.rdc if q <= seq]:

@@ -22,6 +22,10 @@
   to ``seq`` and acknowledge them (the last of each pull under ack policy
   all); the count comes from ``num_pending`` of the durable and of a
   throw-away consumer starting after ``seq``.
+- Work-queue streams allow no second consumer over a durable's subjects:
+  ``read_batches`` and ``seq_for_bytes`` read them with plain gets
+  (``_GetRead``), and ``advance_ack_floor`` bounds its pulls by the
+  sequence span instead of counting.
 - ``sink_last_batch``/``sink_commit_batch``: a KV bucket ``jetspark_sinks``
   (stream ``KV_jetspark_sinks``), one key per query, updated with
   compare-and-set.
@@ -30,6 +34,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
 import datetime as _dt
 import json
@@ -72,6 +77,8 @@ PULLS_IN_FLIGHT = 2
 # A range read's consumer disappears this long after the reader stops pulling
 # (a reader that died, or an iterator abandoned without close()).
 READER_INACTIVE = 120.0
+# Sequences asked for at once by a read without a consumer (_GetRead).
+GET_WINDOW = 256
 # Rows per protocol write in publish_batch.
 PUBLISH_CHUNK = 1024
 # Keep each Arrow batch's payload bytes well inside 32-bit offsets.
@@ -92,19 +99,22 @@ def _name(prefix: str) -> str:
 
 
 class _Chunk:
-    """Raw deliveries off the wire, in stream order: subjects, replies and payloads as bytes,
-    header blocks as received (None without headers)."""
+    """Messages in stream order: subjects and payloads as bytes, header blocks as received
+    (None without headers), stream sequences and times (ns), and the reply subjects of
+    consumer deliveries (empty for a read without a consumer)."""
 
-    __slots__ = ("subjects", "datas", "replies", "headers")
+    __slots__ = ("subjects", "datas", "headers", "seqs", "times", "replies")
 
     def __init__(self) -> None:
         self.subjects: list[bytes] = []
         self.datas: list[bytes] = []
-        self.replies: list[bytes] = []
         self.headers: list[Optional[bytes]] = []
+        self.seqs: list[int] = []
+        self.times: list[int] = []
+        self.replies: list[bytes] = []
 
     def __len__(self) -> int:
-        return len(self.replies)
+        return len(self.seqs)
 
 
 def _reply_offset(reply: bytes) -> int:
@@ -190,7 +200,7 @@ class _Puller:
     async def next_chunk(self, max_msgs: int, max_bytes: int = MAX_BATCH_BYTES) -> _Chunk:
         """Up to ``max_msgs`` messages (fewer only at the end); empty once the pull is done."""
         out = _Chunk()
-        subjects, datas, replies, headers = out.subjects, out.datas, out.replies, out.headers
+        subjects, datas, replies, headers, seqs, times = out.subjects, out.datas, out.replies, out.headers, out.seqs, out.times
         keep_headers = self.keep_headers
         nbytes = 0
         n = 0
@@ -241,6 +251,8 @@ class _Puller:
                 subjects.append(subject)
                 datas.append(data)
                 replies.append(reply)
+                seqs.append(sseq)
+                times.append(int(t[o + 5]))
                 if keep_headers:
                     headers.append(hdr)
                 nbytes += len(data)
@@ -393,6 +405,62 @@ class _RangeRead:
             self.consumer = None
 
 
+class _GetRead:
+    """A range read without a consumer: one STREAM.MSG.GET per sequence, ``GET_WINDOW`` in flight.
+
+    For work-queue streams, where the server allows no second consumer over the subjects
+    a durable already covers, and none without acks (10084): the connector reads a
+    micro-batch's range this way while its durable consumer takes the acks.  Sequences
+    that are gone (acknowledged, deleted) answer "no message found" and are skipped;
+    subject filters are applied here.
+    """
+
+    headers_only = False
+
+    def __init__(self, js: "NatsJetStream", stream: str, lo: int, hi: int, filters) -> None:
+        self.js = js
+        self.stream = stream
+        self.next = lo
+        self.hi = hi
+        self.filters = filters
+        self._subject = js._stream_subject("MSG.GET", stream)
+
+    async def open(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def _get(self, seq: int) -> Optional[dict]:
+        try:
+            return (await self.js._areq(self._subject, {"seq": seq}, what=f"reading stream {self.stream!r}"))["message"]
+        except MsgNotFoundError:
+            return None
+
+    async def next_chunk(self, max_msgs: int) -> _Chunk:
+        out = _Chunk()
+        while len(out) < max_msgs and self.next <= self.hi:
+            top = min(self.hi, self.next + min(GET_WINDOW, max_msgs - len(out)) - 1)
+            got = await asyncio.gather(*(self._get(seq) for seq in range(self.next, top + 1)))
+            self.next = top + 1
+            for m in got:
+                if m is None or (self.filters and not subj.matches_any(self.filters, m["subject"])):
+                    continue
+                out.subjects.append(m["subject"].encode())
+                out.datas.append(base64.b64decode(m["data"]) if m.get("data") else b"")
+                out.headers.append(base64.b64decode(m["hdrs"]) if m.get("hdrs") else None)
+                out.seqs.append(int(m["seq"]))
+                out.times.append(wire.time_to_ns(m["time"]))
+        return out
+
+
+def _range_reader(js: "NatsJetStream", info, lo: int, hi: int, filters, *, keep_headers: bool, headers_only: bool = False):
+    """The reader for a range of ``info``'s stream: an ephemeral consumer, or plain gets on a work-queue stream."""
+    if info.config.retention == RetentionPolicy.WORK_QUEUE:
+        return _GetRead(js, info.config.name, lo, hi, filters)
+    return _RangeRead(js, info.config.name, lo, hi, filters, keep_headers=keep_headers, headers_only=headers_only)
+
+
 # ====================================================================== read_batches
 
 
@@ -412,16 +480,17 @@ def read_batches(js: "NatsJetStream", stream: str, start_seq: int, end_seq: Opti
     if batch_size <= 0:
         raise BadRequestError(400, 10003, f"batch_size must be positive, not {batch_size}")
     filters = _check_filters(subjects)
-    state = js.stream_info(stream).state  # the stream must exist now; its last_seq bounds the read
-    lo = max(int(start_seq or 1), state.first_seq, 1)
-    hi = state.last_seq if end_seq is None else min(int(end_seq), state.last_seq)
-    return _read_gen(js, stream, lo, hi, filters, batch_size, headers)
+    info = js.stream_info(stream)  # the stream must exist now; its last_seq bounds the read
+    lo = max(int(start_seq or 1), info.state.first_seq, 1)
+    hi = info.state.last_seq if end_seq is None else min(int(end_seq), info.state.last_seq)
+    return _read_gen(js, info, lo, hi, filters, batch_size, headers)
 
 
-def _read_gen(js, stream, lo, hi, filters, batch_size, headers) -> Iterator[pa.RecordBatch]:
+def _read_gen(js, info, lo, hi, filters, batch_size, headers) -> Iterator[pa.RecordBatch]:
     if lo > hi:
         return
-    reader = _RangeRead(js, stream, lo, hi, filters, keep_headers=headers)
+    stream = info.config.name
+    reader = _range_reader(js, info, lo, hi, filters, keep_headers=headers)
     what = f"read_batches of {stream!r}"
     try:
         js._run(reader.open(), what=what)
@@ -429,26 +498,13 @@ def _read_gen(js, stream, lo, hi, filters, batch_size, headers) -> Iterator[pa.R
             chunk = js._run(reader.next_chunk(batch_size), what=what, timeout=PROGRESS)
             if not len(chunk):
                 break
-            yield _to_batch(stream, chunk, reader.puller.off or 2, headers)
+            yield _to_batch(stream, chunk, headers)
     finally:
         if not js._closed:
             try:
                 js._run(reader.close(), what=what, settle=False)
             except JetSparkError:
                 pass
-
-
-def _reply_numbers(replies: list[bytes], off: int) -> tuple[np.ndarray, np.ndarray]:
-    """Stream sequences and timestamps (ns) from delivery reply subjects."""
-    n = len(replies)
-    seqs = np.empty(n, dtype=np.int64)
-    ts = np.empty(n, dtype=np.int64)
-    a, b = off + 3, off + 5
-    for i, r in enumerate(replies):
-        t = r.split(b".")
-        seqs[i] = int(t[a])
-        ts[i] = int(t[b])
-    return seqs, ts
 
 
 def _binary(values: list[bytes], type_: pa.DataType) -> pa.Array:
@@ -469,9 +525,10 @@ def _from_numpy(type_: pa.DataType, values: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
 
 
-def _to_batch(stream: str, chunk: _Chunk, off: int, headers: bool) -> pa.RecordBatch:
+def _to_batch(stream: str, chunk: _Chunk, headers: bool) -> pa.RecordBatch:
     n = len(chunk)
-    seqs, ts = _reply_numbers(chunk.replies, off)
+    seqs = np.array(chunk.seqs, dtype=np.int64)
+    ts = np.array(chunk.times, dtype=np.int64)
     uniq: dict[bytes, int] = {}
     ids = np.fromiter((uniq.setdefault(s, len(uniq)) for s in chunk.subjects), dtype=np.int32, count=n)
     columns = [
@@ -508,16 +565,13 @@ def _ordered_gen(js, stream, lo, hi, filters, batch_size, last_seq) -> Iterator[
         after = js._run(_count_from(js, stream, hi + 1, filters), what=what) if hi < last_seq and reader.pending_at_start else 0
         total = reader.pending_at_start - after
         cseq = 0
-        off = None
         while True:
             chunk = js._run(reader.next_chunk(batch_size), what=what, timeout=PROGRESS)
             if not len(chunk):
                 break
-            off = off or reader.puller.off or 2
-            for subject, data, reply, hdr in zip(chunk.subjects, chunk.datas, chunk.replies, chunk.headers):
+            for subject, data, reply, hdr, sseq, ts in zip(chunk.subjects, chunk.datas, chunk.replies, chunk.headers, chunk.seqs, chunk.times):
                 cseq += 1
-                t = reply.split(b".")
-                meta = (stream, "", 1, int(t[off + 3]), cseq, int(t[off + 5]), max(total - cseq, 0), None)
+                meta = (stream, "", 1, sseq, cseq, ts, max(total - cseq, 0), None)
                 yield Msg(None, subject.decode(), data, H.decode(hdr) if hdr else None, reply.decode(), meta)
     finally:
         if not js._closed:
@@ -573,7 +627,7 @@ def seq_for_bytes(js: "NatsJetStream", stream: str, lo: int, hi: int, max_bytes:
     if lo <= st.first_seq and hi >= st.last_seq and st.bytes <= max_bytes:
         return hi
     storage = info.config.storage or StorageType.FILE
-    reader = _RangeRead(js, stream, lo, hi, None, keep_headers=True, headers_only=True)
+    reader = _range_reader(js, info, lo, hi, None, keep_headers=True, headers_only=True)
     what = f"seq_for_bytes on {stream!r}"
     total = 0
     try:
@@ -582,11 +636,11 @@ def seq_for_bytes(js: "NatsJetStream", stream: str, lo: int, hi: int, max_bytes:
             chunk = js._run(reader.next_chunk(PULL_BATCH), what=what, timeout=PROGRESS)
             if not len(chunk):
                 return hi
-            off = reader.puller.off or 2
-            for subject, reply, hdr in zip(chunk.subjects, chunk.replies, chunk.headers):
-                total += _msg_size(storage, subject, *_headers_only_sizes(hdr))
+            for subject, data, hdr, seq in zip(chunk.subjects, chunk.datas, chunk.headers, chunk.seqs):
+                sizes = _headers_only_sizes(hdr) if reader.headers_only else (len(hdr or b""), len(data))
+                total += _msg_size(storage, subject, *sizes)
                 if total > max_bytes:
-                    return max(int(reply.split(b".")[off + 3]) - 1, lo)
+                    return max(seq - 1, lo)
     finally:
         try:
             js._run(reader.close(), what=what, settle=False)
@@ -615,8 +669,15 @@ async def _advance(js: "NatsJetStream", stream: str, durable: str, seq: int):
         if floor >= seq or delivered >= seq:
             break
         sinfo = await js._astream_info(js._stream_subject("INFO", stream))
-        after = 0 if seq >= sinfo.state.last_seq else await _count_from(js, stream, seq + 1, filters)
-        count = info.num_pending - after  # matching messages in (delivered, seq]
+        if seq >= sinfo.state.last_seq:
+            count = info.num_pending
+        elif sinfo.config.retention == RetentionPolicy.WORK_QUEUE:
+            # A work-queue stream allows no counting consumer next to the durable: ask for
+            # no more than (delivered, seq] can hold.  Where that span has gaps (deleted
+            # messages, other subjects) a delivery past seq can come; it is handed back (NAK).
+            count = min(info.num_pending, seq - delivered)
+        else:
+            count = info.num_pending - await _count_from(js, stream, seq + 1, filters)  # matching messages in (delivered, seq]
         if count <= 0:
             break
         got = await _fetch_and_ack(js, stream, durable, seq, count, policy, cfg.max_ack_pending)
@@ -643,9 +704,8 @@ async def _fetch_and_ack(js, stream: str, durable: str, seq: int, count: int, po
             got += len(chunk)
             if policy == AckPolicy.NONE:
                 continue
-            off = puller.off or 2
-            mine = [r.decode() for r in chunk.replies if int(r.split(b".")[off + 3]) <= seq]
-            late = [r.decode() for r in chunk.replies if int(r.split(b".")[off + 3]) > seq]
+            mine = [r.decode() for r, s in zip(chunk.replies, chunk.seqs) if s <= seq]
+            late = [r.decode() for r, s in zip(chunk.replies, chunk.seqs) if s > seq]
             if policy == AckPolicy.EXPLICIT:
                 for r in mine[:-1]:
                     await nc.publish(r, b"+ACK")
@@ -749,6 +809,8 @@ def _row_headers(value) -> dict:
         if v is None:
             continue
         vals = list(v) if isinstance(v, (list, tuple)) else [v]
+        if not vals:
+            continue  # a key with no values writes no header line, as H.encode does
         if k in out:
             prev = out[k]
             out[k] = (prev if isinstance(prev, list) else [prev]) + vals

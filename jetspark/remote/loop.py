@@ -65,6 +65,10 @@ class Loop:
         try:
             return fut.result(timeout)
         except concurrent.futures.TimeoutError:
+            if fut.done():
+                # Python 3.11 made this the builtin TimeoutError: the coroutine raised it
+                # itself (a RequestTimeoutError that says what timed out), or finished just now.
+                return fut.result()
             fut.cancel()
             raise LoopTimeout() from None
         except concurrent.futures.CancelledError:

@@ -1,18 +1,29 @@
 """Fixtures for the Spark connector's tests.
 
 One SparkSession serves the whole run (``local[2,2]``: two cores, and a task
-may fail once and be retried, which the exactly-once tests rely on).  Every
-test gets a fresh store directory with an open handle.  Streams are driven
-with ``trigger(availableNow=True)`` + ``awaitTermination()``: a query ends
-when it has read what was there when it started, so nothing sleeps or polls.
+may fail once and be retried, which the exactly-once tests rely on).  Streams
+are driven with ``trigger(availableNow=True)`` + ``awaitTermination()``: a
+query ends when it has read what was there when it started, so nothing sleeps
+or polls.
+
+Every test that takes ``store`` runs twice, once per backend:
+
+- ``engine``: a fresh store directory (``store.path`` is the directory);
+- ``server``: a real nats-server (``store.path`` is its ``nats://`` URL), one
+  for the session, emptied after each test.  It keeps one stream of its own
+  (``KEEPER``): the server removes an account's store directory, asynchronously,
+  once its last stream is deleted, and a stream created meanwhile fails (10049).
 """
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import jetspark
-from tests.connector.support import Clock, Store
+from tests.connector.support import KEEPER, Clock, Store
+from tests.reference import NatsServer
 
 
 @pytest.fixture(scope="session")
@@ -26,18 +37,61 @@ def spark():
     session.stop()
 
 
-@pytest.fixture
-def store(tmp_path, spark):
-    path = tmp_path / "store"
+@pytest.fixture(scope="session")
+def connector_server():
+    server = NatsServer().start()
+    with jetspark.connect(server.url) as js:
+        js.add_stream(name=KEEPER, subjects=["keeper.>"])
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["engine", "server"])
+def store(request, tmp_path, spark):
+    if request.param == "engine":
+        path = str(tmp_path / "store")
+    else:
+        path = request.getfixturevalue("connector_server").url
     js = jetspark.connect(path)
-    yield Store(str(path), js, tmp_path, spark)
+    yield Store(path, js, tmp_path, spark, backend=request.param)
+    if request.param == "server":
+        for name in js.stream_names():
+            if name != KEEPER:
+                js.delete_stream(name)
     js.close()
 
 
 @pytest.fixture
 def clocked(store):
-    """A second handle on the store whose publishes carry chosen timestamps:
+    """A second handle on an engine store whose publishes carry chosen timestamps:
     ``clocked.clock.at(seconds)`` sets its clock to support.BASE + seconds."""
+    assert store.backend == "engine", "a nats-server stamps messages with its own clock"
     handle = jetspark.connect(store.path, clock=Clock())
     yield handle
     handle.close()
+
+
+@pytest.fixture
+def timeline(store, request):
+    """``timeline(stream_subjects, n)`` publishes n messages ``m<i>`` round-robin over the
+    subjects at distinct, increasing times and returns each one's stored time (from
+    get_msg).  On the engine, message i is at support.BASE + i s + i µs (an injected
+    clock); a nats-server stamps its own time, so the messages are published at least
+    2 ms apart, which keeps every message in a millisecond of its own."""
+
+    def publish(stream_subjects, n: int) -> list:
+        subjects = [stream_subjects] if isinstance(stream_subjects, str) else list(stream_subjects)
+        acks = []
+        if store.backend == "engine":
+            clocked = request.getfixturevalue("clocked")
+            for i in range(n):
+                clocked.clock.at(i + i / 1_000_000)
+                acks.append(clocked.publish(subjects[i % len(subjects)], f"m{i}".encode()))
+        else:
+            for i in range(n):
+                if i:
+                    time.sleep(0.002)
+                acks.append(store.js.publish(subjects[i % len(subjects)], f"m{i}".encode()))
+        return [store.js.get_msg(a.stream, a.seq).time for a in acks]
+
+    return publish

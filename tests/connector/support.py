@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import glob
+import os
 import re
 import uuid
 from dataclasses import dataclass
@@ -11,14 +13,20 @@ from pathlib import Path
 from pyspark.sql import functions as F
 
 
+# The stream a nats-server used by the tests always keeps (see conftest.py).
+KEEPER = "KEEPER"
+
+
 @dataclass
 class Store:
-    """A fresh store: its path, an open handle, and short-hands for the connector."""
+    """A fresh store: its path (a directory, or a nats:// URL), an open handle, and
+    short-hands for the connector."""
 
     path: str
     js: object
     tmp: Path
     spark: object = None
+    backend: str = "engine"
 
     def read(self, stream: str = "S", **options):
         return self.spark.read.format("jetstream").option("store", self.path).option("stream", stream).options(**options).load()
@@ -36,6 +44,25 @@ class Store:
         subjects = [stream_subjects] if isinstance(stream_subjects, str) else list(stream_subjects)
         for i in range(start, start + n):
             self.js.publish(subjects[i % len(subjects)], f"{prefix}{i}".encode())
+
+    def stream_list(self) -> str:
+        """How the connector names the store's streams in an error: "S" or "KEEPER, S"."""
+        return ", ".join(sorted(self.js.stream_names()))
+
+    def sink_records(self) -> int:
+        """How many streaming queries the store records committed sink batches for: files
+        ``sinks/<query>.json`` in an engine store, keys of the KV bucket ``jetspark_sinks``
+        on a server."""
+        if self.backend == "engine":
+            return len(glob.glob(os.path.join(self.path, "sinks", "*.json")))
+        return self.js.stream_info("KV_jetspark_sinks").state.messages
+
+    def remove_sink_records(self) -> None:
+        if self.backend == "engine":
+            for record in glob.glob(os.path.join(self.path, "sinks", "*.json")):
+                os.remove(record)
+        else:
+            self.js.purge_stream("KV_jetspark_sinks")
 
     def payloads(self, stream: str) -> list[bytes]:
         """Every stored message's data, in sequence order."""
@@ -69,6 +96,13 @@ def to_ns(when: dt.datetime) -> int:
 
 def to_us(when: dt.datetime) -> int:
     return to_ns(when) // 1000
+
+
+def ms_at(times, where: str) -> int:
+    """startingTimestamp (ms) ``at`` message 3's millisecond, just ``after`` message 3
+    (the next millisecond: message 4's is later still), or ``beyond`` the last message."""
+    ms = to_us(times[3]) // 1000
+    return {"at": ms, "after": ms + 1, "beyond": to_us(times[-1]) // 1000 + 1000}[where]
 
 
 # ---------------------------------------------------------------------- Spark

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 
 import pytest
@@ -13,7 +12,7 @@ from pyspark.sql.types import ArrayType, BinaryType, LongType, MapType, StringTy
 from jetspark import MsgNotFoundError
 from jetspark.connector import SOURCE_SCHEMA
 from jetspark.engine import subjects as subj
-from tests.connector.support import BASE, has_filter, to_us
+from tests.connector.support import has_filter, ms_at, to_us
 
 pytestmark = pytest.mark.spark
 
@@ -164,14 +163,10 @@ def test_subject_filter_on_top_of_subjects_option(filled):
 
 
 @pytest.fixture
-def timed(store, clocked):
-    """Stream S with 10 messages; message i (seq i+1) at BASE + i seconds + i µs."""
+def timed(store, timeline):
+    """Stream S with 10 messages at distinct, increasing times; returns (store, times)."""
     store.js.add_stream(name="S", subjects=["t.>"])
-    times = []
-    for i in range(10):
-        times.append(clocked.clock.at(i + i / 1_000_000))
-        clocked.publish(f"t.{i % 2}", f"m{i}".encode())
-    return store, times
+    return store, timeline(["t.0", "t.1"], 10)
 
 
 def test_timestamps_are_the_stored_times(timed):
@@ -183,7 +178,7 @@ def test_timestamps_are_the_stored_times(timed):
 @pytest.mark.parametrize(
     "op, k, expected",
     [
-        # At and just past a message's exact time (times are µs apart from whole seconds).
+        # At and just past a message's exact time.
         (">", 3, range(5, 11)),
         ("<", 7, range(1, 8)),
         ("<=", 7, range(1, 9)),
@@ -205,11 +200,10 @@ def test_timestamp_filters_narrow_the_read_and_stay_right(timed, op, k, expected
     assert has_filter(df)
 
 
-@pytest.mark.parametrize("seconds, first", [(3, 4), (3.5, 5), (100, None)])
-def test_starting_timestamp(timed, seconds, first):
-    store, _ = timed
-    ms = int((BASE + dt.timedelta(seconds=seconds)).timestamp() * 1000)
-    got = seqs(store.read(startingTimestamp=str(ms)))
+@pytest.mark.parametrize("where, first", [("at", 4), ("after", 5), ("beyond", None)])
+def test_starting_timestamp(timed, where, first):
+    store, times = timed
+    got = seqs(store.read(startingTimestamp=str(ms_at(times, where))))
     assert got == ([] if first is None else list(range(first, 11)))
 
 

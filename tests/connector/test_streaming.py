@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 import pytest
 from chispa import assert_df_equality
 
-from tests.connector.support import BASE, batch_sizes, error_text, run_available_now, run_to_out
+from tests.connector.support import batch_sizes, error_text, ms_at, run_available_now, run_to_out
 
 pytestmark = pytest.mark.spark
 
@@ -111,14 +109,11 @@ def test_starting_offsets(store, options, first):
     assert q.new_seqs == [6, 7, 8]
 
 
-@pytest.mark.parametrize("seconds, first", [(3.5, 5), (100, None)])
-def test_starting_timestamp(store, clocked, spark, seconds, first):
+@pytest.mark.parametrize("where, first", [("after", 5), ("beyond", None)])
+def test_starting_timestamp(store, timeline, spark, where, first):
     store.js.add_stream(name="S", subjects=["s.>"])
-    for i in range(10):
-        clocked.clock.at(i)
-        clocked.publish("s.a", f"m{i}".encode())
-    ms = int((BASE + dt.timedelta(seconds=seconds)).timestamp() * 1000)
-    q = run_available_now(store.read_stream(startingTimestamp=str(ms)))
+    times = timeline("s.a", 10)
+    q = run_available_now(store.read_stream(startingTimestamp=str(ms_at(times, where))))
     assert table_seqs(spark, q) == ([] if first is None else list(range(first, 11)))
 
 

@@ -284,3 +284,27 @@ def test_the_bulk_paths_without_the_fast_path(js, name):
     assert slow.equals(fast)
     assert dict(slow.column("headers")[-1].as_py())["A"] == ["1", "2"]
     assert js.seq_for_bytes(s, 1, 501, js.stream_info(s).state.bytes - 1) == 500
+
+
+def test_a_work_queue_stream_is_read_without_a_consumer(js, engine, name):
+    # The server allows no second consumer over a work-queue durable's subjects, nor one
+    # without acks (10084): read_batches and seq_for_bytes read such a stream with plain
+    # gets, which skip what is gone and apply the subject filters themselves.
+    s = name()
+    for h in (js, engine):
+        h.add_stream(name=s, subjects=[f"{s}.>"], retention=RetentionPolicy.WORK_QUEUE)
+        h.add_consumer(s, durable_name="spark", ack_policy=AckPolicy.EXPLICIT)
+        h.publish_batch(table(s, 600), stream=s)
+        assert h.advance_ack_floor(s, "spark", 100).stream_seq == 100  # 1..100 acknowledged: gone
+        h.delete_msg(s, 300)
+    for filters in (None, [f"{s}.1"]):
+        got = concat(js.read_batches(s, start_seq=1, end_seq=500, subjects=filters, batch_size=128))
+        want = concat(engine.read_batches(s, start_seq=1, end_seq=500, subjects=filters, batch_size=128))
+        for col in ("subject", "seq", "data"):
+            assert got.column(col).equals(want.column(col)), (filters, col)
+    assert got.column("seq")[0].as_py() == 101 and 300 not in concat(js.read_batches(s)).column("seq").to_pylist()
+    state = js.stream_info(s).state
+    assert js.seq_for_bytes(s, 101, 600, state.bytes - 1) == 599
+    assert [c.name for c in js.consumers_info(s)] == ["spark"]  # no reader consumer came and went
+    assert js.advance_ack_floor(s, "spark", 400).stream_seq == 400
+    assert js.stream_info(s).state.messages == 200
