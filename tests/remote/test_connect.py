@@ -200,3 +200,21 @@ def test_a_forked_child_gets_its_own_connection(server, js, name):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert js.stream_info(s).state.messages == 2
+
+
+def test_a_timeout_error_raised_by_a_call_keeps_its_own_message():
+    # RequestTimeoutError is a TimeoutError, like the wait in Loop.run giving up: the
+    # loop must hand the call's own error on, not report that it stopped waiting.
+    from jetspark.errors import RequestTimeoutError
+    from jetspark.remote.loop import Loop
+
+    loop = Loop()
+
+    async def call():
+        raise RequestTimeoutError("nats://x did not answer stream_info within 1 s")
+
+    try:
+        with pytest.raises(RequestTimeoutError, match="did not answer stream_info within 1 s"):
+            loop.run(call(), timeout=30)
+    finally:
+        loop.stop()
