@@ -80,6 +80,30 @@ def nats_server():
     server.stop()
 
 
+# The stream the session's ``server`` always keeps: nats-server removes an account's
+# store directory, asynchronously, once its last stream is deleted, and a stream
+# created meanwhile fails (10049).  One stream that is never deleted keeps the directory.
+KEEPER = "KEEPER"
+
+
+@pytest.fixture(scope="session")
+def server():
+    """A nats-server for the jetspark-side tests (nats:// backend, Spark connector), which
+    empty it after each test with ``drop_streams``."""
+    s = NatsServer().start()
+    with jetspark.connect(s.url) as js:
+        js.add_stream(name=KEEPER, subjects=["keeper.>"])
+    yield s
+    s.stop()
+
+
+def drop_streams(js) -> None:
+    """Delete every stream of the ``server`` fixture's but KEEPER."""
+    for name in js.stream_names():
+        if name != KEEPER:
+            js.delete_stream(name)
+
+
 @pytest.fixture
 def store_path(tmp_path):
     return tmp_path / "store"

@@ -9,10 +9,9 @@ or polls.
 Every test that takes ``store`` runs twice, once per backend:
 
 - ``engine``: a fresh store directory (``store.path`` is the directory);
-- ``server``: a real nats-server (``store.path`` is its ``nats://`` URL), one
-  for the session, emptied after each test.  It keeps one stream of its own
-  (``KEEPER``): the server removes an account's store directory, asynchronously,
-  once its last stream is deleted, and a stream created meanwhile fails (10049).
+- ``server``: a real nats-server (``store.path`` is its ``nats://`` URL), the
+  session's ``server`` (tests/conftest.py), emptied after each test but for
+  the one stream it keeps (``KEEPER``).
 """
 
 from __future__ import annotations
@@ -22,8 +21,8 @@ import time
 import pytest
 
 import jetspark
-from tests.connector.support import KEEPER, Clock, Store
-from tests.reference import NatsServer
+from tests.conftest import drop_streams
+from tests.connector.support import Clock, Store
 
 
 @pytest.fixture(scope="session")
@@ -37,27 +36,16 @@ def spark():
     session.stop()
 
 
-@pytest.fixture(scope="session")
-def connector_server():
-    server = NatsServer().start()
-    with jetspark.connect(server.url) as js:
-        js.add_stream(name=KEEPER, subjects=["keeper.>"])
-    yield server
-    server.stop()
-
-
 @pytest.fixture(params=["engine", "server"])
 def store(request, tmp_path, spark):
     if request.param == "engine":
         path = str(tmp_path / "store")
     else:
-        path = request.getfixturevalue("connector_server").url
+        path = request.getfixturevalue("server").url
     js = jetspark.connect(path)
     yield Store(path, js, tmp_path, spark, backend=request.param)
     if request.param == "server":
-        for name in js.stream_names():
-            if name != KEEPER:
-                js.delete_stream(name)
+        drop_streams(js)
     js.close()
 
 

@@ -13,10 +13,6 @@ from pathlib import Path
 from pyspark.sql import functions as F
 
 
-# The stream a nats-server used by the tests always keeps (see conftest.py).
-KEEPER = "KEEPER"
-
-
 @dataclass
 class Store:
     """A fresh store: its path (a directory, or a nats:// URL), an open handle, and

@@ -1,6 +1,6 @@
 """Fixtures for the nats:// backend: real nats-servers started on free loopback ports.
 
-``server`` is one JetStream server for the session; tests that stop a server
+``server`` (tests/conftest.py) is one JetStream server for the session; tests that stop a server
 or need authentication or TLS start their own with ``start_server(*args)``.
 """
 
@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 import jetspark
+from tests.conftest import drop_streams
 from tests.reference import NatsServer
 
 pytestmark = pytest.mark.server
@@ -55,21 +56,6 @@ class ArgsServer(NatsServer):
             self.proc.wait(10)
 
 
-KEEPER = "KEEPER"
-
-
-@pytest.fixture(scope="session")
-def server():
-    s = NatsServer().start()
-    # nats-server removes an account's store directory, asynchronously, once its last
-    # stream is deleted; a stream created meanwhile fails (10049).  One stream that is
-    # never deleted keeps the directory.
-    with jetspark.connect(s.url) as js:
-        js.add_stream(name=KEEPER, subjects=["keeper.>"])
-    yield s
-    s.stop()
-
-
 @pytest.fixture
 def start_server():
     started = []
@@ -89,9 +75,7 @@ def js(server):
     handle = jetspark.connect(server.url, timeout=3)
     yield handle
     if not handle._closed:
-        for name in handle.stream_names():
-            if name != KEEPER:
-                handle.delete_stream(name)
+        drop_streams(handle)
         handle.close()
 
 
