@@ -45,6 +45,8 @@ from jetspark.errors import (
     ServerError,
     ServiceUnavailableError,
     StoreError,
+    StoreFullError,
+    StoreIOError,
     StreamNotFoundError,
 )
 
@@ -79,6 +81,8 @@ __all__ = [
     "ServiceUnavailableError",
     "StorageType",
     "StoreError",
+    "StoreFullError",
+    "StoreIOError",
     "StreamConfig",
     "StreamInfo",
     "StreamNotFoundError",

@@ -13,8 +13,10 @@
     │   └── ServiceUnavailableError           HTTP 503: store refused (10077 limits with discard new)
     ├── NoStreamResponseError (LookupError)   no stream captures the subject (nats: no responders)
     ├── FetchTimeoutError (TimeoutError)      fetch found nothing before its timeout
-    ├── StoreError                            the store on disk cannot be used
-    │   └── CorruptStoreError                 damaged files that recovery could not repair
+    ├── StoreError                            the store on disk cannot be used; ``path`` names the file
+    │   ├── CorruptStoreError                 a damaged file: detected, reported, never served
+    │   └── StoreIOError (OSError)            the disk refused a write or read (``errno``, ``filename``)
+    │       └── StoreFullError                no space left (ENOSPC, EDQUOT): nothing was stored
     ├── ClosedError                           the handle was used after close()
     ├── ServerConnectionError (ConnectionError)  nats:// backend: cannot reach the server, or lost it
     │   └── AuthenticationError               the server refused the credentials
@@ -48,6 +50,8 @@ __all__ = [
     "ServerError",
     "ServiceUnavailableError",
     "StoreError",
+    "StoreFullError",
+    "StoreIOError",
     "StreamNotFoundError",
     "api_error",
     "error_from_response",
@@ -121,11 +125,47 @@ class FetchTimeoutError(JetSparkError, TimeoutError):
 
 
 class StoreError(JetSparkError):
-    """The store directory cannot be used as it is."""
+    """The store directory cannot be used as it is; ``path`` names the file concerned."""
+
+    def __init__(self, message: str = "", path: str = "") -> None:
+        self.path = str(path)
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.path))
 
 
 class CorruptStoreError(StoreError):
-    """Files of the store are damaged beyond what recovery repairs."""
+    """A file of the store is damaged (a checksum, a length or a structure does not hold).
+
+    The message names the file and what is wrong; the damaged data is never
+    served.  ``JetStream.check_stream(name, repair=True)`` keeps every intact
+    message and drops the rest.
+    """
+
+
+class StoreIOError(StoreError, OSError):
+    """The operating system refused a read or write of the store (``errno``, ``filename``).
+
+    Raised before anything is acknowledged: the call that fails stored
+    nothing, and the store works again once the cause is gone.
+    """
+
+    def __init__(self, errno: int = 0, strerror: str = "", filename: str = "", action: str = "") -> None:
+        OSError.__init__(self, errno, strerror, filename)
+        self.path = str(filename)
+        self.action = action
+
+    def __str__(self) -> str:
+        what = f" while {self.action}" if self.action else ""
+        return f"[Errno {self.errno}] {self.strerror}: {self.filename!r}{what}; nothing was stored by this call"
+
+    def __reduce__(self):
+        return (type(self), (self.errno, self.strerror, self.filename, self.action))
+
+
+class StoreFullError(StoreIOError):
+    """The disk (or the quota) is full: ENOSPC or EDQUOT.  Free space and retry."""
 
 
 class ClosedError(JetSparkError):

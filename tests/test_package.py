@@ -31,6 +31,13 @@ def test_every_error_pickles(cls):
         err = cls(404, 10059, "stream not found")
         back = pickle.loads(pickle.dumps(err))
         assert (back.code, back.err_code, back.description) == (404, 10059, "stream not found")
+    elif issubclass(cls, errors.StoreIOError):
+        back = pickle.loads(pickle.dumps(cls(28, "No space left on device", "/s/blk/1.dat", "publishing")))
+        assert (back.errno, back.filename, back.path, back.action) == (28, "/s/blk/1.dat", "/s/blk/1.dat", "publishing")
+        assert isinstance(back, OSError) and "nothing was stored" in str(back)
+    elif issubclass(cls, errors.StoreError):
+        back = pickle.loads(pickle.dumps(cls("state: both header slots fail their checksum", "/s/state")))
+        assert back.path == "/s/state" and str(back) == "state: both header slots fail their checksum"
     elif cls is errors.NoStreamResponseError:
         back = pickle.loads(pickle.dumps(cls("orders.x")))
         assert back.subject == "orders.x"
