@@ -6,11 +6,22 @@ import mmap
 import os
 from pathlib import Path
 
+from jetspark.engine import diskio
+from jetspark.errors import StoreFullError
+
+# Mapped files get disk space this far ahead of the writer (see reserve_*): a store
+# into a mapped page the filesystem cannot back would be a SIGBUS, not an error.
+INDEX_CHUNK = 64 << 10
+DATA_CHUNK = 1 << 20
+
 
 class Block:
     """One block's three files; the tail block is also mapped for the writer."""
 
-    __slots__ = ("first", "count", "dlen", "hlen", "path", "ifd", "dfd", "hfd", "imm", "dmm", "dcap")
+    __slots__ = (
+        "first", "count", "dlen", "hlen", "path", "ifd", "dfd", "hfd", "imm", "dmm", "dcap",
+        "ialloc", "dalloc", "verified",
+    )  # fmt: skip
 
     def __init__(self, path: Path, first: int, create: bool = False) -> None:
         self.path = path
@@ -25,6 +36,18 @@ class Block:
         self.hfd = os.open(f"{path}.hdr", flags, 0o644)
         self.imm = self.dmm = None
         self.dcap = 0
+        self.ialloc = self.dalloc = 0  # bytes of the mapped files known to have disk space
+        self.verified: list[tuple[int, int]] = []  # sequence ranges whose checksums held (see StreamStorage.verify)
+
+    def reserve_index(self, end: int) -> None:
+        """Make sure index bytes up to ``end`` have disk space before they are stored into."""
+        if end > self.ialloc:
+            self.ialloc = _reserve(self.ifd, self.ialloc, end, min(self.ialloc + INDEX_CHUNK, len(self.imm)), f"{self.path}.idx")
+
+    def reserve_data(self, end: int) -> None:
+        """Make sure payload bytes up to ``end`` (within the mapping) have disk space."""
+        if end > self.dalloc:
+            self.dalloc = _reserve(self.dfd, self.dalloc, end, min(self.dalloc + DATA_CHUNK, self.dcap), f"{self.path}.dat")
 
     def map_for_writing(self, index_capacity: int, data_capacity: int) -> None:
         """Map the index and payload files at their full block capacity.
@@ -32,16 +55,19 @@ class Block:
         A store into a shared mapping lands in the page cache just as a
         pwrite() does (it survives the process being killed, and readers'
         pread() sees it), without a system call per message.  The files are
-        sparse: unwritten capacity takes no disk space.
+        sparse: capacity takes disk space only as reserve_index/reserve_data
+        allocate it, a chunk ahead of the writer.
         """
         icap = index_capacity
-        if os.fstat(self.ifd).st_size < icap:
-            os.ftruncate(self.ifd, icap)
-        self.imm = mmap.mmap(self.ifd, icap)
-        self.dcap = max(data_capacity, os.fstat(self.dfd).st_size)
-        if os.fstat(self.dfd).st_size < self.dcap:
-            os.ftruncate(self.dfd, self.dcap)
-        self.dmm = mmap.mmap(self.dfd, self.dcap)
+        with diskio.io_errors(f"{self.path}.idx", "mapping the block"):
+            if os.fstat(self.ifd).st_size < icap:
+                os.ftruncate(self.ifd, icap)
+            self.imm = mmap.mmap(self.ifd, icap)
+            self.dcap = max(data_capacity, os.fstat(self.dfd).st_size)
+            if os.fstat(self.dfd).st_size < self.dcap:
+                os.ftruncate(self.dfd, self.dcap)
+            self.dmm = mmap.mmap(self.dfd, self.dcap)
+        self.ialloc = self.dalloc = 0
 
     def close(self) -> None:
         for mm in (self.imm, self.dmm):
@@ -51,6 +77,7 @@ class Block:
                 except (BufferError, ValueError):
                     pass
         self.imm = self.dmm = None
+        self.ialloc = self.dalloc = 0
         for fd in (self.ifd, self.dfd, self.hfd):
             try:
                 os.close(fd)
@@ -63,3 +90,17 @@ class Block:
                 os.unlink(f"{self.path}{ext}")
             except FileNotFoundError:
                 pass
+
+
+def _reserve(fd: int, have: int, need: int, ahead: int, path: str) -> int:
+    """Allocate up to ``ahead`` (at least ``need``); on a nearly full disk, just ``need``.
+    Returns the new allocated length."""
+    want = max(need, ahead)
+    try:
+        diskio.allocate(fd, have, want - have, path)
+    except StoreFullError:
+        if want == need:
+            raise
+        diskio.allocate(fd, have, need - have, path)
+        want = need
+    return want

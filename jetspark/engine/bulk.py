@@ -118,6 +118,7 @@ def _batch(stream, blk, e, a, b, mask, names, name, headers) -> Optional[pa.Reco
     offsets[:n] = e["doff"] - d0
     offsets[n] = int(e["doff"][-1]) + int(e["dlen"][-1]) - d0
     raw = s.read_data(blk, d0, int(offsets[n]))
+    s.verify(blk, a, b, raw, e)
     data = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw)])
     # Columns from NumPy buffers directly (pa.array() on NumPy would import pandas).
     ids = np.where(sids == SID_NONE, 0, sids).astype(np.int32)

@@ -46,6 +46,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
+from jetspark.engine import diskio
 from jetspark.engine.blocks import Block
 from jetspark.engine.header import (
     ACTIVE,
@@ -74,9 +75,10 @@ from jetspark.engine.records import (
     record_crc,
     record_crcs,
 )
-from jetspark.errors import CorruptStoreError
+from jetspark.errors import CorruptStoreError, StoreError
 
 log = logging.getLogger("jetspark")
+STATE_SIZE = 4096
 TAIL_CHECK = 1024  # records verified at the end of each stream when a process opens it
 
 BLOCK_MAX_MSGS = 1 << 20
@@ -108,26 +110,23 @@ class StreamStorage:
 
     def _open(self) -> None:
         self._fork_gen = FORK_GENERATION[0]
-        (self.dir / "blk").mkdir(parents=True, exist_ok=True)
-        self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        self._state_fd = os.open(self.dir / "state", os.O_RDWR | os.O_CREAT, 0o644)
-        self._subj_fd = os.open(self.dir / "subjects", os.O_RDWR | os.O_CREAT, 0o644)
-        self._ops_fd = os.open(self.dir / "ops", os.O_RDWR | os.O_CREAT, 0o644)
-        self._dedup_fd = os.open(self.dir / "dedup", os.O_RDWR | os.O_CREAT, 0o644)
-        self._ranges_fd = os.open(self.dir / "dedup_ranges", os.O_RDWR | os.O_CREAT, 0o644)
-        if os.fstat(self._state_fd).st_size < 4096:
+        with diskio.io_errors(self.dir, "opening the stream's files"):
+            (self.dir / "blk").mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._state_fd = os.open(self.dir / "state", os.O_RDWR | os.O_CREAT, 0o644)
+            self._subj_fd = os.open(self.dir / "subjects", os.O_RDWR | os.O_CREAT, 0o644)
+            self._ops_fd = os.open(self.dir / "ops", os.O_RDWR | os.O_CREAT, 0o644)
+            self._dedup_fd = os.open(self.dir / "dedup", os.O_RDWR | os.O_CREAT, 0o644)
+            self._ranges_fd = os.open(self.dir / "dedup_ranges", os.O_RDWR | os.O_CREAT, 0o644)
+        if not self._state_written():
             with self._flock():
-                if os.fstat(self._state_fd).st_size < 4096:
-                    os.ftruncate(self._state_fd, 4096)
-                    mm = mmap.mmap(self._state_fd, 4096)
-                    mm[0:8] = MAGIC
-                    self._mm = mm
-                    self._write_slot(0, Header())
-                    mm[ACTIVE_OFF:ACTIVE_OFF + 8] = (0).to_bytes(8, "little")
-                    mm.close()
-        self._mm = mmap.mmap(self._state_fd, 4096)
+                if not self._state_written():
+                    self._create_state()
+        # The header is stored into through a mapping: its page must be backed (see diskio).
+        diskio.allocate(self._state_fd, 0, STATE_SIZE, self.dir / "state")
+        self._mm = mmap.mmap(self._state_fd, STATE_SIZE)
         if self._mm[0:8] != MAGIC:
-            raise CorruptStoreError(f"{self.dir / 'state'}: not a jetspark stream header")
+            raise CorruptStoreError(f"{self.dir / 'state'}: not a jetspark stream header (bad magic)", self.dir / "state")
         self._blocks: list[Block] = []
         self._block_firsts: list[int] = []
         self._reset_caches()
@@ -138,6 +137,42 @@ class StreamStorage:
             with self.locked():
                 for path in self._orphans():
                     path.unlink(missing_ok=True)
+
+    def _create_state(self) -> None:
+        """A new stream's header (under the lock).  A missing or short header beside
+        stored data is damage, not a new stream: starting empty would hide every message."""
+        path = self.dir / "state"
+        if os.pread(self._state_fd, STATE_SIZE, 0).strip(b"\0") or self._has_data():
+            raise CorruptStoreError(
+                f"{path}: the stream header is missing or truncated ({os.fstat(self._state_fd).st_size} of "
+                f"{STATE_SIZE} bytes) while the stream holds data; check_stream(name, repair=True) rebuilds it "
+                "from the blocks",
+                path,
+            )
+        diskio.allocate(self._state_fd, 0, STATE_SIZE, path)
+        mm = mmap.mmap(self._state_fd, STATE_SIZE)
+        try:
+            self._mm = mm
+            self._write_slot(0, Header())
+            self._write_slot(1, Header())
+            mm[ACTIVE_OFF:ACTIVE_OFF + 8] = ACTIVE[0]
+            mm[0:8] = MAGIC  # last: a header without its magic is not one
+        finally:
+            mm.close()
+
+    def _tail_state(self) -> tuple:
+        """What a failed change may have moved in memory before touching the header."""
+        b = self._blocks[-1] if self._blocks else None
+        return (len(self._blocks), b.count, b.dlen, b.hlen) if b else (0,)
+
+    def _state_written(self) -> bool:
+        """Does the header file hold a header (its magic is written last)?"""
+        return os.fstat(self._state_fd).st_size >= STATE_SIZE and os.pread(self._state_fd, 8, 0) == MAGIC
+
+    def _has_data(self) -> bool:
+        return any((self.dir / "blk").glob("*.idx")) or any(
+            os.fstat(fd).st_size for fd in (self._subj_fd, self._ops_fd, self._dedup_fd, self._ranges_fd)
+        )
 
     def _orphans(self) -> list[Path]:
         """Block files a crash left behind: wholly below first_seq, or past last_seq + 1."""
@@ -245,6 +280,7 @@ class StreamStorage:
 
     def _reset_caches(self) -> None:
         self.h = Header(commit=-1)
+        self._slot_damaged = False
         self.subjects: list[str] = []
         self.subject_ids: dict[str, int] = {}
         self._subj_lens = np.zeros(0, dtype=np.int64)
@@ -309,25 +345,45 @@ class StreamStorage:
             if h is not None:
                 return h
             # A writer flipped twice while we read; try again.
-        h = self._read_slot(0) or self._read_slot(1)
+        # The active slot stays bad: it is damaged.  Every commit also copies the new
+        # header into the other slot (see _commit), so that one holds the same commit.
+        h = self._read_slot(1 - (active & 1))
         if h is None:
-            raise CorruptStoreError(f"{self.dir / 'state'}: both header slots fail their checksum")
+            raise CorruptStoreError(f"{self.dir / 'state'}: both header slots fail their checksum", self.dir / "state")
+        if not self._slot_damaged:
+            log.warning("stream header %s: the active slot fails its checksum; using its mirror (commit %d)", self.dir / "state", h.commit)
+        self._slot_damaged = True  # the next writer rewrites it (see _Locked)
         return h
+
+    def _repair_slot(self) -> None:
+        """Rewrite a damaged active slot from its mirror (under the lock)."""
+        active = self._mm[ACTIVE_OFF] & 1
+        if self._read_slot(active) is None:
+            good = self._read_slot(1 - active)
+            if good is not None:
+                with diskio.io_errors(self.dir / "state", "repairing the header"):
+                    self._write_slot(active, good)
+                log.warning("stream header %s: rewrote the damaged active slot from its mirror", self.dir / "state")
+        self._slot_damaged = False
 
     def _committed_counter(self) -> int:
         """The active slot's commit counter; only meaningful while holding the lock (no writer can race)."""
         return U64.unpack_from(self._mm, SLOT_OFF[self._mm[ACTIVE_OFF] & 1])[0]
 
     def _commit(self) -> None:
+        """Publish ``self.h``: fill the inactive slot, flip to it, then mirror it into the
+        other slot, so one damaged slot never rolls a commit back."""
         h = self.h
         h.commit += 1
         active = self._mm[ACTIVE_OFF] & 1
-        if self.fsync:
-            self._sync_files()
-        self._write_slot(1 - active, h)
-        self._mm[ACTIVE_OFF:ACTIVE_OFF + 8] = ACTIVE[1 - active]
-        if self.fsync:
-            self._mm.flush()
+        with diskio.io_errors(self.dir / "state", "committing"):
+            if self.fsync:
+                self._sync_files()
+            self._write_slot(1 - active, h)
+            self._mm[ACTIVE_OFF:ACTIVE_OFF + 8] = ACTIVE[1 - active]
+            self._write_slot(active, h)
+            if self.fsync:
+                self._mm.flush()
 
     def _sync_files(self) -> None:
         for fd in (self._subj_fd, self._ops_fd, self._dedup_fd, self._ranges_fd):
@@ -410,18 +466,30 @@ class StreamStorage:
             live = ~self.dead_mask(lo, h.last_seq)
             self._stats_add(e["sid"][live], np.arange(lo, h.last_seq + 1, dtype=np.int64)[live])
 
+    def _pread_exact(self, fd: int, n: int, off: int, name: str) -> bytes:
+        """Committed bytes of a journal: all there, or the file is damaged (never read as empty)."""
+        raw = os.pread(fd, n, off)
+        if len(raw) != n:
+            path = self.dir / name
+            raise CorruptStoreError(
+                f"{path}: the file ends at byte {off + len(raw)} but the stream header commits {off + n} bytes "
+                "(truncated or removed)",
+                path,
+            )
+        return raw
+
     def _read_subjects(self, upto: int) -> None:
         if upto <= self._subj_pos:
             return
-        raw = os.pread(self._subj_fd, upto - self._subj_pos, self._subj_pos)
+        raw = self._pread_exact(self._subj_fd, upto - self._subj_pos, self._subj_pos, "subjects")
         pos, lens = 0, []
         while pos < len(raw):
             if pos + _SUBJ_HDR.size > len(raw):
-                raise CorruptStoreError(f"{self.dir / 'subjects'}: truncated record")
+                raise CorruptStoreError(f"{self.dir / 'subjects'}: truncated record", self.dir / "subjects")
             n, crc = _SUBJ_HDR.unpack_from(raw, pos)
             b = raw[pos + _SUBJ_HDR.size: pos + _SUBJ_HDR.size + n]
             if len(b) != n or zlib.crc32(b) != crc:
-                raise CorruptStoreError(f"{self.dir / 'subjects'}: record at {self._subj_pos + pos} fails its checksum")
+                raise CorruptStoreError(f"{self.dir / 'subjects'}: record at {self._subj_pos + pos} fails its checksum", self.dir / "subjects")
             s = b.decode()
             self.subject_ids[s] = len(self.subjects)
             self.subjects.append(s)
@@ -439,13 +507,15 @@ class StreamStorage:
         """Removal ranges committed since we last looked."""
         if upto <= self._ops_pos:
             return []
-        raw = os.pread(self._ops_fd, upto - self._ops_pos, self._ops_pos)
+        raw = self._pread_exact(self._ops_fd, upto - self._ops_pos, self._ops_pos, "ops")
         pos, out = 0, []
         while pos < len(raw):
+            if pos + _OPS_HDR.size > len(raw):
+                raise CorruptStoreError(f"{self.dir / 'ops'}: truncated record at {self._ops_pos + pos}", self.dir / "ops")
             n, crc = _OPS_HDR.unpack_from(raw, pos)
             body = raw[pos + _OPS_HDR.size: pos + _OPS_HDR.size + 16 * n]
             if len(body) != 16 * n or zlib.crc32(body) != crc:
-                raise CorruptStoreError(f"{self.dir / 'ops'}: record at {self._ops_pos + pos} fails its checksum")
+                raise CorruptStoreError(f"{self.dir / 'ops'}: record at {self._ops_pos + pos} fails its checksum", self.dir / "ops")
             out.extend((int(a), int(b)) for a, b in np.frombuffer(body, dtype="<u8").reshape(-1, 2))
             pos += _OPS_HDR.size + 16 * n
         self._ops_pos = upto
@@ -527,7 +597,7 @@ class StreamStorage:
     def _block_index(self, seq: int) -> int:
         i = bisect_right(self._block_firsts, seq) - 1
         if i < 0:
-            raise CorruptStoreError(f"{self.dir}: no block holds sequence {seq}")
+            raise CorruptStoreError(f"{self.dir / 'blk'}: no block file holds sequence {seq} (removed?)", self.dir / "blk")
         return i
 
     def entries(self, a: int, b: int) -> np.ndarray:
@@ -543,7 +613,7 @@ class StreamStorage:
             n = end - seq + 1
             raw = os.pread(blk.ifd, n * ENTRY_SIZE, (seq - blk.first) * ENTRY_SIZE)
             if len(raw) != n * ENTRY_SIZE:
-                raise CorruptStoreError(f"{blk.path}.idx: sequences {seq}..{end} are missing")
+                raise CorruptStoreError(f"{blk.path}.idx: the index entries of sequences {seq}..{end} are missing (truncated)", f"{blk.path}.idx")
             parts.append(np.frombuffer(raw, dtype=IDX_DTYPE))
             seq = end + 1
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
@@ -559,10 +629,45 @@ class StreamStorage:
             seq = end + 1
 
     def read_data(self, blk: Block, off: int, n: int) -> bytes:
-        return os.pread(blk.dfd, n, off) if n else b""
+        return _pread_block(blk.dfd, n, off, f"{blk.path}.dat") if n else b""
 
     def read_hdrs(self, blk: Block, off: int, n: int) -> bytes:
-        return os.pread(blk.hfd, n, off) if n else b""
+        return _pread_block(blk.hfd, n, off, f"{blk.path}.hdr") if n else b""
+
+    def verify(self, blk: Block, a: int, b: int, data: Optional[bytes] = None, e: Optional[np.ndarray] = None) -> None:
+        """Check the record checksums of a..b (in ``blk``) before they are served, once per process.
+
+        Each block remembers the ranges that passed, so a range is checksummed the first
+        time this process reads it and costs nothing after.  ``data``/``e``: the payload
+        bytes and index entries of a..b when the caller already read them.
+        """
+        for lo, hi in blk.verified:
+            if lo <= a and b <= hi:
+                return
+        if e is None:
+            e = self.entries(a, b)
+        stored = e["sid"] != SID_NONE
+        if stored.any():
+            d0 = int(e["doff"][0])
+            if data is None:
+                data = self.read_data(blk, d0, int(e["doff"][-1]) + int(e["dlen"][-1]) - d0)
+            h0 = int(e["hoff"][0])
+            hend = int(e["hoff"][-1]) + int(e["hlen"][-1])
+            hdr = self.read_hdrs(blk, h0, hend - h0)
+            doffs = np.append(e["doff"] - d0, int(e["doff"][-1]) + int(e["dlen"][-1]) - d0).astype(np.int64)
+            hoffs = np.append(e["hoff"] - h0, hend - h0).astype(np.int64)
+            if doffs.min() < 0 or (np.diff(doffs) < 0).any() or hoffs.min() < 0 or (np.diff(hoffs) < 0).any():
+                raise CorruptStoreError(f"{blk.path}.idx: the index entries of {a}..{b} are out of order", f"{blk.path}.idx")
+            crc = record_crcs(np.arange(a, b + 1, dtype=np.uint64), e["ts"], e["sid"], hdr, hoffs, data, doffs)
+            bad = stored & (crc != e["crc"])
+            if bad.any():
+                seq = a + int(np.flatnonzero(bad)[0])
+                raise CorruptStoreError(
+                    f"{blk.path}.dat: message {seq} fails its checksum ({int(bad.sum())} of {b - a + 1} "
+                    f"records in {a}..{b}); check_stream(name, repair=True) keeps the intact ones",
+                    f"{blk.path}.dat",
+                )
+        blk.verified = _merge(blk.verified + [(a, b)])
 
     def read_message(self, seq: int) -> tuple[str, bytes, bytes, int]:
         """(subject, header block, payload, ts) of a live sequence."""
@@ -572,7 +677,7 @@ class StreamStorage:
         data = self.read_data(blk, int(e["doff"]), int(e["dlen"]))
         sid = int(e["sid"])
         if record_crc(seq, int(e["ts"]), sid, hdr, data) != int(e["crc"]):
-            raise CorruptStoreError(f"{self.dir}: message {seq} fails its checksum")
+            raise CorruptStoreError(f"{blk.path}.dat: message {seq} fails its checksum", f"{blk.path}.dat")
         return self.subjects[sid], hdr, data, int(e["ts"])
 
     def read_messages(self, seqs: list[int]) -> list[tuple[str, bytes, bytes, int]]:
@@ -593,6 +698,7 @@ class StreamStorage:
             e = self.entries(lo, hi)
             d0, h0 = int(e["doff"][0]), int(e["hoff"][0])
             data = self.read_data(blk, d0, int(e["doff"][-1]) + int(e["dlen"][-1]) - d0)
+            self.verify(blk, lo, hi, data, e)
             hdr = self.read_hdrs(blk, h0, int(e["hoff"][-1]) + int(e["hlen"][-1]) - h0)
             if not hdr:
                 out.extend(
@@ -761,7 +867,7 @@ class StreamStorage:
     def _read_dedup(self, upto: int) -> None:
         if upto <= self._dedup_pos:
             return
-        raw = os.pread(self._dedup_fd, upto - self._dedup_pos, self._dedup_pos)
+        raw = self._pread_exact(self._dedup_fd, upto - self._dedup_pos, self._dedup_pos, "dedup")
         for ts, seq, h in DEDUP.iter_unpack(raw):
             self._dedup[h] = (seq, ts)
         self._dedup_pos = upto
@@ -785,13 +891,13 @@ class StreamStorage:
     def _read_ranges(self, upto: int) -> None:
         if upto <= self._ranges_pos:
             return
-        raw = os.pread(self._ranges_fd, upto - self._ranges_pos, self._ranges_pos)
+        raw = self._pread_exact(self._ranges_fd, upto - self._ranges_pos, self._ranges_pos, "dedup_ranges")
         for ts, seq, h, first, last in RANGE.iter_unpack(raw):
             self._ranges.setdefault(h, []).append((first, last, seq, ts))
         self._ranges_pos = upto
 
     def add_range(self, prefix_hash: bytes, first: int, last: int, seq: int, ts: int) -> None:
-        os.pwrite(self._ranges_fd, RANGE.pack(ts, seq, prefix_hash, first, last), self.h.ranges_len)
+        diskio.pwrite(self._ranges_fd, RANGE.pack(ts, seq, prefix_hash, first, last), self.h.ranges_len, self.dir / "dedup_ranges")
         self.h.ranges_len += RANGE.size
         self._ranges_pos = self.h.ranges_len
         if self._ranges is not None:
@@ -802,14 +908,14 @@ class StreamStorage:
         recs["ts"] = ts
         recs["seq"] = seqs
         recs["h"] = np.frombuffer(b"".join(hashes), dtype="V16")
-        os.pwrite(self._dedup_fd, recs.tobytes(), self.h.dedup_len)
+        diskio.pwrite(self._dedup_fd, recs.tobytes(), self.h.dedup_len, self.dir / "dedup")
         self.h.dedup_len += recs.nbytes
         self._dedup_pos = self.h.dedup_len
         if self._dedup is not None:
             self._dedup.update(zip(hashes, zip(seqs.tolist(), [ts] * len(hashes))))
 
     def add_dedup(self, h: bytes, seq: int, ts: int) -> None:
-        os.pwrite(self._dedup_fd, DEDUP.pack(ts, seq, h), self.h.dedup_len)
+        diskio.pwrite(self._dedup_fd, DEDUP.pack(ts, seq, h), self.h.dedup_len, self.dir / "dedup")
         self.h.dedup_len += DEDUP.size
         self._dedup_pos = self.h.dedup_len
         if self._dedup is not None:
@@ -821,7 +927,7 @@ class StreamStorage:
         sid = self.subject_ids.get(subject)
         if sid is None:
             b = subject.encode()
-            os.pwrite(self._subj_fd, _SUBJ_HDR.pack(len(b), zlib.crc32(b)) + b, self.h.subj_len)
+            diskio.pwrite(self._subj_fd, _SUBJ_HDR.pack(len(b), zlib.crc32(b)) + b, self.h.subj_len, self.dir / "subjects")
             self.h.subj_len += _SUBJ_HDR.size + len(b)
             self._subj_pos = self.h.subj_len
             sid = len(self.subjects)
@@ -838,10 +944,12 @@ class StreamStorage:
             b = self._blocks[-1]
             if b.first + b.count == seq and b.count < BLOCK_MAX_MSGS and (b.dlen + dlen <= BLOCK_MAX_BYTES or b.count == 0):
                 return b
-        b = Block(self.dir / "blk" / f"{seq:016x}", seq, create=True)
-        os.ftruncate(b.ifd, 0)
-        os.ftruncate(b.dfd, 0)
-        os.ftruncate(b.hfd, 0)
+        path = self.dir / "blk" / f"{seq:016x}"
+        with diskio.io_errors(f"{path}.idx", "creating a block"):
+            b = Block(path, seq, create=True)
+            os.ftruncate(b.ifd, 0)
+            os.ftruncate(b.dfd, 0)
+            os.ftruncate(b.hfd, 0)
         self._blocks.append(b)
         self._block_firsts.append(seq)
         return b
@@ -852,12 +960,25 @@ class StreamStorage:
             return
         b = self._blocks[-1]
         n = self.h.last_seq - b.first + 1
+        if b.verified and b.verified[-1][1] > self.h.last_seq:
+            # The tail was cut (truncate_after, here or in another process): what is
+            # written there next has not been checked.
+            b.verified = [(lo, min(hi, self.h.last_seq)) for lo, hi in b.verified if lo <= self.h.last_seq]
         if n <= 0:
             b.count, b.dlen, b.hlen = 0, 0, 0
             return
         if n == b.count:
             return
-        e = self.entries(b.first + n - 1, b.first + n - 1)[0]
+        have = os.fstat(b.ifd).st_size // ENTRY_SIZE
+        if have < n:
+            # The index lost its tail (a torn file): describe what is there, so the open-time
+            # tail check finds the gap and cuts it off; reads past it raise CorruptStoreError.
+            n = have
+            if n <= 0:
+                b.count, b.dlen, b.hlen = 0, 0, 0
+                return
+        e = ENTRY.unpack(os.pread(b.ifd, ENTRY_SIZE, (n - 1) * ENTRY_SIZE))
+        e = {"doff": e[1], "hoff": e[2], "dlen": e[3], "hlen": e[4]}
         b.count = n
         b.dlen = int(e["doff"]) + int(e["dlen"])
         b.hlen = int(e["hoff"]) + int(e["hlen"])
@@ -874,15 +995,20 @@ class StreamStorage:
             blk.map_for_writing(BLOCK_MAX_MSGS * ENTRY_SIZE, BLOCK_MAX_BYTES)
         doff, hoff = blk.dlen, blk.hlen
         n = len(data)
+        ioff = (seq - blk.first) * ENTRY_SIZE
+        if ioff + ENTRY_SIZE > blk.ialloc:
+            blk.reserve_index(ioff + ENTRY_SIZE)
         if n:
             if doff + n <= blk.dcap:
+                if doff + n > blk.dalloc:
+                    blk.reserve_data(doff + n)
                 blk.dmm[doff:doff + n] = data
             else:
-                os.pwrite(blk.dfd, data, doff)  # a message larger than the block's capacity
+                diskio.pwrite(blk.dfd, data, doff, f"{blk.path}.dat")  # a message larger than the block's capacity
         if hdr:
-            os.pwrite(blk.hfd, hdr, hoff)
+            diskio.pwrite(blk.hfd, hdr, hoff, f"{blk.path}.hdr")
         crc = zlib.crc32(data) ^ (_rotl1(zlib.crc32(hdr)) if hdr else 0) ^ _mix(seq, ts, sid)
-        ENTRY.pack_into(blk.imm, (seq - blk.first) * ENTRY_SIZE, ts, doff, hoff, n, len(hdr), sid, crc)
+        ENTRY.pack_into(blk.imm, ioff, ts, doff, hoff, n, len(hdr), sid, crc)
         blk.count += 1
         blk.dlen += len(data)
         blk.hlen += len(hdr)
@@ -940,10 +1066,10 @@ class StreamStorage:
                 None if hdr_crcs is None else hdr_crcs[pos:pos + k],
             )
             if d1 > d0:
-                os.pwrite(blk.dfd, mv[d0:d1], blk.dlen)
+                diskio.pwrite(blk.dfd, mv[d0:d1], blk.dlen, f"{blk.path}.dat")
             if h1 > h0:
-                os.pwrite(blk.hfd, hv[h0:h1], blk.hlen)
-            os.pwrite(blk.ifd, e.tobytes(), (seq - blk.first) * ENTRY_SIZE)
+                diskio.pwrite(blk.hfd, hv[h0:h1], blk.hlen, f"{blk.path}.hdr")
+            diskio.pwrite(blk.ifd, e.tobytes(), (seq - blk.first) * ENTRY_SIZE, f"{blk.path}.idx")
             blk.count += k
             blk.dlen += d1 - d0
             blk.hlen += h1 - h0
@@ -972,7 +1098,7 @@ class StreamStorage:
         h = self.h
         seq = h.last_seq + 1
         blk = self._tail_block(seq, 0, 0)
-        os.pwrite(blk.ifd, ENTRY.pack(ts, blk.dlen, blk.hlen, 0, 0, SID_NONE, 0), (seq - blk.first) * ENTRY_SIZE)
+        diskio.pwrite(blk.ifd, ENTRY.pack(ts, blk.dlen, blk.hlen, 0, 0, SID_NONE, 0), (seq - blk.first) * ENTRY_SIZE, f"{blk.path}.idx")
         blk.count += 1
         h.last_seq = seq
         h.last_ts = ts
@@ -1036,7 +1162,7 @@ class StreamStorage:
     def _write_ops(self, runs) -> None:
         arr = np.array(list(runs), dtype="<u8").reshape(-1, 2)
         body = arr.tobytes()
-        os.pwrite(self._ops_fd, _OPS_HDR.pack(len(arr), zlib.crc32(body)) + body, self.h.ops_len)
+        diskio.pwrite(self._ops_fd, _OPS_HDR.pack(len(arr), zlib.crc32(body)) + body, self.h.ops_len, self.dir / "ops")
         self.h.ops_len += _OPS_HDR.size + len(body)
         self._ops_pos = self.h.ops_len
 
@@ -1052,8 +1178,15 @@ class StreamStorage:
             self._block_firsts.pop(0)
 
 
+def _pread_block(fd: int, n: int, off: int, path: str) -> bytes:
+    raw = os.pread(fd, n, off)
+    if len(raw) != n:
+        raise CorruptStoreError(f"{path}: the file ends at byte {off + len(raw)} but a record reaches byte {off + n} (truncated)", path)
+    return raw
+
+
 class _Locked:
-    __slots__ = ("s",)
+    __slots__ = ("s",)  # the storage; its _start/_start_tail hold what the change began from
 
     def __init__(self, s: StreamStorage) -> None:
         self.s = s
@@ -1074,9 +1207,12 @@ class _Locked:
         try:
             if s._committed_counter() != s.h.commit:
                 s._catch_up(s.read_header())
+            if s._slot_damaged:
+                s._repair_slot()
             s._pending_unlink = []
             h = s.h
             s._start = (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id, h.cons_gen, h.ranges_len)
+            s._start_tail = s._tail_state()
         except BaseException:
             fcntl.flock(s._lock_fd, fcntl.LOCK_UN)
             s._thread_lock.release()
@@ -1099,7 +1235,10 @@ class _Locked:
                 for b in s._pending_unlink:
                     b.close()
                     b.unlink()
-            elif (h := s.h) and (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id, h.cons_gen, h.ranges_len) != s._start:
+            elif (h := s.h) and (
+                (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id, h.cons_gen, h.ranges_len) != s._start
+                or s._tail_state() != s._start_tail
+            ):
                 # A failure halfway through a change: what was written past the
                 # last commit is ignored by everyone and overwritten by the next
                 # writer; forget our in-memory changes and reload.
@@ -1109,4 +1248,7 @@ class _Locked:
             s._pending_unlink = []
             fcntl.flock(s._lock_fd, fcntl.LOCK_UN)
             s._thread_lock.release()
+        if isinstance(exc, OSError) and not isinstance(exc, StoreError):
+            # Any other system error met while changing the stream: typed, naming the stream.
+            raise diskio.translate(exc, s.dir, "updating the stream") from exc
         return False

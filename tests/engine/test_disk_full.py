@@ -1,0 +1,237 @@
+"""A full disk: a typed error, never a signal; nothing acknowledged lost; batches all-or-nothing;
+the store works again once space is freed, without repair by hand.
+
+Each test runs on its own tiny tmpfs (root mounts it; elsewhere the tests skip and say why).  The
+writers that fill the disk run in a child process, so a regression that kills the process with
+SIGBUS fails the test with the signal's name instead of taking the test run down.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import pyarrow as pa
+import pytest
+
+import jetspark
+from jetspark.errors import StoreFullError
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """An 8 MiB tmpfs, unmounted afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs to fill needs root (CI runs as root)")
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def run_child(code: str, store) -> list[str]:
+    """Run ``code`` with ``js`` open on ``store`` in a fresh interpreter; its printed lines."""
+    script = "import sys, jetspark, pyarrow as pa\nfrom jetspark.errors import *\n"
+    script += f"js = jetspark.connect({str(store)!r})\n" + textwrap.dedent(code)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    if proc.returncode < 0:
+        pytest.fail(f"the writer died of {signal.Signals(-proc.returncode).name}: {proc.stderr[-2000:]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.split()
+
+
+def fill(disk, keep: int = 0) -> None:
+    """Take every free byte of the disk but ``keep``, in a file ``free`` later deletes."""
+    with open(disk / "filler", "wb") as f:
+        chunk = b"\0" * (64 << 10)
+        try:
+            while True:
+                f.write(chunk)
+                f.flush()
+        except OSError:
+            pass
+    if keep:
+        os.truncate(disk / "filler", max(0, os.path.getsize(disk / "filler") - keep))
+
+
+def free(disk) -> None:
+    os.unlink(disk / "filler")
+
+
+def payloads(js, stream):
+    return [m.data for m in (js.get_msg(stream, q) for q in range(1, js.stream_info(stream).state.last_seq + 1))]
+
+
+def test_single_publishes_fill_the_disk_with_a_typed_error_and_lose_nothing(tiny_disk):
+    store = tiny_disk / "store"
+    js = jetspark.connect(store)
+    js.add_stream(name="S", subjects=["s.>"])
+    js.close()
+    fill(tiny_disk, keep=300 << 10)
+    out = run_child(
+        """
+        n = 0
+        try:
+            while True:
+                ack = js.publish("s.x", b"%08d" % n + b"p" * 1000)
+                assert ack.seq == n + 1
+                n += 1
+        except StoreFullError as exc:
+            assert exc.errno == 28 and exc.filename, exc
+            print(n, type(exc).__name__)
+        """,
+        store,
+    )
+    acked = int(out[0])
+    assert acked > 0 and out[1] == "StoreFullError"
+    free(tiny_disk)
+    js = jetspark.connect(store)
+    info = js.stream_info("S")
+    assert (info.state.first_seq, info.state.last_seq, info.state.messages) == (1, acked, acked)
+    assert payloads(js, "S") == [b"%08d" % n + b"p" * 1000 for n in range(acked)]
+    # Space is back: the same handle publishes again, gaplessly, and a fresh process agrees.
+    assert js.publish("s.x", b"after").seq == acked + 1
+    js.close()
+    js = jetspark.connect(store)
+    assert js.get_msg("S", acked + 1).data == b"after"
+    assert js.stream_info("S").state.lost is None
+
+
+def test_full_disk_error_comes_back_on_every_try_and_the_handle_keeps_working(tiny_disk):
+    store = tiny_disk / "store"
+    js = jetspark.connect(store)
+    js.add_stream(name="S", subjects=["s.>"])
+    js.publish("s.a", b"first")
+    fill(tiny_disk)
+    for _ in range(3):  # the same handle, the same clear error, nothing half-stored
+        with pytest.raises(StoreFullError) as err:
+            js.publish("s.b", b"x" * (2 << 20))
+        assert "No space left" in str(err.value) and str(tiny_disk) in str(err.value)
+        assert js.stream_info("S").state.messages == 1
+    free(tiny_disk)
+    assert js.publish("s.b", b"y" * (2 << 20)).seq == 2
+    assert js.get_msg("S", 2).data == b"y" * (2 << 20)
+
+
+@pytest.mark.parametrize("kind", ["plain", "headers", "msg_ids", "interest"])
+def test_a_batch_is_all_or_nothing_when_the_disk_fills_mid_batch(tiny_disk, kind):
+    store = tiny_disk / "store"
+    js = jetspark.connect(store)
+    retention = "interest" if kind == "interest" else "limits"
+    js.add_stream(name="S", subjects=["s.>"], retention=retention)
+    if kind == "interest":
+        js.add_consumer("S", durable_name="C", ack_policy="explicit")
+    js.close()
+    fill(tiny_disk, keep=1 << 20)
+    out = run_child(
+        f"""
+        kind = {kind!r}
+        rows, acked, b = 2000, 0, 0
+        try:
+            while True:
+                cols = {{"subject": ["s.x"] * rows, "data": [b"%06d-" % (b * rows + i) + b"d" * 200 for i in range(rows)]}}
+                if kind == "headers":
+                    cols["headers"] = pa.array([[("k", ["v%d" % i])] for i in range(rows)], type=pa.map_(pa.string(), pa.list_(pa.string())))
+                table = pa.table(cols)
+                if kind == "msg_ids":
+                    ack = js.publish_batch(table, stream="S", msg_id_prefix="batch-", msg_id_start=b * rows)
+                else:
+                    ack = js.publish_batch(table, stream="S")
+                assert ack.count == rows, ack
+                acked += rows
+                b += 1
+        except StoreFullError:
+            print(acked)
+        """,
+        store,
+    )
+    acked = int(out[0])
+    assert acked > 0
+    free(tiny_disk)
+    js = jetspark.connect(store)
+    st = js.stream_info("S").state
+    assert (st.messages, st.last_seq) == (acked, acked), "a batch was stored in part"
+    table = pa.Table.from_batches(list(js.read_batches("S", 1)))
+    assert table.column("data").to_pylist() == [b"%06d-" % i + b"d" * 200 for i in range(acked)]
+    # Works again: the batch that failed can be sent again in full.
+    table = pa.table({"subject": ["s.x"] * 10, "data": [b"again"] * 10})
+    assert js.publish_batch(table, stream="S").count == 10
+    assert js.stream_info("S").state.last_seq == acked + 10
+
+
+def test_publish_with_headers_and_msg_ids_fills_the_disk_cleanly(tiny_disk):
+    store = tiny_disk / "store"
+    js = jetspark.connect(store)
+    js.add_stream(name="S", subjects=["s.>"], duplicate_window=60)
+    js.close()
+    fill(tiny_disk, keep=400 << 10)
+    out = run_child(
+        """
+        n = 0
+        try:
+            while True:
+                js.publish("s.%d" % (n % 50), b"v" * 500, headers={"Nats-Msg-Id": "id-%d" % n, "k": "v"})
+                n += 1
+        except StoreFullError:
+            print(n)
+        """,
+        store,
+    )
+    acked = int(out[0])
+    free(tiny_disk)
+    js = jetspark.connect(store)
+    assert js.stream_info("S").state.messages == acked
+    # Dedup saw every acknowledged id, and none that was refused.
+    assert js.publish("s.0", b"dup", headers={"Nats-Msg-Id": f"id-{acked - 1}"}).duplicate
+    ack = js.publish("s.0", b"new", headers={"Nats-Msg-Id": f"id-{acked}"})
+    assert not ack.duplicate and ack.seq == acked + 1
+
+
+def test_consumer_acks_on_a_full_disk_fail_loudly_and_recover(tiny_disk):
+    store = tiny_disk / "store"
+    js = jetspark.connect(store)
+    js.add_stream(name="S", subjects=["s.>"], retention="workqueue")
+    js.publish_batch(pa.table({"subject": ["s.x"] * 200, "data": [b"m%d" % i for i in range(200)]}), stream="S")
+    sub = js.pull_subscribe("s.>", durable="W", stream="S")
+    fill(tiny_disk)
+    with pytest.raises(StoreFullError):
+        for _ in range(200):  # deliveries append to the consumer's log until the disk refuses
+            for m in sub.fetch(10, timeout=1):
+                m.ack_sync()
+    free(tiny_disk)
+    left = js.stream_info("S").state.messages
+    for _ in range(50):
+        try:
+            msgs = sub.fetch(50, timeout=0.2)
+        except jetspark.FetchTimeoutError:
+            break
+        for m in msgs:
+            m.ack_sync()
+    assert left > 0 and js.stream_info("S").state.messages == 0
+    js.close()
+
+
+def test_a_new_stream_on_a_full_disk_is_refused_and_leaves_the_store_usable(tiny_disk):
+    store = tiny_disk / "store"
+    js = jetspark.connect(store)
+    js.add_stream(name="OLD", subjects=["old.>"])
+    js.publish("old.a", b"kept")
+    fill(tiny_disk)
+    with pytest.raises(StoreFullError):
+        for i in range(100):  # the first few may still fit in the filesystem's slack
+            js.add_stream(name=f"N{i}", subjects=[f"n{i}.>"])
+            js.publish(f"n{i}.x", b"x" * 4096)
+    free(tiny_disk)
+    assert js.get_msg("OLD", 1).data == b"kept"
+    name = f"AFTER{uuid.uuid4().hex[:6]}"
+    js.add_stream(name=name, subjects=["after.>"])
+    assert js.publish("after.x", b"ok").seq == 1
