@@ -14,6 +14,7 @@ memory stream on the server forgets its messages on restart.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import mmap
 import os
@@ -40,10 +41,12 @@ from jetspark.api import (
     datetime_to_ns,
     with_params,
 )
+from jetspark.engine import check
 from jetspark.engine import config as cfg
 from jetspark.engine import consumer_config as ccfg
 from jetspark.engine import headers as H
 from jetspark.engine import subjects as subj
+from jetspark.engine.check import CheckReport, Problem
 from jetspark.engine.locking import FORK_GENERATION, FLock
 from jetspark.engine.pull import Msg, PullSubscription
 from jetspark.engine.stream import Stream, config_from_json, config_to_json
@@ -301,6 +304,52 @@ class JetStream:
         except OSError:
             pass
         return True
+
+    def check_stream(self, name: str, repair: bool = False) -> CheckReport:
+        """Check every file of a stream: header slots, journals, each record's checksum,
+        leftover files.  With ``repair=True``, also fix what can be fixed while keeping
+        every intact message (see ``jetspark.engine.check``); dropped messages are listed
+        in the report and in ``state.lost``.  Repair a stream no other process is using."""
+        if not isinstance(repair, bool):
+            raise TypeError(f"repair must be True or False, not {repair!r}")
+        with self._lock, self._store_locked():
+            self._check()
+            self._sync_registry()
+            problems: list[Problem] = []
+            st = self._streams.get(name) if isinstance(name, str) else None
+            if st is None:
+                err = self._broken.get(name) if isinstance(name, str) else None
+                if err is None:
+                    raise api_error(10059)
+                problems.append(Problem(err.path or str(self.path / "streams" / name), str(err)))
+                if not check.header_is_unusable(err):
+                    return CheckReport(name, 0, tuple(problems))
+                problems += check.rebuild_header(self._stream_data_dir(name), repair)
+                if not repair:
+                    return CheckReport(name, 0, tuple(problems))
+                try:
+                    st = self._open_stream(name)
+                except StoreError as exc:
+                    problems.append(Problem(exc.path, str(exc)))
+                    return CheckReport(name, 0, tuple(problems))
+                problems[0] = dataclasses.replace(problems[0], repaired=True)
+                self._streams[name] = st
+                self._broken.pop(name, None)
+                self._bump_gen()  # other handles open it again
+                with st.locked():
+                    st.storage.recount()
+                    st.enforce_limits()
+            with st.locked():
+                found, dropped = check.check_records(st.storage, repair)
+                if dropped:
+                    st.consumers.dropped(np.asarray(dropped, dtype=np.int64))
+            problems += found
+            return CheckReport(name, st.storage.h.msgs, tuple(problems), tuple(dropped))
+
+    def _stream_data_dir(self, name: str) -> Path:
+        home = self.path / "streams" / name
+        meta = json.loads((home / "config.json").read_text())
+        return self._data_dir(home, config_from_json(meta["config"]), meta["uid"])
 
     def stream_info(self, name: str, subjects_filter: Optional[str] = None, deleted_details: bool = False) -> StreamInfo:
         with self._lock:

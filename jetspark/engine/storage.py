@@ -74,6 +74,7 @@ from jetspark.engine.records import (
     _runs,
     record_crc,
     record_crcs,
+    record_crcs_at,
 )
 from jetspark.errors import CorruptStoreError, StoreError
 
@@ -131,7 +132,7 @@ class StreamStorage:
         self._block_firsts: list[int] = []
         self._reset_caches()
         self.refresh()
-        if self.first_bad(max(self.h.first_seq, self.h.last_seq - TAIL_CHECK + 1), self.h.last_seq):
+        if len(self.bad_records(max(self.h.first_seq, self.h.last_seq - TAIL_CHECK + 1), self.h.last_seq)):
             self._repair_tail()
         if self._orphans():
             with self.locked():
@@ -187,49 +188,74 @@ class StreamStorage:
 
     # ------------------------------------------------------------------ verification and repair
 
-    def first_bad(self, a: int, b: int) -> int:
-        """The first sequence in a..b whose record is missing or fails its checksum, or 0."""
+    def bad_records(self, a: int, b: int) -> np.ndarray:
+        """The live, stored sequences in a..b whose record is missing, out of bounds or fails
+        its checksum (ascending).  Trusts nothing in the index entries it checks."""
         if a > b:
-            return 0
-        try:
-            spans = list(self.block_spans(a, b))
-        except CorruptStoreError:
-            return a
-        for blk, lo, hi in spans:
-            have = os.fstat(blk.ifd).st_size // ENTRY_SIZE - (lo - blk.first)
-            if have < hi - lo + 1:
-                if have <= 0:
-                    return lo
-                hi = lo + have - 1
-                short = hi + 1
-            else:
-                short = 0
-            e = self.entries(lo, hi)
-            stored = e["sid"] != SID_NONE
-            d0, h0 = int(e["doff"][0]), int(e["hoff"][0])
-            dend, hend = e["doff"] + e["dlen"], e["hoff"] + e["hlen"]
-            dsize, hsize = os.fstat(blk.dfd).st_size, os.fstat(blk.hfd).st_size
-            ok = ~stored | ((dend <= dsize) & (hend <= hsize))
-            if ok.all():
-                data = os.pread(blk.dfd, int(dend.max()) - d0, d0) if len(e) else b""
-                hdr = os.pread(blk.hfd, int(hend.max()) - h0, h0) if len(e) else b""
-                doffs = np.append(e["doff"] - d0, dend[-1] - d0).astype(np.int64)
-                hoffs = np.append(e["hoff"] - h0, hend[-1] - h0).astype(np.int64)
-                crc = record_crcs(np.arange(lo, hi + 1, dtype=np.uint64), e["ts"], e["sid"], hdr, hoffs, data, doffs)
-                ok = ~stored | (crc == e["crc"])
-            if not ok.all():
-                return lo + int(np.flatnonzero(~ok)[0])
-            if short:
-                return short
-        return 0
+            return np.zeros(0, dtype=np.int64)
+        out = []
+        seq = a
+        while seq <= b:
+            i = bisect_right(self._block_firsts, seq) - 1
+            if i < 0:  # no block file holds these sequences
+                nxt = self._block_firsts[0] if self._block_firsts else b + 1
+                out.append(np.arange(seq, min(b, nxt - 1) + 1, dtype=np.int64))
+                seq = nxt
+                continue
+            blk = self._blocks[i]
+            end = b if i + 1 >= len(self._blocks) else min(b, self._blocks[i + 1].first - 1)
+            out.append(self._bad_in_block(blk, seq, end))
+            seq = end + 1
+        bad = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+        return bad[~self.dead_mask(a, b)[bad - a]] if len(bad) else bad
+
+    def _bad_in_block(self, blk: Block, lo: int, hi: int) -> np.ndarray:
+        have = os.fstat(blk.ifd).st_size // ENTRY_SIZE - (lo - blk.first)
+        missing = np.arange(lo + max(have, 0), hi + 1, dtype=np.int64)
+        hi = min(hi, lo + have - 1)
+        if hi < lo:
+            return missing
+        e = np.frombuffer(os.pread(blk.ifd, (hi - lo + 1) * ENTRY_SIZE, (lo - blk.first) * ENTRY_SIZE), dtype=IDX_DTYPE)
+        stored = e["sid"] != SID_NONE
+        dsize, hsize = os.fstat(blk.dfd).st_size, os.fstat(blk.hfd).st_size
+        dend = e["doff"].astype(np.int64) + e["dlen"]
+        hend = e["hoff"].astype(np.int64) + e["hlen"]
+        inside = stored & (dend <= dsize) & (hend <= hsize) & (e["sid"] < max(len(self.subjects), 1))
+        ok = ~stored
+        if inside.any():
+            k = np.flatnonzero(inside)
+            d0, d1 = int(e["doff"][k].min()), int(dend[k].max())
+            h0, h1 = int(e["hoff"][k].min()), int(hend[k].max())
+            data = memoryview(os.pread(blk.dfd, d1 - d0, d0))
+            hdr = memoryview(os.pread(blk.hfd, h1 - h0, h0)) if h1 > h0 else memoryview(b"")
+            for j in k.tolist():
+                r = e[j]
+                ds, hs = int(r["doff"]) - d0, int(r["hoff"]) - h0
+                crc = record_crc(lo + j, int(r["ts"]), int(r["sid"]), hdr[hs:hs + int(r["hlen"])], data[ds:ds + int(r["dlen"])])
+                ok[j] = crc == int(r["crc"])
+        return np.concatenate([np.flatnonzero(~ok) + lo, missing]).astype(np.int64)
 
     def _repair_tail(self) -> None:
-        """Drop a torn or corrupt tail: keep every record before the first bad one."""
+        """Cut a torn tail: the bad records after the last intact one, which is what a writer
+        that died mid-append leaves.  A bad record with intact ones after it is damage, not a
+        torn write: it is left in place (reads of it raise, check_stream reports it)."""
         with self.locked():
             h = self.h
-            bad = self.first_bad(max(h.first_seq, h.last_seq - TAIL_CHECK + 1), h.last_seq)
-            if bad:
-                self.truncate_after(bad - 1)
+            a = max(h.first_seq, h.last_seq - TAIL_CHECK + 1)
+            bad = self.bad_records(a, h.last_seq)
+            if not len(bad):
+                return
+            intact = np.setdiff1d(np.flatnonzero(~self.dead_mask(a, h.last_seq)) + a, bad)
+            if not len(intact) and a > h.first_seq:
+                # Every record checked is bad: not the shape of a torn write; cut nothing blindly.
+                log.warning("stream data in %s: the last %d records all fail their checksums; left for check_stream", self.dir, h.last_seq - a + 1)
+                return
+            cut = int(intact[-1]) + 1 if len(intact) else a
+            if (bad < cut).any():
+                log.warning("stream data in %s: %d damaged record(s) before sequence %d; reads of them raise CorruptStoreError",
+                            self.dir, int((bad < cut).sum()), cut)
+            if cut <= h.last_seq:
+                self.truncate_after(cut - 1)
 
     def truncate_after(self, good_last: int) -> None:
         """Forget sequences after good_last (under the lock); recorded in ``lost``."""
@@ -237,21 +263,9 @@ class StreamStorage:
         lost_seqs = [q for q in range(max(good_last + 1, h.first_seq), h.last_seq + 1) if self.is_live(q)]
         log.warning("stream data in %s: records %d..%d are torn or corrupt and were dropped", self.dir, good_last + 1, h.last_seq)
         h.last_seq = good_last
-        self._stats = None
-        msgs = nbytes = 0
         first = h.first_seq
-        step = 1 << 20
-        for a in range(first, good_last + 1, step):
-            b = min(a + step - 1, good_last)
-            e = self.entries(a, b)
-            live = ~self.dead_mask(a, b) & (e["sid"] != SID_NONE)
-            msgs += int(live.sum())
-            nbytes += int(self.sizes(e[live]).sum())
-        h.msgs, h.bytes = msgs, nbytes
         h.last_ts = int(self.entries(good_last, good_last)[0]["ts"]) if good_last >= first and good_last > 0 else h.last_ts
-        if msgs == 0:
-            h.first_seq = good_last + 1
-        h.num_subjects = int((self.ensure_stats()[0] > 0).sum())
+        self.recount()
         for b in self._blocks:
             if b.first > good_last + 1:
                 self._pending_unlink.append(b)
@@ -260,6 +274,43 @@ class StreamStorage:
         self._blocks and setattr(self._blocks[-1], "count", -1)
         self._sync_tail()
         self.record_lost(lost_seqs)
+
+    def recount(self) -> None:
+        """Count messages, bytes and subjects again from the index (under the lock, after a repair)."""
+        h = self.h
+        self._stats = None
+        msgs = nbytes = 0
+        step = 1 << 20
+        for a in range(h.first_seq, h.last_seq + 1, step):
+            b = min(a + step - 1, h.last_seq)
+            e = self.entries(a, b)
+            live = ~self.dead_mask(a, b) & (e["sid"] != SID_NONE)
+            msgs += int(live.sum())
+            nbytes += int(self.sizes(e[live]).sum())
+        h.msgs, h.bytes = msgs, nbytes
+        h.first_seq = self.next_live(h.first_seq) if msgs else h.last_seq + 1
+        self._rebase_dead(h.first_seq)
+        h.num_subjects = int((self.ensure_stats()[0] > 0).sum())
+
+    def drop_damaged(self, bad: np.ndarray) -> None:
+        """Drop exactly the damaged records ``bad`` (under the lock): a damaged tail is cut,
+        others are marked removed; all of them are listed in ``lost``."""
+        h = self.h
+        badset = set(bad.tolist())
+        last_intact = h.last_seq
+        while last_intact >= h.first_seq and (last_intact in badset or not self.is_live(last_intact)):
+            last_intact -= 1
+        inner = bad[bad <= last_intact]
+        if len(inner):
+            runs = _runs(inner)
+            self._write_ops(runs)
+            self._apply_dead(runs)
+            self.record_lost(inner.tolist())
+            log.warning("stream data in %s: dropped %d damaged record(s) at the user's request", self.dir, len(inner))
+        if last_intact < h.last_seq and (bad > last_intact).any():
+            self.truncate_after(last_intact if last_intact >= h.first_seq else h.first_seq - 1)
+        else:
+            self.recount()
 
     def record_lost(self, seqs: list[int]) -> None:
         path = self.dir / "lost.json"
@@ -648,18 +699,14 @@ class StreamStorage:
             e = self.entries(a, b)
         stored = e["sid"] != SID_NONE
         if stored.any():
-            d0 = int(e["doff"][0])
+            d0, h0 = int(e["doff"][0]), int(e["hoff"][0])
             if data is None:
-                data = self.read_data(blk, d0, int(e["doff"][-1]) + int(e["dlen"][-1]) - d0)
-            h0 = int(e["hoff"][0])
-            hend = int(e["hoff"][-1]) + int(e["hlen"][-1])
-            hdr = self.read_hdrs(blk, h0, hend - h0)
-            doffs = np.append(e["doff"] - d0, int(e["doff"][-1]) + int(e["dlen"][-1]) - d0).astype(np.int64)
-            hoffs = np.append(e["hoff"] - h0, hend - h0).astype(np.int64)
-            if doffs.min() < 0 or (np.diff(doffs) < 0).any() or hoffs.min() < 0 or (np.diff(hoffs) < 0).any():
-                raise CorruptStoreError(f"{blk.path}.idx: the index entries of {a}..{b} are out of order", f"{blk.path}.idx")
-            crc = record_crcs(np.arange(a, b + 1, dtype=np.uint64), e["ts"], e["sid"], hdr, hoffs, data, doffs)
+                data = self.read_data(blk, d0, int(e["dlen"].sum()))
+            hdr = self.read_hdrs(blk, h0, int(e["hlen"].sum()))
+            crc = record_crcs_at(np.arange(a, b + 1, dtype=np.uint64), e, hdr, h0, data, d0)
             bad = stored & (crc != e["crc"])
+            if bad.any():
+                bad &= ~self.dead_mask(a, b)  # removed records (a repair drops damaged ones) are never served
             if bad.any():
                 seq = a + int(np.flatnonzero(bad)[0])
                 raise CorruptStoreError(
@@ -1179,7 +1226,8 @@ class StreamStorage:
 
 
 def _pread_block(fd: int, n: int, off: int, path: str) -> bytes:
-    raw = os.pread(fd, n, off)
+    # Bounds first: a damaged length must not become a gigabyte read.
+    raw = os.pread(fd, n, off) if off + n <= os.fstat(fd).st_size else b""
     if len(raw) != n:
         raise CorruptStoreError(f"{path}: the file ends at byte {off + len(raw)} but a record reaches byte {off + n} (truncated)", path)
     return raw

@@ -23,21 +23,45 @@ def _data_file(path, name="S", ext=".dat"):
     return blk
 
 
-def test_a_corrupt_record_in_the_tail_is_dropped_and_reported(tmp_path, caplog):
+def test_a_torn_last_record_is_cut_and_reported(tmp_path, caplog):
     _store_with(tmp_path)
     dat = _data_file(tmp_path)
     raw = bytearray(dat.read_bytes())
-    raw[95 * 4] ^= 0xFF  # inside message 96's payload
+    raw[99 * 4] ^= 0xFF  # inside message 100's payload, the last record: what a torn write leaves
     dat.write_bytes(bytes(raw))
     with caplog.at_level(logging.WARNING, logger="jetspark"), jetspark.connect(tmp_path) as js:
         state = js.stream_info("S").state
-        assert (state.messages, state.first_seq, state.last_seq) == (95, 1, 95)
-        assert state.lost == {"msgs": [96, 97, 98, 99, 100], "bytes": 0}
-        assert "records 96..100 are torn or corrupt" in caplog.text
+        assert (state.messages, state.first_seq, state.last_seq) == (99, 1, 99)
+        assert state.lost == {"msgs": [100], "bytes": 0}
+        assert "records 100..100 are torn or corrupt" in caplog.text
         # Never served: the sequence is reused by the next publish.
-        assert js.publish("s.x", b"new").seq == 96
-        assert js.get_msg("S", seq=96).data == b"new"
-        assert [b.column("data").to_pylist() for b in js.read_batches("S", 94)] == [[b"m093", b"m094", b"new"]]
+        assert js.publish("s.x", b"new").seq == 100
+        assert js.get_msg("S", seq=100).data == b"new"
+        assert [b.column("data").to_pylist() for b in js.read_batches("S", 98)] == [[b"m097", b"m098", b"new"]]
+
+
+def test_a_damaged_record_before_intact_ones_is_reported_never_cut(tmp_path, caplog):
+    _store_with(tmp_path)
+    dat = _data_file(tmp_path)
+    raw = bytearray(dat.read_bytes())
+    raw[95 * 4] ^= 0xFF  # inside message 96's payload; 97..100 are intact
+    dat.write_bytes(bytes(raw))
+    with caplog.at_level(logging.WARNING, logger="jetspark"), jetspark.connect(tmp_path) as js:
+        state = js.stream_info("S").state
+        assert (state.messages, state.last_seq, state.lost) == (100, 100, None)  # nothing deleted on its own
+        assert "1 damaged record(s) before sequence 101" in caplog.text
+        with pytest.raises(CorruptStoreError, match=r"blk/0+1\.dat: message 96 fails its checksum"):
+            js.get_msg("S", 96)
+        with pytest.raises(CorruptStoreError, match=r"message 96 fails its checksum"):
+            list(js.read_batches("S", 1))
+        assert js.get_msg("S", 97).data == b"m096"
+        report = js.check_stream("S")
+        assert not report.ok and [p.seqs for p in report.problems] == [(96,)]
+        report = js.check_stream("S", repair=True)
+        assert report.ok and report.lost == (96,) and report.messages == 99
+        table = [v for b in js.read_batches("S", 1) for v in b.column("data").to_pylist()]
+        assert table == [b"m%03d" % i for i in range(100) if i != 95]
+        assert js.stream_info("S").state.lost == {"msgs": [96], "bytes": 0}
 
 
 def test_a_truncated_payload_file_drops_what_it_lost(tmp_path):

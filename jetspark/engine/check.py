@@ -1,0 +1,213 @@
+"""Checking a stream's files, and repairing them while keeping every intact message.
+
+``JetStream.check_stream(name, repair=False)`` lists what is wrong; with
+``repair=True`` it also fixes what can be fixed:
+
+- a damaged header slot is rewritten from its mirror;
+- a missing, truncated or unreadable header (``state``) is rebuilt from the
+  block files and journals (see ``rebuild_header`` for what that cannot know);
+- damaged records are dropped, and only they: their sequences are listed in
+  ``state.lost`` and in the report, every intact message stays;
+- block files a crash left behind are removed.
+
+What repair cannot rebuild (a damaged removal journal, a damaged subject
+dictionary entry) is reported as a problem that stays unrepaired, and the
+records it makes unreadable are dropped as damaged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from jetspark.engine.header import ACTIVE, ACTIVE_OFF, CRC, MAGIC, SLOT, SLOT_OFF, Header
+from jetspark.engine.records import DEDUP, ENTRY_SIZE, IDX_DTYPE, RANGE, SID_NONE
+
+_SUBJ_HDR = struct.Struct("<HI")
+_OPS_HDR = struct.Struct("<II")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a stream's files."""
+
+    path: str
+    what: str
+    seqs: tuple[int, ...] = ()  # the messages it concerns, when it concerns messages
+    repaired: bool = False
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """What ``check_stream`` found (and, with ``repair=True``, did)."""
+
+    stream: str
+    messages: int  # messages the stream holds after the check
+    problems: tuple[Problem, ...] = ()
+    lost: tuple[int, ...] = field(default=())  # sequences the repair dropped as damaged
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing wrong is left (nothing found, or everything found was repaired)."""
+        return all(p.repaired for p in self.problems)
+
+    def as_dict(self) -> dict:
+        return {
+            "stream": self.stream, "ok": self.ok, "messages": self.messages,
+            "problems": [dataclasses.asdict(p) for p in self.problems], "lost": list(self.lost),
+        }
+
+
+def header_is_unusable(exc: Exception) -> bool:
+    """Does this open failure leave the stream without a header or journal a rebuild restores?"""
+    name = Path(getattr(exc, "path", "") or "").name
+    return name in ("state", "ops", "subjects", "dedup", "dedup_ranges")
+
+
+def rebuild_header(data_dir: Path, repair: bool) -> list[Problem]:
+    """Write a new ``state`` from the block files and the journals' intact records.
+
+    What the header alone knew is gone with it and comes back as follows:
+    ``first_seq`` is the first record of the oldest block, so messages removed
+    from the head (by limits, a purge or acks) reappear until the stream's
+    limits and its consumers' ack floors are applied again, which opening the
+    stream does; the last message's Nats-Msg-Id (for Nats-Expected-Last-Msg-Id)
+    is forgotten.  The journals keep their intact prefix.
+    """
+    problems: list[Problem] = []
+    h = Header(commit=0)
+    h.subj_len, nsubj, bad = _valid_subjects(data_dir / "subjects")
+    if bad:
+        problems.append(Problem(str(data_dir / "subjects"), f"record at byte {h.subj_len} fails its checksum; "
+                                "messages on the subjects stored after it cannot be read", repaired=False))
+    h.ops_len, bad = _valid_ops(data_dir / "ops")
+    if bad:
+        problems.append(Problem(str(data_dir / "ops"), f"record at byte {h.ops_len} fails its checksum; the "
+                                "removals recorded from there on are unknown and those messages are back", repaired=False))
+    for name, rec in (("dedup", DEDUP.size), ("dedup_ranges", RANGE.size)):
+        size = _size(data_dir / name)
+        setattr(h, "dedup_len" if name == "dedup" else "ranges_len", size - size % rec)
+    firsts = sorted(int(p.name[:-4], 16) for p in (data_dir / "blk").glob("*.idx"))
+    if firsts:
+        h.first_seq = firsts[0]
+        last_blk = data_dir / "blk" / f"{firsts[-1]:016x}.idx"
+        n, last_ts = _entries_in(last_blk)
+        h.last_seq = firsts[-1] + n - 1
+        h.last_ts = last_ts
+        h.held = 1
+    h.num_subjects = 0  # recounted when the stream opens (StreamStorage.recount)
+    # Consumers are loaded once the header says there have been some (see _StreamLock).
+    h.cons_gen = 1 if (data_dir / "cons").is_dir() and any((data_dir / "cons").iterdir()) else 0
+    problems.append(Problem(str(data_dir / "state"), "rebuilt from the block files: first_seq "
+                            f"{h.first_seq}, last_seq {h.last_seq}; removals at the head are applied again "
+                            "from the stream's limits and its consumers' acks", repaired=repair))
+    if repair:
+        _write_state(data_dir / "state", h)
+    return problems
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _valid_subjects(path: Path) -> tuple[int, int, bool]:
+    raw = path.read_bytes() if path.exists() else b""
+    pos = n = 0
+    while pos + _SUBJ_HDR.size <= len(raw):
+        ln, crc = _SUBJ_HDR.unpack_from(raw, pos)
+        body = raw[pos + _SUBJ_HDR.size: pos + _SUBJ_HDR.size + ln]
+        if len(body) != ln or zlib.crc32(body) != crc:
+            return pos, n, True
+        pos += _SUBJ_HDR.size + ln
+        n += 1
+    return pos, n, pos != len(raw)
+
+
+def _valid_ops(path: Path) -> tuple[int, bool]:
+    raw = path.read_bytes() if path.exists() else b""
+    pos = 0
+    while pos + _OPS_HDR.size <= len(raw):
+        n, crc = _OPS_HDR.unpack_from(raw, pos)
+        body = raw[pos + _OPS_HDR.size: pos + _OPS_HDR.size + 16 * n]
+        if len(body) != 16 * n or zlib.crc32(body) != crc:
+            return pos, True
+        pos += _OPS_HDR.size + 16 * n
+    return pos, pos != len(raw)
+
+
+def _entries_in(idx: Path) -> tuple[int, int]:
+    """(entries written, last entry's time) of a block's index: up to its last non-zero entry
+    (the file is preallocated; unwritten entries are zeros)."""
+    raw = idx.read_bytes()
+    e = np.frombuffer(raw[: len(raw) - len(raw) % ENTRY_SIZE], dtype=IDX_DTYPE)
+    written = np.flatnonzero((e["ts"] != 0) | (e["sid"] == SID_NONE) | (e["crc"] != 0))
+    if not len(written):
+        return 0, 0
+    n = int(written[-1]) + 1
+    return n, int(e["ts"][n - 1])
+
+
+def _write_state(path: Path, h: Header) -> None:
+    buf = bytearray(4096)
+    raw = SLOT.pack(
+        h.commit, h.first_seq, h.last_seq, h.last_ts, h.msgs, h.bytes, h.num_subjects, h.ops_len,
+        h.subj_len, h.dedup_len, h.cfg_gen, h.deleted, h.held, h.cons_gen, h.ranges_len, 0, 0, b"",
+    )
+    slot = raw + CRC.pack(zlib.crc32(raw))
+    for off in SLOT_OFF:
+        buf[off:off + len(slot)] = slot
+    buf[ACTIVE_OFF:ACTIVE_OFF + 8] = ACTIVE[0]
+    buf[0:8] = MAGIC
+    tmp = path.with_name("state.rebuilt")
+    with open(tmp, "wb") as f:
+        f.write(buf)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def check_records(storage, repair: bool) -> tuple[list[Problem], list[int]]:
+    """Every live record's checksum, the header slots and leftover block files (under the lock).
+    Returns the problems and the sequences a repair dropped."""
+    s = storage
+    problems: list[Problem] = []
+    dropped: list[int] = []
+    state = str(s.dir / "state")
+    active = s._mm[ACTIVE_OFF] & 1
+    for i, role in ((active, "active"), (1 - active, "mirror")):
+        if s._read_slot(i) is None:
+            problems.append(Problem(state, f"the {role} header slot fails its checksum", repaired=repair))
+            if repair:
+                s._write_slot(i, s.h)
+    h = s.h
+    bad_parts = []
+    step = 1 << 20
+    for a in range(h.first_seq, h.last_seq + 1, step):
+        bad_parts.append(s.bad_records(a, min(a + step - 1, h.last_seq)))
+    bad = np.concatenate(bad_parts) if bad_parts else np.zeros(0, dtype=np.int64)
+    by_file: dict[str, list[int]] = {}
+    for q in bad.tolist():
+        i = max(0, np.searchsorted(s._block_firsts, q, side="right") - 1)
+        path = f"{s._blocks[i].path}.dat" if s._blocks else str(s.dir / "blk")
+        by_file.setdefault(path, []).append(q)
+    for path, seqs in by_file.items():
+        problems.append(Problem(path, f"{len(seqs)} record(s) missing or failing their checksums", tuple(seqs), repaired=repair))
+    if repair and len(bad):
+        dropped = bad.tolist()
+        s.drop_damaged(bad)
+    for path in s._orphans():
+        if path.exists():
+            problems.append(Problem(str(path), "a block file no committed sequence refers to (left by a crash)", repaired=repair))
+            if repair:
+                path.unlink(missing_ok=True)
+    return problems, dropped
+
