@@ -235,3 +235,20 @@ def test_config_errors_name_the_server_error(cli):
 def test_json_outputs_are_json(orders):
     for args in (["stream", "info", "ORDERS"], ["stream", "ls"], ["stream", "report"], ["stream", "get", "ORDERS", "1"]):
         json.loads(orders(*args, "--json").stdout)
+
+
+def test_check_reports_damage_and_repair_keeps_the_intact_messages(cli):
+    cli("stream", "add", "S", "--subjects", "s.>")
+    for i in range(5):
+        cli("pub", "s.x", f"m{i}")
+    assert "Stream S: OK, 5 messages checked" in cli("stream", "check", "S").stdout
+    (dat,) = (cli.store / "streams" / "S" / "data" / "blk").glob("*.dat")
+    raw = bytearray(dat.read_bytes())
+    raw[2 * 2] ^= 0xFF  # inside message 3's payload ("m2"); 4 and 5 are intact
+    dat.write_bytes(bytes(raw))
+    out = cli("stream", "check", "S", code=1).stdout
+    assert "PROBLEM: " in out and "(sequences 3)" in out and "problems remain" in out
+    report = cli.json("stream", "check", "S", "--repair")
+    assert report["ok"] and report["lost"] == [3] and report["messages"] == 4
+    assert report["problems"][0]["seqs"] == [3] and report["problems"][0]["repaired"]
+    assert "OK, 4 messages checked" in cli("stream", "check", "S").stdout
