@@ -40,7 +40,7 @@ READ_COMMANDS = [
 
 def test_the_issue_s_commands_exist():
     assert set(LEAVES) == {
-        *(("stream", c) for c in ("add", "edit", "info", "ls", "rm", "purge", "get", "rmm", "report")),
+        *(("stream", c) for c in ("add", "edit", "info", "ls", "rm", "purge", "get", "rmm", "report", "check")),
         *(("consumer", c) for c in ("add", "edit", "info", "ls", "rm", "next")),
         ("pub",), ("sub",), ("fetch",), ("demo",), ("bench",),
     }
