@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jetspark.engine.header import ACTIVE, ACTIVE_OFF, CRC, MAGIC, SLOT, SLOT_OFF, Header
+from jetspark.engine.header import ACTIVE, ACTIVE_OFF, MAGIC, SLOT_OFF, Header, pack_slot
 from jetspark.engine.records import DEDUP, ENTRY_SIZE, IDX_DTYPE, RANGE, SID_NONE
 
 _SUBJ_HDR = struct.Struct("<HI")
@@ -158,11 +158,7 @@ def _entries_in(idx: Path) -> tuple[int, int]:
 
 def _write_state(path: Path, h: Header) -> None:
     buf = bytearray(4096)
-    raw = SLOT.pack(
-        h.commit, h.first_seq, h.last_seq, h.last_ts, h.msgs, h.bytes, h.num_subjects, h.ops_len,
-        h.subj_len, h.dedup_len, h.cfg_gen, h.deleted, h.held, h.cons_gen, h.ranges_len, 0, 0, b"",
-    )
-    slot = raw + CRC.pack(zlib.crc32(raw))
+    slot = pack_slot(h)
     for off in SLOT_OFF:
         buf[off:off + len(slot)] = slot
     buf[ACTIVE_OFF:ACTIVE_OFF + 8] = ACTIVE[0]

@@ -51,13 +51,13 @@ from jetspark.engine.blocks import Block
 from jetspark.engine.header import (
     ACTIVE,
     ACTIVE_OFF,
-    CRC,
-    FIELDS,
     MAGIC,
     SLOT,
     SLOT_OFF,
     U64,
     Header,
+    pack_slot,
+    unpack_slot,
 )
 from jetspark.engine.locking import FORK_GENERATION, FLock
 from jetspark.engine.records import (
@@ -374,20 +374,11 @@ class StreamStorage:
 
     def _read_slot(self, i: int) -> Optional[Header]:
         off = SLOT_OFF[i]
-        raw = self._mm[off:off + SLOT.size + 4]
-        (crc,) = CRC.unpack_from(raw, SLOT.size)
-        if zlib.crc32(raw[: SLOT.size]) != crc:
-            return None
-        values = SLOT.unpack_from(raw)
-        return Header(*values[: len(FIELDS)], last_id=values[17][: values[16]])
+        return unpack_slot(self._mm[off:off + SLOT.size + 4])
 
     def _write_slot(self, i: int, h: Header) -> None:
-        raw = SLOT.pack(
-            h.commit, h.first_seq, h.last_seq, h.last_ts, h.msgs, h.bytes, h.num_subjects, h.ops_len,
-            h.subj_len, h.dedup_len, h.cfg_gen, h.deleted, h.held, h.cons_gen, h.ranges_len, 0, len(h.last_id), h.last_id,
-        )
         off = SLOT_OFF[i]
-        self._mm[off:off + SLOT.size + 4] = raw + CRC.pack(zlib.crc32(raw))
+        self._mm[off:off + SLOT.size + 4] = pack_slot(h)
 
     def read_header(self) -> Header:
         for _ in range(1000):
