@@ -1,9 +1,17 @@
-"""A block: one stretch of a stream's sequences in three files (.idx, .dat, .hdr)."""
+"""A block: one stretch of a stream's sequences in files .idx, .dat, .hdr and .sum.
+
+``.sum`` holds, for every ``CHECK_EVERY`` records of the block (a check
+interval), the CRC-32s of the interval's payload, header and index bytes,
+each computed over the bytes back to back.  A reader checks a whole interval
+with three ``crc32`` calls instead of one per record; the tail block's open
+interval is checked against the checksums in the stream header.
+"""
 
 from __future__ import annotations
 
 import mmap
 import os
+import struct
 from pathlib import Path
 
 from jetspark.engine import diskio
@@ -14,12 +22,15 @@ from jetspark.errors import StoreFullError
 INDEX_CHUNK = 64 << 10
 DATA_CHUNK = 1 << 20
 
+CHECK_EVERY = 4096  # records per check interval
+SUM = struct.Struct("<III")  # payload, header, index CRC-32 of one interval
+
 
 class Block:
     """One block's three files; the tail block is also mapped for the writer."""
 
     __slots__ = (
-        "first", "count", "dlen", "hlen", "path", "ifd", "dfd", "hfd", "imm", "dmm", "dcap",
+        "first", "count", "dlen", "hlen", "path", "ifd", "dfd", "hfd", "sfd", "imm", "dmm", "dcap",
         "ialloc", "dalloc", "verified",
     )  # fmt: skip
 
@@ -34,10 +45,25 @@ class Block:
         self.ifd = os.open(f"{path}.idx", flags, 0o644)
         self.dfd = os.open(f"{path}.dat", flags, 0o644)
         self.hfd = os.open(f"{path}.hdr", flags, 0o644)
+        try:
+            self.sfd = os.open(f"{path}.sum", flags, 0o644)
+        except FileNotFoundError:
+            self.sfd = -1  # no interval checksums: readers check each record's own
         self.imm = self.dmm = None
         self.dcap = 0
         self.ialloc = self.dalloc = 0  # bytes of the mapped files known to have disk space
         self.verified: list[tuple[int, int]] = []  # sequence ranges whose checksums held (see StreamStorage.verify)
+
+    def checkpoint(self, k: int, crcs: tuple[int, int, int]) -> None:
+        """Record interval ``k``'s checksums (before the header commit that covers it)."""
+        diskio.pwrite(self.sfd, SUM.pack(*crcs), k * SUM.size, f"{self.path}.sum")
+
+    def interval_sums(self, k: int) -> "tuple[int, int, int] | None":
+        """Interval ``k``'s recorded checksums, or None when the file does not have them."""
+        if self.sfd < 0:
+            return None
+        raw = os.pread(self.sfd, SUM.size, k * SUM.size)
+        return SUM.unpack(raw) if len(raw) == SUM.size else None
 
     def reserve_index(self, end: int) -> None:
         """Make sure index bytes up to ``end`` have disk space before they are stored into."""
@@ -78,14 +104,16 @@ class Block:
                     pass
         self.imm = self.dmm = None
         self.ialloc = self.dalloc = 0
-        for fd in (self.ifd, self.dfd, self.hfd):
+        for fd in (self.ifd, self.dfd, self.hfd, self.sfd):
+            if fd < 0:
+                continue
             try:
                 os.close(fd)
             except OSError:
                 pass
 
     def unlink(self) -> None:
-        for ext in (".idx", ".dat", ".hdr"):
+        for ext in (".idx", ".dat", ".hdr", ".sum"):
             try:
                 os.unlink(f"{self.path}{ext}")
             except FileNotFoundError:

@@ -64,24 +64,6 @@ def record_crcs(seqs: np.ndarray, ts: np.ndarray, sids: np.ndarray, hdr, hdr_off
     return (crc ^ mix).astype(np.uint32)
 
 
-def record_crcs_at(seqs: np.ndarray, e: np.ndarray, hdr: bytes, h0: int, data: bytes, d0: int) -> np.ndarray:
-    """record_crc of each index entry in ``e``, each slicing its own bytes: ``data`` holds the
-    payload file from offset ``d0``, ``hdr`` the header file from ``h0``.  Trusts nothing in
-    the entries: a damaged offset or length reads other bytes, and the checksum says so."""
-    def crcs(buf, starts, lens):
-        v = memoryview(buf)
-        s = starts.tolist()
-        return np.fromiter(map(zlib.crc32, map(v.__getitem__, map(slice, s, (starts + lens).tolist()))), dtype=np.uint32, count=len(s))
-
-    d = crcs(data, e["doff"].astype(np.int64) - d0, e["dlen"].astype(np.int64)).astype(np.uint64)
-    if e["hlen"].any():
-        d ^= _rotl1(crcs(hdr, e["hoff"].astype(np.int64) - h0, e["hlen"].astype(np.int64)).astype(np.uint64))
-    else:
-        d ^= _rotl1(np.uint64(zlib.crc32(b"")))
-    mix = _mix(seqs.astype(np.uint64), e["ts"].astype(np.uint64), e["sid"].astype(np.uint64))
-    return (d ^ mix).astype(np.uint32)
-
-
 def template_crcs(head: bytes, tail: bytes, digits: np.ndarray) -> np.ndarray:
     """crc32 of ``head + digits + tail`` for every row of a (rows, d) array of digit values.
 

@@ -47,7 +47,7 @@ from typing import Iterator, Optional
 import numpy as np
 
 from jetspark.engine import diskio
-from jetspark.engine.blocks import Block
+from jetspark.engine.blocks import CHECK_EVERY, Block
 from jetspark.engine.header import (
     ACTIVE,
     ACTIVE_OFF,
@@ -74,7 +74,6 @@ from jetspark.engine.records import (
     _runs,
     record_crc,
     record_crcs,
-    record_crcs_at,
 )
 from jetspark.errors import CorruptStoreError, StoreError
 
@@ -184,7 +183,7 @@ class StreamStorage:
             end = firsts[i + 1] if i + 1 < len(firsts) else h.last_seq + 1
             if end <= h.first_seq or first > h.last_seq + 1:
                 dead.append(first)
-        return [self.dir / "blk" / f"{f:016x}{ext}" for f in dead for ext in (".idx", ".dat", ".hdr")]
+        return [self.dir / "blk" / f"{f:016x}{ext}" for f in dead for ext in (".idx", ".dat", ".hdr", ".sum")]
 
     # ------------------------------------------------------------------ verification and repair
 
@@ -273,7 +272,20 @@ class StreamStorage:
         self._block_firsts = [b.first for b in self._blocks]
         self._blocks and setattr(self._blocks[-1], "count", -1)
         self._sync_tail()
+        self._recompute_tail_sums()
         self.record_lost(lost_seqs)
+
+    def _recompute_tail_sums(self) -> None:
+        """The open interval's checksums from the files (after the tail moved back)."""
+        h = self.h
+        h.tail_dcrc = h.tail_hcrc = h.tail_icrc = 0
+        if not self._blocks or self._blocks[-1].count <= 0:
+            return
+        b = self._blocks[-1]
+        start = b.first + (b.count // CHECK_EVERY) * CHECK_EVERY
+        if start > h.last_seq:
+            return
+        h.tail_dcrc, h.tail_hcrc, h.tail_icrc = self._interval_crcs(b, start, h.last_seq)
 
     def recount(self) -> None:
         """Count messages, bytes and subjects again from the index (under the lock, after a repair)."""
@@ -677,35 +689,83 @@ class StreamStorage:
         return _pread_block(blk.hfd, n, off, f"{blk.path}.hdr") if n else b""
 
     def verify(self, blk: Block, a: int, b: int, data: Optional[bytes] = None, e: Optional[np.ndarray] = None) -> None:
-        """Check the record checksums of a..b (in ``blk``) before they are served, once per process.
+        """Check the records a..b of ``blk`` before they are served, once per process.
 
-        Each block remembers the ranges that passed, so a range is checksummed the first
-        time this process reads it and costs nothing after.  ``data``/``e``: the payload
-        bytes and index entries of a..b when the caller already read them.
+        Each check interval (CHECK_EVERY records, see blocks.py) is checked whole: three
+        crc32 calls over its index, payload and header bytes against the block's ``.sum``
+        (or, for the tail block's open interval, the stream header).  Where that cannot
+        decide (no checksums, or bytes that no longer matter changed: a removed head), each
+        live record is checked against its own checksum.  Ranges that passed are remembered
+        per block, so reading them again costs nothing.  ``data``/``e``: the payload bytes
+        and index entries of a..b when the caller already read them (saves reading twice).
         """
         for lo, hi in blk.verified:
             if lo <= a and b <= hi:
                 return
-        if e is None:
-            e = self.entries(a, b)
-        stored = e["sid"] != SID_NONE
-        if stored.any():
-            d0, h0 = int(e["doff"][0]), int(e["hoff"][0])
-            if data is None:
-                data = self.read_data(blk, d0, int(e["dlen"].sum()))
-            hdr = self.read_hdrs(blk, h0, int(e["hlen"].sum()))
-            crc = record_crcs_at(np.arange(a, b + 1, dtype=np.uint64), e, hdr, h0, data, d0)
-            bad = stored & (crc != e["crc"])
-            if bad.any():
-                bad &= ~self.dead_mask(a, b)  # removed records (a repair drops damaged ones) are never served
-            if bad.any():
-                seq = a + int(np.flatnonzero(bad)[0])
-                raise CorruptStoreError(
-                    f"{blk.path}.dat: message {seq} fails its checksum ({int(bad.sum())} of {b - a + 1} "
-                    f"records in {a}..{b}); check_stream(name, repair=True) keeps the intact ones",
-                    f"{blk.path}.dat",
-                )
-        blk.verified = _merge(blk.verified + [(a, b)])
+        count = self._block_count(blk)
+        K = CHECK_EVERY
+        for k in range((a - blk.first) // K, (b - blk.first) // K + 1):
+            lo = blk.first + k * K
+            hi = min(lo + K, blk.first + count) - 1
+            want_lo, want_hi = max(lo, a), min(hi, b)
+            if any(v_lo <= want_lo and want_hi <= v_hi for v_lo, v_hi in blk.verified):
+                continue
+            have = None
+            if data is not None and e is not None and a <= lo and hi <= b:
+                have = (memoryview(data), int(e["doff"][0]))
+            if self._interval_ok(blk, k, lo, hi, count, have):
+                blk.verified = _merge(blk.verified + [(lo, hi)])
+            else:
+                self._verify_records(blk, want_lo, want_hi)
+                blk.verified = _merge(blk.verified + [(want_lo, want_hi)])
+
+    def _block_count(self, blk: Block) -> int:
+        """Committed records of a block in this process's view."""
+        i = bisect_right(self._block_firsts, blk.first) - 1
+        nxt = self._blocks[i + 1].first if i + 1 < len(self._blocks) else self.h.last_seq + 1
+        return nxt - blk.first
+
+    def _interval_ok(self, blk: Block, k: int, lo: int, hi: int, count: int, have=None) -> bool:
+        is_tail = blk is self._blocks[-1]
+        if is_tail and hi == self.h.last_seq and count % CHECK_EVERY and hi - lo + 1 == count % CHECK_EVERY:
+            want = (self.h.tail_dcrc, self.h.tail_hcrc, self.h.tail_icrc)  # the open interval
+        else:
+            want = blk.interval_sums(k)
+            if want is None:
+                return False
+        try:
+            return self._interval_crcs(blk, lo, hi, have) == want
+        except CorruptStoreError:
+            return False
+
+    def _interval_crcs(self, blk: Block, lo: int, hi: int, have=None) -> tuple[int, int, int]:
+        """CRC-32s of the payload, header and index bytes of records lo..hi, back to back.
+        ``have``: (payload bytes, their file offset) already read, used when they cover lo..hi."""
+        raw = os.pread(blk.ifd, (hi - lo + 1) * ENTRY_SIZE, (lo - blk.first) * ENTRY_SIZE)
+        if len(raw) != (hi - lo + 1) * ENTRY_SIZE:
+            raise CorruptStoreError(f"{blk.path}.idx: the index entries of {lo}..{hi} are missing (truncated)", f"{blk.path}.idx")
+        first, last = ENTRY.unpack_from(raw, 0), ENTRY.unpack_from(raw, len(raw) - ENTRY_SIZE)
+        d0, d1 = first[1], last[1] + last[3]
+        h0, h1 = first[2], last[2] + last[4]
+        if d1 < d0 or h1 < h0:
+            raise CorruptStoreError(f"{blk.path}.idx: the index entries of {lo}..{hi} are out of order", f"{blk.path}.idx")
+        if have is not None and have[1] <= d0 and d1 - have[1] <= len(have[0]):
+            dcrc = zlib.crc32(have[0][d0 - have[1]:d1 - have[1]])
+        else:
+            dcrc = zlib.crc32(self.read_data(blk, d0, d1 - d0))
+        hcrc = zlib.crc32(self.read_hdrs(blk, h0, h1 - h0)) if h1 > h0 else 0
+        return dcrc, hcrc, zlib.crc32(raw)
+
+    def _verify_records(self, blk: Block, a: int, b: int) -> None:
+        """Each live record of a..b against its own checksum; raises on the first bad one."""
+        bad = self.bad_records(a, b)
+        if len(bad):
+            seq = int(bad[0])
+            raise CorruptStoreError(
+                f"{blk.path}.dat: message {seq} fails its checksum ({len(bad)} of {b - a + 1} records in {a}..{b}); "
+                "check_stream(name, repair=True) keeps the intact ones",
+                f"{blk.path}.dat",
+            )
 
     def read_message(self, seq: int) -> tuple[str, bytes, bytes, int]:
         """(subject, header block, payload, ts) of a live sequence."""
@@ -982,6 +1042,10 @@ class StreamStorage:
             b = self._blocks[-1]
             if b.first + b.count == seq and b.count < BLOCK_MAX_MSGS and (b.dlen + dlen <= BLOCK_MAX_BYTES or b.count == 0):
                 return b
+            if b.count % CHECK_EVERY and b.sfd >= 0:
+                self._checkpoint(b, (b.count - 1) // CHECK_EVERY)  # seal its last, partial interval
+        h = self.h
+        h.tail_dcrc = h.tail_hcrc = h.tail_icrc = 0
         path = self.dir / "blk" / f"{seq:016x}"
         with diskio.io_errors(f"{path}.idx", "creating a block"):
             b = Block(path, seq, create=True)
@@ -991,6 +1055,12 @@ class StreamStorage:
         self._blocks.append(b)
         self._block_firsts.append(seq)
         return b
+
+    def _checkpoint(self, blk: Block, k: int) -> None:
+        """Write interval k's checksums (the header's open-interval ones) and start the next interval."""
+        h = self.h
+        blk.checkpoint(k, (h.tail_dcrc, h.tail_hcrc, h.tail_icrc))
+        h.tail_dcrc = h.tail_hcrc = h.tail_icrc = 0
 
     def _sync_tail(self) -> None:
         """Learn the tail block's committed count and lengths (another process may have appended)."""
@@ -1047,7 +1117,13 @@ class StreamStorage:
             diskio.pwrite(blk.hfd, hdr, hoff, f"{blk.path}.hdr")
         crc = zlib.crc32(data) ^ (_rotl1(zlib.crc32(hdr)) if hdr else 0) ^ _mix(seq, ts, sid)
         ENTRY.pack_into(blk.imm, ioff, ts, doff, hoff, n, len(hdr), sid, crc)
+        h.tail_dcrc = zlib.crc32(data, h.tail_dcrc)
+        if hdr:
+            h.tail_hcrc = zlib.crc32(hdr, h.tail_hcrc)
+        h.tail_icrc = zlib.crc32(blk.imm[ioff:ioff + ENTRY_SIZE], h.tail_icrc)
         blk.count += 1
+        if not blk.count % CHECK_EVERY and blk.sfd >= 0:
+            self._checkpoint(blk, blk.count // CHECK_EVERY - 1)
         blk.dlen += len(data)
         blk.hlen += len(hdr)
         if h.msgs == 0:
@@ -1107,8 +1183,9 @@ class StreamStorage:
                 diskio.pwrite(blk.dfd, mv[d0:d1], blk.dlen, f"{blk.path}.dat")
             if h1 > h0:
                 diskio.pwrite(blk.hfd, hv[h0:h1], blk.hlen, f"{blk.path}.hdr")
-            diskio.pwrite(blk.ifd, e.tobytes(), (seq - blk.first) * ENTRY_SIZE, f"{blk.path}.idx")
-            blk.count += k
+            eb = e.tobytes()
+            diskio.pwrite(blk.ifd, eb, (seq - blk.first) * ENTRY_SIZE, f"{blk.path}.idx")
+            self._chain(blk, k, mv, data_offsets[pos:pos + k + 1], hv, hdr_offsets[pos:pos + k + 1], eb)
             blk.dlen += d1 - d0
             blk.hlen += h1 - h0
             pos += k
@@ -1131,13 +1208,32 @@ class StreamStorage:
             h.num_subjects += int((self._stats[0] > 0).sum()) - before
         return first
 
+    def _chain(self, blk: Block, k: int, data, data_offsets: np.ndarray, hdr, hdr_offsets: np.ndarray, entries: bytes) -> None:
+        """Account k records just written at the block's end (blk.count not yet counting them)
+        in the open interval's checksums, writing a checkpoint at each interval's end; bumps
+        blk.count.  ``data_offsets``/``hdr_offsets``: k + 1 offsets into ``data``/``hdr``."""
+        h = self.h
+        d, hd = data_offsets.tolist(), hdr_offsets.tolist()
+        i = 0
+        while i < k:
+            j = min(k, i + CHECK_EVERY - blk.count % CHECK_EVERY)
+            h.tail_dcrc = zlib.crc32(data[d[i]:d[j]], h.tail_dcrc)
+            if hd[j] > hd[i]:
+                h.tail_hcrc = zlib.crc32(hdr[hd[i]:hd[j]], h.tail_hcrc)
+            h.tail_icrc = zlib.crc32(entries[i * ENTRY_SIZE:j * ENTRY_SIZE], h.tail_icrc)
+            blk.count += j - i
+            if not blk.count % CHECK_EVERY and blk.sfd >= 0:
+                self._checkpoint(blk, blk.count // CHECK_EVERY - 1)
+            i = j
+
     def append_skip(self, ts: int) -> int:
         """Consume a sequence without storing anything (interest retention, no interest)."""
         h = self.h
         seq = h.last_seq + 1
         blk = self._tail_block(seq, 0, 0)
-        diskio.pwrite(blk.ifd, ENTRY.pack(ts, blk.dlen, blk.hlen, 0, 0, SID_NONE, 0), (seq - blk.first) * ENTRY_SIZE, f"{blk.path}.idx")
-        blk.count += 1
+        entry = ENTRY.pack(ts, blk.dlen, blk.hlen, 0, 0, SID_NONE, 0)
+        diskio.pwrite(blk.ifd, entry, (seq - blk.first) * ENTRY_SIZE, f"{blk.path}.idx")
+        self._chain(blk, 1, b"", np.zeros(2, np.int64), b"", np.zeros(2, np.int64), entry)
         h.last_seq = seq
         h.last_ts = ts
         h.held = 1
