@@ -75,7 +75,7 @@ from jetspark.engine.records import (
     record_crc,
     record_crcs,
 )
-from jetspark.errors import CorruptStoreError, StoreError
+from jetspark.errors import APIError, CorruptStoreError, StoreError
 
 log = logging.getLogger("jetspark")
 STATE_SIZE = 4096
@@ -159,11 +159,6 @@ class StreamStorage:
             mm[0:8] = MAGIC  # last: a header without its magic is not one
         finally:
             mm.close()
-
-    def _tail_state(self) -> tuple:
-        """What a failed change may have moved in memory before touching the header."""
-        b = self._blocks[-1] if self._blocks else None
-        return (len(self._blocks), b.count, b.dlen, b.hlen) if b else (0,)
 
     def _state_written(self) -> bool:
         """Does the header file hold a header (its magic is written last)?"""
@@ -429,15 +424,21 @@ class StreamStorage:
         other slot, so one damaged slot never rolls a commit back."""
         h = self.h
         h.commit += 1
-        active = self._mm[ACTIVE_OFF] & 1
-        with diskio.io_errors(self.dir / "state", "committing"):
+        mm = self._mm
+        active = mm[ACTIVE_OFF] & 1
+        raw = pack_slot(h)
+        try:
             if self.fsync:
                 self._sync_files()
-            self._write_slot(1 - active, h)
-            self._mm[ACTIVE_OFF:ACTIVE_OFF + 8] = ACTIVE[1 - active]
-            self._write_slot(active, h)
+            off = SLOT_OFF[1 - active]
+            mm[off:off + len(raw)] = raw
+            mm[ACTIVE_OFF:ACTIVE_OFF + 8] = ACTIVE[1 - active]
+            off = SLOT_OFF[active]
+            mm[off:off + len(raw)] = raw
             if self.fsync:
-                self._mm.flush()
+                mm.flush()
+        except OSError as exc:
+            raise diskio.translate(exc, self.dir / "state", "committing") from exc
 
     def _sync_files(self) -> None:
         for fd in (self._subj_fd, self._ops_fd, self._dedup_fd, self._ranges_fd):
@@ -1116,11 +1117,12 @@ class StreamStorage:
         if hdr:
             diskio.pwrite(blk.hfd, hdr, hoff, f"{blk.path}.hdr")
         crc = zlib.crc32(data) ^ (_rotl1(zlib.crc32(hdr)) if hdr else 0) ^ _mix(seq, ts, sid)
-        ENTRY.pack_into(blk.imm, ioff, ts, doff, hoff, n, len(hdr), sid, crc)
+        entry = ENTRY.pack(ts, doff, hoff, n, len(hdr), sid, crc)
+        blk.imm[ioff:ioff + ENTRY_SIZE] = entry
         h.tail_dcrc = zlib.crc32(data, h.tail_dcrc)
         if hdr:
             h.tail_hcrc = zlib.crc32(hdr, h.tail_hcrc)
-        h.tail_icrc = zlib.crc32(blk.imm[ioff:ioff + ENTRY_SIZE], h.tail_icrc)
+        h.tail_icrc = zlib.crc32(entry, h.tail_icrc)
         blk.count += 1
         if not blk.count % CHECK_EVERY and blk.sfd >= 0:
             self._checkpoint(blk, blk.count // CHECK_EVERY - 1)
@@ -1321,7 +1323,7 @@ def _pread_block(fd: int, n: int, off: int, path: str) -> bytes:
 
 
 class _Locked:
-    __slots__ = ("s",)  # the storage; its _start/_start_tail hold what the change began from
+    __slots__ = ("s",)  # the storage; its _start holds the header fields the change began from
 
     def __init__(self, s: StreamStorage) -> None:
         self.s = s
@@ -1347,7 +1349,6 @@ class _Locked:
             s._pending_unlink = []
             h = s.h
             s._start = (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id, h.cons_gen, h.ranges_len)
-            s._start_tail = s._tail_state()
         except BaseException:
             fcntl.flock(s._lock_fd, fcntl.LOCK_UN)
             s._thread_lock.release()
@@ -1370,13 +1371,13 @@ class _Locked:
                 for b in s._pending_unlink:
                     b.close()
                     b.unlink()
-            elif (h := s.h) and (
-                (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id, h.cons_gen, h.ranges_len) != s._start
-                or s._tail_state() != s._start_tail
-            ):
-                # A failure halfway through a change: what was written past the
-                # last commit is ignored by everyone and overwritten by the next
-                # writer; forget our in-memory changes and reload.
+            elif not isinstance(exc, APIError) or (
+                (h := s.h).commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id, h.cons_gen, h.ranges_len
+            ) != s._start:
+                # A failure halfway through a change (anything but a request refused
+                # before its first write): what was written past the last commit is
+                # ignored by everyone and overwritten by the next writer; forget our
+                # in-memory changes (header, blocks, caches) and reload.
                 s._reset_caches()
                 s.h = Header(commit=-1)
         finally:
