@@ -5,17 +5,33 @@ delivery sequence, the next stream sequence, the ack floor, the pending
 deliveries with their deadlines, and the delivery counts.  It lives in an
 append-only log of state changes next to its config::
 
-    cons/<name>/config.json     the consumer's config and creation time
+    cons/<name>/config.json     the consumer's config and creation time, with its
+                                mirror config.json.1 (see metafile.py)
     cons/<name>/log             records: u32 len | u32 crc | op, scalars, items
 
 Every change happens under the stream's lock, so deliveries, acks and the
 stream's retention stay consistent across processes; each process keeps
 the state in memory and reads only the records appended since it last
-looked.  A record is applied only if its checksum holds, so a process killed
-while writing one leaves a torn tail that the next writer cuts off: at
-worst a delivery is forgotten and the message is delivered again, never
-lost.  When the log grows, it is rewritten as one snapshot record and the
-stream header's ``cons_gen`` tells the other processes to reopen it.
+looked.  A record is applied only if its length and checksum hold.
+
+A process killed while appending a record leaves it torn, and a torn record
+can only be the last one: the next process to look cuts it off (with a
+warning), and at worst a delivery is forgotten and the message delivered
+again, never lost.  A bad record that valid records follow is damage, not a
+crash: ``CorruptStoreError`` names the log and the offset, and nothing is
+cut.  The first record is always written before the log is in place (into
+the new consumer's directory before it is renamed into ``cons/``, or into
+``log.tmp`` before a compaction renames it over ``log``), so a crash can
+never tear it: a bad first record is damage too, even when it is the only
+one, rather than a reason to start the consumer over from nothing.
+
+A call's change is one record, appended whole or not at all: when the disk
+refuses it, the torn bytes are cut, the in-memory state is read back from
+the log, and the call raises ``StoreFullError``/``StoreIOError`` having
+changed nothing.  When the log would outgrow ``COMPACT_BYTES``, the change
+is written as a snapshot of the whole state into a new log that is renamed
+over the old one, and the stream header's ``cons_gen`` tells the other
+processes to reopen it.
 
 Time-driven behaviour (ack_wait, backoff, nak delays, inactive_threshold)
 is evaluated against the injected clock at the next operation.
@@ -23,10 +39,11 @@ is evaluated against the injected clock at the next operation.
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import shutil
 import struct
+import uuid
 import zlib
 from pathlib import Path
 from typing import Optional
@@ -41,9 +58,13 @@ from jetspark.api import (
     SequenceInfo,
     ns_to_datetime,
 )
+from jetspark.engine import diskio, metafile
 from jetspark.engine import subjects as subj
 from jetspark.engine.consumer_config import filters_of
 from jetspark.engine.records import SID_NONE
+from jetspark.errors import CorruptStoreError
+
+log = logging.getLogger("jetspark")
 
 _NS = 1_000_000_000
 _REC = struct.Struct("<IIBIqqqqq")  # len, crc, op, n, dseq, next_sseq, adflr, asflr, last_active
@@ -56,18 +77,41 @@ COMPACT_BYTES = 4 << 20
 class Consumer:
     """One consumer of a stream, as this process last saw it."""
 
-    def __init__(self, stream, home: Path) -> None:
+    def __init__(self, stream, home: Path, fresh: bool = False) -> None:
+        """Open the consumer in ``home``; CorruptStoreError if its config or log is damaged.
+
+        ``fresh``: a consumer being created, whose empty log gets its first record next.
+        """
         self.stream = stream
         self.home = home
-        meta = json.loads((home / "config.json").read_text())
-        self.config = config_from_json(meta["config"])
-        self.created_ns = int(meta["created"])
-        self.name = meta.get("name") or self.config.name
+        self.damaged: Optional[CorruptStoreError] = None
+        path = home / "config.json"
+        try:
+            meta = metafile.load(path, fsync=stream.storage.fsync)
+            self.config = config_from_json(meta["config"])
+            self.created_ns = int(meta["created"])
+            self.name = meta.get("name") or self.config.name
+        except FileNotFoundError:
+            raise CorruptStoreError(f"{path} and its mirror {path.name}{metafile.MIRROR_SUFFIX} are missing", path=str(path)) from None
+        except (KeyError, ValueError, TypeError) as exc:
+            raise CorruptStoreError(f"{path} is not a consumer config: {type(exc).__name__}: {exc}", path=str(path)) from exc
         self.filters = filters_of(self.config)
         self._sid_mask: Optional[np.ndarray] = None
-        self._fd = os.open(home / "log", os.O_RDWR | os.O_CREAT, 0o644)
+        flags = os.O_RDWR | (os.O_CREAT if fresh else 0)
+        try:
+            self._fd = os.open(home / "log", flags, 0o644)
+        except FileNotFoundError:
+            raise CorruptStoreError(f"{home / 'log'} is missing: the consumer's state is lost", path=str(home / "log")) from None
+        except OSError as exc:
+            raise diskio.translate(exc, home / "log", "opening") from exc
         self._reset()
-        self.sync()
+        try:
+            if not fresh and os.fstat(self._fd).st_size == 0:
+                raise self._damage("is empty: its first record, written before the log is in place, is missing")
+            self.sync()
+        except BaseException:
+            self.close()
+            raise
 
     def _reset(self) -> None:
         self.dseq = 0
@@ -90,32 +134,53 @@ class Consumer:
 
     # ------------------------------------------------------------------ log
 
+    @property
+    def log_path(self) -> Path:
+        return self.home / "log"
+
     def sync(self) -> bool:
         """Apply records other processes appended; cut a torn tail off (caller holds the lock).
 
         False if the log file was replaced or removed since this process opened it: a
         process rewrote it (compact) or deleted the consumer and died before its cons_gen
-        bump was committed; the caller reopens the consumers.
+        bump was committed; the caller reopens the consumers.  CorruptStoreError if the
+        log is damaged (see the module docstring); the consumer is then unusable.
         """
-        st = os.fstat(self._fd)
-        if st.st_nlink == 0:
-            return False
-        size = st.st_size
-        if size <= self._pos:
-            return True
-        raw = os.pread(self._fd, size - self._pos, self._pos)
-        pos = 0
-        while pos + _REC.size <= len(raw):
-            length, crc = struct.unpack_from("<II", raw, pos)
-            body = raw[pos + 8: pos + length]
-            if length < _REC.size or pos + length > len(raw) or zlib.crc32(body) != crc:
-                break
-            self._apply(raw, pos)
-            pos += length
-        self._pos += pos
-        if self._pos < size:
-            os.ftruncate(self._fd, self._pos)
+        if self.damaged is not None:
+            raise self.damaged
+        with diskio.io_errors(self.log_path, "reading the consumer's state"):
+            st = os.fstat(self._fd)
+            if st.st_nlink == 0:
+                return False
+            size = st.st_size
+            if size < self._pos:
+                raise self._damage(f"is {size} bytes, shorter than the {self._pos} bytes of records already read: records were lost")
+            if size == self._pos:
+                return True
+            raw = os.pread(self._fd, size - self._pos, self._pos)
+            pos = 0
+            while pos < len(raw):
+                length = _record_at(raw, pos)
+                if not length:
+                    break
+                self._apply(raw, pos)
+                pos += length
+            bad = self._pos + pos
+            self._pos = bad
+            if bad < size:
+                why = _what_is_wrong(raw, pos)
+                if bad == 0:
+                    raise self._damage(f"has a damaged first record ({why}); a crash cannot tear it, so it is not cut")
+                if _record_after(raw, pos):
+                    raise self._damage(f"has a damaged record at offset {bad} ({why}) followed by valid records; nothing was cut")
+                log.warning("%s: the last record, at offset %d (%d bytes), is torn (%s) and was cut off: a writer died mid-record",
+                            self.log_path, bad, size - bad, why)
+                os.ftruncate(self._fd, bad)
         return True
+
+    def _damage(self, what: str) -> CorruptStoreError:
+        self.damaged = CorruptStoreError(f"{self.log_path} {what}: the state of consumer {self.name!r} cannot be trusted", path=str(self.log_path))
+        return self.damaged
 
     def _apply(self, raw: bytes, pos: int) -> None:
         old_floor = self.asflr
@@ -163,28 +228,75 @@ class Consumer:
             self.lps = items["sseq"].tolist()
 
     def write(self, op: int, items=None) -> None:
-        """Append one record with the current scalars (caller holds the lock)."""
+        """Record the change just made in memory (caller holds the lock): one record with the
+        current scalars, or a compaction when the log would pass COMPACT_BYTES.  On a disk
+        error the in-memory state goes back to what the log holds, and StoreIOError /
+        StoreFullError (naming the log) is raised: the call changed nothing."""
         arr = items if isinstance(items, np.ndarray) else np.array(items or [], dtype=_ITEM)
-        body_items = arr.tobytes()
-        head = struct.pack("<BIqqqqq", op, len(arr), self.dseq, self.next_sseq, self.adflr, self.asflr, self.last_active)
-        body = head + body_items
+        body = struct.pack("<BIqqqqq", op, len(arr), self.dseq, self.next_sseq, self.adflr, self.asflr, self.last_active) + arr.tobytes()
         rec = struct.pack("<II", 8 + len(body), zlib.crc32(body)) + body
-        os.pwrite(self._fd, rec, self._pos)
+        compact = self._pos and self._pos + len(rec) > COMPACT_BYTES
+        try:
+            if compact:
+                # The snapshot holds this change already: it is the call's one write.
+                self.compact()
+            else:
+                self._append(rec)
+        except OSError as exc:
+            action = "compacting the consumer's log (into log.tmp)" if compact else "appending to the consumer's log"
+            err = diskio.translate(OSError(exc.errno, exc.strerror), self.log_path, action)
+            self._revert()
+            raise err from exc
+
+    def _append(self, rec: bytes) -> None:
+        try:
+            done = 0
+            while done < len(rec):
+                done += os.pwrite(self._fd, rec[done:], self._pos + done)
+        except OSError:
+            try:
+                os.ftruncate(self._fd, self._pos)  # cut the torn bytes (shrinking needs no space)
+            except OSError:
+                pass  # the next reader sees a torn last record and cuts it
+            raise
         self._pos += len(rec)
-        if self._pos > COMPACT_BYTES:
-            self.compact()
+
+    def _revert(self) -> None:
+        """Forget the in-memory change of a call whose record could not be written."""
+        self._reset()
+        try:
+            self.sync()
+        except CorruptStoreError:
+            pass  # self.damaged is set: the consumer set drops the consumer at its next sync
+        self.replayed = []  # released when first read, long ago
 
     def compact(self) -> None:
         """Rewrite the log as one snapshot; other processes reopen it on the cons_gen bump."""
         arr = np.array(self._snapshot_items(), dtype=_ITEM)
         body = struct.pack("<BIqqqqq", SNAPSHOT, len(arr), self.dseq, self.next_sseq, self.adflr, self.asflr, self.last_active) + arr.tobytes()
+        rec = struct.pack("<II", 8 + len(body), zlib.crc32(body)) + body
+        fsync = self.stream.storage.fsync
         tmp = self.home / "log.tmp"
-        with open(tmp, "wb") as f:
-            f.write(struct.pack("<II", 8 + len(body), zlib.crc32(body)) + body)
-        os.replace(tmp, self.home / "log")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(rec)
+            while view:
+                view = view[os.write(fd, view):]
+            if fsync:
+                os.fsync(fd)
+            os.replace(tmp, self.log_path)
+        except BaseException:
+            os.close(fd)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
         os.close(self._fd)
-        self._fd = os.open(self.home / "log", os.O_RDWR)
-        self._pos = os.fstat(self._fd).st_size
+        self._fd = fd  # the snapshot's file is the log now
+        self._pos = len(rec)
+        if fsync:
+            metafile.fsync_dir(self.home)
         self.stream.storage.h.cons_gen += 1
 
     # ------------------------------------------------------------------ matching
@@ -638,4 +750,57 @@ def config_from_json(d: dict) -> ConsumerConfig:
 
 
 def remove_consumer_dir(home: Path) -> None:
-    shutil.rmtree(home, ignore_errors=True)
+    """Remove a consumer's directory: renamed away first (one atomic step, so no crash
+    leaves half a consumer under its name), then emptied."""
+    trash = home.with_name(f".deleted-{uuid.uuid4().hex[:8]}")
+    with diskio.io_errors(home, "removing the consumer"):
+        os.replace(home, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _record_at(raw: bytes, pos: int) -> int:
+    """The length of the valid record starting at ``pos``, or 0."""
+    if pos + _REC.size > len(raw):
+        return 0
+    length, crc = struct.unpack_from("<II", raw, pos)
+    op, n = struct.unpack_from("<BI", raw, pos + 8)
+    if op > LAST_PER_SUBJECT or length != _REC.size + n * _ITEM.itemsize or pos + length > len(raw):
+        return 0
+    return length if zlib.crc32(memoryview(raw)[pos + 8: pos + length]) == crc else 0
+
+
+def _what_is_wrong(raw: bytes, pos: int) -> str:
+    if pos + _REC.size > len(raw):
+        return f"{len(raw) - pos} bytes, less than a record header"
+    length, _ = struct.unpack_from("<II", raw, pos)
+    op, n = struct.unpack_from("<BI", raw, pos + 8)
+    if op > LAST_PER_SUBJECT or length != _REC.size + n * _ITEM.itemsize:
+        return f"its header is inconsistent: length {length}, op {op}, {n} items"
+    if pos + length > len(raw):
+        return f"its length {length} runs past the end of the log"
+    return "it fails its checksum"
+
+
+def _record_after(raw: bytes, start: int) -> bool:
+    """Does a valid record start anywhere after the bad one at ``start``?  The bad record's
+    own length is tried first, then every later offset whose header is consistent."""
+    if start + 4 <= len(raw):
+        (length,) = struct.unpack_from("<I", raw, start)
+        if length > 0 and _record_at(raw, start + length):
+            return True
+    b = np.frombuffer(raw, dtype=np.uint8)
+    last = len(raw) - _REC.size  # the last offset a record header fits at
+    step = 1 << 20
+    for lo in range(start + 1, last + 1, step):
+        q = np.arange(lo, min(lo + step, last + 1), dtype=np.int64)
+        length = _u32(b, q)
+        n = _u32(b, q + 9)
+        ok = (length == _REC.size + n * _ITEM.itemsize) & (q + length <= len(raw)) & (b[q + 8] <= LAST_PER_SUBJECT)
+        for cand in q[ok].tolist():
+            if _record_at(raw, cand):
+                return True
+    return False
+
+
+def _u32(b: np.ndarray, q: np.ndarray) -> np.ndarray:
+    return b[q].astype(np.int64) | (b[q + 1].astype(np.int64) << 8) | (b[q + 2].astype(np.int64) << 16) | (b[q + 3].astype(np.int64) << 24)

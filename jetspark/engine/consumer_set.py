@@ -4,19 +4,29 @@ Interest retention: a message is stored only if some consumer's filter
 matches it, and removed once no matching consumer needs it any more.
 Work-queue retention: stored regardless, removed once its consumer acked or
 termed it.  Limits retention ignores consumers.
+
+A consumer whose files are damaged (see consumer.py and metafile.py) is kept
+aside in ``broken``: asking for it raises its CorruptStoreError, the others
+keep working, and it still counts as a consumer of the stream.  Since nobody
+can tell which messages it still needs, an interest or work-queue stream
+removes nothing by retention while it has one (and an interest stream stores
+every message); ``delete_consumer`` of the damaged consumer ends that.
+Creating a consumer of its name is refused: its files are never replaced.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import os
+import shutil
 import uuid
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Optional
 
 import numpy as np
 
 from jetspark.api import ConsumerConfig, DeliverPolicy, RetentionPolicy, datetime_to_ns
+from jetspark.engine import diskio, metafile
 from jetspark.engine.consumer import (
     LAST_PER_SUBJECT,
     SNAPSHOT,
@@ -25,6 +35,14 @@ from jetspark.engine.consumer import (
     remove_consumer_dir,
 )
 from jetspark.engine.records import SID_NONE
+from jetspark.errors import CorruptStoreError, StoreError, api_error
+
+log = logging.getLogger("jetspark")
+
+
+def dir_name(name: str) -> str:
+    """A consumer's directory: its name, unless too long for one (255 bytes)."""
+    return name if len(name.encode()) <= 255 else uuid.uuid5(uuid.NAMESPACE_URL, name).hex
 
 
 class ConsumerSet:
@@ -33,16 +51,32 @@ class ConsumerSet:
     def __init__(self, stream) -> None:
         self.stream = stream
         self.by_name: dict[str, Consumer] = {}
+        self.broken: dict[str, CorruptStoreError] = {}  # directory name -> why it cannot be used
         self._gen = -1
 
     @property
     def dir(self) -> Path:
         return self.stream.storage.dir / "cons"
 
+    @property
+    def count(self) -> int:
+        """Every consumer of the stream, the damaged ones included."""
+        return len(self.by_name) + len(self.broken)
+
+    def broken_error(self, name: str) -> Optional[CorruptStoreError]:
+        """Why the consumer ``name`` cannot be used, if it is damaged."""
+        return self.broken.get(dir_name(name)) if isinstance(name, str) and name else None
+
+    def check_not_broken(self, name: Optional[str]) -> None:
+        err = self.broken_error(name) if name else None
+        if err is not None:
+            raise err
+
     def close(self) -> None:
         for c in self.by_name.values():
             c.close()
         self.by_name.clear()
+        self.broken.clear()
         self._gen = -1
 
     def sync(self) -> None:
@@ -50,8 +84,13 @@ class ConsumerSet:
         gen = self.stream.storage.h.cons_gen
         if gen != self._gen:
             self._reload(gen)
-        for c in self.by_name.values():
-            if not c.sync():
+        for c in list(self.by_name.values()):
+            try:
+                fresh = c.sync()
+            except CorruptStoreError as exc:
+                self._set_broken(c, exc)
+                continue
+            if not fresh:
                 # A log was rewritten or removed by a process that died before committing
                 # the cons_gen bump: this process's file is stale, reopen them all.
                 self._reload(gen)
@@ -64,27 +103,52 @@ class ConsumerSet:
             # finishes its work if it died before committing the removal.
             self.release(np.concatenate(released))
 
+    def _set_broken(self, c: Consumer, exc: CorruptStoreError) -> None:
+        log.warning("consumer %r of stream %r is damaged and set aside: %s", c.name, self.stream.name, exc)
+        c.close()
+        self.by_name.pop(c.name, None)
+        self.broken[c.home.name] = exc
+
     def _reload(self, gen: int) -> None:
         self.close()
         if self.dir.is_dir():
             for home in sorted(self.dir.iterdir()):
-                if (home / "config.json").exists():
-                    try:
-                        c = Consumer(self.stream, home)
-                    except FileNotFoundError:
-                        continue
-                    self.by_name[c.name] = c
+                if home.name.startswith("."):
+                    continue  # a consumer being created or deleted (names have no '.')
+                try:
+                    c = Consumer(self.stream, home)
+                except CorruptStoreError as exc:
+                    if home.is_dir():
+                        self.broken[home.name] = exc
+                    continue
+                except (FileNotFoundError, NotADirectoryError):
+                    continue  # not a consumer directory
+                self.by_name[c.name] = c
         self._gen = gen
         for c in self.by_name.values():
             c.replayed = []
-        if self.by_name and self.stream.config.retention != RetentionPolicy.LIMITS:
-            # Fresh from disk: sweep what every consumer has released (a process may have
-            # died between a consumer's ack record and the stream's removal).
-            s = self.stream.storage
-            top = min(max(c.next_sseq for c in self.by_name.values()) - 1, s.h.last_seq)
-            if s.h.msgs and top >= s.h.first_seq:
-                seqs = np.arange(s.h.first_seq, top + 1, dtype=np.int64)
-                self.release(seqs[~s.dead_mask(s.h.first_seq, top)])
+        self._sweep()
+
+    def _sweep(self, everything: bool = False) -> None:
+        """Fresh from disk: remove what every consumer has released (a process may have died
+        between a consumer's ack record and the stream's removal).  ``everything``: look past
+        what the consumers were delivered too (after a consumer of unknown interest left)."""
+        if not self.by_name or self.broken or self.stream.config.retention == RetentionPolicy.LIMITS:
+            return
+        s = self.stream.storage
+        top = s.h.last_seq if everything else min(max(c.next_sseq for c in self.by_name.values()) - 1, s.h.last_seq)
+        first = s.h.first_seq
+        if s.h.msgs and top >= first:
+            seqs = np.arange(first, top + 1, dtype=np.int64)[~s.dead_mask(first, top)]
+            if self.stream.config.retention == RetentionPolicy.WORK_QUEUE:
+                # A work-queue message leaves when a consumer matching it acks it: one that no
+                # consumer matches was never acked, and stays.
+                sids = s.entries(first, top)["sid"][seqs - first]
+                matched = np.zeros(len(seqs), dtype=bool)
+                for c in self.by_name.values():
+                    matched |= c.match_sids(sids)
+                seqs = seqs[matched]
+            self.release(seqs)
 
     def _bump(self) -> None:
         self.stream.storage.h.cons_gen += 1
@@ -93,30 +157,62 @@ class ConsumerSet:
     # ------------------------------------------------------------------ lifecycle
 
     def create(self, config: ConsumerConfig, now: int, name: str) -> Consumer:
-        """Create a consumer with the initial state its deliver policy gives (JETSTREAM.md §5.2)."""
-        self.dir.mkdir(exist_ok=True)
-        # The directory is the name, unless the name is too long for one (255 bytes).
-        home = self.dir / (name if len(name.encode()) <= 255 else uuid.uuid5(uuid.NAMESPACE_URL, name).hex)
+        """Create a consumer with the initial state its deliver policy gives (JETSTREAM.md §5.2).
+
+        Its directory is built aside (config, and a log holding its first record) and renamed
+        into place whole, so a failure (StoreFullError, StoreIOError) leaves no consumer behind.
+        """
+        self.check_not_broken(name)
+        if self.broken and self.stream.config.retention == RetentionPolicy.WORK_QUEUE:
+            # Whether the new filter overlaps the damaged consumer's cannot be checked.
+            raise next(iter(self.broken.values()))
+        limit = self.stream.config.max_consumers
+        if limit > 0 and self.count >= limit:
+            raise api_error(10026)
+        home = self.dir / dir_name(name)
         if home.exists():
-            remove_consumer_dir(home)
+            # Not among the consumers, yet there: nothing may replace its files.
+            raise CorruptStoreError(f"{home} exists but is not a usable consumer; it is left as it is", path=str(home))
+        self._remove_leftovers()
         tmp = self.dir / f".new-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir()
-        (tmp / "config.json").write_text(json.dumps({"config": config_to_json(config), "created": now, "name": name}))
-        (tmp / "log").touch()
-        os.replace(tmp, home)
-        c = Consumer(self.stream, home)
-        start, lps = self._start(c, config)
-        c.next_sseq = start
-        c.asflr = start - 1
-        c.last_active = now
-        if lps:
-            c.lps = lps
-            c.write(LAST_PER_SUBJECT, [(q, 0, 0, -1) for q in lps])
-        else:
-            c.write(SNAPSHOT, [])
+        c = None
+        try:
+            with diskio.io_errors(tmp, "creating the consumer"):
+                self.dir.mkdir(exist_ok=True)
+                tmp.mkdir()
+                meta = {"config": config_to_json(config), "created": now, "name": name}
+                metafile.save(tmp / "config.json", meta, fsync=self.stream.storage.fsync)
+                c = Consumer(self.stream, tmp, fresh=True)
+                start, lps = self._start(c, config)
+                c.next_sseq = start
+                c.asflr = start - 1
+                c.last_active = now
+                if lps:
+                    c.lps = lps
+                    c.write(LAST_PER_SUBJECT, [(q, 0, 0, -1) for q in lps])
+                else:
+                    c.write(SNAPSHOT, [])
+                os.replace(tmp, home)
+        except BaseException as exc:
+            if c is not None:
+                c.close()
+            shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(exc, StoreError) and exc.path.startswith(str(tmp)):
+                raise _renamed(exc, tmp, home) from exc
+            raise
+        c.home = home
+        if self.stream.storage.fsync:
+            metafile.fsync_dir(self.dir)
         self.by_name[name] = c
         self._bump()
         return c
+
+    def _remove_leftovers(self) -> None:
+        """Directories a crash left in cons/ mid-create or mid-delete (only ever made and
+        removed under the stream lock, which the caller holds)."""
+        for p in self.dir.iterdir() if self.dir.is_dir() else ():
+            if p.name.startswith((".new-", ".deleted-")):
+                shutil.rmtree(p, ignore_errors=True)
 
     def _start(self, c: Consumer, config: ConsumerConfig) -> tuple[int, list[int]]:
         s = self.stream.storage
@@ -147,29 +243,54 @@ class ConsumerSet:
         return first, []
 
     def update(self, c: Consumer, config: ConsumerConfig) -> Consumer:
-        meta = json.loads((c.home / "config.json").read_text())
+        path = c.home / "config.json"
+        meta = metafile.load(path, fsync=self.stream.storage.fsync)
         meta["config"] = config_to_json(config)
-        tmp = c.home / "config.json.tmp"
-        tmp.write_text(json.dumps(meta))
-        os.replace(tmp, c.home / "config.json")
+        metafile.save(path, meta, fsync=self.stream.storage.fsync)
         self._bump()
         self._gen = -1  # reload every consumer, this one with its new config
         self.sync()
         return self.by_name[c.name]
 
     def delete(self, name: str) -> None:
-        c = self.by_name.pop(name)
-        c.close()
+        """Delete a consumer, a damaged one too (removing its directory is the commit point)."""
+        c = self.by_name.get(name)
+        if c is None:
+            key = dir_name(name)
+            remove_consumer_dir(self.dir / key)
+            del self.broken[key]
+            self._bump()
+            self._after_delete(None)
+            return
         remove_consumer_dir(c.home)
+        c.close()
+        del self.by_name[name]
         self._bump()
-        if self.stream.config.retention == RetentionPolicy.INTEREST:
-            if not self.by_name:
-                # Deleting the last consumer purges an interest stream (JETSTREAM.md §3.3).
-                s = self.stream.storage
-                self.stream.remove_range(s.h.first_seq, s.h.last_seq)
-            else:
-                s = self.stream.storage
+        self._after_delete(c)
+
+    def _after_delete(self, c: Optional[Consumer]) -> None:
+        """The stream's retention after a delete: the consumer is gone whatever happens here,
+        so a disk error leaves the removal to the next sweep instead of failing the call."""
+        st = self.stream
+        retention = st.config.retention
+        if retention == RetentionPolicy.LIMITS or self.broken:
+            return
+        s = st.storage
+        try:
+            if retention == RetentionPolicy.INTEREST and not self.by_name:
+                # Deleting the last consumer purges an interest stream (JETSTREAM.md §3.3);
+                # removing from the head writes nothing but the stream header.
+                st.remove_range(s.h.first_seq, s.h.last_seq)
+            elif c is None:
+                # The last damaged consumer is gone: what the others released meanwhile goes
+                # now, and on an interest stream whatever only the damaged one may have wanted.
+                self._sweep(everything=retention == RetentionPolicy.INTEREST)
+            elif retention == RetentionPolicy.INTEREST:
                 self.release(c.matching_live(max(c.asflr + 1, s.h.first_seq), s.h.last_seq))
+        except OSError as exc:
+            log.warning("stream %r: removing the messages only the deleted consumer held failed (%s); "
+                        "the next reload of the consumer list removes them", st.name, exc)
+            self._gen = -1
 
     def expire_inactive(self, now: int) -> None:
         """Consumers with inactive_threshold go away once idle that long (checked lazily)."""
@@ -181,13 +302,14 @@ class ConsumerSet:
     # ------------------------------------------------------------------ retention
 
     def interest(self, subject: str) -> bool:
-        return any(c.matches(subject) for c in self.by_name.values())
+        # A damaged consumer's filter is unknown: it may want the message.
+        return bool(self.broken) or any(c.matches(subject) for c in self.by_name.values())
 
     def release(self, seqs: Iterable[int] | np.ndarray) -> None:
         """Remove the given sequences from an interest or work-queue stream if nobody needs them."""
         st = self.stream
-        if st.config.retention == RetentionPolicy.LIMITS:
-            return
+        if st.config.retention == RetentionPolicy.LIMITS or self.broken:
+            return  # with a damaged consumer, nobody can tell what it still needs
         s = st.storage
         seqs = np.asarray(seqs if isinstance(seqs, np.ndarray) else list(seqs), dtype=np.int64)
         if not len(seqs):
@@ -213,3 +335,11 @@ class ConsumerSet:
         for c in self.by_name.values():
             if c.pending:
                 c.drop(seqs)
+
+
+def _renamed(exc: StoreError, tmp: Path, home: Path) -> StoreError:
+    """The error of a failed create, naming the file where it would have been."""
+    path = str(home) + exc.path[len(str(tmp)):]
+    if isinstance(exc, OSError):
+        return type(exc)(exc.errno, exc.strerror, path, exc.action)
+    return type(exc)(str(exc).replace(str(tmp), str(home)), path)

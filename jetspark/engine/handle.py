@@ -6,16 +6,29 @@ Store layout::
     <store>/store.lock          serialises stream create / update / delete across processes
     <store>/store.gen           8-byte generation, bumped whenever the set of streams changes
     <store>/streams/<NAME>/     config.json, lock, and (file storage) the data files
+    <store>/sinks/<query>.json  the last micro-batch a streaming query's sink committed
 
-Memory-storage streams keep their data files under ``/dev/shm`` (tmpfs), so
-every process on the machine sees them and a reboot forgets them, as a
-memory stream on the server forgets its messages on restart.
+Every JSON document (``*.json``) is checksummed and kept twice, as
+``<file>`` and ``<file>.1`` (metafile.py): one damaged copy is rewritten
+from the other with a warning, both damaged is a ``CorruptStoreError``
+naming the file.  Memory-storage streams keep their data files under
+``/dev/shm`` (tmpfs), so every process on the machine sees them and a reboot
+forgets them, as a memory stream on the server forgets its messages on
+restart.
+
+Every directory in ``streams/`` is a stream (names never start with ``.``;
+``.new-*`` and ``.deleted-*`` are a create or delete in progress, each one
+rename away from done).  One whose config cannot be read is a damaged stream:
+it is listed by ``stream_names``, left out of ``streams_info`` (with a
+warning), answers every call with its ``CorruptStoreError``, and its name
+cannot be created again; nothing of it is removed but by ``delete_stream``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import mmap
 import os
 import shutil
@@ -45,11 +58,13 @@ from jetspark.engine import check
 from jetspark.engine import config as cfg
 from jetspark.engine import consumer_config as ccfg
 from jetspark.engine import headers as H
+from jetspark.engine import diskio, metafile
 from jetspark.engine import subjects as subj
 from jetspark.engine.check import CheckReport, Problem
 from jetspark.engine.locking import FORK_GENERATION, FLock
 from jetspark.engine.pull import Msg, PullSubscription
-from jetspark.engine.stream import Stream, config_from_json, config_to_json
+from jetspark.engine.storage import StreamStorage
+from jetspark.engine.stream import Stream, config_from_json, config_to_json, load_stream_meta
 from jetspark.errors import (
     BadRequestError,
     ClosedError,
@@ -57,13 +72,16 @@ from jetspark.errors import (
     CorruptStoreError,
     NoStreamResponseError,
     StoreError,
+    StoreIOError,
     api_error,
 )
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+log = logging.getLogger("jetspark")
 _UNROUTED = object()
+STORE_FORMAT = 2  # 2: checksummed JSON documents with mirrors (metafile.py)
 _SHM = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
 
 
@@ -86,20 +104,19 @@ class JetStream:
 
     def _open_store(self) -> None:
         self._fork_gen = FORK_GENERATION[0]
-        self._store_lock_fd = os.open(self.path / "store.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        with self._store_locked():
-            meta = self.path / "store.json"
-            if not meta.exists():
-                tmp = meta.with_suffix(".tmp")
-                tmp.write_text(json.dumps({"id": uuid.uuid4().hex, "format": 1}))
-                os.replace(tmp, meta)
-            gen = self.path / "store.gen"
-            if not gen.exists() or gen.stat().st_size < 8:
-                gen.write_bytes(b"\0" * 8)
+        with diskio.io_errors(self.path / "store.lock", "opening"):
+            self._store_lock_fd = os.open(self.path / "store.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            self.store_id = json.loads((self.path / "store.json").read_text())["id"]
-        except (ValueError, KeyError) as exc:
-            raise StoreError(f"{self.path / 'store.json'} is damaged: {exc}") from exc
+            with self._store_locked():
+                doc = self._load_store_doc()
+                gen = self.path / "store.gen"
+                if not gen.exists() or gen.stat().st_size < 8:
+                    with diskio.io_errors(gen, "creating"):
+                        gen.write_bytes(b"\0" * 8)
+        except BaseException:
+            os.close(self._store_lock_fd)
+            raise
+        self.store_id = doc["id"]
         self._gen_fd = os.open(self.path / "store.gen", os.O_RDWR)
         self._gen_mm = mmap.mmap(self._gen_fd, 8)
         self._streams: dict[str, Stream] = {}
@@ -144,6 +161,31 @@ class JetStream:
     def _store_locked(self):
         return FLock(self._store_lock_fd)
 
+    def _load_store_doc(self) -> dict:
+        """store.json, created with a new id in a new store (caller holds the store lock)."""
+        meta = self.path / "store.json"
+        try:
+            doc = metafile.load(meta, fsync=self._fsync)
+        except FileNotFoundError:
+            if any(not p.name.startswith(".") for p in (self.path / "streams").iterdir()):
+                # A new id would lose the memory streams' data (it names their area): report it.
+                raise CorruptStoreError(
+                    f"{meta} and its mirror {meta.name}{metafile.MIRROR_SUFFIX} are missing, but "
+                    f"{self.path / 'streams'} holds streams: the store's id is lost", path=str(meta)
+                ) from None
+            doc = {"id": uuid.uuid4().hex, "format": STORE_FORMAT}
+            metafile.save(meta, doc, fsync=self._fsync)
+        except CorruptStoreError:
+            if _legacy_store_doc(meta):
+                raise StoreError(
+                    f"{self.path} was written by an older jetspark (store format 1, no checksums); "
+                    f"this version reads format {STORE_FORMAT}", path=str(meta)
+                ) from None
+            raise
+        if not isinstance(doc.get("id"), str) or doc.get("format") != STORE_FORMAT:
+            raise CorruptStoreError(f"{meta} is not a jetspark store document of format {STORE_FORMAT}: {doc!r}", path=str(meta))
+        return doc
+
     def _read_gen(self) -> int:
         return int.from_bytes(self._gen_mm[0:8], "little")
 
@@ -159,34 +201,39 @@ class JetStream:
         names = set(self._list_names())
         for name in list(self._streams):
             st = self._streams[name]
-            if name not in names or not (st.home / "config.json").exists() or self._uid(st.home) != st.uid:
+            if name not in names or self._uid(st.home) != st.uid:
                 st.close()
                 del self._streams[name]
         self._broken = {}
         for name in names - set(self._streams):
             try:
                 self._streams[name] = self._open_stream(name)
-            except FileNotFoundError:
-                continue  # deleted while we looked
             except (StoreError, ValueError, KeyError, OSError) as exc:
+                if not (self.path / "streams" / name).is_dir():
+                    continue  # deleted while we looked
                 # One damaged stream must not take the store down: it answers with
                 # the error, the others keep working.
-                err = exc if isinstance(exc, StoreError) else CorruptStoreError(
-                    f"stream {name!r} in {self.path} cannot be opened: {type(exc).__name__}: {exc}"
-                )
-                self._broken[name] = err
+                self._broken[name] = self._open_error(name, exc)
         self._gen = gen
         self._routes.clear()
 
-    def _list_names(self) -> list[str]:
-        root = self.path / "streams"
-        return sorted(p.name for p in root.iterdir() if (p / "config.json").exists())
+    def _open_error(self, name: str, exc: Exception) -> StoreError:
+        if isinstance(exc, StoreError):
+            return exc
+        home = self.path / "streams" / name
+        if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
+            return diskio.translate(exc, exc.filename or home, "opening the stream")
+        return CorruptStoreError(f"stream {name!r} in {self.path} cannot be opened: {type(exc).__name__}: {exc}", path=str(home))
 
-    @staticmethod
-    def _uid(home: Path) -> str:
+    def _list_names(self) -> list[str]:
+        """Every stream directory, damaged or not (see the module docstring)."""
+        root = self.path / "streams"
+        return sorted(p.name for p in root.iterdir() if not p.name.startswith(".") and p.is_dir())
+
+    def _uid(self, home: Path) -> str:
         try:
-            return json.loads((home / "config.json").read_text()).get("uid", "")
-        except (FileNotFoundError, ValueError):
+            return str(metafile.load(home / "config.json", fsync=self._fsync).get("uid", ""))
+        except (FileNotFoundError, StoreError):
             return ""
 
     def _data_dir(self, home: Path, config: StreamConfig, uid: str) -> Path:
@@ -196,11 +243,45 @@ class JetStream:
 
     def _open_stream(self, name: str) -> Stream:
         home = self.path / "streams" / name
-        meta = json.loads((home / "config.json").read_text())
+        meta = load_stream_meta(home, self._fsync)
         config = config_from_json(meta["config"])
-        st = Stream(home, self._data_dir(home, config, meta["uid"]), self.clock, self._fsync)
+        st = Stream(home, self._data_dir(home, config, meta["uid"]), self.clock, self._fsync, meta=meta)
         st.uid = meta["uid"]
         return st
+
+    def _damaged(self, name: str) -> Optional[StoreError]:
+        """Why the stream ``name`` cannot be opened, if it is damaged; a stream fixed (or an
+        I/O error gone) since it was found so is opened now."""
+        if name not in self._broken:
+            return None
+        try:
+            st = self._open_stream(name)
+        except (StoreError, ValueError, KeyError, OSError) as exc:
+            if not (self.path / "streams" / name).is_dir():
+                del self._broken[name]
+                return None
+            self._broken[name] = self._open_error(name, exc)
+            return self._broken[name]
+        del self._broken[name]
+        self._streams[name] = st
+        self._routes.clear()
+        return None
+
+    def _unrouted(self, subject: str) -> Stream:
+        """No intact stream captures ``subject``; a damaged one may, and then its error is the
+        honest answer (the subjects of a stream whose config is damaged are unknown)."""
+        if any(self._damaged(name) is None for name in sorted(self._broken)):
+            st = self._route(subject)  # a stream came back
+            if st is not None:
+                return st
+        for name, err in sorted(self._broken.items()):
+            try:
+                subjects = config_from_json(load_stream_meta(self.path / "streams" / name)["config"]).subjects
+            except (StoreError, OSError):
+                raise err from None
+            if subj.matches_any(subjects, subject):
+                raise err
+        raise NoStreamResponseError(subject)
 
     def _stream(self, name: str) -> Stream:
         self._check()
@@ -211,21 +292,32 @@ class JetStream:
         self._sync_registry()
         st = self._streams.get(name)
         if st is None:
-            if name in self._broken:
-                raise self._broken[name]
-            raise api_error(10059)
+            err = self._damaged(name)
+            if err is not None:
+                raise err
+            st = self._streams.get(name)
+            if st is None:
+                raise api_error(10059)
         return st
 
     # ------------------------------------------------------------------ streams
 
     def add_stream(self, config: Optional[StreamConfig] = None, **params) -> StreamInfo:
-        """Create a stream; creating an existing one with the same config is a no-op."""
+        """Create a stream; creating an existing one with the same config is a no-op.
+
+        The stream's directory is built aside (config, lock, data files) and renamed into
+        place whole: a failure leaves nothing behind, and a directory of that name that is
+        not a usable stream is a damaged one, which is never replaced (CorruptStoreError).
+        """
         self._check()
         config = _config(config, params)
         new = cfg.normalize_stream_config(config)
         cfg.check_create(new)
         with self._lock, self._store_locked():
             self._sync_registry()
+            err = self._damaged(new.name)
+            if err is not None:
+                raise err
             existing = self._streams.get(new.name)
             if existing is not None:
                 existing.refresh()
@@ -234,27 +326,68 @@ class JetStream:
                 return existing.info().evolve(did_create=True)  # as the server answers
             self._check_overlap(new)
             home = self.path / "streams" / new.name
-            if home.exists():
-                shutil.rmtree(home)  # leftovers of a create that died halfway
-            home.mkdir(parents=True)
+            if os.path.lexists(home):
+                raise CorruptStoreError(f"{home} exists but is not a usable stream; it is left as it is", path=str(home))
+            self._remove_leftovers()
             uid = uuid.uuid4().hex[:12]
             meta = {"config": config_to_json(new), "created": self.clock(), "uid": uid}
-            tmp = home / "config.json.tmp"
-            tmp.write_text(json.dumps(meta))
-            data_dir = self._data_dir(home, new, uid)
-            if data_dir.exists():
-                shutil.rmtree(data_dir)
-            os.replace(tmp, home / "config.json")
+            self._build_stream(home, new, meta)
             st = self._open_stream(new.name)
-            if new.first_seq and new.first_seq > 1:
-                with st.locked():
-                    st.storage.set_floor(new.first_seq)
-                    st.storage.h.held = 0
             self._streams[new.name] = st
             self._bump_gen()
             self._gen = self._read_gen()
             self._routes.clear()
             return st.info().evolve(did_create=True)
+
+    def _build_stream(self, home: Path, config: StreamConfig, meta: dict) -> None:
+        """Make the stream's directory under a temporary name, then rename it to ``home``."""
+        tmp = home.with_name(f".new-{meta['uid']}")
+        data_dir = self._data_dir(tmp, config, meta["uid"])
+        try:
+            with diskio.io_errors(tmp, "creating the stream"):
+                tmp.mkdir()
+                metafile.save(tmp / "config.json", meta, fsync=self._fsync)
+                storage = StreamStorage(data_dir, tmp / "lock", memory=config.storage == StorageType.MEMORY, fsync=self._fsync)
+                try:
+                    if config.first_seq and config.first_seq > 1:
+                        with storage.locked():
+                            storage.set_floor(config.first_seq)
+                            storage.h.held = 0
+                finally:
+                    storage.close()
+                os.replace(tmp, home)
+        except BaseException as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if config.storage == StorageType.MEMORY:
+                shutil.rmtree(data_dir, ignore_errors=True)
+            if isinstance(exc, StoreIOError) and exc.path.startswith(str(tmp)):
+                raise type(exc)(exc.errno, exc.strerror, str(home) + exc.path[len(str(tmp)):], exc.action) from exc
+            raise
+        if self._fsync:
+            metafile.fsync_dir(home.parent)
+
+    def _remove_leftovers(self) -> None:
+        """Streams a crash left half created (``.new-*``) or half deleted (``.deleted-*``);
+        both are only ever made under the store lock, which the caller holds."""
+        for p in (self.path / "streams").iterdir():
+            if p.name.startswith((".new-", ".deleted-")):
+                self._remove_stream_files(p)
+
+    def _remove_stream_files(self, home: Path) -> None:
+        """Remove a stream directory no one uses any more, and its memory-storage data."""
+        try:
+            meta = load_stream_meta(home)
+            config = config_from_json(meta["config"])
+            data_dir = self._data_dir(home, config, meta["uid"]) if config.storage == StorageType.MEMORY else None
+        except (StoreError, OSError):
+            data_dir = None  # its memory data (if any) goes at the next reboot
+        shutil.rmtree(home, ignore_errors=True)
+        if data_dir is not None:
+            shutil.rmtree(data_dir, ignore_errors=True)
+            try:
+                data_dir.parent.rmdir()  # the store's memory area, once its last stream is gone
+            except OSError:
+                pass
 
     def update_stream(self, config: Optional[StreamConfig] = None, **params) -> StreamInfo:
         """Replace a stream's config as a whole (omitted fields return to their defaults)."""
@@ -285,15 +418,22 @@ class JetStream:
                         raise api_error(10065)
 
     def delete_stream(self, name: str) -> bool:
+        """Delete a stream and its messages; a damaged stream (see the module docstring) too."""
         with self._lock, self._store_locked():
-            st = self._stream(name)
+            try:
+                st = self._stream(name)
+            except StoreError:
+                if name not in self._broken:
+                    raise
+                return self._delete_damaged(name)
             with st.storage.locked():
                 st.storage.h.deleted = 1
             data_dir = st.storage.dir
             st.close()
             del self._streams[name]
             trash = self.path / "streams" / f".deleted-{st.uid}-{uuid.uuid4().hex[:8]}"
-            os.replace(st.home, trash)
+            with diskio.io_errors(st.home, "deleting the stream"):
+                os.replace(st.home, trash)
             self._bump_gen()
             self._gen = self._read_gen()
             self._routes.clear()
@@ -348,8 +488,22 @@ class JetStream:
 
     def _stream_data_dir(self, name: str) -> Path:
         home = self.path / "streams" / name
-        meta = json.loads((home / "config.json").read_text())
+        meta = load_stream_meta(home)
         return self._data_dir(home, config_from_json(meta["config"]), meta["uid"])
+
+    def _delete_damaged(self, name: str) -> bool:
+        """The user asked: remove a damaged stream's files (caller holds the store lock).
+        Renamed away first, so another process sees the stream whole or gone."""
+        home = self.path / "streams" / name
+        trash = home.with_name(f".deleted-{uuid.uuid4().hex[:12]}")
+        with diskio.io_errors(home, "deleting the stream"):
+            os.replace(home, trash)
+        del self._broken[name]
+        self._bump_gen()
+        self._gen = self._read_gen()
+        self._routes.clear()
+        self._remove_stream_files(trash)
+        return True
 
     def stream_info(self, name: str, subjects_filter: Optional[str] = None, deleted_details: bool = False) -> StreamInfo:
         with self._lock:
@@ -359,13 +513,16 @@ class JetStream:
         with self._lock:
             self._check()
             self._sync_registry()
-            return [self._streams[n].info() for n in sorted(self._streams)]  # damaged streams are left out
+            for name, err in sorted(self._broken.items()):
+                log.warning("streams_info leaves out the damaged stream %r: %s", name, err)
+            return [self._streams[n].info() for n in sorted(self._streams)]
 
     def stream_names(self) -> list[str]:
+        """Every stream's name, the damaged ones' too (their name is taken)."""
         with self._lock:
             self._check()
             self._sync_registry()
-            return sorted(self._streams)
+            return sorted(set(self._streams) | set(self._broken))
 
     def find_stream_name_by_subject(self, subject: str) -> str:
         with self._lock:
@@ -412,7 +569,9 @@ class JetStream:
                 # '*' or '>' tokens in a published subject are stored literally.
                 st = self._route(subject) if subj.is_valid(subject) else None
             if st is None:
-                raise NoStreamResponseError(subject)
+                if not self._broken or not subj.is_valid(subject):
+                    raise NoStreamResponseError(subject)
+                st = self._unrouted(subject)
             if stream is not None:
                 headers = dict(headers or {})
                 headers[H.EXPECTED_STREAM] = stream
@@ -489,22 +648,26 @@ class JetStream:
     # Committed micro-batches of streaming sinks, per query: a replay of a committed
     # batch writes nothing, however long after the duplicate window.
     def sink_last_batch(self, query_id: str) -> int:
-        """The last micro-batch id committed for a streaming query writing here, or -1."""
+        """The last micro-batch id committed for a streaming query writing here, or -1.
+        CorruptStoreError if its record is damaged (guessing could write a batch twice)."""
         path = self._sink_path(query_id)
         try:
-            return int(json.loads(path.read_text())["batch"])
-        except (FileNotFoundError, ValueError, KeyError):
+            doc = metafile.load(path, fsync=self._fsync)
+        except FileNotFoundError:
             return -1
+        batch = doc.get("batch")
+        if type(batch) is not int:
+            raise CorruptStoreError(f"{path} holds no batch id: {doc!r}", path=str(path))
+        return batch
 
     def sink_commit_batch(self, query_id: str, batch_id: int) -> None:
         with self._lock, self._store_locked():
             if batch_id <= self.sink_last_batch(query_id):
                 return
             path = self._sink_path(query_id)
-            path.parent.mkdir(exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"batch": int(batch_id)}))
-            os.replace(tmp, path)
+            with diskio.io_errors(path.parent, "creating"):
+                path.parent.mkdir(exist_ok=True)
+            metafile.save(path, {"batch": int(batch_id)}, fsync=self._fsync)
 
     def _sink_path(self, query_id: str) -> Path:
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in query_id)
@@ -540,6 +703,8 @@ class JetStream:
                 new = ccfg.normalize_consumer_config(config, st.config)
                 now = st.clock()
                 existing = st.consumers.by_name.get(new.name) if new.name else None
+                if existing is None:
+                    st.consumers.check_not_broken(new.name)  # never replaced: see consumer_set.py
                 if existing is not None:
                     if existing.config == new:
                         return existing.info(now)
@@ -560,14 +725,15 @@ class JetStream:
         with self._lock:
             st = self._stream(stream)
             with st.locked():
-                if consumer not in st.consumers.by_name:
+                if consumer not in st.consumers.by_name and st.consumers.broken_error(consumer) is None:
                     raise api_error(10014)
-                st.consumers.delete(consumer)
+                st.consumers.delete(consumer)  # a damaged one too: the user asked
             return True
 
     def _consumer(self, st: Stream, name: str):
         c = st.consumers.by_name.get(name)
         if c is None:
+            st.consumers.check_not_broken(name)  # damaged: its CorruptStoreError
             raise api_error(10014)
         return c
 
@@ -582,6 +748,8 @@ class JetStream:
             st = self._stream(stream)
             with st.locked():
                 now = st.clock()
+                for key, err in sorted(st.consumers.broken.items()):
+                    log.warning("consumers_info of stream %r leaves out the damaged consumer in %r: %s", stream, key, err)
                 return [st.consumers.by_name[n].info(now) for n in sorted(st.consumers.by_name)]
 
     def pull_subscribe(self, subject: Optional[str] = None, durable: Optional[str] = None, stream: Optional[str] = None, config: Optional[ConsumerConfig] = None) -> PullSubscription:
@@ -734,6 +902,15 @@ def _ordered(js, st, lo, hi, subjects, batch_size, total) -> Iterator[Msg]:
             cseq += 1
             headers = {k: v[-1] for k, v in hdrs} if hdrs else None
             yield Msg(None, subject, data, headers, (st.name, "", seq, cseq, 1, total - cseq, datetime_to_ns(ts)))
+
+
+def _legacy_store_doc(path: Path) -> bool:
+    """Is ``path`` a store.json of format 1 (plain JSON, before checksums)?"""
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("format") == 1 and "crc32" not in doc
 
 
 def _consumer_config(config, params: dict) -> ConsumerConfig:

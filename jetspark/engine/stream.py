@@ -9,8 +9,6 @@ operation: there is no background thread.
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -28,11 +26,12 @@ from jetspark.api import (
     ns_to_datetime,
 )
 from jetspark.engine import headers as H
+from jetspark.engine import metafile
 from jetspark.engine import subjects as subj
 from jetspark.engine.records import msgid_hash
 from jetspark.engine.header import MAX_LAST_ID
 from jetspark.engine.storage import StreamStorage
-from jetspark.errors import api_error
+from jetspark.errors import CorruptStoreError, api_error
 
 _NS = 1_000_000_000
 
@@ -49,13 +48,34 @@ def config_from_json(d: dict) -> StreamConfig:
     return StreamConfig.from_response(d)
 
 
+def load_stream_meta(home: Path, fsync: bool = False) -> dict:
+    """``{"config", "created", "uid"}`` of the stream in ``home``; CorruptStoreError naming
+    its config.json when neither copy is intact (or both are missing)."""
+    path = home / "config.json"
+    try:
+        meta = metafile.load(path, fsync=fsync)
+        config_from_json(meta["config"])
+        int(meta["created"])
+        str(meta["uid"])
+    except FileNotFoundError:
+        raise CorruptStoreError(
+            f"stream {home.name!r}: {path} and its mirror {path.name}{metafile.MIRROR_SUFFIX} are missing; "
+            f"the stream's other files are kept (delete_stream({home.name!r}) removes them)",
+            path=str(path),
+        ) from None
+    except (KeyError, ValueError, TypeError) as exc:
+        raise CorruptStoreError(f"stream {home.name!r}: {path} is not a stream config: {type(exc).__name__}: {exc}", path=str(path)) from exc
+    return meta
+
+
 class Stream:
     """A stream of the store, shared safely by every process that opens it."""
 
-    def __init__(self, home: Path, data_dir: Path, clock: Callable[[], int], fsync: bool) -> None:
-        self.home = home  # persistent: config.json, lock
+    def __init__(self, home: Path, data_dir: Path, clock: Callable[[], int], fsync: bool, meta: Optional[dict] = None) -> None:
+        self.home = home  # persistent: config.json (and its mirror), lock
         self.clock = clock
-        meta = json.loads((home / "config.json").read_text())
+        self.fsync = fsync  # for the config, which stays in the store directory even for memory streams
+        meta = meta if meta is not None else self.load_meta()
         self.config = config_from_json(meta["config"])
         self.created_ns = int(meta["created"])
         self.storage = StreamStorage(
@@ -76,19 +96,21 @@ class Stream:
 
     # ------------------------------------------------------------------ config
 
+    def load_meta(self) -> dict:
+        """The stream's config.json document: checked, recovered from its mirror if need be
+        (metafile.py); CorruptStoreError naming the file if no copy is intact."""
+        return load_stream_meta(self.home, self.fsync)
+
     def _reload_config(self) -> None:
         if self.storage.h.cfg_gen != self._cfg_gen:
-            meta = json.loads((self.home / "config.json").read_text())
-            self.config = config_from_json(meta["config"])
+            self.config = config_from_json(self.load_meta()["config"])
             self._cfg_gen = self.storage.h.cfg_gen
 
     def write_config(self, config: StreamConfig) -> None:
         """Replace the config (caller holds the lock); other processes reload it on the generation bump."""
-        meta = json.loads((self.home / "config.json").read_text())
+        meta = self.load_meta()
         meta["config"] = config_to_json(config)
-        tmp = self.home / "config.json.tmp"
-        tmp.write_text(json.dumps(meta))
-        os.replace(tmp, self.home / "config.json")
+        metafile.save(self.home / "config.json", meta, fsync=self.fsync)
         self.config = config
         self.storage.h.cfg_gen += 1
         self._cfg_gen = self.storage.h.cfg_gen
@@ -479,7 +501,7 @@ class Stream:
 
     def _info(self, subjects_filter: Optional[str], deleted_details: bool) -> StreamInfo:
         s = self.storage
-        consumer_count = len(self.consumers.by_name)
+        consumer_count = self.consumers.count  # damaged consumers still exist
         h = s.h
         first = h.first_seq
         if not h.held and h.last_seq == 0 and not self.config.first_seq:

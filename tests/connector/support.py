@@ -55,7 +55,7 @@ class Store:
 
     def remove_sink_records(self) -> None:
         if self.backend == "engine":
-            for record in glob.glob(os.path.join(self.path, "sinks", "*.json")):
+            for record in glob.glob(os.path.join(self.path, "sinks", "*.json*")):  # with the mirrors (*.json.1)
                 os.remove(record)
         else:
             self.js.purge_stream("KV_jetspark_sinks")
