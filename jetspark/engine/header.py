@@ -21,7 +21,7 @@ U64 = struct.Struct("<Q")
 ACTIVE = ((0).to_bytes(8, "little"), (1).to_bytes(8, "little"))
 FIELDS = (
     "commit", "first_seq", "last_seq", "last_ts", "msgs", "bytes", "num_subjects",
-    "ops_len", "subj_len", "dedup_len", "cfg_gen", "deleted", "held", "cons_gen", "ranges_len",
+    "ops_len", "subj_len", "dedup_len", "cfg_gen", "deleted", "held", "cons_gen", "ranges_len", "jgen",
 )  # fmt: skip
 
 
@@ -42,4 +42,9 @@ class Header:
     held: int = 0  # 1 once the stream has held (or skipped) a message, or was purged
     cons_gen: int = 0  # bumped when a consumer is added, changed, deleted or its log rewritten
     ranges_len: int = 0  # committed length of the dedup_ranges journal
+    # Journal generation: bumped by each commit that replaces a journal file (ops, dedup,
+    # dedup_ranges) with a compacted one; the current file of each journal is the one
+    # with the highest generation <= jgen (see StreamStorage._open_journals).  0: the
+    # original names, which is also what stores written before compaction existed hold.
+    jgen: int = 0
     last_id: bytes = b""  # Nats-Msg-Id of the last stored message (Nats-Expected-Last-Msg-Id)
