@@ -103,7 +103,7 @@ TAIL_CHECK = 1024  # records verified at the end of each stream when a process o
 BLOCK_MAX_MSGS = 1 << 20
 BLOCK_MAX_BYTES = 64 << 20
 # A tail block that is at least half removed is closed at this size (index + payloads + headers).
-ROLL_MIN_BYTES = 2 << 20
+ROLL_MIN_BYTES = 4 << 20
 # Journals smaller than this are never compacted; the in-memory dedup caches are never pruned below this many ids.
 COMPACT_MIN = 256 << 10
 CACHE_MIN = 4096
@@ -111,6 +111,8 @@ CACHE_MIN = 4096
 _JOURNALS = ("ops", "dedup", "dedup_ranges")
 _JOURNAL_FD = {"ops": "_ops_fd", "dedup": "_dedup_fd", "dedup_ranges": "_ranges_fd"}
 _TS = struct.Struct("<q")
+_ENTRY_SIZES = struct.Struct("<III")  # dlen, hlen, sid of an index entry (records.ENTRY)
+_ENTRY_SIZES_OFF = 24
 
 _SUBJ_HDR = struct.Struct("<HI")
 _OPS_HDR = struct.Struct("<II")
@@ -293,6 +295,7 @@ class StreamStorage:
         self._dead_base = 1
         self._dead = np.zeros(0, dtype=bool)
         self._stats: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None  # (count, first, last) per subject id
+        self._stats_views = None  # (self._stats, memoryviews of its arrays), see remove_first
         self._dedup: Optional[dict[bytes, tuple[int, int]]] = None
         self._dedup_pos = 0
         self._ranges: Optional[dict[bytes, list[tuple[int, int, int, int]]]] = None
@@ -301,6 +304,7 @@ class StreamStorage:
         self._dedup_cap = self._ranges_cap = CACHE_MIN  # prune the caches past this size
         # Journal lengths at which to look again whether compaction pays (see compact_journals).
         self._compact_at = dict.fromkeys(_JOURNALS, 0)
+        self._roll_at = 0  # the sequence at which _tail_block looks again whether to close the tail early
         for fd, _ in self._retired:
             # A change that replaced journals failed before its commit: the old files stay in force.
             os.close(fd)
@@ -1125,8 +1129,12 @@ class StreamStorage:
             if b.first + b.count == seq and b.count < BLOCK_MAX_MSGS and (b.dlen + dlen <= BLOCK_MAX_BYTES or b.count == 0):
                 # Closed early when at least half of it is already removed (the stream keeps
                 # less than half a block): the block is then dropped as soon as the few
-                # messages it still holds go, instead of after a whole block more.
+                # messages it still holds go, instead of after a whole block more.  Looked
+                # at once per 1,024 sequences, so the common case costs one comparison.
+                if seq < self._roll_at:
+                    return b
                 if 2 * (self.h.first_seq - b.first) < b.count or b.count * ENTRY_SIZE + b.dlen + b.hlen < ROLL_MIN_BYTES:
+                    self._roll_at = seq + 1024
                     return b
         b = Block(self.dir / "blk" / f"{seq:016x}", seq, create=True)
         os.ftruncate(b.ifd, 0)
@@ -1315,22 +1323,27 @@ class StreamStorage:
         h = self.h
         if h.msgs <= 0:
             return 0
-        count, first, last = self._stats if self._stats is not None else self.ensure_stats()
+        stats = self._stats if self._stats is not None else self.ensure_stats()
+        views = self._stats_views
+        if views is None or views[0] is not stats:
+            # Memoryviews of the stats arrays: a scalar read or store through them costs a
+            # fraction of NumPy's, which is most of this function's time otherwise.
+            views = self._stats_views = (stats, *map(memoryview, stats))
+        _, count, first, last = views
         seq = h.first_seq
         bf = self._block_firsts
         blk = self._blocks[0] if len(bf) == 1 or bf[1] > seq else self._blocks[self._block_index(seq)]
-        off = (seq - blk.first) * ENTRY_SIZE
+        off = (seq - blk.first) * ENTRY_SIZE + _ENTRY_SIZES_OFF
         if blk.imm is not None:
-            e = ENTRY.unpack_from(blk.imm, off)  # the tail block this process writes: mapped
+            dlen, hlen, sid = _ENTRY_SIZES.unpack_from(blk.imm, off)  # the tail block this process writes: mapped
         else:
-            raw = os.pread(blk.ifd, ENTRY_SIZE, off)
-            if len(raw) != ENTRY_SIZE:
+            raw = os.pread(blk.ifd, _ENTRY_SIZES.size, off)
+            if len(raw) != _ENTRY_SIZES.size:
                 raise CorruptStoreError(f"{blk.path}.idx: the index entry of sequence {seq} is missing (truncated)", f"{blk.path}.idx")
-            e = ENTRY.unpack(raw)
-        sid = e[5]
+            dlen, hlen, sid = _ENTRY_SIZES.unpack(raw)
         if sid == SID_NONE:  # not a stored message (first_seq always is one; keep remove()'s rules)
             return self.remove(np.array([seq], dtype=np.int64))
-        n = int(count[sid]) - 1
+        n = count[sid] - 1
         count[sid] = n
         if n == 0:
             h.num_subjects -= 1
@@ -1340,7 +1353,7 @@ class StreamStorage:
         if last[sid] == seq:
             last[sid] = 0
         h.msgs -= 1
-        slen, dlen, hlen = self._subj_len_list[sid], e[3], e[4]
+        slen = self._subj_len_list[sid]
         h.bytes -= (slen + hlen + dlen + 16) if self.memory else (30 + slen + dlen + (hlen + 4 if hlen else 0))  # msg_size
         # _advance_first(seq + 1), with no removed sequences ahead (no bitmap) inline.
         if self._dead.size or not h.msgs:

@@ -226,9 +226,12 @@ class Stream:
             ts = self.clock()
             seq = s.append(subject, b"", data, ts if ts > h.last_ts else h.last_ts + 1000)
             h.last_id = b""
-            if 0 < c.max_msgs < h.msgs and h.msgs - c.max_msgs == 1:
-                s.remove_first()  # the steady state at max_msgs (_plain: no per-subject limits, no consumers)
-            if (0 < c.max_msgs < h.msgs) or (0 < c.max_bytes < h.bytes):
+            if 0 < c.max_msgs < h.msgs:
+                if h.msgs - c.max_msgs == 1:
+                    s.remove_first()  # the steady state at max_msgs (_plain: no per-subject limits, no consumers)
+                else:
+                    self.enforce_limits()
+            if 0 < c.max_bytes < h.bytes:
                 self.enforce_limits()
             return PubAck(stream=c.name, seq=seq)
 
