@@ -415,6 +415,11 @@ class StreamStorage:
             raise CorruptStoreError(f"{self.dir}: the stream's files kept changing under 100 reads of its header", self.dir)
 
     def _catch_up(self, h: Header) -> None:
+        if h.deleted:
+            # Final: its files may be gone already (journals replaced since we looked
+            # included), and nothing reads this stream's caches again (Stream raises 10059).
+            self.h = h
+            return
         self._open_journals(h.jgen)
         old = self.h
         if old.commit < 0 or h.commit < old.commit:
