@@ -21,6 +21,9 @@ Rows (see benchmarks/README.md for what each one means):
 5. peak RSS of a separate process scanning those 10,000,000 messages
 6. consumers (skipped on an engine without ``js.add_consumer``): fetch +
    explicit ack, and advancing a durable consumer's ack floor
+7. bounded growth: single publish at a max_msgs=1000 limit against the
+   unlimited rate, and a stream's disk size and fresh-open time after
+   1,000,000 publishes with unique Nats-Msg-Ids at max_msgs=1000
 
 A row whose engine method does not exist yet prints "not available"; the
 script exits 1 only when a row fails with an error, never for a missed
@@ -73,6 +76,9 @@ class Sizes:
     rss_reps: int
     consumer_msgs: int  # row 6, engine
     anchor_consumer_msgs: int  # row 6, nats-py
+    limit_msgs: int  # row 7a, per repetition, each side
+    limit_reps: int
+    growth_msgs: int  # row 7b
 
 
 FULL = Sizes(
@@ -81,6 +87,7 @@ FULL = Sizes(
     read_msgs=1_000_000, read_reps=5, anchor_read_msgs=200_000, anchor_read_reps=3,
     big_msgs=10_000_000, mid_reads=200, rss_reps=3,
     consumer_msgs=1_000_000, anchor_consumer_msgs=200_000,
+    limit_msgs=50_000, limit_reps=7, growth_msgs=1_000_000,
 )  # fmt: skip
 QUICK = Sizes(
     publish_msgs=20_000, publish_reps=3,
@@ -88,6 +95,7 @@ QUICK = Sizes(
     read_msgs=200_000, read_reps=3, anchor_read_msgs=50_000, anchor_read_reps=3,
     big_msgs=1_000_000, mid_reads=50, rss_reps=1,
     consumer_msgs=100_000, anchor_consumer_msgs=50_000,
+    limit_msgs=10_000, limit_reps=5, growth_msgs=100_000,
 )  # fmt: skip
 
 # Spark's default Arrow batch (spark.sql.execution.arrow.maxRecordsPerBatch),
@@ -925,9 +933,137 @@ class Bench:
         return out
 
 
+    # ---- row 7: bounded growth -------------------------------------------------------
+
+    def row_growth(self) -> list[Row]:
+        return [self._row_publish_at_limit(), self._row_unique_ids()]
+
+    def _row_publish_at_limit(self) -> Row:
+        """7a: publishing into a stream at its max_msgs limit removes the oldest message
+        each time; the anchor is the unlimited rate of the same loop, in this run."""
+        name = "single publish at max_msgs=1000 (discard old) vs unlimited"
+        n, reps, js, payload = self.sizes.limit_msgs, self.sizes.limit_reps, self.js, self.payload
+
+        def rep(r: int, limit: bool, count: int) -> float:
+            stream = f"LIM{r}{'L' if limit else 'U'}"
+            js.add_stream(name=stream, subjects=[f"{stream.lower()}.>"], max_msgs=1000 if limit else -1)
+            subject = f"{stream.lower()}.x"
+            if limit:
+                for _ in range(1000):  # at the limit before the clock starts
+                    js.publish(subject, payload)
+            gc.collect()
+            t = time.perf_counter()
+            for _ in range(count):
+                js.publish(subject, payload)
+            dt = time.perf_counter() - t
+            st = js.stream_info(stream).state
+            js.delete_stream(stream)
+            want = (1000, 1000 + count) if limit else (count, count)
+            if (st.messages, st.last_seq) != want:
+                raise AssertionError(f"stream {stream} holds {st.messages} msgs up to {st.last_seq}, expected {want}")
+            return count / dt
+
+        rep(999, False, 2000)  # warm-up, not measured
+        rep(999, True, 2000)
+        lim, unl = [], []
+        for r in range(reps):  # interleaved, so drift in machine load hits both sides alike
+            unl.append(rep(r, False, n))
+            lim.append(rep(r, True, n))
+            log(f"7a publish at the limit {r + 1}/{reps}: {rate(lim[-1])}, unlimited {rate(unl[-1])}")
+        e, a = statistics.median(lim), statistics.median(unl)
+        ratios = [x / y for x, y in zip(lim, unl)]
+        return Row(
+            "7a", name, rate(e), rate(a) + " (unlimited, this run)", f"{e / a:.2f}x", ">= 0.8x unlimited",
+            verdict([(e / a >= 0.8, "< 0.8x unlimited")]), f"limit {spread(lim)}; unlimited {spread(unl)}",
+            [f"{reps} interleaved repetitions of {n:,} js.publish calls per side (no headers), each on a fresh stream, the limited one "
+             f"filled to its 1,000 first; per-repetition ratios {min(ratios):.2f}x-{max(ratios):.2f}x."],
+        )  # fmt: skip
+
+    def _row_unique_ids(self) -> Row:
+        """7b: the reported growth case: every publish with a new Nats-Msg-Id, max_msgs=1000,
+        a 1 s duplicate window.  The store must stay at what the stream retains."""
+        n, js, payload = self.sizes.growth_msgs, self.js, self.payload
+        name = f"store after {n:,} unique-id publishes, max_msgs=1000, 1 s window: disk / fresh open"
+        target = "<= 16 MiB and open < 0.2 s"
+        js.add_stream(name="GROW", subjects=["grow.>"], max_msgs=1000, duplicate_window=1.0)
+        data_dir = self.store / "streams" / "GROW" / "data"
+        rss = []
+        t = time.perf_counter()
+        for i in range(n):
+            js.publish("grow.x", payload, headers={"Nats-Msg-Id": f"id-{i}"})
+            if (i + 1) % (n // 10) == 0:
+                rss.append(vm_rss_kb())
+        dt = time.perf_counter() - t
+        st = js.stream_info("GROW").state
+        if (st.messages, st.last_seq) != (1000, n):
+            raise AssertionError(f"GROW holds {st.messages} msgs up to {st.last_seq}, expected 1000 up to {n}")
+        alloc, apparent, files = disk_usage(data_dir)
+        opens = [fresh_open(self.store, "GROW", f"fresh-{k}") for k in range(3)]
+        open_s = statistics.median(o["open_s"] for o in opens)
+        js.delete_stream("GROW")
+        mib = alloc / 2**20
+        return Row(
+            "7b", name, f"{mib:.1f} MiB, open {open_s * 1e3:.0f} ms", target=target,
+            result=verdict([(mib <= 16, "> 16 MiB"), (open_s < 0.2, "open >= 0.2 s")]),
+            spread=f"open {len(opens)} runs: {min(o['open_s'] for o in opens) * 1e3:.0f}-{max(o['open_s'] for o in opens) * 1e3:.0f} ms",
+            notes=[
+                f"{n:,} js.publish calls with headers={{'Nats-Msg-Id': 'id-<i>'}} at {rate(n / dt)}; disk = st_blocks * 512 of the stream's "
+                f"{files} files ({apparent / 2**20:.1f} MiB apparent: block files are sparse up to their mapped capacity); "
+                f"this process's VmRSS at 10% of the run {rss[0] / 1024:.0f} MB, at the end {rss[-1] / 1024:.0f} MB.",
+                f"fresh open: a new Python process that has imported jetspark's engine ({statistics.median(o['import_s'] for o in opens):.2f} s, "
+                f"not counted) times connect + stream_info + one publish with a new msg id; median of {len(opens)}.",
+            ],
+        )  # fmt: skip
+
+
+def vm_rss_kb() -> int:
+    for line in _read("/proc/self/status").splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return -1
+
+
+def disk_usage(path: Path) -> tuple[int, int, int]:
+    """(allocated bytes, apparent bytes, files) under path: st_blocks * 512 and st_size."""
+    alloc = apparent = files = 0
+    for root, _, names in os.walk(path):
+        for f in names:
+            st = os.stat(os.path.join(root, f))
+            alloc += st.st_blocks * 512
+            apparent += st.st_size
+            files += 1
+    return alloc, apparent, files
+
+
+_FRESH_OPEN = r"""
+import json, sys, time
+t = time.perf_counter()
+import jetspark
+import jetspark.engine.handle  # the engine and numpy: imported by the first connect otherwise
+import_s = time.perf_counter() - t
+t = time.perf_counter()
+js = jetspark.connect(sys.argv[1])
+js.stream_info(sys.argv[2])
+ack = js.publish("grow.x", b"fresh", headers={"Nats-Msg-Id": sys.argv[3]})
+open_s = time.perf_counter() - t
+js.close()
+print(json.dumps({"import_s": import_s, "open_s": open_s, "duplicate": bool(ack.duplicate)}))
+"""
+
+
+def fresh_open(store: Path, stream: str, msg_id: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", _FRESH_OPEN, str(store), stream, msg_id], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    if out.returncode != 0:
+        raise RuntimeError(f"fresh-open child exited with {out.returncode}: {out.stderr.strip()[-2000:]}")
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    if res["duplicate"]:
+        raise AssertionError(f"a new msg id {msg_id!r} was taken for a duplicate")
+    return res
+
+
 # --------------------------------------------------------------------------- main
 
-SECTIONS = ("1", "2", "3", "4", "5", "6")
+SECTIONS = ("1", "2", "3", "4", "5", "6", "7")
 
 
 def main(argv=None) -> int:
@@ -967,6 +1103,7 @@ def main(argv=None) -> int:
             ("4", "read from the middle", bench.row_mid_read),
             ("5", "peak RSS", bench.row_rss),
             ("6", "consumers", bench.row_consumers),
+            ("7", "bounded growth", bench.row_growth),
         ], only, rows)  # fmt: skip
         header.append(f"- load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print("\n".join(header))

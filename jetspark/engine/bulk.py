@@ -349,6 +349,7 @@ def _publish_fast(stream, subjects, data, id_col=None, id_range=None) -> BatchAc
                     for a, b in _runs(kept_rows):  # consecutive rows were stored at consecutive seqs
                         s.add_range(ph, start + a, start + b, int(seqs[a]), ts)
                     s.h.last_id = _id_bytes(f"{prefix}{start + int(kept_rows[-1])}")
+                s.compact_journals(stream.clock(), int(c.duplicate_window * 1_000_000_000))
             dup = ~keep
         stream.enforce_limits()
     return BatchAck(c.name, _from_numpy(pa.int64(), seqs.astype(np.int64)), _bool_array(dup))

@@ -68,7 +68,7 @@ class CheckReport:
 
 def header_is_unusable(exc: Exception) -> bool:
     """Does this open failure leave the stream without a header or journal a rebuild restores?"""
-    name = Path(getattr(exc, "path", "") or "").name
+    name = Path(getattr(exc, "path", "") or "").name.split(".")[0]
     return name in ("state", "ops", "subjects", "dedup", "dedup_ranges")
 
 
@@ -84,16 +84,23 @@ def rebuild_header(data_dir: Path, repair: bool) -> list[Problem]:
     """
     problems: list[Problem] = []
     h = Header(commit=0)
+    # Each journal's current file is its newest generation (see StreamStorage.journal_path).
+    gens = {kind: _newest_generation(data_dir, kind) for kind in ("ops", "dedup", "dedup_ranges")}
+    h.jgen = max(gens.values())
+
+    def journal(kind: str) -> Path:
+        return data_dir / (kind if gens[kind] == 0 else f"{kind}.{gens[kind]}")
+
     h.subj_len, nsubj, bad = _valid_subjects(data_dir / "subjects")
     if bad:
         problems.append(Problem(str(data_dir / "subjects"), f"record at byte {h.subj_len} fails its checksum; "
                                 "messages on the subjects stored after it cannot be read", repaired=False))
-    h.ops_len, bad = _valid_ops(data_dir / "ops")
+    h.ops_len, bad = _valid_ops(journal("ops"))
     if bad:
-        problems.append(Problem(str(data_dir / "ops"), f"record at byte {h.ops_len} fails its checksum; the "
+        problems.append(Problem(str(journal("ops")), f"record at byte {h.ops_len} fails its checksum; the "
                                 "removals recorded from there on are unknown and those messages are back", repaired=False))
     for name, rec in (("dedup", DEDUP.size), ("dedup_ranges", RANGE.size)):
-        size = _size(data_dir / name)
+        size = _size(journal(name))
         setattr(h, "dedup_len" if name == "dedup" else "ranges_len", size - size % rec)
     firsts = sorted(int(p.name[:-4], 16) for p in (data_dir / "blk").glob("*.idx"))
     if firsts:
@@ -112,6 +119,15 @@ def rebuild_header(data_dir: Path, repair: bool) -> list[Problem]:
     if repair:
         _write_state(data_dir / "state", h)
     return problems
+
+
+def _newest_generation(data_dir: Path, kind: str) -> int:
+    gens = [0]
+    for p in data_dir.glob(f"{kind}.*"):
+        suffix = p.name[len(kind) + 1:]
+        if suffix.isdigit():
+            gens.append(int(suffix))
+    return max(gens)
 
 
 def _size(path: Path) -> int:

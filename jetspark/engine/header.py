@@ -24,7 +24,7 @@ U64 = struct.Struct("<Q")
 ACTIVE = ((0).to_bytes(8, "little"), (1).to_bytes(8, "little"))
 FIELDS = (
     "commit", "first_seq", "last_seq", "last_ts", "msgs", "bytes", "num_subjects",
-    "ops_len", "subj_len", "dedup_len", "cfg_gen", "deleted", "held", "cons_gen", "ranges_len",
+    "ops_len", "subj_len", "dedup_len", "cfg_gen", "deleted", "held", "cons_gen", "ranges_len", "jgen",
 )  # fmt: skip
 
 
@@ -45,6 +45,11 @@ class Header:
     held: int = 0  # 1 once the stream has held (or skipped) a message, or was purged
     cons_gen: int = 0  # bumped when a consumer is added, changed, deleted or its log rewritten
     ranges_len: int = 0  # committed length of the dedup_ranges journal
+    # Journal generation: bumped by each commit that replaces a journal file (ops, dedup,
+    # dedup_ranges) with a compacted one; the current file of each journal is the one
+    # with the highest generation <= jgen (see StreamStorage._open_journals).  0: the
+    # original names, which is also what stores written before compaction existed hold.
+    jgen: int = 0
     last_id: bytes = b""  # Nats-Msg-Id of the last stored message (Nats-Expected-Last-Msg-Id)
     # CRC-32s of the payload, header and index bytes of the tail block's records since its
     # last checkpoint: what a reader checks that open interval against (StreamStorage.verify).
@@ -57,7 +62,7 @@ def pack_slot(h: Header) -> bytes:
     """A header slot's bytes, its checksum last."""
     raw = SLOT.pack(
         h.commit, h.first_seq, h.last_seq, h.last_ts, h.msgs, h.bytes, h.num_subjects, h.ops_len,
-        h.subj_len, h.dedup_len, h.cfg_gen, h.deleted, h.held, h.cons_gen, h.ranges_len, 0, len(h.last_id), h.last_id,
+        h.subj_len, h.dedup_len, h.cfg_gen, h.deleted, h.held, h.cons_gen, h.ranges_len, h.jgen, len(h.last_id), h.last_id,
         h.tail_dcrc, h.tail_hcrc, h.tail_icrc,
     )
     return raw + CRC.pack(zlib.crc32(raw))

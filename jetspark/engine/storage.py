@@ -8,6 +8,7 @@ Layout of a stream's data directory::
     subjects           the subject dictionary: u16 len | u32 crc | utf-8, ids in order
     ops                removals that are not a head truncation: u32 n | u32 crc | n x (u64 first, u64 last)
     dedup              Nats-Msg-Id records: i64 ts | u64 seq | 16-byte blake2b of the id
+    dedup_ranges       generated-id batches: i64 ts | u64 seq | blake2b(prefix) | u64 first | u64 last
     blk/<seq>.idx      one 40-byte entry per sequence (ts, data/header offsets and
                        lengths, subject id, crc32 of the record)
     blk/<seq>.dat      payloads only, back to back: a range read slices them into
@@ -28,6 +29,26 @@ a bitmap of removed sequences, per-subject counts, the dedup window) and
 brings them up to date from the committed lengths whenever the header's
 commit counter moved.  Removing the oldest messages moves ``first_seq`` and
 writes nothing else; other removals append a range record to ``ops``.
+
+Bounded growth: disk and memory follow what the stream retains, not its history.
+
+- The journals (``ops``, ``dedup``, ``dedup_ranges``) are compacted once most of
+  a journal is dead: ``dedup`` records that left the duplicate window, ``ops``
+  ranges below ``first_seq``.  The compacted journal is written to a new file
+  ``<journal>.<jgen>`` and published by the header commit that sets ``jgen``
+  (the header's journal generation); the file it replaces is unlinked after
+  that commit.  So a header never names a missing file, a crash before the
+  commit leaves the old journal in force (the new file is an orphan, removed
+  by the next compaction), and a process that sees ``jgen`` change reopens
+  the journal files (``_open_journals``).
+- A tail block whose first half is already removed (the stream retains less
+  than half a block) is closed early once it holds ``ROLL_MIN_BYTES``, so the
+  removed head goes with the whole block soon after, instead of staying on
+  disk until a 64 MiB block fills and drains.  Block files are never modified
+  below the commit point, only unlinked: a process reading without the lock
+  keeps reading what it opened.
+- The in-memory dedup caches forget ids that left the window once they have
+  doubled since the last pruning.
 """
 
 from __future__ import annotations
@@ -83,9 +104,26 @@ TAIL_CHECK = 1024  # records verified at the end of each stream when a process o
 
 BLOCK_MAX_MSGS = 1 << 20
 BLOCK_MAX_BYTES = 64 << 20
+# A tail block that is at least half removed is closed at this size (index + payloads + headers).
+ROLL_MIN_BYTES = 4 << 20
+# Journals smaller than this are never compacted; the in-memory dedup caches are never pruned below this many ids.
+COMPACT_MIN = 256 << 10
+CACHE_MIN = 4096
+
+_JOURNALS = ("ops", "dedup", "dedup_ranges")
+_JOURNAL_FD = {"ops": "_ops_fd", "dedup": "_dedup_fd", "dedup_ranges": "_ranges_fd"}
+_TS = struct.Struct("<q")
+_ENTRY_SIZES = struct.Struct("<III")  # dlen, hlen, sid of an index entry (records.ENTRY)
+_ENTRY_SIZES_OFF = 24
 
 _SUBJ_HDR = struct.Struct("<HI")
 _OPS_HDR = struct.Struct("<II")
+
+
+class _Moved(CorruptStoreError):
+    """A file changed under a read made without the lock (a journal was replaced, a block
+    dropped): refresh() reads the header again.  Under the lock nothing moves, so there
+    it means the file is missing: damage."""
 
 
 
@@ -129,6 +167,9 @@ class StreamStorage:
             raise CorruptStoreError(f"{self.dir / 'state'}: not a jetspark stream header (bad magic)", self.dir / "state")
         self._blocks: list[Block] = []
         self._block_firsts: list[int] = []
+        self._jgen = 0  # the header journal generation the open journal files belong to
+        self._jgens = dict.fromkeys(_JOURNALS, 0)  # each open journal file's own generation
+        self._retired: list[tuple[int, Path]] = []  # replaced journal files, unlinked after the commit
         self._reset_caches()
         self.refresh()
         if len(self.bad_records(max(self.h.first_seq, self.h.last_seq - TAIL_CHECK + 1), self.h.last_seq)):
@@ -348,10 +389,20 @@ class StreamStorage:
         self._dead_base = 1
         self._dead = np.zeros(0, dtype=bool)
         self._stats: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None  # (count, first, last) per subject id
+        self._stats_views = None  # (self._stats, memoryviews of its arrays), see remove_first
         self._dedup: Optional[dict[bytes, tuple[int, int]]] = None
         self._dedup_pos = 0
         self._ranges: Optional[dict[bytes, list[tuple[int, int, int, int]]]] = None
         self._ranges_pos = 0
+        self._ranges_n = 0  # range records in self._ranges
+        self._dedup_cap = self._ranges_cap = CACHE_MIN  # prune the caches past this size
+        # Journal lengths at which to look again whether compaction pays (see compact_journals).
+        self._compact_at = dict.fromkeys(_JOURNALS, 0)
+        self._roll_at = 0  # the sequence at which _tail_block looks again whether to close the tail early
+        for fd, _ in self._retired:
+            # A change that replaced journals failed before its commit: the old files stay in force.
+            os.close(fd)
+        self._retired = []
         for b in self._blocks:
             b.close()
         self._blocks = []
@@ -463,12 +514,24 @@ class StreamStorage:
         """Bring this process's caches up to the committed header."""
         with self._thread_lock:
             self.check_fork()
-            h = self.read_header()
-            if h.commit == self.h.commit:
-                return
-            self._catch_up(h)
+            for _ in range(100):
+                h = self.read_header()
+                if h.commit == self.h.commit:
+                    return
+                try:
+                    self._catch_up(h)
+                    return
+                except _Moved:
+                    continue  # a writer replaced files after we read the header: read it again
+            raise CorruptStoreError(f"{self.dir}: the stream's files kept changing under 100 reads of its header", self.dir)
 
     def _catch_up(self, h: Header) -> None:
+        if h.deleted:
+            # Final: its files may be gone already (journals replaced since we looked
+            # included), and nothing reads this stream's caches again (Stream raises 10059).
+            self.h = h
+            return
+        self._open_journals(h.jgen)
         old = self.h
         if old.commit < 0 or h.commit < old.commit:
             # First load, or the files were replaced: rebuild from scratch.
@@ -493,10 +556,18 @@ class StreamStorage:
         self._rebase_dead(h.first_seq)
         self._prune_blocks()
         self._sync_tail()
+        # Past their cap the caches are dropped rather than grown: ensure_dedup/ensure_ranges
+        # rebuild them from the window when this process next checks an id.
         if self._dedup is not None:
-            self._read_dedup(h.dedup_len)
+            if len(self._dedup) + (h.dedup_len - self._dedup_pos) // DEDUP.size > self._dedup_cap:
+                self._dedup = None
+            else:
+                self._read_dedup(h.dedup_len)
         if self._ranges is not None:
-            self._read_ranges(h.ranges_len)
+            if self._ranges_n + (h.ranges_len - self._ranges_pos) // RANGE.size > self._ranges_cap:
+                self._ranges = None
+            else:
+                self._read_ranges(h.ranges_len)
 
     def _catch_up_stats(self, old: Header, h: Header, ranges: list[tuple[int, int]]) -> None:
         """Move the per-subject stats from the ``old`` commit to ``h``.
@@ -517,7 +588,17 @@ class StreamStorage:
                 self._stats_remove_seqs(seqs[gone])
         lo = max(old.last_seq + 1, h.first_seq)
         if lo <= h.last_seq:
-            e = self.entries(lo, h.last_seq)
+            cause = None
+            try:
+                e = self.entries(lo, h.last_seq)
+            except CorruptStoreError as exc:
+                e, cause = np.zeros(1, dtype=IDX_DTYPE), exc
+            if not e["ts"].all():
+                # An entry never written (every stored entry has a time), or none: a block
+                # created after our last look was dropped again before we listed the blocks
+                # (a fast writer, small blocks).  Start over from a fresh header.
+                self._reset_caches()
+                raise _Moved(f"{self.dir / 'blk'}: sequences {lo}..{h.last_seq} are not all in the blocks listed ({cause or 'unwritten index entries'})", self.dir / "blk") from cause
             live = ~self.dead_mask(lo, h.last_seq)
             self._stats_add(e["sid"][live], np.arange(lo, h.last_seq + 1, dtype=np.int64)[live])
 
@@ -525,7 +606,7 @@ class StreamStorage:
         """Committed bytes of a journal: all there, or the file is damaged (never read as empty)."""
         raw = os.pread(fd, n, off)
         if len(raw) != n:
-            path = self.dir / name
+            path = self.journal_path(name) if name in _JOURNALS else self.dir / name
             raise CorruptStoreError(
                 f"{path}: the file ends at byte {off + len(raw)} but the stream header commits {off + n} bytes "
                 "(truncated or removed)",
@@ -566,11 +647,11 @@ class StreamStorage:
         pos, out = 0, []
         while pos < len(raw):
             if pos + _OPS_HDR.size > len(raw):
-                raise CorruptStoreError(f"{self.dir / 'ops'}: truncated record at {self._ops_pos + pos}", self.dir / "ops")
+                raise CorruptStoreError(f"{self.journal_path('ops')}: truncated record at {self._ops_pos + pos}", self.journal_path("ops"))
             n, crc = _OPS_HDR.unpack_from(raw, pos)
             body = raw[pos + _OPS_HDR.size: pos + _OPS_HDR.size + 16 * n]
             if len(body) != 16 * n or zlib.crc32(body) != crc:
-                raise CorruptStoreError(f"{self.dir / 'ops'}: record at {self._ops_pos + pos} fails its checksum", self.dir / "ops")
+                raise CorruptStoreError(f"{self.journal_path('ops')}: record at {self._ops_pos + pos} fails its checksum", self.journal_path("ops"))
             out.extend((int(a), int(b)) for a, b in np.frombuffer(body, dtype="<u8").reshape(-1, 2))
             pos += _OPS_HDR.size + 16 * n
         self._ops_pos = upto
@@ -594,7 +675,8 @@ class StreamStorage:
         if shift <= 0:
             return
         if shift >= len(self._dead):
-            self._dead = np.zeros(0, dtype=bool)
+            if len(self._dead):
+                self._dead = np.zeros(0, dtype=bool)
         elif shift > 4096 and shift * 2 > len(self._dead):
             self._dead = self._dead[shift:].copy()
         else:
@@ -829,6 +911,9 @@ class StreamStorage:
         """The first live sequence >= seq, or last_seq + 1."""
         last = self.h.last_seq
         seq = max(seq, self.h.first_seq)
+        i = seq - self._dead_base
+        if seq <= last and (i >= len(self._dead) or (i >= 0 and not self._dead[i])):
+            return seq  # the common case, without slicing the bitmap
         while seq <= last:
             lo = seq - self._dead_base
             if lo >= len(self._dead):
@@ -944,24 +1029,32 @@ class StreamStorage:
     # ------------------------------------------------------------------ dedup
 
     def ensure_dedup(self, now: int, window_ns: int) -> dict[bytes, tuple[int, int]]:
-        if self._dedup is None:
-            self._dedup = {}
-            total = self.h.dedup_len
-            n = total // DEDUP.size
-            if n:
-                # Records are in time order: find the window's start by bisection.
-                lo, hi = 0, n
-                cutoff = now - window_ns
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    (ts,) = struct.unpack("<q", os.pread(self._dedup_fd, 8, mid * DEDUP.size))
-                    if ts < cutoff:
-                        lo = mid + 1
-                    else:
-                        hi = mid
-                self._dedup_pos = lo * DEDUP.size
-            self._read_dedup(total)
-        return self._dedup
+        """Ids stored within the window: id hash -> (seq, ts).  Built from the window's part
+        of the journal; ids that left the window are dropped whenever the dict has doubled
+        since the last pruning, so it tracks the window, not the stream's history."""
+        d = self._dedup
+        if d is None:
+            self._dedup = d = {}
+            self._dedup_pos = self._window_start(self._dedup_fd, DEDUP.size, self.h.dedup_len, now - window_ns)
+            self._read_dedup(self.h.dedup_len)
+            self._dedup_cap = max(2 * len(d), CACHE_MIN)
+        elif len(d) > self._dedup_cap:
+            cutoff = now - window_ns  # live while now - ts < window (Stream._duplicate)
+            self._dedup = d = {k: v for k, v in d.items() if v[1] > cutoff}
+            self._dedup_cap = max(2 * len(d), CACHE_MIN)
+        return d
+
+    def _window_start(self, fd: int, size: int, total: int, cutoff: int) -> int:
+        """Offset of a time-ordered journal's first record with ts >= cutoff (bisection)."""
+        lo, hi = 0, total // size
+        while lo < hi:
+            mid = (lo + hi) // 2
+            (ts,) = _TS.unpack(os.pread(fd, 8, mid * size))
+            if ts < cutoff:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo * size
 
     def _read_dedup(self, upto: int) -> None:
         if upto <= self._dedup_pos:
@@ -975,17 +1068,21 @@ class StreamStorage:
     # from seq: a batch with generated ids costs one record, not one per row.
 
     def ensure_ranges(self, now: int, window_ns: int) -> dict[bytes, list[tuple[int, int, int, int]]]:
-        if self._ranges is None:
-            self._ranges = {}
-            n = self.h.ranges_len // RANGE.size
-            lo, hi, cutoff = 0, n, now - window_ns
-            while lo < hi:  # time-ordered: skip what left the window
-                mid = (lo + hi) // 2
-                (ts,) = struct.unpack("<q", os.pread(self._ranges_fd, 8, mid * RANGE.size))
-                lo, hi = (mid + 1, hi) if ts < cutoff else (lo, mid)
-            self._ranges_pos = lo * RANGE.size
+        """As ensure_dedup, for the ranges of generated-id batches: prefix hash -> ranges."""
+        r = self._ranges
+        if r is None:
+            self._ranges = r = {}
+            self._ranges_n = 0
+            self._ranges_pos = self._window_start(self._ranges_fd, RANGE.size, self.h.ranges_len, now - window_ns)
             self._read_ranges(self.h.ranges_len)
-        return self._ranges
+            self._ranges_cap = max(2 * self._ranges_n, CACHE_MIN)
+        elif self._ranges_n > self._ranges_cap:
+            cutoff = now - window_ns
+            kept = ((k, [x for x in v if x[3] > cutoff]) for k, v in r.items())
+            self._ranges = r = {k: v for k, v in kept if v}
+            self._ranges_n = sum(map(len, r.values()))
+            self._ranges_cap = max(2 * self._ranges_n, CACHE_MIN)
+        return r
 
     def _read_ranges(self, upto: int) -> None:
         if upto <= self._ranges_pos:
@@ -993,32 +1090,230 @@ class StreamStorage:
         raw = self._pread_exact(self._ranges_fd, upto - self._ranges_pos, self._ranges_pos, "dedup_ranges")
         for ts, seq, h, first, last in RANGE.iter_unpack(raw):
             self._ranges.setdefault(h, []).append((first, last, seq, ts))
+        self._ranges_n += len(raw) // RANGE.size
         self._ranges_pos = upto
 
     def add_range(self, prefix_hash: bytes, first: int, last: int, seq: int, ts: int) -> None:
-        diskio.pwrite(self._ranges_fd, RANGE.pack(ts, seq, prefix_hash, first, last), self.h.ranges_len, self.dir / "dedup_ranges")
+        diskio.pwrite(self._ranges_fd, RANGE.pack(ts, seq, prefix_hash, first, last), self.h.ranges_len, self.journal_path("dedup_ranges"))
         self.h.ranges_len += RANGE.size
         self._ranges_pos = self.h.ranges_len
         if self._ranges is not None:
             self._ranges.setdefault(prefix_hash, []).append((first, last, seq, ts))
+            self._ranges_n += 1
 
     def add_dedup_many(self, hashes: list[bytes], seqs: np.ndarray, ts: int) -> None:
         recs = np.zeros(len(hashes), dtype=DEDUP_DTYPE)
         recs["ts"] = ts
         recs["seq"] = seqs
         recs["h"] = np.frombuffer(b"".join(hashes), dtype="V16")
-        diskio.pwrite(self._dedup_fd, recs.tobytes(), self.h.dedup_len, self.dir / "dedup")
+        diskio.pwrite(self._dedup_fd, recs.tobytes(), self.h.dedup_len, self.journal_path("dedup"))
         self.h.dedup_len += recs.nbytes
         self._dedup_pos = self.h.dedup_len
         if self._dedup is not None:
             self._dedup.update(zip(hashes, zip(seqs.tolist(), [ts] * len(hashes))))
 
     def add_dedup(self, h: bytes, seq: int, ts: int) -> None:
-        diskio.pwrite(self._dedup_fd, DEDUP.pack(ts, seq, h), self.h.dedup_len, self.dir / "dedup")
+        diskio.pwrite(self._dedup_fd, DEDUP.pack(ts, seq, h), self.h.dedup_len, self.journal_path("dedup"))
         self.h.dedup_len += DEDUP.size
         self._dedup_pos = self.h.dedup_len
         if self._dedup is not None:
             self._dedup[h] = (seq, ts)
+
+    # ------------------------------------------------------------------ journal files and compaction
+
+    def journal_path(self, kind: str, gen: Optional[int] = None) -> Path:
+        """The file of journal ``kind`` ("ops", "dedup", "dedup_ranges") at generation ``gen``
+        (default: the one this process has open)."""
+        g = self._jgens[kind] if gen is None else gen
+        return self.dir / (kind if g == 0 else f"{kind}.{g}")
+
+    def _journal_files(self) -> dict[str, list[int]]:
+        """The generations of each journal's files in the directory."""
+        found: dict[str, list[int]] = {k: [] for k in _JOURNALS}
+        for name in os.listdir(self.dir):
+            kind, dot, g = name.partition(".")
+            if kind in found and (not dot or g.isdigit()):
+                found[kind].append(int(g) if dot else 0)
+        return found
+
+    def _open_journals(self, jgen: int) -> None:
+        """Have open the journal files a header with generation ``jgen`` commits: for each
+        journal, its file with the highest generation <= jgen (newer ones are a compaction
+        that has not committed).  A journal whose file changed is read again from its start."""
+        if jgen == self._jgen:
+            return
+        found = self._journal_files()
+        want = {}
+        for kind in _JOURNALS:
+            g = max((x for x in found[kind] if x <= jgen), default=None)
+            if g is None:
+                raise _Moved(f"{self.journal_path(kind, 0)}: no file of this journal at generation {jgen}", self.journal_path(kind, 0))
+            if g != self._jgens[kind]:
+                want[kind] = g
+        chosen = {kind: want.get(kind, self._jgens[kind]) for kind in _JOURNALS}
+        opened: dict[str, int] = {}
+        try:
+            for kind, g in want.items():
+                opened[kind] = os.open(self.journal_path(kind, g), os.O_RDWR)
+            # Unchanged generation after the opens: no commit replaced a journal meanwhile, so
+            # none of the files current at jgen was unlinked before we listed them.
+            if self.read_header().jgen != jgen:
+                raise _Moved(f"{self.dir}: a journal was replaced while being opened", self.dir)
+        except FileNotFoundError:
+            for fd in opened.values():
+                os.close(fd)
+            raise _Moved(f"{self.dir}: a journal was replaced while being opened", self.dir) from None
+        except BaseException:
+            for fd in opened.values():
+                os.close(fd)
+            raise
+        for kind, fd in opened.items():
+            os.close(getattr(self, _JOURNAL_FD[kind]))
+            setattr(self, _JOURNAL_FD[kind], fd)
+            self._jgens[kind] = want[kind]
+            # Offsets into the old file mean nothing in the new one.  Rereading a compacted
+            # ops journal is harmless: it holds removals, and removing twice changes nothing.
+            if kind == "ops":
+                self._ops_pos = 0
+            elif kind == "dedup":
+                self._dedup, self._dedup_pos = None, 0
+            else:
+                self._ranges, self._ranges_pos, self._ranges_n = None, 0, 0
+        self._jgen = jgen
+        # Older generations are replaced files a crash kept, or an empty file of the original
+        # name that opening the stream recreates (see _open): garbage for this header and
+        # every later one.  A process still on an older header that lists them missing reads
+        # its header again (_Moved); newer generations may be a compaction under way: kept.
+        for kind, g in chosen.items():
+            for old in found[kind]:
+                if old < g:
+                    self.journal_path(kind, old).unlink(missing_ok=True)
+
+    def compact_journals(self, now: int, window_ns: int) -> None:
+        """After recording ids (under the lock): drop the part of the dedup journals that left
+        the window once it is most of them.  A cheap comparison unless a journal has grown
+        by a quarter since it was last looked at."""
+        h = self.h
+        cutoff = now - window_ns
+        if h.dedup_len >= self._compact_at["dedup"]:
+            self._compact_timed("dedup", DEDUP.size, cutoff)
+        if h.ranges_len >= self._compact_at["dedup_ranges"]:
+            self._compact_timed("dedup_ranges", RANGE.size, cutoff)
+
+    def _compact_timed(self, kind: str, size: int, cutoff: int) -> None:
+        """Keep the records of a time-ordered journal from the first with ts >= cutoff on."""
+        attr = "dedup_len" if kind == "dedup" else "ranges_len"
+        total = getattr(self.h, attr)
+        fd = getattr(self, _JOURNAL_FD[kind])
+        dead = self._window_start(fd, size, total, cutoff)
+        live = total - dead
+        self._compact_at[kind] = total + max(total // 4, COMPACT_MIN // 4)
+        if dead < live or total < COMPACT_MIN:
+            return
+
+        def write(nfd: int) -> None:
+            pos = dead
+            while pos < total:
+                chunk = os.pread(fd, min(total - pos, 4 << 20), pos)
+                if not chunk:
+                    raise CorruptStoreError(f"{self.journal_path(kind)}: shorter than its committed {total} bytes", self.journal_path(kind))
+                os.pwrite(nfd, chunk, pos - dead)
+                pos += len(chunk)
+
+        if self._replace_journal(kind, write):
+            setattr(self.h, attr, live)
+            if kind == "dedup":
+                self._dedup_pos = max(self._dedup_pos - dead, 0)
+            else:
+                self._ranges_pos = max(self._ranges_pos - dead, 0)
+            self._compact_at[kind] = max(2 * live, COMPACT_MIN)
+
+    def _maybe_compact_ops(self) -> None:
+        """After a removal was journalled (under the lock): once most of ``ops`` is dead
+        (ranges now below first_seq, or one removal split over many records), rewrite it as
+        the removed runs at and above first_seq, one record."""
+        h = self.h
+        if h.ops_len < self._compact_at["ops"]:
+            return
+        self._compact_at["ops"] = h.ops_len + max(h.ops_len // 4, COMPACT_MIN // 4)
+        if h.ops_len < COMPACT_MIN:
+            return
+        runs = self._dead_runs(h.first_seq, h.last_seq)
+        body = runs.tobytes()
+        rec = _OPS_HDR.pack(len(runs), zlib.crc32(body)) + body if len(runs) else b""
+        if 2 * len(rec) > h.ops_len:
+            return
+        if self._replace_journal("ops", lambda nfd: os.pwrite(nfd, rec, 0) if rec else None):
+            h.ops_len = self._ops_pos = len(rec)
+            self._compact_at["ops"] = max(2 * len(rec), COMPACT_MIN)
+
+    def _dead_runs(self, a: int, b: int) -> np.ndarray:
+        """Removed sequences in a..b as (first, last) rows, little-endian u64."""
+        if b < a:
+            return np.zeros((0, 2), dtype="<u8")
+        m = np.concatenate(([0], self.dead_mask(a, b).view(np.int8), [0]))
+        d = np.diff(m)
+        starts = np.flatnonzero(d == 1)
+        ends = np.flatnonzero(d == -1) - 1
+        return np.stack([starts + a, ends + a], axis=1).astype("<u8")
+
+    def _replace_journal(self, kind: str, write) -> bool:
+        """Write a compacted ``kind`` journal to its file of the next generation (``write(fd)``)
+        and switch to it; the header commit that ends this change publishes it (jgen), and
+        the replaced file is unlinked after that commit (see _Locked).  False if the journal
+        was already replaced in this change, or the new file could not be written (the old
+        one stays in force; compaction is retried later)."""
+        h = self.h
+        committed = self.read_header().jgen
+        if h.jgen == committed:
+            # The first replacement of this change: files of other generations than the
+            # open ones are leftovers (replaced files a crash kept, or a crashed compaction's).
+            self._clean_journals()
+            gen = committed + 1
+        elif self._jgens[kind] == h.jgen:
+            return False
+        else:
+            gen = h.jgen
+        path = self.journal_path(kind, gen)
+        nfd = -1
+        try:
+            nfd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            write(nfd)
+            if self.fsync:
+                os.fdatasync(nfd)
+                dfd = os.open(self.dir, os.O_RDONLY)
+                try:
+                    os.fsync(dfd)  # the new name is durable before a header names it
+                finally:
+                    os.close(dfd)
+        except BaseException as exc:
+            if nfd >= 0:
+                os.close(nfd)
+            path.unlink(missing_ok=True)
+            if not isinstance(exc, OSError):
+                raise
+            # Housekeeping only: the change it rode on (a publish) goes ahead without it.
+            log.warning("stream data in %s: compacting the %s journal failed (%s); it stays as it is", self.dir, kind, exc)
+            return False
+        self._retired.append((getattr(self, _JOURNAL_FD[kind]), self.journal_path(kind)))
+        setattr(self, _JOURNAL_FD[kind], nfd)
+        self._jgens[kind] = gen
+        h.jgen = self._jgen = gen
+        return True
+
+    def _clean_journals(self) -> None:
+        """Unlink journal files that are not the open ones (under the lock, at a committed state)."""
+        for kind, gens in self._journal_files().items():
+            for g in gens:
+                if g != self._jgens[kind]:
+                    self.journal_path(kind, g).unlink(missing_ok=True)
+
+    def _retire_journals(self) -> None:
+        """After the commit that published compacted journals: the files they replaced go."""
+        retired, self._retired = self._retired, []
+        for fd, path in retired:
+            os.close(fd)
+            path.unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ writing (under locked())
 
@@ -1042,7 +1337,15 @@ class StreamStorage:
         if self._blocks:
             b = self._blocks[-1]
             if b.first + b.count == seq and b.count < BLOCK_MAX_MSGS and (b.dlen + dlen <= BLOCK_MAX_BYTES or b.count == 0):
-                return b
+                # Closed early when at least half of it is already removed (the stream keeps
+                # less than half a block): the block is then dropped as soon as the few
+                # messages it still holds go, instead of after a whole block more.  Looked
+                # at once per 1,024 sequences, so the common case costs one comparison.
+                if seq < self._roll_at:
+                    return b
+                if 2 * (self.h.first_seq - b.first) < b.count or b.count * ENTRY_SIZE + b.dlen + b.hlen < ROLL_MIN_BYTES:
+                    self._roll_at = seq + 1024
+                    return b
             if b.count % CHECK_EVERY and b.sfd >= 0:
                 self._checkpoint(b, (b.count - 1) // CHECK_EVERY)  # seal its last, partial interval
         h = self.h
@@ -1245,6 +1548,7 @@ class StreamStorage:
         else:
             self._write_ops([(seq, seq)])
             self._apply_dead([(seq, seq)])
+            self._maybe_compact_ops()
         return seq
 
     def remove(self, seqs: np.ndarray) -> int:
@@ -1276,15 +1580,66 @@ class StreamStorage:
             self._write_ops(runs)
             self._apply_dead(runs)
         self._advance_first(int(seqs[-1]) + 1 if head else h.first_seq)
+        if not head:
+            self._maybe_compact_ops()
         return n
+
+    def remove_first(self) -> int:
+        """Remove the first live message: remove() for the discard-old steady state (one
+        message in, the oldest out) without building arrays.  Returns 1, or 0 if empty."""
+        h = self.h
+        if h.msgs <= 0:
+            return 0
+        stats = self._stats if self._stats is not None else self.ensure_stats()
+        views = self._stats_views
+        if views is None or views[0] is not stats:
+            # Memoryviews of the stats arrays: a scalar read or store through them costs a
+            # fraction of NumPy's, which is most of this function's time otherwise.
+            views = self._stats_views = (stats, *map(memoryview, stats))
+        _, count, first, last = views
+        seq = h.first_seq
+        bf = self._block_firsts
+        blk = self._blocks[0] if len(bf) == 1 or bf[1] > seq else self._blocks[self._block_index(seq)]
+        off = (seq - blk.first) * ENTRY_SIZE + _ENTRY_SIZES_OFF
+        if blk.imm is not None:
+            dlen, hlen, sid = _ENTRY_SIZES.unpack_from(blk.imm, off)  # the tail block this process writes: mapped
+        else:
+            raw = os.pread(blk.ifd, _ENTRY_SIZES.size, off)
+            if len(raw) != _ENTRY_SIZES.size:
+                raise CorruptStoreError(f"{blk.path}.idx: the index entry of sequence {seq} is missing (truncated)", f"{blk.path}.idx")
+            dlen, hlen, sid = _ENTRY_SIZES.unpack(raw)
+        if sid == SID_NONE:  # not a stored message (first_seq always is one; keep remove()'s rules)
+            return self.remove(np.array([seq], dtype=np.int64))
+        n = count[sid] - 1
+        count[sid] = n
+        if n == 0:
+            h.num_subjects -= 1
+        # As _stats_remove_seqs: a removed first or last is looked up again when asked for.
+        if first[sid] == seq:
+            first[sid] = 0
+        if last[sid] == seq:
+            last[sid] = 0
+        h.msgs -= 1
+        slen = self._subj_len_list[sid]
+        h.bytes -= (slen + hlen + dlen + 16) if self.memory else (30 + slen + dlen + (hlen + 4 if hlen else 0))  # msg_size
+        # _advance_first(seq + 1), with no removed sequences ahead (no bitmap) inline.
+        if self._dead.size or not h.msgs:
+            self._advance_first(seq + 1)
+        else:
+            h.first_seq = self._dead_base = seq + 1
+            if len(bf) > 1 and bf[1] <= seq + 1:
+                self._drop_old_blocks()
+        return 1
 
     def _advance_first(self, start: int) -> None:
         h = self.h
         old = h.first_seq
-        h.first_seq = self.next_live(start) if h.msgs > 0 else h.last_seq + 1
-        if h.first_seq > old:
-            self._rebase_dead(h.first_seq)
-            self._drop_old_blocks()
+        f = h.first_seq = self.next_live(start) if h.msgs > 0 else h.last_seq + 1
+        if f > old:
+            self._rebase_dead(f)
+            bf = self._block_firsts
+            if (len(bf) > 1 and bf[1] <= f) or h.msgs == 0:  # else no block is wholly below f
+                self._drop_old_blocks()
 
     def set_floor(self, seq: int) -> None:
         """Purge up to seq - 1 when seq is past the end: the next publish gets seq (JETSTREAM.md §4)."""
@@ -1298,7 +1653,7 @@ class StreamStorage:
     def _write_ops(self, runs) -> None:
         arr = np.array(list(runs), dtype="<u8").reshape(-1, 2)
         body = arr.tobytes()
-        diskio.pwrite(self._ops_fd, _OPS_HDR.pack(len(arr), zlib.crc32(body)) + body, self.h.ops_len, self.dir / "ops")
+        diskio.pwrite(self._ops_fd, _OPS_HDR.pack(len(arr), zlib.crc32(body)) + body, self.h.ops_len, self.journal_path("ops"))
         self.h.ops_len += _OPS_HDR.size + len(body)
         self._ops_pos = self.h.ops_len
 
@@ -1348,7 +1703,7 @@ class _Locked:
                 s._repair_slot()
             s._pending_unlink = []
             h = s.h
-            s._start = (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id, h.cons_gen, h.ranges_len)
+            s._start = (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id, h.cons_gen, h.ranges_len, h.jgen)
         except BaseException:
             fcntl.flock(s._lock_fd, fcntl.LOCK_UN)
             s._thread_lock.release()
@@ -1366,13 +1721,15 @@ class _Locked:
         try:
             if exc_type is None:
                 h = s.h
-                if (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id, h.cons_gen, h.ranges_len) != s._start:
+                if (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id, h.cons_gen, h.ranges_len, h.jgen) != s._start:
                     s._commit()
                 for b in s._pending_unlink:
                     b.close()
                     b.unlink()
+                if s._retired:
+                    s._retire_journals()
             elif not isinstance(exc, APIError) or (
-                (h := s.h).commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id, h.cons_gen, h.ranges_len
+                (h := s.h).commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held, h.last_id, h.cons_gen, h.ranges_len, h.jgen
             ) != s._start:
                 # A failure halfway through a change (anything but a request refused
                 # before its first write): what was written past the last commit is

@@ -200,6 +200,12 @@ class Stream:
 
     def _remove_oldest(self, n: int) -> None:
         s = self.storage
+        if n == 1:
+            # The steady state at the limit: one message in, the oldest out, without arrays.
+            seq = s.h.first_seq
+            if s.remove_first() and self.consumers.by_name:
+                self.consumers.dropped(np.array([seq], dtype=np.int64))
+            return
         out, seq = [], s.h.first_seq
         while len(out) < n and seq <= s.h.last_seq:
             b = min(s.h.last_seq, seq + max(n - len(out), 64) * 2)
@@ -242,7 +248,12 @@ class Stream:
             ts = self.clock()
             seq = s.append(subject, b"", data, ts if ts > h.last_ts else h.last_ts + 1000)
             h.last_id = b""
-            if (0 < c.max_msgs < h.msgs) or (0 < c.max_bytes < h.bytes):
+            if 0 < c.max_msgs < h.msgs:
+                if h.msgs - c.max_msgs == 1:
+                    s.remove_first()  # the steady state at max_msgs (_plain: no per-subject limits, no consumers)
+                else:
+                    self.enforce_limits()
+            if 0 < c.max_bytes < h.bytes:
                 self.enforce_limits()
             return PubAck(stream=c.name, seq=seq)
 
@@ -316,6 +327,7 @@ class Stream:
             self.enforce_limits(sid)
         if msg_id is not None:
             s.add_dedup(msgid_hash(msg_id), seq, ts)
+            s.compact_journals(self.clock(), int(c.duplicate_window * _NS))
         return PubAck(stream=c.name, seq=seq)
 
     def check_size(self, hlen: int, dlen: int) -> None:
