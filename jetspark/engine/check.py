@@ -219,6 +219,11 @@ def check_records(storage, repair: bool) -> tuple[list[Problem], list[int]]:
         dropped = bad.tolist()
         s.drop_damaged(bad)
     problems += _check_interval_sums(s, set(bad.tolist()), repair)
+    for kind in ("dedup", "dedup_ranges"):
+        n = s.damaged_id_records(kind, repair)
+        if n:
+            problems.append(Problem(str(s.journal_path(kind)), f"{n} message-id record(s) fail their checksum; a repair "
+                                    "forgets those ids (a message re-sent with one inside the window is stored again)", repaired=repair))
     for path in s._orphans():
         if path.exists():
             problems.append(Problem(str(path), "a block file no committed sequence refers to (left by a crash)", repaired=repair))

@@ -16,9 +16,29 @@ ENTRY_SIZE = ENTRY.size
 assert ENTRY_SIZE == IDX_DTYPE.itemsize == 40
 SID_NONE = 0xFFFFFFFF  # a sequence that was consumed but nothing stored (interest retention)
 
-DEDUP_DTYPE = np.dtype([("ts", "<i8"), ("seq", "<u8"), ("h", "V16")])
-DEDUP = struct.Struct("<qQ16s")
-RANGE = struct.Struct("<qQ16sQQ")  # ts, first seq, blake2b(prefix), first index, last index
+# Dedup journal records end with the CRC-32 of the bytes before it: a damaged id must
+# neither drop a new message as a duplicate nor let a re-sent one in (see checked_records).
+DEDUP_DTYPE = np.dtype([("ts", "<i8"), ("seq", "<u8"), ("h", "V16"), ("crc", "<u4")])
+DEDUP = struct.Struct("<qQ16sI")  # ts, seq, blake2b(id), crc
+RANGE = struct.Struct("<qQ16sQQI")  # ts, first seq, blake2b(prefix), first index, last index, crc
+
+
+def sealed(st: struct.Struct, *fields) -> bytes:
+    """One journal record of ``st`` (whose last field is the crc) with its checksum."""
+    body = st.pack(*fields, 0)[:-4]
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def record_checks(raw, size: int) -> np.ndarray:
+    """True for each ``size``-byte record of ``raw`` whose trailing CRC-32 holds."""
+    n = len(raw) // size
+    if not n:
+        return np.zeros(0, dtype=bool)
+    mv = memoryview(raw)
+    starts = range(0, n * size, size)
+    got = np.fromiter(map(zlib.crc32, map(mv.__getitem__, map(slice, starts, range(size - 4, n * size, size)))), dtype=np.uint32, count=n)
+    want = np.frombuffer(raw, dtype=np.uint8)[: n * size].reshape(n, size)[:, size - 4:].copy().view("<u4").ravel()
+    return got == want
 
 
 

@@ -93,8 +93,10 @@ from jetspark.engine.records import (
     _mix,
     _rotl1,
     _runs,
+    record_checks,
     record_crc,
     record_crcs,
+    sealed,
 )
 from jetspark.errors import APIError, CorruptStoreError, StoreError
 
@@ -1060,7 +1062,8 @@ class StreamStorage:
         if upto <= self._dedup_pos:
             return
         raw = self._pread_exact(self._dedup_fd, upto - self._dedup_pos, self._dedup_pos, "dedup")
-        for ts, seq, h in DEDUP.iter_unpack(raw):
+        self._check_journal_records(raw, DEDUP.size, "dedup", self._dedup_pos)
+        for ts, seq, h, _ in DEDUP.iter_unpack(raw):
             self._dedup[h] = (seq, ts)
         self._dedup_pos = upto
 
@@ -1088,13 +1091,48 @@ class StreamStorage:
         if upto <= self._ranges_pos:
             return
         raw = self._pread_exact(self._ranges_fd, upto - self._ranges_pos, self._ranges_pos, "dedup_ranges")
-        for ts, seq, h, first, last in RANGE.iter_unpack(raw):
+        self._check_journal_records(raw, RANGE.size, "dedup_ranges", self._ranges_pos)
+        for ts, seq, h, first, last, _ in RANGE.iter_unpack(raw):
             self._ranges.setdefault(h, []).append((first, last, seq, ts))
         self._ranges_n += len(raw) // RANGE.size
         self._ranges_pos = upto
 
+    def _check_journal_records(self, raw: bytes, size: int, kind: str, base: int) -> None:
+        ok = record_checks(raw, size)
+        if not ok.all():
+            path = self.journal_path(kind)
+            at = base + int(np.flatnonzero(~ok)[0]) * size
+            raise CorruptStoreError(
+                f"{path}: the record at byte {at} fails its checksum ({int((~ok).sum())} damaged); "
+                "check_stream(name, repair=True) drops the damaged ids",
+                path,
+            )
+
+    def damaged_id_records(self, kind: str, repair: bool) -> int:
+        """How many records of the ``dedup`` or ``dedup_ranges`` journal fail their checksum
+        (under the lock); with ``repair``, the journal is rewritten without them."""
+        size = DEDUP.size if kind == "dedup" else RANGE.size
+        attr = "dedup_len" if kind == "dedup" else "ranges_len"
+        total = getattr(self.h, attr)
+        fd = getattr(self, _JOURNAL_FD[kind])
+        raw = os.pread(fd, total, 0)
+        raw = raw[: len(raw) - len(raw) % size]
+        ok = record_checks(raw, size)
+        bad = int((~ok).sum()) + (total - len(raw)) // size
+        if bad and repair:
+            keep = np.frombuffer(raw, dtype=np.uint8).reshape(-1, size)[ok].tobytes()
+
+            def write(nfd: int) -> None:
+                diskio.pwrite(nfd, keep, 0, self.journal_path(kind))
+
+            if self._replace_journal(kind, write):
+                setattr(self.h, attr, len(keep))
+                self._dedup = self._ranges = None  # rebuilt from the new file when needed
+                self._dedup_pos = self._ranges_pos = 0
+        return bad
+
     def add_range(self, prefix_hash: bytes, first: int, last: int, seq: int, ts: int) -> None:
-        diskio.pwrite(self._ranges_fd, RANGE.pack(ts, seq, prefix_hash, first, last), self.h.ranges_len, self.journal_path("dedup_ranges"))
+        diskio.pwrite(self._ranges_fd, sealed(RANGE, ts, seq, prefix_hash, first, last), self.h.ranges_len, self.journal_path("dedup_ranges"))
         self.h.ranges_len += RANGE.size
         self._ranges_pos = self.h.ranges_len
         if self._ranges is not None:
@@ -1106,6 +1144,13 @@ class StreamStorage:
         recs["ts"] = ts
         recs["seq"] = seqs
         recs["h"] = np.frombuffer(b"".join(hashes), dtype="V16")
+        raw = recs.tobytes()
+        mv = memoryview(raw)
+        size = DEDUP.size
+        recs["crc"] = np.fromiter(
+            map(zlib.crc32, map(mv.__getitem__, map(slice, range(0, len(raw), size), range(size - 4, len(raw), size)))),
+            dtype=np.uint32, count=len(recs),
+        )
         diskio.pwrite(self._dedup_fd, recs.tobytes(), self.h.dedup_len, self.journal_path("dedup"))
         self.h.dedup_len += recs.nbytes
         self._dedup_pos = self.h.dedup_len
@@ -1113,7 +1158,7 @@ class StreamStorage:
             self._dedup.update(zip(hashes, zip(seqs.tolist(), [ts] * len(hashes))))
 
     def add_dedup(self, h: bytes, seq: int, ts: int) -> None:
-        diskio.pwrite(self._dedup_fd, DEDUP.pack(ts, seq, h), self.h.dedup_len, self.journal_path("dedup"))
+        diskio.pwrite(self._dedup_fd, sealed(DEDUP, ts, seq, h), self.h.dedup_len, self.journal_path("dedup"))
         self.h.dedup_len += DEDUP.size
         self._dedup_pos = self.h.dedup_len
         if self._dedup is not None:

@@ -291,3 +291,23 @@ def test_a_truncated_subject_dictionary_is_an_error_naming_it(tmp_path):
     with jetspark.connect(tmp_path) as js:
         with pytest.raises(CorruptStoreError, match="subjects"):
             js.stream_info("S")
+
+
+def test_a_damaged_message_id_record_is_refused_never_a_wrong_duplicate(tmp_path):
+    with jetspark.connect(tmp_path) as js:
+        js.add_stream(name="S", subjects=["s.>"], duplicate_window=600)
+        for i in range(20):
+            js.publish("s.x", b"%d" % i, headers={"Nats-Msg-Id": f"id-{i}"})
+    dedup = files(tmp_path) / "dedup"
+    flip(dedup, 5 * 36 + 20)  # inside the hash of id-5's record
+    with jetspark.connect(tmp_path) as js:
+        with pytest.raises(CorruptStoreError, match=r"dedup: the record at byte 180 fails its checksum") as err:
+            js.publish("s.x", b"again", headers={"Nats-Msg-Id": "id-7"})
+        assert err.value.path.endswith("dedup")
+        assert js.stream_info("S").state.messages == 20  # nothing written
+        report = js.check_stream("S")
+        assert not report.ok and report.problems[0].path.endswith("dedup")
+        assert js.check_stream("S", repair=True).ok
+        assert js.publish("s.x", b"again", headers={"Nats-Msg-Id": "id-7"}).duplicate  # the intact ids still count
+        assert not js.publish("s.x", b"resent", headers={"Nats-Msg-Id": "id-5"}).duplicate  # the damaged one is forgotten
+        assert js.check_stream("S").problems == ()
