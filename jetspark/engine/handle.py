@@ -33,6 +33,7 @@ from jetspark.api import (
     ConsumerInfo,
     PubAck,
     RawStreamMsg,
+    RetentionPolicy,
     SequenceInfo,
     StorageType,
     StreamConfig,
@@ -264,7 +265,12 @@ class JetStream:
                 new = cfg.check_update(st.config, new)
                 if new.subjects != st.config.subjects:
                     self._check_overlap(new, exclude=new.name)
+                old_retention = st.config.retention
                 st.write_config(new)
+                if old_retention != RetentionPolicy.INTEREST and new.retention == RetentionPolicy.INTEREST:
+                    # Limits -> interest (check_update refuses work-queue changes): what the
+                    # consumers acked goes now, as nats-server does (test_retention_update.py).
+                    st.consumers.became_interest()
                 st.enforce_limits()
             self._bump_gen()
             self._gen = self._read_gen()
