@@ -4,11 +4,6 @@ Interest retention: a message is stored only if some consumer's filter
 matches it, and removed once no matching consumer needs it any more.
 Work-queue retention: stored regardless, removed once its consumer acked or
 termed it.  Limits retention ignores consumers.
-
-As on nats-server, a message goes only when a consumer that matches it acks
-it (or a consumer is deleted): a message no consumer matches stays.  Such
-messages exist on a work-queue stream, and on an interest stream that was
-limits before (``update_stream``; tests/conformance/test_retention_update.py).
 """
 
 from __future__ import annotations
@@ -87,8 +82,9 @@ class ConsumerSet:
             # died between a consumer's ack record and the stream's removal).
             s = self.stream.storage
             top = min(max(c.next_sseq for c in self.by_name.values()) - 1, s.h.last_seq)
-            if s.h.msgs:
-                self._sweep(s.h.first_seq, top)
+            if s.h.msgs and top >= s.h.first_seq:
+                seqs = np.arange(s.h.first_seq, top + 1, dtype=np.int64)
+                self.release(seqs[~s.dead_mask(s.h.first_seq, top)])
 
     def _bump(self) -> None:
         self.stream.storage.h.cons_gen += 1
@@ -163,25 +159,19 @@ class ConsumerSet:
 
     def delete(self, name: str) -> None:
         c = self.by_name.pop(name)
-        try:
-            if self.stream.config.retention == RetentionPolicy.INTEREST:
-                # Messages first, the consumer's directory second: a process that dies in
-                # between leaves the consumer in place, never messages nobody will release.
-                s = self.stream.storage
-                if not self.by_name:
-                    # Deleting the last consumer purges an interest stream.
-                    self.stream.remove_range(s.h.first_seq, s.h.last_seq)
-                else:
-                    # As nats-server: every message after the deleted consumer's ack floor
-                    # that no remaining consumer needs goes, whether it matched it or not
-                    # (test_retention_update.py, test_deleting_a_consumer_*).
-                    self._sweep(c.asflr + 1, s.h.last_seq, unmatched=True)
-        except BaseException:
-            self.by_name[name] = c
-            raise
         c.close()
         remove_consumer_dir(c.home)
         self._bump()
+        if self.stream.config.retention == RetentionPolicy.INTEREST:
+            if not self.by_name:
+                # Deleting the last consumer purges an interest stream (JETSTREAM.md §3.3).
+                s = self.stream.storage
+                self.stream.remove_range(s.h.first_seq, s.h.last_seq)
+            else:
+                s = self.stream.storage
+                # As nats-server: what follows its ack floor and no remaining consumer needs
+                # goes, matched by it or by nobody (test_retention_update.py, test_deleting_*).
+                self.release_range(c.asflr + 1, s.h.last_seq, unmatched=True)
 
     def expire_inactive(self, now: int) -> None:
         """Consumers with inactive_threshold go away once idle that long (checked lazily)."""
@@ -190,18 +180,13 @@ class ConsumerSet:
             if thr and now - max(c.last_active, c.created_ns) > thr * 1_000_000_000:
                 self.delete(c.name)
 
-    # ------------------------------------------------------------------ retention
-
-    def interest(self, subject: str) -> bool:
-        return any(c.matches(subject) for c in self.by_name.values())
-
     def became_interest(self) -> None:
         """The stream's retention was just updated to interest (from limits).
 
         As nats-server: with no consumer nothing holds interest and the stream is
         emptied; otherwise every consumer's acks count now, so a message some
         consumer acked and no matching consumer still needs goes, and a message no
-        consumer matches stays (test_retention_update.py).
+        consumer matches stays (tests/conformance/test_retention_update.py).
         """
         s = self.stream.storage
         if not s.h.msgs:
@@ -209,24 +194,29 @@ class ConsumerSet:
         if not self.by_name:
             self.stream.remove_range(s.h.first_seq, s.h.last_seq)
         else:
-            self._sweep(s.h.first_seq, s.h.last_seq)
+            self.release_range(s.h.first_seq, s.h.last_seq)
 
-    def _sweep(self, a: int, b: int, unmatched: bool = False) -> None:
+    def release_range(self, a: int, b: int, unmatched: bool = False) -> None:
         """``release`` every live sequence in a..b, a slice at a time (streams may be long)."""
         s = self.stream.storage
         step = 1 << 16
         for lo in range(max(a, s.h.first_seq), min(b, s.h.last_seq) + 1, step):
             hi = min(lo + step - 1, b, s.h.last_seq)
-            if lo > hi:
-                break
             seqs = np.arange(lo, hi + 1, dtype=np.int64)
             self.release(seqs[~s.dead_mask(lo, hi)], unmatched=unmatched)
+
+    # ------------------------------------------------------------------ retention
+
+    def interest(self, subject: str) -> bool:
+        return any(c.matches(subject) for c in self.by_name.values())
 
     def release(self, seqs: Iterable[int] | np.ndarray, unmatched: bool = False) -> None:
         """Remove the given sequences from an interest or work-queue stream if nobody needs them.
 
-        A sequence no consumer matches stays (a range released by an ack floor may hold
-        some), unless ``unmatched``: a consumer was deleted and took its interest along.
+        As on nats-server, a message goes when a consumer that matches it acks it: one no
+        consumer matches stays (a work-queue stream holds such messages, and so does an
+        interest stream that was limits before; an ack floor's range may span them),
+        unless ``unmatched``: a consumer was deleted and took its interest along.
         """
         st = self.stream
         if st.config.retention == RetentionPolicy.LIMITS:
