@@ -110,11 +110,13 @@ def local_session(app_name: str = "jetspark", master: str = "local[2]", **conf):
 _SERVER_SCHEMES = ("nats://", "tls://", "ws://", "wss://")
 
 
-def connect(url, *, clock=None, sync: str | None = None, **options):
+def connect(url, *, clock=None, sync: str | None = None, create: bool | None = None, **options):
     """Open a JetStream handle: the embedded engine on a directory, or a real NATS server.
 
     - a path (``str`` or ``os.PathLike``) or a ``file://`` URL: the embedded
-      engine on that directory, created if needed.  ``sync="os"`` (the
+      engine on that directory, created if needed; ``create=False`` opens an
+      existing store only (``StoreError`` naming the path otherwise, and
+      nothing is created).  ``sync="os"`` (the
       default): a returned publish has been written to the operating system
       and survives the process being killed; ``sync="fsync"``: it has also
       been flushed to the disk.  ``clock`` is a callable returning
@@ -132,8 +134,8 @@ def connect(url, *, clock=None, sync: str | None = None, **options):
     """
     text = os.fspath(url) if isinstance(url, os.PathLike) else url
     if isinstance(text, str) and text.strip().lower().startswith(_SERVER_SCHEMES):
-        if clock is not None or sync is not None:
-            raise TypeError("clock= and sync= apply to the embedded engine (a path), not to a nats:// server")
+        if clock is not None or sync is not None or create is not None:
+            raise TypeError("clock=, sync= and create= apply to the embedded engine (a path), not to a nats:// server")
         from jetspark.remote import NatsJetStream
 
         return NatsJetStream(text, **options)
@@ -143,4 +145,4 @@ def connect(url, *, clock=None, sync: str | None = None, **options):
         raise TypeError(f"connection options {sorted(options)} apply to a nats:// server, not to the embedded engine at {text!r}")
     from jetspark.engine.handle import JetStream
 
-    return JetStream(url, clock=clock, sync=sync or "os")
+    return JetStream(url, clock=clock, sync=sync or "os", create=True if create is None else create)

@@ -87,6 +87,7 @@ class JetStreamDataSource(DataSource):
                 "a stream cannot be overwritten (purge it through the API if that is the intent)"
             )
         check_schema(schema, opts)
+        _open_store(opts)
         return BatchWriter(opts, new_write_id())
 
     def streamWriter(self, schema, overwrite: bool):
@@ -95,7 +96,16 @@ class JetStreamDataSource(DataSource):
 
         opts = writer_options(self.options)
         check_schema(schema, opts)
+        _open_store(opts)
         return StreamWriter(opts)
+
+
+def _open_store(opts) -> None:
+    """Open the sink's store on the driver, so a store that does not exist (or a server
+    that cannot be reached) fails the write before any task runs."""
+    from jetspark.connector.store import handle
+
+    handle(opts.store, opts.connection)
 
 
 def register(spark) -> None:

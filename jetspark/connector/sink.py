@@ -6,6 +6,13 @@ string), and optionally ``headers`` (map) and ``msg_id``.  A row without a
 id, partition, row), so a retried task or a replayed micro-batch is dropped
 by the stream's duplicate window; a micro-batch the store recorded as
 committed for the query is skipped outright, even after the window.
+
+Column names and types are checked on the driver, from the schema Spark
+plans the write with, before any task runs (``check_schema``).  Nulls can
+only be seen in the rows: a null ``subject`` (without the ``subject``
+option), a null ``data`` or a null header value fails the task before the
+Arrow batch holding it is published.  A null ``headers`` map is a message
+without headers, a null ``msg_id`` gets the generated id.
 """
 
 from __future__ import annotations
@@ -25,8 +32,17 @@ from pyspark.sql.datasource import (
 
 from jetspark.connector.options import OptionError, WriterOptions
 from jetspark.connector.store import handle
+from jetspark.errors import JetSparkError
 
 ALLOWED = ("subject", "data", "headers", "msg_id")
+
+
+class ColumnTypeError(JetSparkError, TypeError):
+    """A column the sink takes has a Spark type it cannot write."""
+
+
+class NullValueError(JetSparkError, ValueError):
+    """A row has a null where the message needs a value."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +53,48 @@ class SinkCommit(WriterCommitMessage):
     skipped: bool = False
 
 
+def _string(t) -> bool:
+    from pyspark.sql.types import CharType, StringType, VarcharType
+
+    return isinstance(t, (StringType, CharType, VarcharType))
+
+
+def _binary_or_string(t) -> bool:
+    from pyspark.sql.types import BinaryType
+
+    return isinstance(t, BinaryType) or _string(t)
+
+
+def _headers(t) -> bool:
+    from pyspark.sql.types import ArrayType, MapType
+
+    if not isinstance(t, MapType) or not _string(t.keyType):
+        return False
+    v = t.valueType
+    return _string(v) or (isinstance(v, ArrayType) and _string(v.elementType))
+
+
+# column -> (the Spark types it takes, as the error says them; the check)
+COLUMN_TYPES = {
+    "subject": ("string", _string),
+    "data": ("binary or string", _binary_or_string),
+    "headers": ("map<string, string> or map<string, array<string>>", _headers),
+    "msg_id": ("string", _string),
+}
+
+
+def _type_hint(name: str, t) -> str:
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if name == "headers":
+        return 'build it as a map of strings, e.g. F.col("headers").cast("map<string,string>") or F.create_map(...)'
+    if isinstance(t, (ArrayType, MapType, StructType)):
+        return f'serialize it first, e.g. F.to_json("{name}").alias("{name}")'
+    return f'cast it first: F.col("{name}").cast("string")'
+
+
 def check_schema(schema, opts: WriterOptions) -> None:
+    """Refuse, on the driver and before anything is written, a schema the sink cannot write."""
     names = [f.name for f in schema.fields]
     for n in names:
         if n not in ALLOWED:
@@ -49,6 +106,13 @@ def check_schema(schema, opts: WriterOptions) -> None:
         raise OptionError("the sink needs a 'data' column (binary or string)")
     if "subject" not in names and not opts.subject:
         raise OptionError("the sink needs a 'subject' column or .option(\"subject\", \"...\")")
+    for f in schema.fields:
+        accepted, ok = COLUMN_TYPES[f.name]
+        if not ok(f.dataType):
+            raise ColumnTypeError(
+                f"column {f.name!r} has type {f.dataType.simpleString()}; the sink takes {accepted} "
+                f"for it ({_type_hint(f.name, f.dataType)})"
+            )
 
 
 def _task():
@@ -72,14 +136,26 @@ def write_batches(opts: WriterOptions, batches: Iterator[pa.RecordBatch], id_pre
             if cols["subject"].null_count and opts.subject:
                 cols["subject"] = pc.fill_null(cols["subject"], opts.subject)
             if cols["subject"].null_count:
-                raise OptionError(
+                raise NullValueError(
                     'a row has a null subject and the sink has no .option("subject", "...") to use instead'
                 )
         else:
             cols["subject"] = pa.repeat(pa.scalar(opts.subject, pa.string()), n)
         cols["data"] = batch.column("data")
+        if cols["data"].null_count:
+            # NATS has no null payload, and turning null into an empty one would hide
+            # the bug upstream: the user chooses.
+            raise NullValueError(
+                "a row has a null data column; a message needs a payload: filter such rows out, "
+                "or give them an empty one (F.coalesce with an empty value of the column's type)"
+            )
         if "headers" in batch.schema.names:
             cols["headers"] = batch.column("headers")
+            if _null_header_value(cols["headers"]):
+                raise NullValueError(
+                    "a row's headers map has a null value; a header needs a value (an empty string is "
+                    "one), and a row without headers has a null map"
+                )
         own_ids = "msg_id" in batch.schema.names and batch.column("msg_id").null_count < n
         parts = [(opts.stream, None)] if opts.stream is not None else None
         if not own_ids:
@@ -102,6 +178,18 @@ def write_batches(opts: WriterOptions, batches: Iterator[pa.RecordBatch], id_pre
                 js.publish_batch(part, stream=name)
         rows += n
     return rows
+
+
+def _null_header_value(column: pa.Array) -> bool:
+    """Does a map<string, string> or map<string, list<string>> hold a null value (or list element)?"""
+    if column.null_count == len(column):
+        return False
+    offsets = column.offsets  # .items ignores a slice: cut the values to this one's
+    lo = offsets[0].as_py()
+    values = column.items.slice(lo, offsets[-1].as_py() - lo)
+    if values.null_count:
+        return True
+    return pa.types.is_list(values.type) and pc.list_flatten(values).null_count > 0
 
 
 def _msg_ids(prefix: str, first: int, n: int) -> pa.Array:

@@ -1,4 +1,10 @@
-"""One API handle per store per process: Spark's Python workers are reused across tasks."""
+"""One API handle per store per process: Spark's Python workers are reused across tasks.
+
+The connector never creates an embedded store: reads and writes open an
+existing one (``create=False``), so a mistyped ``store`` option fails with a
+StoreError naming the path instead of leaving an empty store behind.  The
+sink needs an existing store too: it writes to streams that must exist.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +32,9 @@ def handle(store: str, connection: tuple[tuple[str, str], ...] = ()):
 
 def _open(store: str, connection: tuple[tuple[str, str], ...]):
     if not connection:
-        return jetspark.connect(store)
+        if store.strip().lower().startswith(jetspark._SERVER_SCHEMES):
+            return jetspark.connect(store)
+        return jetspark.connect(store, create=False)
     from jetspark.remote.client import NatsJetStream
     from jetspark.remote.options import ConnectOptions
 

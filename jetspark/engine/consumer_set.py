@@ -148,7 +148,8 @@ class ConsumerSet:
                 for c in self.by_name.values():
                     matched |= c.match_sids(sids)
                 seqs = seqs[matched]
-            self.release(seqs)
+            # everything: a damaged consumer left, and what only it may have matched goes too.
+            self.release(seqs, unmatched=everything)
 
     def _bump(self) -> None:
         self.stream.storage.h.cons_gen += 1
@@ -286,7 +287,9 @@ class ConsumerSet:
                 # now, and on an interest stream whatever only the damaged one may have wanted.
                 self._sweep(everything=retention == RetentionPolicy.INTEREST)
             elif retention == RetentionPolicy.INTEREST:
-                self.release(c.matching_live(max(c.asflr + 1, s.h.first_seq), s.h.last_seq))
+                # As nats-server: what follows its ack floor and no remaining consumer needs
+                # goes, matched by it or by nobody (test_retention_update.py, test_deleting_*).
+                self.release_range(c.asflr + 1, s.h.last_seq, unmatched=True)
         except OSError as exc:
             log.warning("stream %r: removing the messages only the deleted consumer held failed (%s); "
                         "the next reload of the consumer list removes them", st.name, exc)
@@ -299,14 +302,45 @@ class ConsumerSet:
             if thr and now - max(c.last_active, c.created_ns) > thr * 1_000_000_000:
                 self.delete(c.name)
 
+    def became_interest(self) -> None:
+        """The stream's retention was just updated to interest (from limits).
+
+        As nats-server: with no consumer nothing holds interest and the stream is
+        emptied; otherwise every consumer's acks count now, so a message some
+        consumer acked and no matching consumer still needs goes, and a message no
+        consumer matches stays (tests/conformance/test_retention_update.py).
+        """
+        s = self.stream.storage
+        if not s.h.msgs or self.broken:
+            return  # with a damaged consumer, nobody can tell what it still needs
+        if not self.by_name:
+            self.stream.remove_range(s.h.first_seq, s.h.last_seq)
+        else:
+            self.release_range(s.h.first_seq, s.h.last_seq)
+
+    def release_range(self, a: int, b: int, unmatched: bool = False) -> None:
+        """``release`` every live sequence in a..b, a slice at a time (streams may be long)."""
+        s = self.stream.storage
+        step = 1 << 16
+        for lo in range(max(a, s.h.first_seq), min(b, s.h.last_seq) + 1, step):
+            hi = min(lo + step - 1, b, s.h.last_seq)
+            seqs = np.arange(lo, hi + 1, dtype=np.int64)
+            self.release(seqs[~s.dead_mask(lo, hi)], unmatched=unmatched)
+
     # ------------------------------------------------------------------ retention
 
     def interest(self, subject: str) -> bool:
         # A damaged consumer's filter is unknown: it may want the message.
         return bool(self.broken) or any(c.matches(subject) for c in self.by_name.values())
 
-    def release(self, seqs: Iterable[int] | np.ndarray) -> None:
-        """Remove the given sequences from an interest or work-queue stream if nobody needs them."""
+    def release(self, seqs: Iterable[int] | np.ndarray, unmatched: bool = False) -> None:
+        """Remove the given sequences from an interest or work-queue stream if nobody needs them.
+
+        As on nats-server, a message goes when a consumer that matches it acks it: one no
+        consumer matches stays (a work-queue stream holds such messages, and so does an
+        interest stream that was limits before; an ack floor's range may span them),
+        unless ``unmatched``: a consumer was deleted and took its interest along.
+        """
         st = self.stream
         if st.config.retention == RetentionPolicy.LIMITS or self.broken:
             return  # with a damaged consumer, nobody can tell what it still needs
@@ -326,8 +360,13 @@ class ConsumerSet:
 
         sids = np.concatenate([s.entries(a, b)["sid"] for a, b in _runs(seqs)])
         keep = sids == SID_NONE
+        matched = np.zeros(len(seqs), dtype=bool)
         for c in self.by_name.values():
-            keep |= c.match_sids(sids) & c.needs(seqs)
+            m = c.match_sids(sids)
+            matched |= m
+            keep |= m & c.needs(seqs)
+        if not unmatched:
+            keep |= ~matched
         st.remove(seqs[~keep])
 
     def dropped(self, seqs: np.ndarray) -> None:

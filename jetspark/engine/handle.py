@@ -47,6 +47,7 @@ from jetspark.api import (
     ConsumerInfo,
     PubAck,
     RawStreamMsg,
+    RetentionPolicy,
     SequenceInfo,
     StorageType,
     StreamConfig,
@@ -88,21 +89,29 @@ _SHM = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempd
 class JetStream:
     """A synchronous JetStream handle on an embedded store (see ``jetspark.connect``)."""
 
-    def __init__(self, path, *, clock: Optional[Callable[[], int]] = None, sync: str = "os") -> None:
+    def __init__(self, path, *, clock: Optional[Callable[[], int]] = None, sync: str = "os", create: bool = True) -> None:
         if sync not in ("os", "fsync"):
             raise ValueError(f"sync must be 'os' or 'fsync', not {sync!r}")
+        if not isinstance(create, bool):
+            raise TypeError(f"create must be True or False, not {create!r}")
         self.path = Path(str(path).removeprefix("file://")).absolute()
         self.clock = clock or time.time_ns
         self._fsync = sync == "fsync"
+        self._create = create
         self._closed = False
         self._lock = threading.RLock()
-        try:
-            (self.path / "streams").mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(f"cannot create store directory {self.path}: {exc}") from exc
+        if create:
+            try:
+                (self.path / "streams").mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create store directory {self.path}: {exc}", self.path) from exc
         self._open_store()
 
     def _open_store(self) -> None:
+        if not self._create:
+            # Open an existing store only (readers: a mistyped path must fail, not leave
+            # an empty store behind).  Nothing is created before this check.
+            self._check_exists()
         self._fork_gen = FORK_GENERATION[0]
         with diskio.io_errors(self.path / "store.lock", "opening"):
             self._store_lock_fd = os.open(self.path / "store.lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -124,6 +133,23 @@ class JetStream:
         self._broken: dict[str, StoreError] = {}
         self._gen = -1
         self._routes: dict[str, Optional[Stream]] = {}
+
+    def _check_exists(self) -> None:
+        has_meta = any((self.path / n).is_file() for n in ("store.json", "store.json" + metafile.MIRROR_SUFFIX))
+        if has_meta and (self.path / "streams").is_dir():
+            return
+        if not self.path.exists():
+            reason = "the directory does not exist"
+        elif not self.path.is_dir():
+            reason = "it is not a directory"
+        else:
+            missing = [n for n in ("store.json", "streams/") if not (self.path / n).exists()]
+            reason = f"the directory holds no {' and no '.join(missing)}"
+        raise StoreError(
+            f"no jetspark store at {self.path}: {reason}; jetspark.connect(path) (create=True, "
+            "the default) or `jetspark stream add` creates one",
+            self.path,
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -400,7 +426,12 @@ class JetStream:
                 new = cfg.check_update(st.config, new)
                 if new.subjects != st.config.subjects:
                     self._check_overlap(new, exclude=new.name)
+                old_retention = st.config.retention
                 st.write_config(new)
+                if old_retention != RetentionPolicy.INTEREST and new.retention == RetentionPolicy.INTEREST:
+                    # Limits -> interest (check_update refuses work-queue changes): what the
+                    # consumers acked goes now, as nats-server does (test_retention_update.py).
+                    st.consumers.became_interest()
                 st.enforce_limits()
             self._bump_gen()
             self._gen = self._read_gen()

@@ -92,3 +92,16 @@ def test_interest_and_workqueue_streams_need_a_consumer(store, retention):
     text = error_text(info.value)
     assert f"stream 'S' has {retention} retention" in text
     assert '.option("consumer", "<durable name>")' in text
+
+
+def test_workqueue_commits_release_only_what_the_consumer_matches(store):
+    """A work-queue reader filtered on c.a: its commits take the c.a messages, and leave
+    every c.b message for whichever consumer comes for it, as a server does."""
+    store.js.add_stream(name="S", subjects=["c.>"], retention="workqueue")
+    store.publish(["c.a", "c.b"], 10)  # c.a at 1, 3, 5, 7, 9
+    read = store.read_stream(consumer="spark", subjects="c.a", startingOffsets="earliest", maxOffsetsPerTrigger="4")
+    q = run_to_out(store, read, store.checkpoint())
+    assert q.new_seqs == [1, 3, 5, 7, 9]
+    # Batches end at 4, 8 and 10; the commit of 8 acks c.a up to it: the floor is 7.
+    assert floor(store.js) == 7
+    assert [seq for b in store.js.read_batches("S") for seq in b.column("seq").to_pylist()] == [2, 4, 6, 8, 9, 10]
