@@ -520,3 +520,359 @@ def test_connect_options(kw):
         ConnectOptions.build("nats://127.0.0.1:4222", **kw)
     except (TypeError, ValueError) as exc:
         assert any(k in str(exc) for k in kw), str(exc)
+
+
+# ---------------------------------------------------------------------- the issue's findings, one by one
+
+
+@pytest.fixture
+def js(base):
+    """The baseline handle; whatever a test does is undone after it."""
+    yield base.js
+    base.reset()
+
+
+def refused(js, fn, *args, error=JetSparkError, **kwargs):
+    """``fn`` raises ``error`` and leaves the store as it was; returns the error."""
+    before = snapshot(js)
+    with pytest.raises(error) as err:
+        fn(*args, **kwargs)
+    assert snapshot(js) == before
+    return err.value
+
+
+# 1. publish_batch: every row's subject is checked and captured, on every path.
+
+# path -> (stream config, extra columns, publish_batch keywords)
+BATCH_PATHS = {
+    "plain": ({}, {}, {}),
+    "headers column": ({}, {"headers": pa.array([[("K", ["v"])]] * 3, HEADERS_TYPE)}, {}),
+    "msg_id column": ({}, {"msg_id": pa.array(["a", "b", "c"])}, {}),
+    "msg_id_prefix": ({}, {}, {"msg_id_prefix": "p-"}),
+    "interest stream": ({"retention": "interest"}, {}, {}),
+    "discard new": ({"discard": "new", "max_msgs": 100}, {}, {}),
+    "work queue": ({"retention": "workqueue"}, {}, {}),
+}
+
+
+@pytest.mark.parametrize("subject", ["t a", "t.*", "u.x", "t..x", ""])
+@pytest.mark.parametrize("path", list(BATCH_PATHS))
+def test_publish_batch_checks_every_row_subject_on_every_path(base, js, path, subject):
+    stream_kw, columns, kwargs = BATCH_PATHS[path]
+    js.add_stream(name="T", subjects=["t.x", "t.z.>"], storage=base.storage, **stream_kw)
+    table = pa.table({"subject": pa.array(["t.x", subject, "t.z.q"]), "data": pa.array([b"1", b"2", b"3"]), **columns})
+    for stream in ("T", None):  # by name, and routed by the first row
+        err = refused(js, js.publish_batch, table, stream=stream, error=BadRequestError, **kwargs)
+        assert err.err_code == 10003
+        assert "row 1" in err.description and repr(subject) in err.description
+    assert js.stream_info("T").state.last_seq == 0
+
+
+def test_publish_batch_refuses_what_publish_refuses(js):
+    # The same subjects, one message at a time: publish refuses them too.
+    for subject in ("t a", ""):
+        with pytest.raises(BadRequestError) as err:
+            js.publish(subject, b"x")
+        assert err.value.err_code == 10003
+    with pytest.raises(jetspark.NoStreamResponseError):
+        js.publish("bad..x", b"x")
+
+
+@pytest.mark.parametrize(
+    "column, values, error, words",
+    [
+        ("subject", pa.array(["bad.a", None]), BadRequestError, "row 1"),
+        ("subject", pa.array([1, 2]), TypeError, "subject"),
+        ("data", pa.array([1, 2]), TypeError, "data"),
+        ("data", pa.array([[1], [2]]), TypeError, "data"),
+        ("headers", pa.array([1, 2]), TypeError, "headers"),
+        ("headers", pa.array([[("K", ["v\r\nNats-Msg-Id: x"])], None], HEADERS_TYPE), ValueError, "row 0"),
+        ("headers", pa.array([None, [("bad name", ["v"])]], HEADERS_TYPE), ValueError, "row 1"),
+        ("msg_id", pa.array(["", "x"]), BadRequestError, "row 0"),
+        ("msg_id", pa.array(["a\r\nb", "x"]), ValueError, "row 0"),
+        ("msg_id", pa.array([1, 2]), TypeError, "msg_id"),
+    ],
+)  # fmt: skip
+def test_publish_batch_refuses_bad_columns(js, column, values, error, words):
+    cols = {"subject": pa.array(["bad.a", "bad.b"]), "data": pa.array([b"1", b"2"]), column: values}
+    err = refused(js, js.publish_batch, pa.table(cols), stream=STREAM, error=error)
+    assert words in str(err)
+
+
+def test_publish_batch_null_ids_and_data(js):
+    # A null msg_id is "no id" for its row and null data an empty payload, on both backends.
+    table = pa.table({"subject": ["bad.a", "bad.a"], "data": pa.array([None, b"x"]), "msg_id": pa.array([None, "i1"])})
+    ack = js.publish_batch(table, stream=STREAM)
+    assert ack.seqs.to_pylist() == [4, 5]
+    assert js.get_msg(STREAM, 4).data == b"" and js.get_msg(STREAM, 4).headers is None
+    assert js.get_msg(STREAM, 5).headers == {"Nats-Msg-Id": "i1"}
+
+
+# 2. purge_stream: a negative keep (or seq) is the server's 10025, and nothing is purged.
+
+API_REFUSALS = [
+    # (case, verb, args, kwargs, err_code, the reference client can send it as JSON)
+    ("purge keep=-1", "purge_stream", (STREAM,), dict(keep=-1), 10025, True),
+    ("purge seq=-1", "purge_stream", (STREAM,), dict(seq=-1), 10025, True),
+    ("purge keep=2**64", "purge_stream", (STREAM,), dict(keep=2**64), 10025, True),
+    ("purge keep=1.5", "purge_stream", (STREAM,), dict(keep=1.5), 10025, True),
+    ("purge subject=5", "purge_stream", (STREAM,), dict(subject=5), 10025, True),
+    ("get_msg seq=-1", "get_msg", (STREAM,), dict(seq=-1), 10025, True),
+    ("get_msg last_by_subj=5", "get_msg", (STREAM,), dict(last_by_subj=5), 10025, True),
+    ("delete_msg seq=-1", "delete_msg", (STREAM,), dict(seq=-1), 10025, True),
+    ("stream_info subjects_filter=5", "stream_info", (STREAM,), dict(subjects_filter=5), 10025, True),
+    # 4. durations, sequences and numbers outside the server's fields.
+    ("max_age=-1", "add_stream", (), dict(max_age=-1.0), 10052, True),
+    ("max_age=nan", "add_stream", (), dict(max_age=NAN), 10025, False),
+    ("max_age=inf", "add_stream", (), dict(max_age=INF), 10025, False),
+    ("max_age=1e300", "add_stream", (), dict(max_age=1e300), 10025, False),
+    ("max_age=1e10 (ns beyond int64)", "add_stream", (), dict(max_age=1e10), 10025, True),
+    ("duplicate_window=-1", "add_stream", (), dict(duplicate_window=-1.0), 10052, True),
+    ("duplicate_window=nan", "add_stream", (), dict(duplicate_window=NAN), 10025, False),
+    ("first_seq=-1", "add_stream", (), dict(first_seq=-1), 10025, True),
+    ("first_seq=2**64", "add_stream", (), dict(first_seq=2**64), 10025, True),
+    ("max_msgs=2**63", "add_stream", (), dict(max_msgs=2**63), 10025, True),
+    ("max_msgs=1.5", "add_stream", (), dict(max_msgs=1.5), 10025, True),
+    ("max_msg_size=2**31", "add_stream", (), dict(max_msg_size=2**31), 10025, True),
+    ("sealed='yes'", "add_stream", (), dict(sealed="yes"), 10025, True),
+    ("subjects='new.>'", "add_stream", (), dict(subjects="new.>"), 10025, True),
+    ("metadata values", "add_stream", (), dict(metadata={"k": 1}), 10025, True),
+    ("ack_wait=-1", "add_consumer", (STREAM,), dict(durable_name="N", ack_wait=-1.0), 10183, True),
+    ("ack_wait=nan", "add_consumer", (STREAM,), dict(durable_name="N", ack_wait=NAN), 10025, False),
+    ("ack_wait=inf", "add_consumer", (STREAM,), dict(durable_name="N", ack_wait=INF), 10025, False),
+    ("backoff=[-1]", "add_consumer", (STREAM,), dict(durable_name="N", backoff=[-1.0]), 10184, True),
+    ("backoff=[nan]", "add_consumer", (STREAM,), dict(durable_name="N", backoff=[NAN]), 10025, False),
+    ("opt_start_seq=-1", "add_consumer", (STREAM,), dict(durable_name="N", deliver_policy="by_start_sequence", opt_start_seq=-1), 10025, True),
+    ("max_deliver=2**63", "add_consumer", (STREAM,), dict(durable_name="N", max_deliver=2**63), 10025, True),
+    ("headers_only='x'", "add_consumer", (STREAM,), dict(durable_name="N", headers_only="x"), 10025, True),
+    ("opt_start_time=garbage", "add_consumer", (STREAM,), dict(durable_name="N", deliver_policy="by_start_time", opt_start_time="garbage"), 10025, False),
+]  # fmt: skip
+STREAM_DEFAULTS = dict(name="NEW", subjects=["new.>"])
+
+
+def _call(js, verb, args, kwargs, storage=None):
+    if verb == "add_stream":
+        kwargs = {**STREAM_DEFAULTS, **({"storage": storage} if storage else {}), **kwargs}
+    return getattr(js, verb)(*args, **kwargs)
+
+
+@pytest.mark.parametrize("case, verb, args, kwargs, err_code, _json", API_REFUSALS, ids=[c[0] for c in API_REFUSALS])
+def test_api_arguments_refused_with_the_servers_err_code(base, js, case, verb, args, kwargs, err_code, _json):
+    err = refused(js, _call, js, verb, args, kwargs, base.storage, error=APIError)
+    assert err.err_code == err_code, str(err)
+    if err_code == 10025:
+        assert any(name in err.description for name in kwargs), err.description
+    # Nothing was half made: the stream still takes messages, its consumer still delivers.
+    assert js.publish("bad.a", b"after").seq == 4
+    assert js.consumer_info(STREAM, CONSUMER).num_pending == 4
+
+
+@pytest.fixture(scope="module")
+def reference(server):
+    """The server itself, spoken to with raw JSON requests (tests/reference.py)."""
+    from tests.reference import ServerJS
+
+    ref = ServerJS(server.url)
+    for name in ref.stream_names():
+        if name != KEEPER:
+            ref.delete_stream(name)
+    ref.add_stream(name=STREAM, subjects=SUBJECTS, storage="memory")
+    ref.publish("bad.a", b"one")
+    yield ref
+    for name in ref.stream_names():
+        if name != KEEPER:
+            ref.delete_stream(name)
+    ref.close()
+
+
+JSON_REFUSALS = [c for c in API_REFUSALS if c[5]]
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("case, verb, args, kwargs, err_code, _json", JSON_REFUSALS, ids=[c[0] for c in JSON_REFUSALS])
+def test_the_server_answers_those_err_codes(reference, case, verb, args, kwargs, err_code, _json):
+    # The err_codes above are the server's own: sent as raw JSON, it answers them.
+    with pytest.raises(APIError) as err:
+        _call(reference, verb, args, kwargs, "memory")
+    assert err.value.err_code == err_code, str(err.value)
+
+
+def test_first_seq_beyond_int64_is_refused(base, js):
+    # The server would take it (uint64), but jetspark's sequences are int64: 10003, not an
+    # overflow at the first publish or read.
+    err = refused(js, js.add_stream, name="NEW", subjects=["new.>"], first_seq=2**63, error=BadRequestError)
+    assert err.err_code == 10003 and "first_seq" in err.description
+    info = js.add_stream(name="NEW", subjects=["new.>"], first_seq=2**62, storage=base.storage)
+    assert js.publish("new.a", b"x").seq == 2**62 == info.config.first_seq
+
+
+# 3. payloads and headers.
+
+
+@pytest.mark.parametrize("payload", [7, "text", None, [1, 2], 1.5, object()])
+def test_payload_must_be_bytes_like(js, payload):
+    err = refused(js, js.publish, "bad.x", payload, error=TypeError)
+    assert "payload" in str(err)
+
+
+@pytest.mark.parametrize("payload", [b"raw", bytearray(b"raw"), memoryview(b"raw")])
+def test_bytes_like_payloads_are_stored_as_given(js, payload):
+    seq = js.publish("bad.x", payload).seq
+    assert js.get_msg(STREAM, seq).data == b"raw"
+
+
+@pytest.mark.parametrize(
+    "headers, error",
+    [
+        ({"K": 7}, TypeError),
+        ({"K": None}, TypeError),
+        ({"K": b"v"}, TypeError),
+        ({7: "v"}, TypeError),
+        ({"K": ["a", 1]}, TypeError),
+        ("K: v", TypeError),
+        ([("K", "v")], TypeError),
+        ({"K": "v\r\nNats-Msg-Id: forged"}, ValueError),
+        ({"K": "v\nX: y"}, ValueError),
+        ({"K\r\nNats-Msg-Id": "forged"}, ValueError),
+        ({"bad name": "v"}, ValueError),
+        ({"K:": "v"}, ValueError),
+        ({"": "v"}, ValueError),
+    ],
+)  # fmt: skip
+def test_headers_are_names_to_str_values_without_line_breaks(js, headers, error):
+    err = refused(js, js.publish, "bad.x", b"x", headers=headers, error=error)
+    assert "headers" in str(err)
+
+
+def test_a_line_break_cannot_forge_a_msg_id(js):
+    with pytest.raises(ValueError):
+        js.publish("bad.x", b"one", headers={"K": "v\r\nNats-Msg-Id: m1"})
+    # No id m1 was recorded: the real one is not a duplicate.
+    ack = js.publish("bad.x", b"two", headers={"Nats-Msg-Id": "m1"})
+    assert ack.seq == 4 and not ack.duplicate
+
+
+def test_repeated_header_values_are_kept(js):
+    seq = js.publish("bad.x", b"x", headers={"K": ["a", "b"]}).seq
+    assert js.get_msg(STREAM, seq).hdrs.count(b"K: ") == 2
+
+
+def test_the_stream_argument_of_publish(js):
+    with pytest.raises(ValueError, match="stream"):
+        js.publish("bad.x", b"x", stream="BAD\r\nNats-Msg-Id: m")
+    with pytest.raises(TypeError, match="stream"):
+        js.publish("bad.x", b"x", stream=5)
+    assert js.stream_info(STREAM).state.messages == 3
+
+
+def test_a_subject_looked_up_is_still_checked_when_published(js):
+    # Looking a subject up must not let publish skip its own check later.
+    with pytest.raises(jetspark.StreamNotFoundError):
+        js.find_stream_name_by_subject("bad a")
+    err = refused(js, js.publish, "bad a", b"x", error=BadRequestError)
+    assert err.err_code == 10003
+
+
+# 4 (continued). fetch and acks: no wait can be endless or negative.
+
+
+@pytest.mark.parametrize("timeout", [NAN, INF, -1, "1", 1e300])
+def test_fetch_refuses_a_timeout_it_cannot_keep(js, timeout):
+    sub = js.pull_subscribe_bind(CONSUMER, stream=STREAM)
+    err = refused(js, sub.fetch, 1, timeout=timeout, error=(TypeError, ValueError))
+    assert "timeout" in str(err)
+
+
+@pytest.mark.parametrize("kwargs, name", [(dict(batch=0), "batch"), (dict(batch=2**40), "batch"), (dict(batch=1.5), "batch"),
+                                          (dict(max_bytes=-1), "max_bytes"), (dict(no_wait="yes"), "no_wait")])  # fmt: skip
+def test_fetch_refuses_bad_options(js, kwargs, name):
+    sub = js.pull_subscribe_bind(CONSUMER, stream=STREAM)
+    err = refused(js, sub.fetch, timeout=0, error=(TypeError, ValueError), **kwargs)
+    assert name in str(err)
+
+
+@pytest.mark.parametrize("delay", [NAN, INF, -1, "1"])
+def test_nak_delay_must_be_seconds(js, delay):
+    (msg,) = js.pull_subscribe_bind(CONSUMER, stream=STREAM).fetch(1, timeout=0)
+    before = js.consumer_info(STREAM, CONSUMER)
+    with pytest.raises((TypeError, ValueError), match="delay"):
+        msg.nak(delay)
+    after = js.consumer_info(STREAM, CONSUMER)
+    assert (after.num_ack_pending, after.num_redelivered) == (before.num_ack_pending, before.num_redelivered)
+
+
+# 5. what nats-py accepts is accepted; the rest is refused clearly.
+
+
+@pytest.mark.parametrize("when", ["2000-01-01T00:00:00Z", "2000-01-01T00:00:00.123456789Z", "2000-01-01T01:00:00+01:00"])
+def test_opt_start_time_as_rfc3339_text(js, when):
+    info = js.add_consumer(STREAM, durable_name="T", deliver_policy="by_start_time", opt_start_time=when)
+    assert info.config.opt_start_time.replace(microsecond=0) == dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+    assert info.num_pending == 3
+
+
+def test_enum_fields_take_members_or_values(js):
+    assert js.add_stream(name="NEW", subjects=["new.>"], retention="interest", storage="memory").config.retention.value == "interest"
+    err = refused(js, js.add_stream, name="NEW2", subjects=["new2.>"], retention="sometimes", error=BadRequestError)
+    assert err.err_code == 10025 and "retention" in err.description
+
+
+def test_config_argument_types(js):
+    with pytest.raises(TypeError, match="config"):
+        js.add_stream(ConsumerConfig(name="X"))
+    with pytest.raises(TypeError, match="config"):
+        js.add_consumer(STREAM, StreamConfig(name="X"))
+    with pytest.raises(TypeError, match="config"):
+        js.pull_subscribe("bad.a", config="explicit")
+    assert snapshot(js) == snapshot(js)
+
+
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda js: list(js.read_batches(STREAM, subjects="bad.a")), "subjects"),
+        (lambda js: list(js.read_batches(STREAM, batch_size=0)), "batch_size"),
+        (lambda js: list(js.read_batches(STREAM, start_seq=-1)), "start_seq"),
+        (lambda js: list(js.read_batches(STREAM, end_seq=2**63)), "end_seq"),
+        (lambda js: list(js.ordered_consumer(STREAM, batch_size=None)), "batch_size"),
+        (lambda js: js.seq_for_time(STREAM, "yesterday"), "when"),
+        (lambda js: js.seq_for_time(STREAM, 2**63), "when"),
+        (lambda js: js.seq_for_bytes(STREAM, 1, 3, -1), "max_bytes"),
+        (lambda js: js.seq_for_bytes(STREAM, 1.0, 3, 10), "lo"),
+        (lambda js: js.advance_ack_floor(STREAM, CONSUMER, "2"), "seq"),
+        (lambda js: js.sink_commit_batch("q", -1), "batch_id"),
+        (lambda js: js.sink_last_batch(""), "query_id"),
+        (lambda js: js.publish_batch([("bad.a", b"x")]), "data"),
+        (lambda js: js.publish_batch(pa.table({"subject": ["bad.a"], "data": [b"x"]}), msg_id_prefix=5), "msg_id_prefix"),
+        (lambda js: js.publish_batch(pa.table({"subject": ["bad.a"], "data": [b"x"]}), msg_id_prefix="p", msg_id_start=-1), "msg_id_start"),
+    ],
+)  # fmt: skip
+def test_jetspark_arguments_are_named_when_refused(js, call, name):
+    err = refused(js, call, js, error=(TypeError, ValueError))
+    assert name in str(err)
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(timeout=NAN), "timeout"),
+        (dict(timeout=INF), "timeout"),
+        (dict(timeout="5"), "timeout"),
+        (dict(user=5), "user"),
+        (dict(name=["x"]), "name"),
+        (dict(max_reconnect_attempts=1.5), "max_reconnect_attempts"),
+        (dict(publish_window=0), "publish_window"),
+        (dict(domain="a.b"), "domain"),
+        (dict(tls="yes"), "tls"),
+    ],
+)  # fmt: skip
+def test_connect_options_are_named_when_refused(kwargs, name):
+    with pytest.raises((TypeError, ValueError), match=name):
+        jetspark.connect("nats://127.0.0.1:1", **kwargs)
+
+
+@pytest.mark.parametrize("url, kwargs", [(5, {}), (b"/tmp/x", {}), (None, {}), ("", {}), ("/tmp/x\0y", {}), ("/tmp/x", dict(clock=5)), ("/tmp/x", dict(sync=1))])
+def test_connect_arguments_are_named_when_refused(url, kwargs):
+    with pytest.raises((TypeError, ValueError)) as err:
+        jetspark.connect(url, **kwargs)
+    assert any(n in str(err.value) for n in ("url", *kwargs))
