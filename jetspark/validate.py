@@ -77,6 +77,14 @@ def is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+def _float(value: Any) -> float:
+    """``float(value)``; an integer too large for a float is infinity (refused as such)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
 def _refuse(name: str, expected: str, value: Any, api: bool, *, type_error: bool = True) -> Exception:
     text = f"{name} must be {expected}, not {show(value)}"
     if api:
@@ -117,7 +125,7 @@ def duration(value: Any, name: str, *, api: bool = True) -> Optional[float]:
     what = "a finite number of seconds"
     if not is_real(value):
         raise _refuse(name, what, value, api)
-    f = float(value)
+    f = _float(value)
     if not math.isfinite(f) or abs(f * _NS) > INT64_MAX:
         raise _refuse(name, f"{what} (at most {INT64_MAX // _NS} in size)", value, api, type_error=False)
     return f
@@ -130,7 +138,7 @@ def timeout(value: Any, name: str = "timeout", *, default: Optional[float] = Non
     what = "a finite number of seconds >= 0"
     if not is_real(value):
         raise TypeError(f"{name} must be {what}, not {show(value)}")
-    f = float(value)
+    f = _float(value)
     if not math.isfinite(f) or f < 0 or f * _NS > INT64_MAX:
         raise ValueError(f"{name} must be {what}, not {show(value)}")
     return f

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Optional, Sequenc
 
 import numpy as np
 
+from jetspark import validate as V
 from jetspark.api import (
     AckPolicy,
     ConsumerConfig,
@@ -39,7 +40,6 @@ from jetspark.api import (
     StreamInfo,
     datetime_to_ns,
 )
-from jetspark import validate as V
 from jetspark.engine import config as cfg
 from jetspark.engine import consumer_config as ccfg
 from jetspark.engine import headers as H

@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from nats.nuid import NUID
 
 from jetspark import validate as V

@@ -126,7 +126,7 @@ def attempt(base: Baseline, fn, kwargs: dict, names=()) -> bool:
 # ---------------------------------------------------------------------- garbage
 
 NAN, INF = math.nan, math.inf
-HUGE = st.sampled_from([2**31, 2**32, 2**53 + 1, 2**63 - 1, 2**63, 2**64 - 1, 2**64, 10**30, -1, -(2**31) - 1, -(2**63), -(2**63) - 1, -(10**30)])
+HUGE = st.sampled_from([2**31, 2**32, 2**53 + 1, 2**63 - 1, 2**63, 2**64 - 1, 2**64, 10**30, -1, -(2**31) - 1, -(2**63), -(2**63) - 1, -(10**30), 10**400])
 INTS = st.one_of(st.integers(-5, 20), HUGE)
 FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([NAN, INF, -INF, -0.0, -1.5, 1e-12, 1e300]))
 WEIRD_TEXT = st.one_of(
@@ -221,7 +221,12 @@ HEADERS = arg(
 
 def not_a_wait(value) -> bool:
     """Values fetch must refuse rather than wait on (a valid timeout could wait seconds)."""
-    return not (V.is_real(value) and math.isfinite(value) and value >= 0) and value is not None
+    if value is None:
+        return False
+    try:
+        return not (V.is_real(value) and math.isfinite(value) and value >= 0)
+    except OverflowError:
+        return True  # an integer beyond any float
 
 
 TIMEOUT = arg(0, 0.0, 0.01, bad=GARBAGE.filter(not_a_wait))
