@@ -132,14 +132,24 @@ def connect(url, *, clock=None, sync: str | None = None, create: bool | None = N
       ``nkeys_seed_str`` (the seed), ``tls_ca``/``tls_cert``/``tls_key``,
       ``name``, ``connect_timeout``, ...
     """
-    text = os.fspath(url) if isinstance(url, os.PathLike) else url
-    if isinstance(text, str) and text.strip().lower().startswith(_SERVER_SCHEMES):
+    if not isinstance(url, (str, os.PathLike)) or not isinstance(os.fspath(url), str):
+        raise TypeError(f"url must be a path (str or os.PathLike) or a nats:// URL, not {type(url).__name__}")
+    text = os.fspath(url)
+    if not text.strip():
+        raise ValueError("url must be a path or a nats:// URL, not an empty string")
+    if "\0" in text:
+        raise ValueError(f"url must not contain a NUL character: {text!r}")
+    if clock is not None and not callable(clock):
+        raise TypeError(f"clock must be a callable returning nanoseconds since the epoch, not {type(clock).__name__}")
+    if sync is not None and not isinstance(sync, str):
+        raise TypeError(f"sync must be 'os' or 'fsync', not {sync!r}")
+    if text.strip().lower().startswith(_SERVER_SCHEMES):
         if clock is not None or sync is not None or create is not None:
             raise TypeError("clock=, sync= and create= apply to the embedded engine (a path), not to a nats:// server")
         from jetspark.remote import NatsJetStream
 
         return NatsJetStream(text, **options)
-    if isinstance(text, str) and "://" in text and not text.startswith("file://") and re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", text):
+    if "://" in text and not text.startswith("file://") and re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", text):
         raise ValueError(f"cannot connect to {text.split('://', 1)[0]}:// URLs: give a path, file://path, or nats://host:port")
     if options:
         raise TypeError(f"connection options {sorted(options)} apply to a nats:// server, not to the embedded engine at {text!r}")

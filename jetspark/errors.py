@@ -240,6 +240,7 @@ _API_ERRORS: dict[int, tuple[int, str, type[APIError]]] = {
     10148: (400, "consumer already exists", BadRequestError),
     10149: (400, "consumer does not exist", BadRequestError),
     10183: (400, "consumer ack wait needs to be positive", BadRequestError),
+    10184: (400, "consumer backoff needs to be positive", BadRequestError),
     10193: (400, "missing sequence for expected last sequence per subject", BadRequestError),
 }
 

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jetspark import validate as V
 from jetspark.api import RetentionPolicy, datetime_to_ns
 from jetspark.engine import headers as H
 from jetspark.engine import subjects as subj
@@ -224,29 +225,27 @@ def _column(table: pa.Table, name: str) -> Optional[pa.ChunkedArray]:
 def publish_batch(stream: Stream, table: pa.Table, msg_id_prefix: Optional[str] = None, msg_id_start: int = 0) -> BatchAck:
     """Append every row as one publish would, all or nothing.
 
+    ``table`` is checked by ``jetspark.validate.batch_table`` (subject string, data binary).
+    Every row's subject must be one the stream captures, on every path.
     With ``msg_id_prefix``, row i carries the Nats-Msg-Id ``f"{msg_id_prefix}{msg_id_start + i}"``
     and the batch is deduplicated as a range (one record, not one per row).
     """
     c = stream.config
     subjects = table.column("subject")
     data = table.column("data")
-    if not pa.types.is_binary(data.type):
-        data = pc.cast(data, pa.binary())
-    if not pa.types.is_string(subjects.type):
-        subjects = pc.cast(subjects, pa.string())
     hdr_col = _column(table, "headers")
     id_col = _column(table, "msg_id")
     n = table.num_rows
     if n == 0:
         return BatchAck(c.name, pa.array([], pa.int64()), pa.array([], pa.bool_()))
     if msg_id_prefix is not None:
-        if id_col is not None:
-            raise BadRequestError(400, 10003, "publish_batch takes either a msg_id column or msg_id_prefix, not both")
         if hdr_col is not None or c.retention == RetentionPolicy.INTEREST or c.discard.value == "new":
             ids = pa.array([f"{msg_id_prefix}{msg_id_start + i}" for i in range(n)], pa.string())
             return _publish_rows(stream, subjects, data, hdr_col, ids)
         return _publish_fast(stream, subjects, data, id_range=(msg_id_prefix, int(msg_id_start)))
-    if hdr_col is not None or c.retention == RetentionPolicy.INTEREST or c.discard.value == "new":
+    # A null msg_id means "no id" for its row, which only the row path can say.
+    partial_ids = id_col is not None and id_col.null_count > 0
+    if hdr_col is not None or partial_ids or c.retention == RetentionPolicy.INTEREST or c.discard.value == "new":
         return _publish_rows(stream, subjects, data, hdr_col, id_col)
     return _publish_fast(stream, subjects, data, id_col)
 
@@ -257,14 +256,21 @@ def _publish_rows(stream, subjects, data, hdr_col, id_col) -> BatchAck:
     data_list = data.to_pylist()
     hdr_list = hdr_col.to_pylist() if hdr_col is not None else None
     id_list = id_col.to_pylist() if id_col is not None else None
+    # Every row's headers are checked before the first is stored.
+    blocks = []
+    for i in range(len(subj_list)):
+        headers = V.row_headers(hdr_list[i], i) if hdr_list else {}
+        msg_id = V.row_msg_id(id_list[i], i) if id_list else None
+        if msg_id is not None:
+            headers[H.MSG_ID] = msg_id
+        blocks.append(H.encode(headers))
     seqs, dups = [], []
     with stream.locked():
+        c = stream.config
+        V.batch_subjects(subjects, c.subjects or [c.name], c.name)
         for i, subject in enumerate(subj_list):
-            headers = dict(hdr_list[i]) if hdr_list and hdr_list[i] else {}
-            if id_list and id_list[i]:
-                headers[H.MSG_ID] = id_list[i]
             try:
-                ack = stream._publish_locked(subject, data_list[i] or b"", H.encode(headers))
+                ack = stream._publish_locked(subject, data_list[i] or b"", blocks[i])
             except Exception as exc:
                 exc.add_note(f"row {i} of the batch was refused; nothing from the batch was stored")
                 raise
@@ -286,25 +292,19 @@ def _publish_fast(stream, subjects, data, id_col=None, id_range=None) -> BatchAc
         err = api_error(10054)
         err.add_note(f"row {row} of the batch is {lens[row]} bytes; max_msg_size is {c.max_msg_size}; nothing was stored")
         raise err
-    encoded = subjects.dictionary_encode()
-    uniq = encoded.dictionary.to_pylist()
-    for u in uniq:
-        if u is None or not subj.is_valid(u) or not subj.matches_any(c.subjects, u):
-            raise BadRequestError(
-                400, 10003, f"subject {u!r} in the batch is not captured by stream {c.name!r} (subjects {c.subjects})"
-            )
-    idx = encoded.indices.to_numpy(zero_copy_only=False)
     offsets = np.frombuffer(data.buffers()[1], dtype=np.int32, count=len(data) + 1, offset=data.offset * 4)
     payload = data.buffers()[2]
     buf = memoryview(payload) if payload is not None else memoryview(b"")
     base = int(offsets[0])
     data_offsets = (offsets - base).astype(np.int64)
     body = buf[base: int(offsets[-1])]
-    ids = id_col.to_pylist() if id_col is not None else None
-    n = len(idx)
+    ids = [V.row_msg_id(m, i) for i, m in enumerate(id_col.to_pylist())] if id_col is not None else None
+    n = len(data)
     with stream.locked():
+        c = stream.config
         if c.sealed:
             raise api_error(10109)
+        uniq, idx = V.batch_subjects(subjects, c.subjects or [c.name], c.name)
         keep = None
         hdr, hdr_offsets = b"", np.zeros(n + 1, dtype=np.int64)
         hdr_crcs = None

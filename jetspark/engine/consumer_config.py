@@ -59,8 +59,6 @@ def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> C
     check_consumer_name(config.name)
     if config.name and config.durable_name and config.name != config.durable_name:
         raise api_error(10017)
-    if config.description and len(config.description) > MAX_DESCRIPTION_LEN:
-        raise api_error(10107, max=MAX_DESCRIPTION_LEN)
 
     deliver = _enum(DeliverPolicy, config.deliver_policy, "deliver policy") or DeliverPolicy.ALL
     ack = _enum(AckPolicy, config.ack_policy, "ack policy") or AckPolicy.NONE
@@ -71,6 +69,11 @@ def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> C
         raise api_error(10133)
     if replicas > 1:
         raise api_error(10074)
+    backoff = [float(b) for b in config.backoff] if config.backoff else None
+    if backoff and any(b < 0 for b in backoff):
+        raise api_error(10184)  # before the description and the filters, as the server checks
+    if config.description and len(config.description) > MAX_DESCRIPTION_LEN:
+        raise api_error(10107, max=MAX_DESCRIPTION_LEN)
 
     # Filters (JETSTREAM.md §2); an empty filter means none.
     filter_subject = config.filter_subject or None
@@ -89,7 +92,6 @@ def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> C
 
     _check_start(deliver, config, bool(filters))
 
-    backoff = [float(b) for b in config.backoff] if config.backoff else None
     max_deliver = int(config.max_deliver) if config.max_deliver and config.max_deliver > 0 else -1
     if backoff and max_deliver != -1 and len(backoff) > max_deliver:
         raise api_error(10116)

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Optional, Sequenc
 
 import numpy as np
 
+from jetspark import validate as V
 from jetspark.api import (
     AckPolicy,
     ConsumerConfig,
@@ -53,7 +54,6 @@ from jetspark.api import (
     StreamConfig,
     StreamInfo,
     datetime_to_ns,
-    with_params,
 )
 from jetspark.engine import check
 from jetspark.engine import config as cfg
@@ -313,8 +313,7 @@ class JetStream:
         self._check()
         if self._acks:
             self._flush_acks()
-        if not isinstance(name, str) or not name:
-            raise api_error(10059)
+        V.stream_name(name)
         self._sync_registry()
         st = self._streams.get(name)
         if st is None:
@@ -336,8 +335,7 @@ class JetStream:
         not a usable stream is a damaged one, which is never replaced (CorruptStoreError).
         """
         self._check()
-        config = _config(config, params)
-        new = cfg.normalize_stream_config(config)
+        new = cfg.normalize_stream_config(V.stream_config(config, params))
         cfg.check_create(new)
         with self._lock, self._store_locked():
             self._sync_registry()
@@ -418,8 +416,7 @@ class JetStream:
     def update_stream(self, config: Optional[StreamConfig] = None, **params) -> StreamInfo:
         """Replace a stream's config as a whole (omitted fields return to their defaults)."""
         self._check()
-        config = _config(config, params)
-        new = cfg.normalize_stream_config(config)
+        new = cfg.normalize_stream_config(V.stream_config(config, params))
         with self._lock, self._store_locked():
             st = self._stream(new.name)
             with st.locked():
@@ -537,6 +534,8 @@ class JetStream:
         return True
 
     def stream_info(self, name: str, subjects_filter: Optional[str] = None, deleted_details: bool = False) -> StreamInfo:
+        V.filter_subject(subjects_filter, "subjects_filter")
+        V.boolean(deleted_details, "deleted_details", api=True)
         with self._lock:
             return self._stream(name).info(subjects_filter=subjects_filter, deleted_details=deleted_details)
 
@@ -556,6 +555,8 @@ class JetStream:
             return sorted(set(self._streams) | set(self._broken))
 
     def find_stream_name_by_subject(self, subject: str) -> str:
+        if not isinstance(subject, str) or not subj.is_valid(subject):
+            raise api_error(10059)  # as the server answers: no stream has that subject
         with self._lock:
             st = self._route(subject)
             if st is None:
@@ -563,6 +564,7 @@ class JetStream:
             return st.name
 
     def purge_stream(self, name: str, subject: Optional[str] = None, seq: Optional[int] = None, keep: Optional[int] = None) -> bool:
+        subject, seq, keep = V.purge_args(subject, seq, keep)
         with self._lock:
             self._stream(name).purge(subject=subject, seq=seq, keep=keep)
             return True
@@ -582,7 +584,9 @@ class JetStream:
                 break
         if len(self._routes) > 100_000:
             self._routes.clear()
-        self._routes[subject] = found
+        # publish trusts a cached subject without checking it again: cache only those it accepts.
+        if subj.is_valid(subject) and V.publish_subject_ok(subject):
+            self._routes[subject] = found
         return found
 
     def publish(self, subject: str, payload: bytes = b"", headers: Optional[Mapping[str, object]] = None, stream: Optional[str] = None) -> PubAck:
@@ -592,10 +596,17 @@ class JetStream:
             if self._acks:
                 self._flush_acks()
             self._sync_registry()
-            st = self._routes.get(subject, _UNROUTED)
+            # The hot path (bytes, no headers, a subject routed before) checks types only.
+            if type(payload) is not bytes:
+                payload = V.payload(payload)
+            if headers is not None or stream is not None:
+                headers = V.headers(headers)
+                if stream is not None:
+                    headers = dict(headers or {})
+                    headers[H.EXPECTED_STREAM] = V.header_value(V.text(stream, "stream", optional=False), "stream")
+            st = self._routes.get(subject, _UNROUTED) if type(subject) is str else _UNROUTED
             if st is _UNROUTED:
-                if not isinstance(subject, str) or not subject or subj.has_whitespace(subject):
-                    raise BadRequestError(400, 10003, f"invalid publish subject {subject!r}: a subject is non-empty dot-separated tokens without whitespace")
+                V.publish_subject(subject)
                 # Like the server, a subject with empty tokens reaches no stream, and
                 # '*' or '>' tokens in a published subject are stored literally.
                 st = self._route(subject) if subj.is_valid(subject) else None
@@ -603,14 +614,12 @@ class JetStream:
                 if not self._broken or not subj.is_valid(subject):
                     raise NoStreamResponseError(subject)
                 st = self._unrouted(subject)
-            if stream is not None:
-                headers = dict(headers or {})
-                headers[H.EXPECTED_STREAM] = stream
             if not headers:
-                return st.publish_plain(subject, payload if type(payload) is bytes else bytes(payload))
-            return st.publish(subject, payload if type(payload) is bytes else bytes(payload), H.encode(headers) if headers else b"")
+                return st.publish_plain(subject, payload)
+            return st.publish(subject, payload, H.encode(headers))
 
     def get_msg(self, stream: str, seq: Optional[int] = None, last_by_subj: Optional[str] = None, next_by_subj: Optional[str] = None) -> RawStreamMsg:
+        seq, last_by_subj, next_by_subj = V.get_msg_args(seq, last_by_subj, next_by_subj)
         with self._lock:
             return self._stream(stream).get_msg(seq=seq, last_by_subj=last_by_subj, next_by_subj=next_by_subj)
 
@@ -618,6 +627,7 @@ class JetStream:
         return self.get_msg(stream, last_by_subj=subject)
 
     def delete_msg(self, stream: str, seq: int) -> bool:
+        seq = V.seq(seq, "seq", api=True, optional=False, hi=V.UINT64_MAX)
         with self._lock:
             self._stream(stream).delete_msg(seq)
             return True
@@ -639,6 +649,7 @@ class JetStream:
         stream, subject, seq, timestamp, data (and headers when asked)."""
         from jetspark.engine import bulk
 
+        start_seq, end_seq, subjects, batch_size, headers = V.read_args(start_seq, end_seq, subjects, batch_size, headers)
         with self._lock:
             st = self._stream(stream)
         return bulk.read_batches(st, start_seq, end_seq, subjects=subjects, batch_size=batch_size, headers=headers)
@@ -649,30 +660,27 @@ class JetStream:
 
         ``msg_id_prefix``: row i gets the Nats-Msg-Id ``f"{msg_id_prefix}{msg_id_start + i}"``,
         deduplicated as one range (how the Spark sink makes its writes exactly-once cheaply)."""
-        import pyarrow as pa
-
         from jetspark.engine import bulk
 
-        table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
-        if not isinstance(table, pa.Table) or "subject" not in table.column_names or "data" not in table.column_names:
-            raise BadRequestError(400, 10003, "publish_batch takes a pyarrow Table or RecordBatch with columns 'subject' and 'data' (optional 'headers', 'msg_id')")
+        table = V.batch_table(data, msg_id_prefix, msg_id_start)
         with self._lock:
             if stream is None:
                 if table.num_rows == 0:
                     raise BadRequestError(400, 10003, "publish_batch of an empty table needs stream=")
                 first = table.column("subject")[0].as_py()
-                st = self._route(first) if isinstance(first, str) and subj.is_valid(first) else None
+                st = self._route(first) if subj.is_valid(first) and V.publish_subject_ok(first) else None
                 if st is None:
                     raise NoStreamResponseError(first)
             else:
                 st = self._stream(stream)
-            return bulk.publish_batch(st, table, msg_id_prefix, msg_id_start)
+            return bulk.publish_batch(st, table, msg_id_prefix, int(msg_id_start))
 
     def seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:
         """The last sequence in lo..hi such that the messages lo..it hold at most ``max_bytes``
         (counted as ``bytes`` is; at least lo, so a read always moves)."""
         from jetspark.engine import bulk
 
+        lo, hi, max_bytes = V.seq_for_bytes_args(lo, hi, max_bytes)
         with self._lock:
             return bulk.seq_for_bytes(self._stream(stream), lo, hi, max_bytes)
 
@@ -681,7 +689,7 @@ class JetStream:
     def sink_last_batch(self, query_id: str) -> int:
         """The last micro-batch id committed for a streaming query writing here, or -1.
         CorruptStoreError if its record is damaged (guessing could write a batch twice)."""
-        path = self._sink_path(query_id)
+        path = self._sink_path(V.query_id(query_id))
         try:
             doc = metafile.load(path, fsync=self._fsync)
         except FileNotFoundError:
@@ -692,6 +700,8 @@ class JetStream:
         return batch
 
     def sink_commit_batch(self, query_id: str, batch_id: int) -> None:
+        V.query_id(query_id)
+        batch_id = V.integer(batch_id, "batch_id", 0, V.INT64_MAX)
         with self._lock, self._store_locked():
             if batch_id <= self.sink_last_batch(query_id):
                 return
@@ -708,6 +718,7 @@ class JetStream:
         """The first sequence stored at or after ``when`` (a datetime, or ns since the epoch)."""
         from jetspark.engine import bulk
 
+        when = V.when(when)
         with self._lock:
             return bulk.seq_for_time(self._stream(stream), when)
 
@@ -727,7 +738,7 @@ class JetStream:
         return self._upsert_consumer(stream, config, params, action="update")
 
     def _upsert_consumer(self, stream: str, config, params: dict, action: str) -> ConsumerInfo:
-        config = _consumer_config(config, params)
+        config = V.consumer_config(config, params)
         with self._lock:
             st = self._stream(stream)
             with st.locked():
@@ -755,6 +766,7 @@ class JetStream:
     def delete_consumer(self, stream: str, consumer: str) -> bool:
         with self._lock:
             st = self._stream(stream)
+            V.consumer_name(consumer)
             with st.locked():
                 if consumer not in st.consumers.by_name and st.consumers.broken_error(consumer) is None:
                     raise api_error(10014)
@@ -762,7 +774,7 @@ class JetStream:
             return True
 
     def _consumer(self, st: Stream, name: str):
-        c = st.consumers.by_name.get(name)
+        c = st.consumers.by_name.get(V.consumer_name(name))
         if c is None:
             st.consumers.check_not_broken(name)  # damaged: its CorruptStoreError
             raise api_error(10014)
@@ -786,6 +798,7 @@ class JetStream:
     def pull_subscribe(self, subject: Optional[str] = None, durable: Optional[str] = None, stream: Optional[str] = None, config: Optional[ConsumerConfig] = None) -> PullSubscription:
         """A pull subscription: binds ``durable`` if it exists, else creates the consumer
         (filtered on ``subject``; ephemeral without ``durable``)."""
+        V.pull_subscribe_args(subject, durable, stream, config)
         if stream is None:
             stream = self.find_stream_name_by_subject(subject)
         if durable:
@@ -794,7 +807,7 @@ class JetStream:
                 return PullSubscription(self, stream, durable)
             except ConsumerNotFoundError:
                 pass
-        config = config or ConsumerConfig()
+        config = V.consumer_config(config, {})
         if durable:
             config = config.evolve(durable_name=durable)
         if subject and not config.filter_subject and not config.filter_subjects:
@@ -804,7 +817,7 @@ class JetStream:
 
     def pull_subscribe_bind(self, durable: Optional[str] = None, stream: Optional[str] = None, consumer: Optional[str] = None) -> PullSubscription:
         """A pull subscription on an existing consumer."""
-        name = durable or consumer
+        name = V.bind_args(durable, stream, consumer)
         self.consumer_info(stream, name)
         return PullSubscription(self, stream, name)
 
@@ -890,12 +903,13 @@ class JetStream:
         """Acknowledge everything the durable consumer matches up to stream sequence ``seq``
         (AckAll semantics, as if delivered and acked), releasing it on interest and
         work-queue streams; returns the new ack floor."""
+        seq = V.seq(seq, "seq", optional=False)
         with self._lock:
             st = self._stream(stream)
             with st.locked():
                 c = self._consumer(st, durable)
                 old = c.asflr
-                c.advance_floor(int(seq))
+                c.advance_floor(seq)
                 if c.asflr > old:
                     st.consumers.release(np.arange(old + 1, c.asflr + 1, dtype=np.int64))
                 return SequenceInfo(consumer_seq=c.adflr, stream_seq=c.asflr)
@@ -912,6 +926,7 @@ class JetStream:
         """
         from jetspark.engine import bulk
 
+        start_seq, end_seq, subjects, batch_size, _ = V.read_args(start_seq, end_seq, subjects, batch_size, False)
         with self._lock:
             st = self._stream(stream)
             st.refresh()
@@ -942,11 +957,3 @@ def _legacy_store_doc(path: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(doc, dict) and doc.get("format") == 1 and "crc32" not in doc
-
-
-def _consumer_config(config, params: dict) -> ConsumerConfig:
-    return with_params(ConsumerConfig, config, params)
-
-
-def _config(config, params: dict) -> StreamConfig:
-    return with_params(StreamConfig, config, params)

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
+from jetspark import validate as V
 from jetspark.api import ns_to_datetime
 from jetspark.errors import FetchTimeoutError
 
@@ -79,6 +80,7 @@ class Msg:
 
     def ack_sync(self, timeout: float = 1.0) -> "Msg":
         """Acknowledge and wait until the ack is applied."""
+        V.timeout(timeout)
         if self._ackable():
             self._js._buffer_ack(self._meta)
             self._js._flush_acks()
@@ -86,6 +88,7 @@ class Msg:
 
     def nak(self, delay: Optional[float] = None) -> None:
         """Ask for redelivery, optionally not before ``delay`` seconds."""
+        delay = V.nak_delay(delay)
         if self._ackable():
             self._js._consumer_action("nak", self._meta, delay)
 
@@ -116,9 +119,8 @@ class PullSubscription:
 
         Raises FetchTimeoutError (a TimeoutError) when none arrives, as nats-py does.
         """
-        if batch < 1:
-            raise ValueError(f"batch must be at least 1, not {batch}")
-        deadline = time.monotonic() + (timeout or 0)
+        batch, timeout, no_wait, max_bytes = V.fetch_args(batch, timeout, no_wait, max_bytes)
+        deadline = time.monotonic() + timeout
         pause = 0.001
         while True:
             msgs = self._js._fetch(self.stream, self.consumer, batch, max_bytes or 0)

@@ -44,9 +44,9 @@ from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from nats.nuid import NUID
 
+from jetspark import validate as V
 from jetspark.api import AckPolicy, RetentionPolicy, StorageType, datetime_to_ns
 from jetspark.engine import headers as H
 from jetspark.engine import subjects as subj
@@ -731,19 +731,15 @@ async def _ack_request(js, nc, reply: str, payload: bytes) -> None:
 # ====================================================================== publish_batch
 
 
-def publish_batch(js: "NatsJetStream", data, stream: Optional[str]) -> BatchAck:
-    table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
-    if not isinstance(table, pa.Table) or "subject" not in table.column_names or "data" not in table.column_names:
-        raise BadRequestError(400, 10003, "publish_batch takes a pyarrow Table or RecordBatch with columns 'subject' and 'data' (optional 'headers', 'msg_id')")
+def publish_batch(js: "NatsJetStream", table: pa.Table, stream: Optional[str]) -> BatchAck:
+    """``table`` as ``jetspark.validate.batch_table`` returns it (subject string, data binary)."""
     n = table.num_rows
     subjects = table.column("subject")
-    if not pa.types.is_string(subjects.type) and not pa.types.is_large_string(subjects.type):
-        subjects = pc.cast(subjects, pa.string())
     if stream is None:
         if n == 0:
             raise BadRequestError(400, 10003, "publish_batch of an empty table needs stream=")
         first = subjects[0].as_py()
-        if not isinstance(first, str) or not subj.is_valid(first):
+        if not subj.is_valid(first) or not V.publish_subject_ok(first):
             raise NoStreamResponseError(first)
         try:
             stream = js.find_stream_name_by_subject(first)
@@ -755,15 +751,8 @@ def publish_batch(js: "NatsJetStream", data, stream: Optional[str]) -> BatchAck:
         return BatchAck(c.name, pa.array([], pa.int64()), pa.array([], pa.bool_()))
     if c.sealed:
         raise api_error(10109)
-    encoded = subjects.combine_chunks().dictionary_encode() if isinstance(subjects, pa.ChunkedArray) else subjects.dictionary_encode()
-    uniq = encoded.dictionary.to_pylist()
-    for u in uniq:
-        if u is None or not subj.is_valid(u) or not subj.matches_any(c.subjects or [c.name], u):
-            raise BadRequestError(400, 10003, f"subject {u!r} in the batch is not captured by stream {c.name!r} (subjects {c.subjects})")
-    payload = table.column("data")
-    if not pa.types.is_binary(payload.type):
-        payload = pc.cast(payload, pa.binary())
-    datas = [b if b is not None else b"" for b in payload.to_pylist()]
+    uniq, ids = V.batch_subjects(subjects, c.subjects or [c.name], c.name)
+    datas = [b if b is not None else b"" for b in table.column("data").to_pylist()]
     hdr_col = table.column("headers") if "headers" in table.column_names else None
     id_col = table.column("msg_id") if "msg_id" in table.column_names else None
     hdr_list = hdr_col.to_pylist() if hdr_col is not None and hdr_col.null_count < n else None
@@ -772,11 +761,10 @@ def publish_batch(js: "NatsJetStream", data, stream: Optional[str]) -> BatchAck:
     if hdr_list is not None or id_list is not None:
         blocks = []
         for i in range(n):
-            h = _row_headers(hdr_list[i] if hdr_list else None)
-            if id_list and id_list[i] is not None:
-                if id_list[i] == "":
-                    raise BadRequestError(400, 10003, f"row {i} of the batch has an empty msg_id")
-                h["Nats-Msg-Id"] = id_list[i]
+            h = V.row_headers(hdr_list[i], i) if hdr_list else {}
+            msg_id = V.row_msg_id(id_list[i], i) if id_list else None
+            if msg_id is not None:
+                h["Nats-Msg-Id"] = msg_id
             blocks.append(H.encode(h) if h else b"")
     max_payload = int(getattr(js._nc, "max_payload", 0) or 0)
     lens = np.fromiter(map(len, datas), dtype=np.int64, count=n)
@@ -788,7 +776,6 @@ def publish_batch(js: "NatsJetStream", data, stream: Optional[str]) -> BatchAck:
             err = api_error(10054)
             err.add_note(f"row {row} of the batch is {int(lens[row])} bytes; {what} is {limit}; nothing was stored")
             raise err
-    ids = encoded.indices.to_numpy(zero_copy_only=False)
     subj_bytes = [u.encode() for u in uniq]
     rows = [subj_bytes[k] for k in ids.tolist()]
     seqs, dups = js._run(_publish_rows(js, rows, datas, blocks), what=f"publish_batch of {n} rows to {stream!r}", timeout=PROGRESS)
@@ -797,26 +784,6 @@ def publish_batch(js: "NatsJetStream", data, stream: Optional[str]) -> BatchAck:
 
 def _false(n: int) -> pa.Array:
     return pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(np.zeros((n + 7) // 8, dtype=np.uint8))])
-
-
-def _row_headers(value) -> dict:
-    """A headers cell (map as list of pairs, or dict; values str or lists) -> dict for H.encode."""
-    if not value:
-        return {}
-    items = value.items() if isinstance(value, dict) else value
-    out: dict = {}
-    for k, v in items:
-        if v is None:
-            continue
-        vals = list(v) if isinstance(v, (list, tuple)) else [v]
-        if not vals:
-            continue  # a key with no values writes no header line, as H.encode does
-        if k in out:
-            prev = out[k]
-            out[k] = (prev if isinstance(prev, list) else [prev]) + vals
-        else:
-            out[k] = vals if len(vals) > 1 else vals[0]
-    return out
 
 
 async def _publish_rows(js: "NatsJetStream", subjects: list[bytes], datas: list[bytes], blocks: Optional[list[bytes]]):

@@ -31,6 +31,7 @@ import nats.errors as nerr
 from nats.aio.client import Client as NATS
 from nats.nuid import NUID
 
+from jetspark import validate as V
 from jetspark.api import (
     ConsumerConfig,
     ConsumerInfo,
@@ -39,7 +40,6 @@ from jetspark.api import (
     SequenceInfo,
     StreamConfig,
     StreamInfo,
-    with_params,
 )
 from jetspark.engine import subjects as subj
 from jetspark.errors import (
@@ -388,14 +388,14 @@ class NatsJetStream:
 
     def add_stream(self, config: Optional[StreamConfig] = None, **params) -> StreamInfo:
         """Create a stream; creating an existing one with the same config is a no-op."""
-        config = _config(config, params)
+        config = V.stream_config(config, params)
         self._check_stream_name(config.name)
         resp = self._request(f"{self._api}.STREAM.CREATE.{config.name}", wire.stream_config_to_wire(config), what=f"add_stream {config.name!r}")
         return wire.stream_info_from_wire(resp)
 
     def update_stream(self, config: Optional[StreamConfig] = None, **params) -> StreamInfo:
         """Replace a stream's config as a whole (omitted fields return to their defaults)."""
-        config = _config(config, params)
+        config = V.stream_config(config, params)
         if not wire.token_ok(config.name):
             raise api_error(10059)
         resp = self._request(f"{self._api}.STREAM.UPDATE.{config.name}", wire.stream_config_to_wire(config), what=f"update_stream {config.name!r}")
@@ -417,6 +417,8 @@ class NatsJetStream:
         return self._request(self._stream_subject("DELETE", name), what=f"delete_stream {name!r}")["success"]
 
     def stream_info(self, name: str, subjects_filter: Optional[str] = None, deleted_details: bool = False) -> StreamInfo:
+        V.filter_subject(subjects_filter, "subjects_filter")
+        V.boolean(deleted_details, "deleted_details", api=True)
         subject = self._stream_subject("INFO", name)
         return self._run(self._astream_info(subject, subjects_filter, deleted_details), what=f"stream_info {name!r}")
 
@@ -459,6 +461,7 @@ class NatsJetStream:
         return streams[0]
 
     def purge_stream(self, name: str, subject: Optional[str] = None, seq: Optional[int] = None, keep: Optional[int] = None) -> bool:
+        subject, seq, keep = V.purge_args(subject, seq, keep)
         req: dict = {}
         if subject:
             req["filter"] = subject
@@ -472,16 +475,16 @@ class NatsJetStream:
 
     def publish(self, subject: str, payload: bytes = b"", headers: Optional[Mapping[str, object]] = None, stream: Optional[str] = None) -> PubAck:
         """Store one message; returns the PubAck (``duplicate=True`` for a repeated Nats-Msg-Id)."""
-        if not isinstance(subject, str) or not subject or subj.has_whitespace(subject):
-            raise BadRequestError(400, 10003, f"invalid publish subject {subject!r}: a subject is non-empty dot-separated tokens without whitespace")
+        payload = V.payload(payload)
+        hdrs: Optional[dict] = None
+        if headers is not None or stream is not None:
+            hdrs = V.headers(headers)
+            if stream is not None:
+                hdrs = dict(hdrs or {})
+                hdrs["Nats-Expected-Stream"] = V.header_value(V.text(stream, "stream", optional=False), "stream")
+        V.publish_subject(subject)
         if not subj.is_valid(subject):
             raise NoStreamResponseError(subject)  # empty tokens: no stream can capture it
-        payload = payload if type(payload) is bytes else bytes(payload)
-        hdrs: Optional[dict] = None
-        if headers or stream is not None:
-            hdrs = dict(headers or {})
-            if stream is not None:
-                hdrs["Nats-Expected-Stream"] = stream
         return self._run(self._apublish(subject, payload, hdrs), what=f"publish to {subject!r}")
 
     async def _apublish(self, subject: str, payload: bytes, headers: Optional[dict]) -> PubAck:
@@ -503,6 +506,7 @@ class NatsJetStream:
         return PubAck.from_response(resp)
 
     def get_msg(self, stream: str, seq: Optional[int] = None, last_by_subj: Optional[str] = None, next_by_subj: Optional[str] = None) -> RawStreamMsg:
+        seq, last_by_subj, next_by_subj = V.get_msg_args(seq, last_by_subj, next_by_subj)
         req: dict = {}
         if seq is not None:
             req["seq"] = seq
@@ -517,6 +521,7 @@ class NatsJetStream:
         return self.get_msg(stream, last_by_subj=subject)
 
     def delete_msg(self, stream: str, seq: int) -> bool:
+        seq = V.seq(seq, "seq", api=True, optional=False, hi=V.UINT64_MAX)
         return self._request(self._stream_subject("MSG.DELETE", stream), {"seq": seq, "no_erase": True}, what=f"delete_msg {seq} from {stream!r}")["success"]
 
     # ------------------------------------------------------------------ bulk paths for Spark
@@ -539,6 +544,7 @@ class NatsJetStream:
         consumer (deleted at the end), in large pipelined pull requests."""
         from jetspark.remote import bulk
 
+        start_seq, end_seq, subjects, batch_size, headers = V.read_args(start_seq, end_seq, subjects, batch_size, headers)
         return bulk.read_batches(self, stream, start_seq, end_seq, subjects=subjects, batch_size=batch_size, headers=headers)
 
     def publish_batch(self, data, stream: Optional[str] = None, msg_id_prefix: Optional[str] = None, msg_id_start: int = 0):
@@ -554,19 +560,18 @@ class NatsJetStream:
 
         from jetspark.remote import bulk
 
+        table = V.batch_table(data, msg_id_prefix, msg_id_start)
         if msg_id_prefix is not None:
-            table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
-            if "msg_id" in table.column_names:
-                raise BadRequestError(400, 10003, "publish_batch takes either a msg_id column or msg_id_prefix, not both")
             ids = pa.array([f"{msg_id_prefix}{msg_id_start + i}" for i in range(table.num_rows)], pa.string())
-            data = table.append_column("msg_id", ids)
-        return bulk.publish_batch(self, data, stream)
+            table = table.append_column("msg_id", ids)
+        return bulk.publish_batch(self, table, stream)
 
     def seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:
         """The last sequence in lo..hi such that the messages lo..it hold at most ``max_bytes``
         (counted as the server counts a stream's bytes; at least lo, so a read always moves)."""
         from jetspark.remote import bulk
 
+        lo, hi, max_bytes = V.seq_for_bytes_args(lo, hi, max_bytes)
         return bulk.seq_for_bytes(self, stream, lo, hi, max_bytes)
 
     def seq_for_time(self, stream: str, when) -> int:
@@ -574,7 +579,7 @@ class NatsJetStream:
         last_seq + 1 if none."""
         from jetspark.remote import bulk
 
-        return bulk.seq_for_time(self, stream, when)
+        return bulk.seq_for_time(self, stream, V.when(when))
 
     # Committed micro-batches of streaming sinks, per query, in the KV bucket
     # ``jetspark_sinks`` on the server (created on first commit).
@@ -582,12 +587,13 @@ class NatsJetStream:
         """The last micro-batch id committed for a streaming query writing here, or -1."""
         from jetspark.remote import bulk
 
-        return bulk.sink_last_batch(self, query_id)
+        return bulk.sink_last_batch(self, V.query_id(query_id))
 
     def sink_commit_batch(self, query_id: str, batch_id: int) -> None:
         from jetspark.remote import bulk
 
-        bulk.sink_commit_batch(self, query_id, batch_id)
+        V.query_id(query_id)
+        bulk.sink_commit_batch(self, query_id, V.integer(batch_id, "batch_id", 0, V.INT64_MAX))
 
     # ------------------------------------------------------------------ consumers
 
@@ -604,7 +610,7 @@ class NatsJetStream:
         return self._consumer_request(stream, config, params, "update")
 
     def _consumer_request(self, stream: str, config, params: dict, action: Optional[str]) -> ConsumerInfo:
-        config = _consumer_config(config, params)
+        config = V.consumer_config(config, params)
         if not wire.token_ok(stream):
             raise api_error(10059)
         req: dict = {"stream_name": stream, "config": wire.consumer_config_to_wire(config)}
@@ -652,6 +658,7 @@ class NatsJetStream:
     def pull_subscribe(self, subject: Optional[str] = None, durable: Optional[str] = None, stream: Optional[str] = None, config: Optional[ConsumerConfig] = None) -> PullSubscription:
         """A pull subscription: binds ``durable`` if it exists, else creates the consumer
         (filtered on ``subject``; ephemeral without ``durable``)."""
+        V.pull_subscribe_args(subject, durable, stream, config)
         if stream is None:
             stream = self.find_stream_name_by_subject(subject)
         if durable:
@@ -660,9 +667,7 @@ class NatsJetStream:
                 return PullSubscription(self, stream, durable)
             except ConsumerNotFoundError:
                 pass
-        config = config or ConsumerConfig()
-        if isinstance(config, dict):
-            config = ConsumerConfig.from_response(config)
+        config = V.consumer_config(config, {})
         if subject and not config.filter_subject and not config.filter_subjects:
             config = config.evolve(filter_subject=subject)
         if durable:
@@ -674,11 +679,7 @@ class NatsJetStream:
 
     def pull_subscribe_bind(self, durable: Optional[str] = None, stream: Optional[str] = None, consumer: Optional[str] = None) -> PullSubscription:
         """A pull subscription on an existing consumer."""
-        name = durable or consumer
-        if not stream:
-            raise BadRequestError(400, 10003, "pull_subscribe_bind needs stream=")
-        if not name:
-            raise BadRequestError(400, 10003, "pull_subscribe_bind needs durable= or consumer=")
+        name = V.bind_args(durable, stream, consumer)
         self.consumer_info(stream, name)
         return PullSubscription(self, stream, name)
 
@@ -778,7 +779,7 @@ class NatsJetStream:
         new ack floor.  Cheapest with ack policy all (one ack per call)."""
         from jetspark.remote import bulk
 
-        return bulk.advance_ack_floor(self, stream, durable, int(seq))
+        return bulk.advance_ack_floor(self, stream, durable, V.seq(seq, "seq", optional=False))
 
     def ack_floor(self, stream: str, durable: str) -> SequenceInfo:
         """The durable consumer's ack floor."""
@@ -792,6 +793,7 @@ class NatsJetStream:
         """
         from jetspark.remote import bulk
 
+        start_seq, end_seq, subjects, batch_size, _ = V.read_args(start_seq, end_seq, subjects, batch_size, False)
         return bulk.ordered_consumer(self, stream, subjects, start_seq, end_seq, batch_size)
 
 
@@ -827,10 +829,3 @@ def _describe(exc: Optional[BaseException]) -> str:
         text = f"connection refused ({text})" if text else "connection refused"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
-
-def _consumer_config(config, params: dict) -> ConsumerConfig:
-    return with_params(ConsumerConfig, config, params)
-
-
-def _config(config, params: dict) -> StreamConfig:
-    return with_params(StreamConfig, config, params)

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Optional
 from urllib.parse import urlsplit, urlunsplit
 
+from jetspark import validate as V
+
 __all__ = ["ConnectOptions", "redact_url"]
 
 _SECRET_FIELDS = ("password", "token", "nkeys_seed_str")
@@ -98,11 +100,14 @@ class ConnectOptions:
     def __post_init__(self) -> None:
         if isinstance(self.servers, str):
             object.__setattr__(self, "servers", tuple(split_servers(self.servers)))
-        else:
+        elif isinstance(self.servers, (list, tuple)) and all(isinstance(u, str) for u in self.servers):
             object.__setattr__(self, "servers", tuple(self.servers))
+        else:
+            raise TypeError(f"servers must be a URL or a list of URLs, not {V.show(self.servers)}")
         if not self.servers:
             raise ValueError("no server URL given")
-        if not (isinstance(self.timeout, (int, float)) and self.timeout > 0):
+        self._check_types()
+        if not self.timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, not {self.timeout!r}")
         if self.connect_timeout is not None and not self.connect_timeout > 0:
             raise ValueError(f"connect_timeout must be positive, not {self.connect_timeout!r}")
@@ -112,6 +117,28 @@ class ConnectOptions:
             raise ValueError("password needs user")
         if self.publish_window < 1:
             raise ValueError("publish_window must be at least 1")
+
+    def _check_types(self) -> None:
+        """Every option of the type nats-py needs, named when it is not (a wrong one would
+        otherwise fail later, inside nats-py, without saying which)."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("servers", "tls"):
+                continue
+            if f.name in _FLOAT_FIELDS:
+                if value is None and f.name == "connect_timeout":
+                    continue
+                V.timeout(value, f.name)
+            elif f.name == "max_reconnect_attempts":
+                V.integer(value, f.name, -1, V.INT32[1])  # -1: forever, as in nats-py
+            elif f.name == "publish_window":
+                V.integer(value, f.name, 1, V.INT32[1])
+            else:
+                V.text(value, f.name)
+        if self.tls is not None and not isinstance(self.tls, ssl.SSLContext):
+            raise TypeError(f"tls must be an ssl.SSLContext, not {V.show(self.tls)}")
+        if self.domain is not None and (not self.domain or any(c in self.domain for c in ". \t\r\n*>")):
+            raise ValueError(f"domain must be one subject token (no dots, wildcards or whitespace), not {self.domain!r}")
 
     # ------------------------------------------------------------------ building
 
@@ -137,12 +164,16 @@ class ConnectOptions:
         for key, value in options.items():
             name = key.replace(".", "_").replace("-", "_").lower()
             name = aliases.get(name, name)
-            if name in _FLOAT_FIELDS:
-                kwargs[name] = float(value)
-            elif name in _INT_FIELDS:
-                kwargs[name] = int(value)
-            else:
-                kwargs[name] = value
+            try:
+                if name in _FLOAT_FIELDS:
+                    kwargs[name] = float(value)
+                elif name in _INT_FIELDS:
+                    kwargs[name] = int(value)
+                else:
+                    kwargs[name] = value
+            except (TypeError, ValueError):
+                kind = "a number" if name in _FLOAT_FIELDS else "an integer"
+                raise ValueError(f"option {key!r} must be {kind}, not {V.show(value)}") from None
         return cls.build(url, **kwargs)
 
     def evolve(self, **changes: Any) -> "ConnectOptions":

@@ -14,6 +14,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Optional
 
+from jetspark import validate as V
 from jetspark.api import ConsumerInfo, ns_to_datetime
 from jetspark.engine.pull import MsgMetadata, SequencePair
 from jetspark.errors import FetchTimeoutError, api_error
@@ -73,6 +74,7 @@ class Msg:
 
     def ack_sync(self, timeout: float = 1.0) -> "Msg":
         """Acknowledge and wait until the server has applied it."""
+        timeout = V.timeout(timeout)
         if self._ackable():
             self._js._ack_nowait(self.reply, b"+ACK")
             self._js._settle_acks(timeout)
@@ -80,6 +82,7 @@ class Msg:
 
     def nak(self, delay: Optional[float] = None) -> None:
         """Ask for redelivery, optionally not before ``delay`` seconds."""
+        delay = V.nak_delay(delay)
         if self._ackable():
             payload = b"-NAK"
             if delay:
@@ -115,9 +118,7 @@ class PullSubscription:
     def fetch(self, batch: int = 1, timeout: Optional[float] = 5.0, no_wait: bool = False, max_bytes: Optional[int] = None) -> list[Msg]:
         """Up to ``batch`` messages: what is available now, else wait up to ``timeout`` for
         the first one.  Raises FetchTimeoutError (a TimeoutError) when none arrives."""
-        if batch < 1:
-            raise ValueError(f"batch must be at least 1, not {batch}")
-        timeout = 5.0 if timeout is None else float(timeout)
+        batch, timeout, no_wait, max_bytes = V.fetch_args(batch, timeout, no_wait, max_bytes)
         expires = _NO_WAIT_EXPIRES if no_wait or timeout <= 0 else timeout
         msgs = self._js._run(
             self._fetch(batch, expires, max_bytes),

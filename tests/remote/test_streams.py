@@ -83,7 +83,7 @@ def test_listing_pages_past_the_servers_page_size(js, name):
 def test_publish_and_get(js, name):
     s = name()
     js.add_stream(name=s, subjects=[f"{s}.>"])
-    ack = js.publish(f"{s}.a", b"one", headers={"Nats-Msg-Id": "m1", "X-Num": 7})
+    ack = js.publish(f"{s}.a", b"one", headers={"Nats-Msg-Id": "m1", "X-Num": "7"})
     assert ack == PubAck(stream=s, seq=1)
     assert js.publish(f"{s}.a", b"one", headers={"Nats-Msg-Id": "m1"}).duplicate is True
     js.publish(f"{s}.b", bytearray(b"two"), headers={"X-Multi": ["1", "2"]})
