@@ -129,7 +129,7 @@ def pristine_big(tmp_path_factory):
         return path, everything(js)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_flipped_byte_in_a_checkpointed_interval_is_refused_or_harmless(pristine_big, tmp_path_factory, data):
     src, expected = pristine_big
