@@ -198,7 +198,7 @@ class RequestTimeoutError(JetSparkError, TimeoutError):
 
 
 # err_code -> (HTTP code, description template, class). Descriptions are the
-# server's own text (JETSTREAM.md §7); templates take keyword fields.
+# server's own text (docs/semantics.md §7); templates take keyword fields.
 _API_ERRORS: dict[int, tuple[int, str, type[APIError]]] = {
     10003: (400, "bad request", BadRequestError),
     10012: (500, "{err}", ServerError),

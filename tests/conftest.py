@@ -62,7 +62,7 @@ class Backend:
         return self._js.update_stream(config, **params)
 
     def msg_bytes(self, subject: str, payload: bytes, hdr: bytes = b"") -> int:
-        """The server's per-message byte accounting (JETSTREAM.md §3.1)."""
+        """The server's per-message byte accounting (docs/semantics.md §3.1)."""
         if self.storage == "memory":
             return len(subject) + len(hdr) + len(payload) + 16
         if hdr:

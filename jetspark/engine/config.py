@@ -1,4 +1,4 @@
-"""StreamConfig defaulting and validation, in the server's order (JETSTREAM.md §1).
+"""StreamConfig defaulting and validation, in the server's order (docs/semantics.md §1).
 
 ``normalize_stream_config`` turns what a user passed into the config the
 server would echo back, or raises the server's error.  ``check_update``
@@ -52,7 +52,7 @@ def _enum(enum: type[Enum], value, field: str):
 
 
 def _limit(value: Optional[int]) -> int:
-    # 0 and anything below -1 mean "unlimited", shown as -1 (JETSTREAM.md §1.1).
+    # 0 and anything below -1 mean "unlimited", shown as -1 (docs/semantics.md §1.1).
     if value is None or value == 0 or value < -1:
         return -1
     return int(value)
@@ -173,6 +173,6 @@ def check_update(old: StreamConfig, new: StreamConfig) -> StreamConfig:
     if old.deny_purge and not new.deny_purge:
         raise invalid("stream configuration update can not cancel deny purge")
     if new.sealed:
-        # Sealing forces these (JETSTREAM.md §1.3).
+        # Sealing forces these (docs/semantics.md §1.3).
         new = new.evolve(max_age=0.0, discard=DiscardPolicy.NEW, deny_delete=True, deny_purge=True, allow_rollup_hdrs=False)
     return new

@@ -1,4 +1,4 @@
-"""Consumers: delivery, acknowledgement, redelivery and ack floors (JETSTREAM.md §5, §6).
+"""Consumers: delivery, acknowledgement, redelivery and ack floors (docs/semantics.md §5, §6).
 
 A consumer's state is what nats-server keeps (``consumer.go``): the next
 delivery sequence, the next stream sequence, the ack floor, the pending
@@ -404,7 +404,7 @@ class Consumer:
         else:
             need = above
         if self.rdc:
-            # A message that reached max_deliver is kept (JETSTREAM.md §3.3).
+            # A message that reached max_deliver is kept (docs/semantics.md §3.3).
             need |= np.isin(seqs, np.fromiter(self.rdc, dtype=np.int64, count=len(self.rdc)))
         return need
 
@@ -425,7 +425,7 @@ class Consumer:
     # ------------------------------------------------------------------ delivery (under the lock)
 
     def expire_max_delivered(self, now: int) -> None:
-        """A message at max_deliver leaves pending once its last ack_wait passes (JETSTREAM.md §5.4)."""
+        """A message at max_deliver leaves pending once its last ack_wait passes (docs/semantics.md §5.4)."""
         md = self.config.max_deliver
         if md <= 0 or not self.pending:
             return
@@ -659,7 +659,7 @@ class Consumer:
     # ------------------------------------------------------------------ stream events (under the lock)
 
     def drop(self, seqs: np.ndarray) -> None:
-        """Messages the stream removed: pending ones leave as if termed (JETSTREAM.md §5.4)."""
+        """Messages the stream removed: pending ones leave as if termed (docs/semantics.md §5.4)."""
         if not self.pending:
             return
         keys = np.fromiter(self.pending, dtype=np.int64, count=len(self.pending))

@@ -1,4 +1,4 @@
-"""ConsumerConfig defaulting and validation, in the server's order (JETSTREAM.md §5.1, §3.4).
+"""ConsumerConfig defaulting and validation, in the server's order (docs/semantics.md §5.1, §3.4).
 
 Pure functions: the config a user passed -> the config the server echoes, or
 the server's error.  ``check_update`` holds what an update may not change,
@@ -75,7 +75,7 @@ def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> C
     if config.description and len(config.description) > MAX_DESCRIPTION_LEN:
         raise api_error(10107, max=MAX_DESCRIPTION_LEN)
 
-    # Filters (JETSTREAM.md §2); an empty filter means none.
+    # Filters (docs/semantics.md §2); an empty filter means none.
     filter_subject = config.filter_subject or None
     filter_subjects = list(config.filter_subjects) if config.filter_subjects else None
     if filter_subject and filter_subjects:
@@ -189,7 +189,7 @@ def check_update(old: ConsumerConfig, new: ConsumerConfig) -> None:
 
 
 def check_workqueue(stream: StreamConfig, new: ConsumerConfig, others: Iterable[ConsumerConfig]) -> None:
-    """Work-queue streams: one consumer per message (JETSTREAM.md §3.4)."""
+    """Work-queue streams: one consumer per message (docs/semantics.md §3.4)."""
     if stream.retention != RetentionPolicy.WORK_QUEUE:
         return
     if new.ack_policy == AckPolicy.NONE:

@@ -1,4 +1,4 @@
-"""A stream's consumers, and the retention they drive (JETSTREAM.md §3.3, §3.4).
+"""A stream's consumers, and the retention they drive (docs/semantics.md §3.3, §3.4).
 
 Interest retention: a message is stored only if some consumer's filter
 matches it, and removed once no matching consumer needs it any more.
@@ -158,7 +158,7 @@ class ConsumerSet:
     # ------------------------------------------------------------------ lifecycle
 
     def create(self, config: ConsumerConfig, now: int, name: str) -> Consumer:
-        """Create a consumer with the initial state its deliver policy gives (JETSTREAM.md §5.2).
+        """Create a consumer with the initial state its deliver policy gives (docs/semantics.md §5.2).
 
         Its directory is built aside (config, and a log holding its first record) and renamed
         into place whole, so a failure (StoreFullError, StoreIOError) leaves no consumer behind.
@@ -279,7 +279,7 @@ class ConsumerSet:
         s = st.storage
         try:
             if retention == RetentionPolicy.INTEREST and not self.by_name:
-                # Deleting the last consumer purges an interest stream (JETSTREAM.md §3.3);
+                # Deleting the last consumer purges an interest stream (docs/semantics.md §3.3);
                 # removing from the head writes nothing but the stream header.
                 st.remove_range(s.h.first_seq, s.h.last_seq)
             elif c is None:

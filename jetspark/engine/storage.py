@@ -896,7 +896,7 @@ class StreamStorage:
         return out
 
     def sizes(self, e: np.ndarray) -> np.ndarray:
-        """Per-message byte accounting as the server counts it (JETSTREAM.md §3.1)."""
+        """Per-message byte accounting as the server counts it (docs/semantics.md §3.1)."""
         slen = self._subj_lens[e["sid"].astype(np.int64)]
         dlen = e["dlen"].astype(np.int64)
         hlen = e["hlen"].astype(np.int64)
@@ -1687,7 +1687,7 @@ class StreamStorage:
                 self._drop_old_blocks()
 
     def set_floor(self, seq: int) -> None:
-        """Purge up to seq - 1 when seq is past the end: the next publish gets seq (JETSTREAM.md §4)."""
+        """Purge up to seq - 1 when seq is past the end: the next publish gets seq (docs/semantics.md §4)."""
         h = self.h
         h.first_seq = seq
         h.last_seq = seq - 1

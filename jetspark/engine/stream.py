@@ -181,7 +181,7 @@ class Stream:
         return n
 
     def enforce_limits(self, sid: Optional[int] = None) -> None:
-        """Discard-old limits after a store or a config change (JETSTREAM.md §3.2)."""
+        """Discard-old limits after a store or a config change (docs/semantics.md §3.2)."""
         s, c = self.storage, self.config
         h = s.h
         per = c.max_msgs_per_subject
@@ -271,7 +271,7 @@ class Stream:
         return cached[1]
 
     def _publish_locked(self, subject: str, data: bytes, hdr: bytes) -> PubAck:
-        """The server's order of checks (JETSTREAM.md §3.6, as nats-server 2.15 runs it)."""
+        """The server's order of checks (docs/semantics.md §3.6, as nats-server 2.15 runs it)."""
         s, c = self.storage, self.config
         h = s.h
         if c.sealed:
@@ -313,7 +313,7 @@ class Stream:
 
         ts = self.now()
         if c.retention == RetentionPolicy.INTEREST and not self._has_interest(subject):
-            # Not stored, but the sequence is consumed (JETSTREAM.md §3.3).
+            # Not stored, but the sequence is consumed (docs/semantics.md §3.3).
             seq = s.append_skip(ts)
         else:
             seq = s.append(subject, hdr, data, ts)
@@ -336,7 +336,7 @@ class Stream:
             raise api_error(10054)
 
     def check_discard_new(self, sid: Optional[int], subject_len: int, hlen: int, dlen: int) -> None:
-        """discard: new refuses what would exceed a limit (JETSTREAM.md §3.2, with its quirk)."""
+        """discard: new refuses what would exceed a limit (docs/semantics.md §3.2, with its quirk)."""
         s, c = self.storage, self.config
         if c.discard != DiscardPolicy.NEW:
             return
@@ -434,7 +434,7 @@ class Stream:
             return before - s.h.msgs
 
     def _consumers_after_purge(self, subject: Optional[str], removed: np.ndarray) -> None:
-        """How nats-server moves consumers after a purge (JETSTREAM.md §4, stream.go purge).
+        """How nats-server moves consumers after a purge (docs/semantics.md §4, stream.go purge).
 
         A consumer the purge covers skips to the first remaining message the purge
         subject matches (the new first, without a subject), never redelivering what
@@ -464,7 +464,7 @@ class Stream:
         with self.locked():
             s = self.storage
             if not s.is_live(seq):
-                # The file store answers differently outside its range (JETSTREAM.md §4).
+                # The file store answers differently outside its range (docs/semantics.md §4).
                 if c.storage == StorageType.FILE and seq > s.h.last_seq:
                     raise api_error(10057, err="stream store EOF")
                 if c.storage == StorageType.FILE and seq < s.h.first_seq:

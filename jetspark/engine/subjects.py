@@ -1,4 +1,4 @@
-"""NATS subjects: validation, wildcard matching, collision and subset (JETSTREAM.md §2).
+"""NATS subjects: validation, wildcard matching, collision and subset (docs/semantics.md §2).
 
 A subject is ``.``-separated tokens with no empty token and no whitespace.
 ``*`` matches exactly one token, ``>`` one or more trailing tokens, and both

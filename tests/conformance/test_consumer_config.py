@@ -1,8 +1,8 @@
-"""ConsumerConfig: defaults as echoed, names, validation, create/update rules (JETSTREAM.md §5.1, §2).
+"""ConsumerConfig: defaults as echoed, names, validation, create/update rules (docs/semantics.md §5.1, §2).
 
 Every expected value below was checked against nats-server v2.15.1 (the
 ``server-*`` parametrisations of the ``js`` fixture); the engine must give the
-same answers.  Where the server disagrees with JETSTREAM.md the server won:
+same answers.  Where the server disagreed with what we expected, the server won:
 10136's text, 10012 being HTTP 500, ``ack_wait`` kept for ack policy none
 when a backoff is set, and the extra error codes 10017, 10102, 10107, 10127
 and 10183.
@@ -237,7 +237,7 @@ INVALID_CONFIGS = [
     ("last_per_subject with seq", dict(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, filter_subject="a.*", opt_start_seq=2), 10094, "consumer delivery policy is deliver last per subject, but optional start sequence is also set"),
     # backoff needs max_deliver >= len(backoff) when max_deliver is set
     ("backoff longer than max_deliver", dict(backoff=[1.0, 2.0, 3.0], max_deliver=2), 10116, "max deliver is required to be > length of backoff values"),
-    # filters (JETSTREAM.md §2)
+    # filters (docs/semantics.md §2)
     ("filter and filters", dict(filter_subject="a.x", filter_subjects=["a.y"]), 10136, "consumer cannot have both FilterSubject and FilterSubjects specified"),
     ("empty entry in filters", dict(filter_subjects=["a.x", ""]), 10139, "consumer filter in FilterSubjects cannot be empty"),
     ("filters subset", dict(filter_subjects=["a.x", "a.*"]), 10138, "consumer subject filters cannot overlap"),

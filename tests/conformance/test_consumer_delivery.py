@@ -1,4 +1,4 @@
-"""Pull consumers at work: deliver policies, fetch, acks, redelivery, limits (JETSTREAM.md §5.2-§6, §4).
+"""Pull consumers at work: deliver policies, fetch, acks, redelivery, limits (docs/semantics.md §5.2-§6, §4).
 
 Every expected value below was checked against nats-server v2.15.1 (the
 ``server-*`` parametrisations of the ``js`` fixture), file and memory storage

@@ -1,4 +1,4 @@
-"""Interest and work-queue retention (JETSTREAM.md §3.3, §3.4), with the interest-stream seed replayed.
+"""Interest and work-queue retention (docs/semantics.md §3.3, §3.4), with the interest-stream seed replayed.
 
 Every expected value below was checked against nats-server v2.15.1 (the
 ``server-*`` parametrisations of the ``js`` fixture), file and memory storage

@@ -1,6 +1,6 @@
 """Limits retention: byte accounting, size and count limits, discard policies, max_age.
 
-JETSTREAM.md §3.1-§3.2.  Every expected value here was checked against a real
+docs/semantics.md §3.1-§3.2.  Every expected value here was checked against a real
 nats-server (v2.15.1); the ``js`` fixture runs each test on the embedded engine
 and on the server, with file and with memory storage.
 """
@@ -308,7 +308,7 @@ def test_discard_new_per_subject_limit_without_flag_when_not_full(js):
 
 
 def test_discard_new_per_subject_limit_without_flag_max_bytes(js):
-    """The same quirk for max_bytes (observed on nats-server 2.15.1, beyond JETSTREAM.md).
+    """The same quirk for max_bytes (observed on nats-server 2.15.1, beyond docs/semantics.md).
 
     When bytes + new > max_bytes and the subject is at its limit, the message
     is accepted (replacing the subject's oldest) only if that oldest message is

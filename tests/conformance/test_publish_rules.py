@@ -1,6 +1,6 @@
 """Publish-time rules: dedup, Nats-Expected-* headers, rollups, sealed streams, order of checks.
 
-JETSTREAM.md §3.5-§3.6.  Every expected value here was checked against a real
+docs/semantics.md §3.5-§3.6.  Every expected value here was checked against a real
 nats-server (v2.15.1); the ``js`` fixture runs each test on the embedded engine
 and on the server, with file and with memory storage.
 """
@@ -397,7 +397,7 @@ BIG = b"x" * 257
     "payload, headers, expected",
     [
         # size before expected stream, last (subject) seq, dedup, last msg id, rollup
-        # (JETSTREAM.md puts size after rollup; nats-server 2.15.1 checks it first)
+        # (nats-server 2.15.1 checks the size before the rollup header: docs/semantics.md §3.6)
         (BIG, {EXP_STREAM: "X"}, TOO_BIG),
         (BIG, {EXP_LAST_SUBJ_SEQ: "9"}, TOO_BIG),
         (BIG, {EXP_LAST_SUBJ_SEQ_SUBJ: "e.b"}, TOO_BIG),

@@ -1,4 +1,4 @@
-"""Purge variants and the state they leave (JETSTREAM.md §4).
+"""Purge variants and the state they leave (docs/semantics.md §4).
 
 Every expected value here was checked against nats-server v2.15.1 with
 file and memory storage; the two stores agree on every purge.

@@ -1,4 +1,4 @@
-"""Stream state, message delete and message get (JETSTREAM.md §4).
+"""Stream state, message delete and message get (docs/semantics.md §4).
 
 Every expected value here was checked against nats-server v2.15.1 with
 file and memory storage.  The one storage difference is the error for

@@ -1,4 +1,4 @@
-"""StreamConfig: defaults, validation, create/update semantics (JETSTREAM.md §1).
+"""StreamConfig: defaults, validation, create/update semantics (docs/semantics.md §1).
 
 Every expected value below was checked against nats-server v2.15.1 (the
 ``server-*`` parametrisations of the ``js`` fixture); the engine must give the
@@ -15,7 +15,7 @@ import pytest
 import jetspark.errors
 from jetspark.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 
-# HTTP-like status the server pairs with each err_code (JETSTREAM.md §7).
+# HTTP-like status the server pairs with each err_code (docs/semantics.md §7).
 HTTP_CODE = {
     10025: 400,
     10037: 404,

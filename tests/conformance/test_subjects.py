@@ -1,4 +1,4 @@
-"""Subjects: stream subject validity, capture, overlap and publish routing (JETSTREAM.md §2).
+"""Subjects: stream subject validity, capture, overlap and publish routing (docs/semantics.md §2).
 
 Every expected value below was checked against nats-server v2.15.1 (the
 ``server-*`` parametrisations of the ``js`` fixture); the engine must give the

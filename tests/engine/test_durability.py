@@ -56,7 +56,7 @@ def headers(seq: int):
 
 
 def msg_bytes(storage: str, seq: int) -> int:
-    """The server's per-message accounting (JETSTREAM.md §3.1, as tests/conftest.py)."""
+    """The server's per-message accounting (docs/semantics.md §3.1, as tests/conftest.py)."""
     subj, data, hdr = subject(seq).encode(), payload(seq), H.encode(headers(seq))
     if storage == "memory":
         return len(subj) + len(hdr) + len(data) + 16
