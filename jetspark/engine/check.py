@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import struct
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,10 +28,9 @@ import numpy as np
 from jetspark.engine.header import ACTIVE, ACTIVE_OFF, MAGIC, SLOT_OFF, Header, pack_slot
 from jetspark.engine.blocks import CHECK_EVERY
 from jetspark.engine.records import DEDUP, ENTRY_SIZE, IDX_DTYPE, RANGE, SID_NONE
+from jetspark.engine.storage import _OPS_HDR, _SUBJ_HDR
 from jetspark.errors import CorruptStoreError
 
-_SUBJ_HDR = struct.Struct("<HI")
-_OPS_HDR = struct.Struct("<II")
 
 
 @dataclass(frozen=True)

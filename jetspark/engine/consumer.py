@@ -279,9 +279,7 @@ class Consumer:
         tmp = self.home / "log.tmp"
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            view = memoryview(rec)
-            while view:
-                view = view[os.write(fd, view):]
+            diskio.pwrite(fd, rec, 0, tmp)  # all of it, or StoreIOError/StoreFullError
             if fsync:
                 os.fsync(fd)
             os.replace(tmp, self.log_path)

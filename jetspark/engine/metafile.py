@@ -174,9 +174,7 @@ def _write_tmp(p: Path, raw: bytes, fsync: bool) -> Path:
     tmp = p.with_name(f"{p.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        view = memoryview(raw)
-        while view:
-            view = view[os.write(fd, view):]
+        diskio.pwrite(fd, raw, 0, tmp)  # all of it, or StoreIOError/StoreFullError
         if fsync:
             os.fsync(fd)
     except BaseException:
