@@ -877,3 +877,12 @@ def test_connect_arguments_are_named_when_refused(url, kwargs):
     with pytest.raises((TypeError, ValueError)) as err:
         jetspark.connect(url, **kwargs)
     assert any(n in str(err.value) for n in ("url", *kwargs))
+
+
+@pytest.mark.parametrize("verb", ["delete_stream", "stream_info", "consumer_info"])
+def test_a_name_utf8_cannot_encode_is_not_found_on_both_backends(js, verb):
+    # Found by the fuzzing above: the nats:// backend let a lone surrogate reach nats-py's
+    # protocol encoder (UnicodeEncodeError); a name no stream can have is "not found".
+    args = ("\ud800",) if verb != "consumer_info" else ("\ud800", "C")
+    with pytest.raises((jetspark.StreamNotFoundError, jetspark.ConsumerNotFoundError)):
+        getattr(js, verb)(*args)
