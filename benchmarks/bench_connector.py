@@ -208,7 +208,7 @@ def _synth_template(prefix: str) -> dict:
 
 
 def _synth_batches(stream: str, prefix: str, part: SynthRange):
-    from jetspark.engine.bulk import SCHEMA
+    from jetspark.protocol.arrow import SCHEMA
 
     t = _synth_template(prefix)
     ts0 = 1_750_000_000_000_000  # µs since the epoch

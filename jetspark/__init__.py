@@ -27,6 +27,7 @@ from jetspark.api import (
     StreamInfo,
     StreamState,
 )
+from jetspark.connect_options import ConnectOptions
 from jetspark.errors import (
     APIError,
     AuthenticationError,
@@ -34,11 +35,13 @@ from jetspark.errors import (
     ClosedError,
     ConsumerNotFoundError,
     CorruptStoreError,
+    DataLossError,
     FetchTimeoutError,
     JetSparkError,
     MsgNotFoundError,
     NoStreamResponseError,
     NotFoundError,
+    OptionError,
     PermissionDeniedError,
     RequestTimeoutError,
     ServerConnectionError,
@@ -58,10 +61,12 @@ __all__ = [
     "AuthenticationError",
     "BadRequestError",
     "ClosedError",
+    "ConnectOptions",
     "ConsumerConfig",
     "ConsumerInfo",
     "ConsumerNotFoundError",
     "CorruptStoreError",
+    "DataLossError",
     "DeliverPolicy",
     "DiscardPolicy",
     "FetchTimeoutError",
@@ -69,6 +74,7 @@ __all__ = [
     "MsgNotFoundError",
     "NoStreamResponseError",
     "NotFoundError",
+    "OptionError",
     "PermissionDeniedError",
     "PubAck",
     "RawStreamMsg",
@@ -126,12 +132,23 @@ def connect(url, *, clock=None, sync: str | None = None, create: bool | None = N
       servers of one cluster separated by commas): a real NATS JetStream
       server through nats-py, with the same verbs, dataclasses and errors.
       ``options`` are connection options (see
-      ``jetspark.remote.ConnectOptions``): ``timeout`` (seconds, default 5:
+      ``jetspark.ConnectOptions``): ``timeout`` (seconds, default 5:
       every call gives up within it), ``user``/``password``, ``token``,
       ``user_credentials`` (a .creds file), ``nkeys_seed`` (a seed file) or
       ``nkeys_seed_str`` (the seed), ``tls_ca``/``tls_cert``/``tls_key``,
       ``name``, ``connect_timeout``, ...
+    - a ``ConnectOptions`` (``jetspark.ConnectOptions.build(url, ...)`` or
+      ``.from_strings(url, mapping)``): a NATS server with those options.
+
+    This is the one place that chooses a backend: the CLI and the Spark
+    connector open stores through it too.
     """
+    if isinstance(url, ConnectOptions):
+        if clock is not None or sync is not None or create is not None or options:
+            raise TypeError("connect(ConnectOptions) takes no other arguments: the options are in the ConnectOptions")
+        from jetspark.remote import NatsJetStream
+
+        return NatsJetStream.from_options(url)
     if not isinstance(url, (str, os.PathLike)) or not isinstance(os.fspath(url), str):
         raise TypeError(f"url must be a path (str or os.PathLike) or a nats:// URL, not {type(url).__name__}")
     text = os.fspath(url)

@@ -17,19 +17,25 @@ import dataclasses
 import datetime as _dt
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any, Dict, List, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, TypeVar
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "AckPolicy",
+    "BatchAck",
     "ConsumerConfig",
     "ConsumerInfo",
     "DeliverPolicy",
     "DiscardPolicy",
+    "MsgMetadata",
     "PubAck",
     "RawStreamMsg",
     "ReplayPolicy",
     "RetentionPolicy",
     "SequenceInfo",
+    "SequencePair",
     "StorageType",
     "StreamConfig",
     "StreamInfo",
@@ -274,3 +280,39 @@ def with_params(cls, config, params: dict):
         )
     return config.evolve(**params) if params else config
 
+
+# ------------------------------------------------------------ delivery and bulk results
+
+
+@dataclass(frozen=True)
+class SequencePair:
+    """nats-py's ``SequencePair``: a delivery's consumer and stream sequence."""
+
+    consumer: int
+    stream: int
+
+
+@dataclass(frozen=True)
+class MsgMetadata:
+    """nats-py's ``Msg.Metadata``: where a delivered message sits."""
+
+    sequence: SequencePair
+    num_pending: int
+    num_delivered: int
+    timestamp: _dt.datetime
+    stream: str
+    consumer: str
+    domain: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class BatchAck:
+    """What ``publish_batch`` stored: one sequence per input row (a duplicate's is the original's)."""
+
+    stream: str
+    seqs: "pa.Int64Array"
+    duplicate: "pa.BooleanArray"
+
+    @property
+    def count(self) -> int:
+        return len(self.seqs)

@@ -21,7 +21,10 @@
     ├── ServerConnectionError (ConnectionError)  nats:// backend: cannot reach the server, or lost it
     │   └── AuthenticationError               the server refused the credentials
     ├── PermissionDeniedError (PermissionError)  nats:// backend: the user may not publish (or subscribe) there
-    └── RequestTimeoutError (TimeoutError)    nats:// backend: the server did not answer in time
+    ├── RequestTimeoutError (TimeoutError)    nats:// backend: the server did not answer in time
+    ├── OptionError (ValueError)              Spark connector: an option is missing or not accepted
+    └── DataLossError                         Spark connector: retention removed messages before
+                                              the query read them (failOnDataLoss=true)
 
 API errors carry the server's ``code`` (HTTP-like status), ``err_code``
 (JetStream's stable error number) and ``description`` exactly as nats-server
@@ -39,11 +42,13 @@ __all__ = [
     "ClosedError",
     "ConsumerNotFoundError",
     "CorruptStoreError",
+    "DataLossError",
     "FetchTimeoutError",
     "JetSparkError",
     "MsgNotFoundError",
     "NoStreamResponseError",
     "NotFoundError",
+    "OptionError",
     "PermissionDeniedError",
     "RequestTimeoutError",
     "ServerConnectionError",
@@ -269,3 +274,11 @@ def error_from_response(error: dict) -> APIError:
     code = int(error.get("code", 0))
     cls = _API_ERRORS[err_code][2] if err_code in _API_ERRORS else _BY_HTTP_CODE.get(code, APIError)
     return cls(code, err_code, str(error.get("description", "")))
+
+
+class OptionError(JetSparkError, ValueError):
+    """A Spark connector option is missing or has a value the connector does not accept."""
+
+
+class DataLossError(JetSparkError):
+    """Retention removed messages before the query read them (the connector's ``failOnDataLoss=true``)."""

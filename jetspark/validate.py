@@ -44,7 +44,7 @@ from jetspark.api import (
     datetime_to_ns,
     with_params,
 )
-from jetspark.engine import subjects as subj
+from jetspark.protocol import subjects as subj
 from jetspark.errors import BadRequestError, api_error
 
 INT32 = (-(2**31), 2**31 - 1)

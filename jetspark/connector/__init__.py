@@ -76,7 +76,8 @@ class JetStreamDataSource(DataSource):
         return StreamReader(reader_options(self.options, streaming=True))
 
     def writer(self, schema, overwrite: bool):
-        from jetspark.connector.options import OptionError, writer_options
+        from jetspark.connector.options import writer_options
+        from jetspark.errors import OptionError
         from jetspark.connector.sink import BatchWriter, check_schema, new_write_id
 
         opts = writer_options(self.options)

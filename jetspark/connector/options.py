@@ -12,14 +12,10 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from jetspark.engine.subjects import is_valid as is_valid_subject
-from jetspark.errors import JetSparkError
+from jetspark.protocol.subjects import is_valid as is_valid_subject
+from jetspark.errors import OptionError
 
 DEFAULT_STORE = "./jetspark-data"
-
-
-class OptionError(JetSparkError, ValueError):
-    """A connector option is missing or has a value the connector does not accept."""
 
 
 @dataclass(frozen=True)

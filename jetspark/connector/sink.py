@@ -30,9 +30,9 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from jetspark.connector.options import OptionError, WriterOptions
+from jetspark.connector.options import WriterOptions
 from jetspark.connector.store import handle
-from jetspark.errors import JetSparkError
+from jetspark.errors import JetSparkError, OptionError
 
 ALLOWED = ("subject", "data", "headers", "msg_id")
 
@@ -205,7 +205,7 @@ def _by_stream(js, table: pa.Table) -> list[tuple[Optional[str], pa.Table]]:
     a subject no stream captures raises NoStreamResponseError before anything
     of the batch is stored.
     """
-    from jetspark.engine import subjects as subj
+    from jetspark.protocol import subjects as subj
     from jetspark.errors import NoStreamResponseError, StreamNotFoundError
 
     subjects = table.column("subject")

@@ -37,15 +37,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from jetspark.connector.options import OptionError, ReaderOptions
+from jetspark.connector.options import ReaderOptions
 from jetspark.connector.store import handle
-from jetspark.errors import JetSparkError
+from jetspark.errors import DataLossError, OptionError
 
 log = logging.getLogger("jetspark.connector")
-
-
-class DataLossError(JetSparkError):
-    """Retention removed messages before the query read them (failOnDataLoss=true)."""
 
 
 @dataclass(frozen=True)
@@ -195,7 +191,7 @@ class BatchReader(DataSourceReader):
 def _literal(s: str) -> bool:
     """A well-formed literal subject: usable as a read filter that matches exactly itself.
     Anything else ("x.", "a..b", "a b", "x.*") stays with Spark, which compares strings."""
-    from jetspark.engine import subjects as subj
+    from jetspark.protocol import subjects as subj
 
     return subj.is_valid(s, wildcards=False)
 

@@ -35,7 +35,4 @@ def _open(store: str, connection: tuple[tuple[str, str], ...]):
         if store.strip().lower().startswith(jetspark._SERVER_SCHEMES):
             return jetspark.connect(store)
         return jetspark.connect(store, create=False)
-    from jetspark.remote.client import NatsJetStream
-    from jetspark.remote.options import ConnectOptions
-
-    return NatsJetStream.from_options(ConnectOptions.from_strings(store, dict(connection)))
+    return jetspark.connect(jetspark.ConnectOptions.from_strings(store, dict(connection)))

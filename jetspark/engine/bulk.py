@@ -11,7 +11,6 @@ applied with one Arrow ``filter``.  Memory stays bounded by the batch size.
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
 import numpy as np
@@ -19,31 +18,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jetspark import validate as V
-from jetspark.api import RetentionPolicy, datetime_to_ns
-from jetspark.engine import headers as H
-from jetspark.engine import subjects as subj
+from jetspark.api import BatchAck, RetentionPolicy, datetime_to_ns
+from jetspark.protocol import headers as H
+from jetspark.protocol import subjects as subj
+from jetspark.protocol.arrow import HEADERS_TYPE, schema
 from jetspark.engine.records import SID_NONE, _runs, msgid_hash, template_crcs
 from jetspark.engine.stream import Stream
 from jetspark.errors import BadRequestError, api_error
 
-HEADERS_TYPE = pa.map_(pa.string(), pa.list_(pa.string()))
-SCHEMA = pa.schema(
-    [
-        pa.field("stream", pa.string(), nullable=False),
-        pa.field("subject", pa.string(), nullable=False),
-        pa.field("seq", pa.int64(), nullable=False),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
-        pa.field("data", pa.binary(), nullable=False),
-    ]
-)
-SCHEMA_WITH_HEADERS = SCHEMA.append(pa.field("headers", HEADERS_TYPE))
-
 # Keep each batch's payload bytes well inside Arrow's 32-bit binary offsets.
 MAX_BATCH_BYTES = 64 << 20
-
-
-def schema(headers: bool = False) -> pa.Schema:
-    return SCHEMA_WITH_HEADERS if headers else SCHEMA
 
 
 # ---------------------------------------------------------------------- reading
@@ -200,19 +184,6 @@ def seq_for_time(stream: Stream, when) -> int:
 
 
 # ---------------------------------------------------------------------- appending
-
-
-@dataclass(frozen=True)
-class BatchAck:
-    """What ``publish_batch`` stored: one sequence per input row (a duplicate's is the original's)."""
-
-    stream: str
-    seqs: pa.Int64Array
-    duplicate: pa.BooleanArray
-
-    @property
-    def count(self) -> int:
-        return len(self.seqs)
 
 
 def _column(table: pa.Table, name: str) -> Optional[pa.ChunkedArray]:

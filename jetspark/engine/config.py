@@ -12,7 +12,7 @@ from enum import Enum
 from typing import Optional
 
 from jetspark.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from jetspark.engine import subjects as subj
+from jetspark.protocol import subjects as subj
 from jetspark.errors import APIError, api_error
 
 MAX_NAME_LEN = 255

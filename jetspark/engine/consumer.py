@@ -59,7 +59,7 @@ from jetspark.api import (
     ns_to_datetime,
 )
 from jetspark.engine import diskio, metafile
-from jetspark.engine import subjects as subj
+from jetspark.protocol import subjects as subj
 from jetspark.engine.consumer_config import filters_of
 from jetspark.engine.records import SID_NONE
 from jetspark.errors import CorruptStoreError

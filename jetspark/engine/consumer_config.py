@@ -18,7 +18,7 @@ from jetspark.api import (
     RetentionPolicy,
     StreamConfig,
 )
-from jetspark.engine import subjects as subj
+from jetspark.protocol import subjects as subj
 from jetspark.engine.config import MAX_DESCRIPTION_LEN, MAX_NAME_LEN, _enum, invalid
 from jetspark.errors import api_error
 

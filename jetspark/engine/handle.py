@@ -58,9 +58,9 @@ from jetspark.api import (
 from jetspark.engine import check
 from jetspark.engine import config as cfg
 from jetspark.engine import consumer_config as ccfg
-from jetspark.engine import headers as H
+from jetspark.protocol import headers as H
 from jetspark.engine import diskio, metafile
-from jetspark.engine import subjects as subj
+from jetspark.protocol import subjects as subj
 from jetspark.engine.check import CheckReport, Problem
 from jetspark.engine.locking import FORK_GENERATION, FLock
 from jetspark.engine.pull import Msg, PullSubscription

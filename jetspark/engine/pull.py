@@ -9,36 +9,15 @@ redelivered after their ack_wait, exactly as acks lost on the network would.
 
 from __future__ import annotations
 
-import datetime as _dt
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
 from jetspark import validate as V
-from jetspark.api import ns_to_datetime
+from jetspark.api import MsgMetadata, SequencePair, ns_to_datetime
 from jetspark.errors import FetchTimeoutError
 
 if TYPE_CHECKING:
     from jetspark.engine.handle import JetStream
-
-
-@dataclass(frozen=True)
-class SequencePair:
-    consumer: int
-    stream: int
-
-
-@dataclass(frozen=True)
-class MsgMetadata:
-    """nats-py's ``Msg.Metadata``: where a delivered message sits."""
-
-    sequence: SequencePair
-    num_pending: int
-    num_delivered: int
-    timestamp: _dt.datetime
-    stream: str
-    consumer: str
-    domain: Optional[str] = None
 
 
 class Msg:

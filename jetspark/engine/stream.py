@@ -25,9 +25,9 @@ from jetspark.api import (
     StreamState,
     ns_to_datetime,
 )
-from jetspark.engine import headers as H
+from jetspark.protocol import headers as H
 from jetspark.engine import metafile
-from jetspark.engine import subjects as subj
+from jetspark.protocol import subjects as subj
 from jetspark.engine.records import msgid_hash
 from jetspark.engine.header import MAX_LAST_ID
 from jetspark.engine.storage import StreamStorage

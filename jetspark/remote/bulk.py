@@ -48,9 +48,10 @@ from nats.nuid import NUID
 
 from jetspark import validate as V
 from jetspark.api import AckPolicy, RetentionPolicy, StorageType, datetime_to_ns
-from jetspark.engine import headers as H
-from jetspark.engine import subjects as subj
-from jetspark.engine.bulk import HEADERS_TYPE, BatchAck, schema
+from jetspark.protocol import headers as H
+from jetspark.protocol import subjects as subj
+from jetspark.api import BatchAck
+from jetspark.protocol.arrow import HEADERS_TYPE, schema
 from jetspark.errors import (
     BadRequestError,
     JetSparkError,

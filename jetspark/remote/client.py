@@ -41,7 +41,7 @@ from jetspark.api import (
     StreamConfig,
     StreamInfo,
 )
-from jetspark.engine import subjects as subj
+from jetspark.protocol import subjects as subj
 from jetspark.errors import (
     AuthenticationError,
     BadRequestError,
@@ -59,7 +59,7 @@ from jetspark.errors import (
 from jetspark.remote import wire
 from jetspark.remote.inbox import FAST_PATH, Client
 from jetspark.remote.loop import Loop, LoopTimeout
-from jetspark.remote.options import ConnectOptions
+from jetspark.connect_options import ConnectOptions
 from jetspark.remote.pull import Msg, PullSubscription
 
 __all__ = ["NatsJetStream"]

@@ -75,7 +75,7 @@ def _raw_header_block(hdrs) -> Optional[bytes]:
     raw = getattr(hdrs, "raw", None)
     if raw is not None:
         return raw
-    from jetspark.engine import headers as H
+    from jetspark.protocol import headers as H
 
     status = hdrs.get("Status")
     rest = {k: v for k, v in hdrs.items() if k not in ("Status", "Description")}

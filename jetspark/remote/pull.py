@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Optional
 
 from jetspark import validate as V
 from jetspark.api import ConsumerInfo, ns_to_datetime
-from jetspark.engine.pull import MsgMetadata, SequencePair
+from jetspark.api import MsgMetadata, SequencePair
 from jetspark.errors import FetchTimeoutError, api_error
 from jetspark.remote import wire
 

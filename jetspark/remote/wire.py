@@ -14,7 +14,7 @@ import re
 from typing import Any, Optional
 
 from jetspark import api
-from jetspark.engine import headers as H
+from jetspark.protocol import headers as H
 
 NS = 1_000_000_000
 _DURATIONS_STREAM = ("max_age", "duplicate_window")

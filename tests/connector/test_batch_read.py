@@ -11,7 +11,7 @@ from pyspark.sql.types import ArrayType, BinaryType, LongType, MapType, StringTy
 
 from jetspark import MsgNotFoundError
 from jetspark.connector import SOURCE_SCHEMA
-from jetspark.engine import subjects as subj
+from jetspark.protocol import subjects as subj
 from tests.connector.support import has_filter, ms_at, to_us
 
 pytestmark = pytest.mark.spark

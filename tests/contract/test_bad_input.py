@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import jetspark
 from jetspark import validate as V
 from jetspark.api import ConsumerConfig, StreamConfig
-from jetspark.engine.bulk import HEADERS_TYPE
+from jetspark.protocol.arrow import HEADERS_TYPE
 from jetspark.errors import APIError, BadRequestError, JetSparkError
 from tests.conftest import KEEPER
 
@@ -519,7 +519,7 @@ CONNECT_OPTIONS = dict(
 @given(kw=calls({}, CONNECT_OPTIONS))
 def test_connect_options(kw):
     # Only the options are built (no connection): a refusal names the option.
-    from jetspark.remote.options import ConnectOptions
+    from jetspark.connect_options import ConnectOptions
 
     try:
         ConnectOptions.build("nats://127.0.0.1:4222", **kw)

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 import jetspark
-from jetspark.engine.bulk import schema
+from jetspark.protocol.arrow import schema
 
 
 def table(n, subject="s.a", start=0):

@@ -27,7 +27,7 @@ import pytest
 
 import jetspark
 from jetspark.engine import handle as engine_handle
-from jetspark.engine import headers as H
+from jetspark.protocol import headers as H
 from jetspark.errors import MsgNotFoundError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 import jetspark
 from jetspark import AckPolicy, ConsumerConfig
 from jetspark.engine import handle as engine_handle
-from jetspark.engine import headers as H
+from jetspark.protocol import headers as H
 from jetspark.engine import storage
 from tests.conftest import FakeClock
 

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import jetspark
-from jetspark.engine import headers as H
+from jetspark.protocol import headers as H
 from jetspark.engine import storage
-from jetspark.engine import subjects as S
+from jetspark.protocol import subjects as S
 from jetspark.errors import APIError
 
 # ---------------------------------------------------------------- subjects

@@ -19,7 +19,7 @@ from jetspark import (
 )
 from jetspark.api import datetime_to_ns
 from jetspark.engine import bulk as engine_bulk
-from jetspark.engine.bulk import BatchAck
+from jetspark.api import BatchAck
 
 pytestmark = pytest.mark.server
 

@@ -13,7 +13,7 @@ import jetspark
 from jetspark.engine.handle import JetStream
 from jetspark.errors import AuthenticationError, ClosedError, ServerConnectionError
 from jetspark.remote import ConnectOptions, NatsJetStream
-from jetspark.remote.options import redact_url, split_servers
+from jetspark.connect_options import redact_url, split_servers
 from tests.remote.conftest import free_port
 
 pytestmark = pytest.mark.server

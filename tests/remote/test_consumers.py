@@ -19,7 +19,7 @@ from jetspark import (
     ServerError,
     StreamNotFoundError,
 )
-from jetspark.engine.pull import MsgMetadata
+from jetspark.api import MsgMetadata
 
 pytestmark = pytest.mark.server
 

@@ -1,0 +1,12 @@
+"""The NATS pieces both backends share and neither owns.
+
+- ``subjects``: subject validation, wildcard matching, collision and subset;
+- ``headers``: the ``NATS/1.0`` header-block codec and the JetStream header names;
+- ``arrow``: the Arrow schema of range reads (``read_batches``) and of the
+  ``headers`` column of batch appends.
+
+The embedded engine (``jetspark.engine``) and the nats-py backend
+(``jetspark.remote``) import this package and the public data model
+(``jetspark.api``), never each other; the connector and the CLI import only
+the public API and this package.  Nothing here imports pyspark or nats-py.
+"""
