@@ -14,7 +14,8 @@ import time
 import pytest
 
 import jetspark
-from tests.reference import NatsServer, ServerJS
+from tests.reference import ServerJS
+from tests.servers import NatsServer
 
 
 class FakeClock:

@@ -13,12 +13,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -30,59 +24,13 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from jetspark import api
+from tests.servers import NatsServer  # noqa: F401  (the launcher the fixtures use)
 from jetspark.errors import ConsumerNotFoundError, FetchTimeoutError, NoStreamResponseError, api_error, error_from_response
 
 _NS = 1_000_000_000
 _DURATIONS_STREAM = ("max_age", "duplicate_window")
 _DURATIONS_CONSUMER = ("ack_wait", "inactive_threshold")
 _ZERO_TIME = "0001-01-01T00:00:00Z"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class NatsServer:
-    """A nats-server with JetStream on 127.0.0.1, a free port and its own store dir."""
-
-    def __init__(self) -> None:
-        self.binary = shutil.which("nats-server") or os.path.join(os.path.dirname(os.sys.executable), "nats-server")
-        self.port = _free_port()
-        self.store_dir = tempfile.mkdtemp(prefix="jetspark-nats-")
-        self.proc: Optional[subprocess.Popen] = None
-
-    @property
-    def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
-
-    def start(self) -> "NatsServer":
-        self.proc = subprocess.Popen(
-            [self.binary, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", self.store_dir],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"nats-server exited with {self.proc.returncode}")
-                time.sleep(0.02)
-        raise RuntimeError("nats-server did not start listening within 10 s")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        shutil.rmtree(self.store_dir, ignore_errors=True)
 
 
 class _Loop:

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 import jetspark
-from tests.remote.conftest import ArgsServer
+from tests.servers import NatsServer
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -31,7 +31,7 @@ def _wait_for(predicate, deadline_s: float) -> bool:
 
 
 def test_server_restart_mid_query_then_checkpoint_restart_is_exactly_once(spark, tmp_path):
-    server = ArgsServer().start()
+    server = NatsServer().start()
     try:
         with jetspark.connect(server.url) as js:
             js.add_stream(name="IN", subjects=["in.>"])

@@ -7,14 +7,14 @@ import pytest
 
 import jetspark
 from tests.connector.support import error_text
-from tests.remote.conftest import ArgsServer
+from tests.servers import NatsServer
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.fixture
 def secured():
-    server = ArgsServer("--user", "spark", "--pass", "s3cret").start()
+    server = NatsServer("--user", "spark", "--pass", "s3cret").start()
     yield server
     server.stop()
 

@@ -14,7 +14,7 @@ from jetspark.engine.handle import JetStream
 from jetspark.errors import AuthenticationError, ClosedError, ServerConnectionError
 from jetspark.remote import ConnectOptions, NatsJetStream
 from jetspark.connect_options import redact_url, split_servers
-from tests.remote.conftest import free_port
+from tests.servers import free_port
 
 pytestmark = pytest.mark.server
 
