@@ -59,8 +59,8 @@ from pyspark.sql.datasource import (  # noqa: E402
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow  # noqa: E402
 
 import jetspark  # noqa: E402
-import bench_engine as be  # noqa: E402  (the table helpers every benchmark shares)
-from bench_engine import Row, rate, spread, verdict  # noqa: E402
+import _common as be  # noqa: E402  (the table helpers every benchmark shares)
+from _common import Row, rate, spread, verdict  # noqa: E402
 
 PAYLOAD_SIZE = 100
 SUBJECTS = 16  # subjects <prefix>.0 .. <prefix>.15, round robin by sequence
@@ -87,7 +87,7 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-# --------------------------------------------------------------------------- results (as bench_engine.py)
+# --------------------------------------------------------------------------- results (_common.py)
 
 
 def print_table(rows: list[Row]) -> None:

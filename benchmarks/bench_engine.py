@@ -40,24 +40,38 @@ import asyncio
 import gc
 import json
 import os
-import platform
 import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
-from dataclasses import dataclass, field
-from importlib import metadata
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
-ROOT = Path(__file__).resolve().parent.parent
-PAYLOAD_SIZE = 100
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (  # noqa: E402  (the helpers every benchmark shares)
+    PAYLOAD_SIZE,
+    SUBJECTS_PER_TABLE,
+    ROOT,
+    NatsServer,
+    Row,
+    log,
+    machine_info,
+    message_table,
+    not_available,
+    payloads,
+    print_table,
+    publish_table,
+    rate,
+    run_rows,
+    read_text,
+    spread,
+    verdict,
+)
 
 
 @dataclass(frozen=True)
@@ -101,7 +115,6 @@ QUICK = Sizes(
 # Spark's default Arrow batch (spark.sql.execution.arrow.maxRecordsPerBatch),
 # measured as an extra row next to the main publish_batch figure.
 SPARK_BATCH_ROWS = 10_000
-SUBJECTS_PER_TABLE = 16
 
 np = pa = nats = jetspark = None  # set by _load_heavy_modules()
 
@@ -116,177 +129,7 @@ def _load_heavy_modules() -> None:
     import jetspark  # noqa: F811
 
 
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-# --------------------------------------------------------------------------- results
-
-
-@dataclass
-class Row:
-    key: str
-    name: str
-    value: str = ""
-    anchor: str = ""
-    ratio: str = ""
-    target: str = ""
-    result: str = ""
-    spread: str = ""
-    notes: list[str] = field(default_factory=list)
-
-
-def not_available(key: str, name: str, target: str, why: str) -> Row:
-    return Row(key, name, value=f"not available ({why})", target=target, result="n/a")
-
-
-def rate(v: float) -> str:
-    return f"{v:,.0f} msg/s"
-
-
-def short(v: float) -> str:
-    """1234567 -> 1.23M, for spreads."""
-    for unit, div in (("M", 1e6), ("k", 1e3)):
-        if abs(v) >= div:
-            return f"{v / div:.3g}{unit}"
-    return f"{v:.3g}"
-
-
-def spread(vals: list[float], unit: str = "", fmt: Callable[[float], str] = short) -> str:
-    if len(vals) == 1:
-        return f"1 run: {fmt(vals[0])}{unit and ' ' + unit}"
-    return f"{len(vals)} runs: {fmt(min(vals))}-{fmt(max(vals))}{unit and ' ' + unit}"
-
-
-def verdict(checks: list[tuple[bool, str]]) -> str:
-    failed = [why for ok, why in checks if not ok]
-    return "PASS" if not failed else "FAIL (" + "; ".join(failed) + ")"
-
-
-def run_rows(sections: list[tuple[str, str, Callable[[], list[Row]]]], only: set[str], rows: list[Row]) -> int:
-    """Run each wanted row; a row that raises becomes an ERROR row. Returns the error count."""
-    errors = 0
-    for key, title, fn in sections:
-        if key not in only:
-            continue
-        log(f"row {key}: {title}")
-        try:
-            rows.extend(fn())
-        except Exception as exc:
-            errors += 1
-            traceback.print_exc()
-            rows.append(Row(key, title, value=f"error: {type(exc).__name__}: {exc}"[:160], result="ERROR"))
-    return errors
-
-
-def print_table(rows: list[Row], anchor: str = "nats-server anchor (median)", value: str = "jetspark (median)") -> None:
-    head = ["#", "benchmark", value, anchor, "ratio", "target", "result", "spread (min-max)"]
-    body = [[r.key, r.name, r.value, r.anchor or "-", r.ratio or "-", r.target or "-", r.result, r.spread] for r in rows]
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
-
-    def line(cells):
-        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
-
-    print(line(head))
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for cells in body:
-        print(line(cells))
-    notes = [(r.key, n) for r in rows for n in r.notes]
-    if notes:
-        print()
-        for key, n in notes:
-            print(f"- ({key}) {n}")
-
-
-# --------------------------------------------------------------------------- machine
-
-
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return ""
-
-
-def machine_info(base: Path, sizes: Sizes, quick: bool) -> list[str]:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in _read("/proc/cpuinfo").splitlines() if ln.startswith("model name")), platform.processor() or "?")
-    mem_kb = next((int(ln.split()[1]) for ln in _read("/proc/meminfo").splitlines() if ln.startswith("MemTotal:")), 0)
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    try:
-        server = subprocess.run([nats_server_binary(), "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        server = "?"
-    try:
-        rev = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        rev = "?"
-    mounts = [ln.split() for ln in _read("/proc/mounts").splitlines()]
-    fs = max((m for m in mounts if len(m) > 2 and str(base).startswith(m[1])), key=lambda m: len(m[1]), default=["?", "?", "?"])
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
-    return [
-        f"jetspark engine benchmark, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, mode: {'--quick' if quick else 'full'}",
-        "",
-        f"- machine: {os.cpu_count()} cores ({usable} usable), {cpu}, {mem_kb / 1048576:.1f} GiB RAM, {platform.system()} {platform.release()}",
-        f"- load average at start: {load}",
-        f"- python {platform.python_version()}, pyarrow {pa.__version__}, numpy {np.__version__}, nats-py {metadata.version('nats-py')}, {server}",
-        f"- jetspark {jetspark.__version__} at {rev}; store and server data under {base} ({fs[2]})",
-        f"- {PAYLOAD_SIZE}-byte payloads, file storage, default sync (jetspark sync='os'; nats-server default)",
-        f"- sizes: {sizes}",
-    ]
-
-
 # --------------------------------------------------------------------------- the nats-server anchor
-
-
-def nats_server_binary() -> str:
-    return shutil.which("nats-server") or os.path.join(os.path.dirname(sys.executable), "nats-server")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class NatsServer:
-    """A nats-server with JetStream on 127.0.0.1, a free port and its own store dir (as tests/reference.py)."""
-
-    def __init__(self, base: Path) -> None:
-        self.binary = nats_server_binary()
-        self.port = free_port()
-        self.store_dir = tempfile.mkdtemp(prefix="nats-", dir=base)
-        self.proc: Optional[subprocess.Popen] = None
-
-    @property
-    def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
-
-    def start(self) -> "NatsServer":
-        self.proc = subprocess.Popen(
-            [self.binary, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", self.store_dir],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"nats-server exited with {self.proc.returncode}")
-                time.sleep(0.02)
-        raise RuntimeError("nats-server did not start listening within 10 s")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        shutil.rmtree(self.store_dir, ignore_errors=True)
 
 
 class Anchor:
@@ -328,31 +171,6 @@ class Anchor:
 
     async def messages(self, stream: str) -> int:
         return (await self.js.stream_info(stream)).state.messages
-
-
-# --------------------------------------------------------------------------- data
-
-
-def payloads(n: int, seed: int = 0) -> "pa.Array":
-    """n random 100-byte payloads as an Arrow binary column, built without Python objects."""
-    raw = np.random.default_rng(seed).bytes(n * PAYLOAD_SIZE)
-    offsets = np.arange(0, (n + 1) * PAYLOAD_SIZE, PAYLOAD_SIZE, dtype=np.int32)
-    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw)])
-
-
-def message_table(n: int, prefix: str) -> "pa.Table":
-    """subject (string: <prefix>.0 .. <prefix>.15, round robin), data (binary, 100 bytes)."""
-    names = pa.array([f"{prefix}.{i}" for i in range(SUBJECTS_PER_TABLE)], pa.string())
-    subject = names.take(pa.array(np.arange(n, dtype=np.int64) % SUBJECTS_PER_TABLE))
-    return pa.table({"subject": subject, "data": payloads(n)})
-
-
-def publish_table(js, table: "pa.Table", stream: str, rows_per_call: int) -> None:
-    for off in range(0, table.num_rows, rows_per_call):
-        chunk = table.slice(off, rows_per_call)
-        res = js.publish_batch(chunk, stream=stream)
-        if len(res.seqs) != chunk.num_rows:
-            raise AssertionError(f"publish_batch returned {len(res.seqs)} seqs for {chunk.num_rows} rows")
 
 
 # --------------------------------------------------------------------------- row 5's children
@@ -1017,7 +835,7 @@ class Bench:
 
 
 def vm_rss_kb() -> int:
-    for line in _read("/proc/self/status").splitlines():
+    for line in read_text("/proc/self/status").splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return -1
@@ -1094,7 +912,13 @@ def main(argv=None) -> int:
         if args.dir is not None:
             args.dir.mkdir(parents=True, exist_ok=True)
         base = Path(tempfile.mkdtemp(prefix="jetspark-bench-", dir=args.dir))
-        header = machine_info(base, sizes, args.quick)
+        header = machine_info(
+            base,
+            "jetspark engine benchmark",
+            f"{PAYLOAD_SIZE}-byte payloads, file storage, default sync (jetspark sync='os'; nats-server default)",
+            sizes,
+            args.quick,
+        )
         bench = Bench(args, sizes, base, children)
         errors += run_rows([
             ("1", "single publish", bench.row_publish),

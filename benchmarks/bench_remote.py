@@ -40,8 +40,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_engine as be  # noqa: E402  (its table, machine header and nats-server helpers)
-from bench_engine import Row, log, rate, spread, verdict  # noqa: E402
+import _common as be  # noqa: E402  (the table, machine header, data and nats-server helpers every benchmark shares)
+from _common import Row, log, rate, spread, verdict  # noqa: E402
+
+import nats  # noqa: E402
+import pyarrow as pa  # noqa: E402
+
+import jetspark  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,7 @@ class Anchor:
 
     def __init__(self, url: str) -> None:
         self.loop = asyncio.new_event_loop()
-        self.nc = self.run(be.nats.connect(url, allow_reconnect=False))
+        self.nc = self.run(nats.connect(url, allow_reconnect=False))
         self.js = self.nc.jetstream()
 
     def run(self, coro):
@@ -81,7 +86,7 @@ class Bench:
     def __init__(self, sizes: Sizes, base: Path) -> None:
         self.sizes = sizes
         self.server = be.NatsServer(base).start()
-        self.js = be.jetspark.connect(self.server.url, timeout=30)
+        self.js = jetspark.connect(self.server.url, timeout=30)
         self.anchor = Anchor(self.server.url)
 
     def close(self) -> None:
@@ -152,7 +157,7 @@ class Bench:
         s, js, njs = self.sizes, self.js, self.anchor.js
         n = s.publish_msgs
         table = be.message_table(n, "pub")
-        with_ids = table.append_column("msg_id", be.pa.array([f"id-{i}" for i in range(n)], be.pa.string()))
+        with_ids = table.append_column("msg_id", pa.array([f"id-{i}" for i in range(n)], pa.string()))
         subjects = table.column("subject").to_pylist()
         datas = table.column("data").to_pylist()
 
@@ -239,7 +244,6 @@ def main(argv=None) -> int:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, on_term)
-    be._load_heavy_modules()
     if args.dir is not None:
         args.dir.mkdir(parents=True, exist_ok=True)
     base = Path(tempfile.mkdtemp(prefix="jetspark-bench-remote-", dir=args.dir))
@@ -247,10 +251,9 @@ def main(argv=None) -> int:
     rows: list[Row] = []
     errors = 0
     try:
-        header = be.machine_info(base, sizes, args.quick)  # type: ignore[arg-type]
-        header[0] = header[0].replace("jetspark engine benchmark", "jetspark nats:// backend benchmark")
-        header = [h for h in header if "payloads, file storage" not in h]
-        header.insert(-1, f"- {be.PAYLOAD_SIZE}-byte payloads, file storage; both sides on one local nats-server")
+        header = be.machine_info(
+            base, "jetspark nats:// backend benchmark", f"{be.PAYLOAD_SIZE}-byte payloads, file storage; both sides on one local nats-server", sizes, args.quick
+        )
         bench = Bench(sizes, base)
         errors += be.run_rows([("1", "range read", bench.row_read), ("2", "batch append", bench.row_publish)], only, rows)
         header.append(f"- load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import bench_engine as be  # noqa: E402  (table, machine header, nats-server helper)
-from bench_engine import Row, rate, spread, verdict  # noqa: E402
+import _common as be  # noqa: E402  (table, machine header, nats-server helper)
+from _common import Row, rate, spread, verdict  # noqa: E402
 
 
 def _process_cpu() -> dict[int, tuple[int, float]]:
