@@ -126,8 +126,7 @@ class PullSubscriptionAPI(Protocol):
         Returns at least one message.  ``FetchTimeoutError`` (a ``TimeoutError``)
         when none came in time, as nats-py raises.  Delivery follows the consumer's
         policies: ``max_ack_pending``, redelivery after ``ack_wait``/``backoff``
-        up to ``max_deliver``, ``headers_only`` (§5.2-§5.5).
-        ``ConsumerNotFoundError`` (10014) once the consumer is gone."""
+        up to ``max_deliver``, ``headers_only`` (§5.2-§5.5)."""
         ...
 
     def consumer_info(self) -> ConsumerInfo:
@@ -167,7 +166,7 @@ class JetStreamAPI(Protocol):
         ``params`` overriding its fields (nats-py's ``add_stream(config, **params)``).
 
         Returns its info, the config as the server echoes it, defaults filled in
-        (§1.1), with ``did_create``.  Adding an existing stream with an identical
+        (§1.1).  Adding an existing stream with an identical
         config changes nothing and returns its info.  Errors (§1.2): 10058 the
         name is in use with another config; 10065 its subjects overlap another
         stream's; 10052 an invalid config; 10128 a name with a path separator;
@@ -243,8 +242,9 @@ class JetStreamAPI(Protocol):
         """One stored message: the one at ``seq``; the last one on subject
         ``last_by_subj``; or the first at or after ``seq`` (default: the first) on
         ``next_by_subj`` (wildcards allowed).  ``MsgNotFoundError`` (10037) when there
-        is no such message (deleted, purged, never stored); 10003 for neither or
-        both of ``seq`` and ``last_by_subj``; 10059 no stream."""
+        is no such message (deleted, purged, never stored); 10003 when the call names
+        no message (no ``seq`` and no subject) or gives both ``seq`` and
+        ``last_by_subj``; 10059 no stream."""
         ...
 
     def get_last_msg(self, stream: str, subject: str) -> RawStreamMsg:
@@ -334,9 +334,8 @@ class JetStreamAPI(Protocol):
         ``headers=True`` a ``map<string, list<string>>`` headers column.
 
         A read leaves the stream and its consumers as they were (no acks, no
-        interest).  The stream must exist when the call is made (10059);
-        messages removed during the read may be missing from it, never garbled.
-        10003 for an invalid filter; ``ValueError``/``TypeError`` for a sequence
+        interest).  The stream must exist when the call is made (10059, raised
+        by the call, not by the first ``next``).  10003 for an invalid filter; ``ValueError``/``TypeError`` for a sequence
         outside 0..2**63-1 or a batch size below 1."""
         ...
 

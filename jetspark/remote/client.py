@@ -1,7 +1,7 @@
 """``NatsJetStream``: the embedded engine's synchronous API, served by a real NATS JetStream server.
 
-Every verb of ``jetspark.engine.handle.JetStream`` is here with the same
-signature, returning the same dataclasses and raising the same jetspark
+Every verb of ``jetspark.backend.JetStreamAPI`` is here, as on the engine,
+returning the same dataclasses and raising the same jetspark
 errors, which carry the server's own ``code``, ``err_code`` and
 ``description``.  nats-py runs on an event loop in a private daemon thread
 (``jetspark.remote.loop``); each call blocks its caller for at most the
