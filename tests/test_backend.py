@@ -15,9 +15,9 @@ import pytest
 
 import jetspark
 from jetspark.backend import JetStreamAPI, MsgAPI, PullSubscriptionAPI
+from jetspark.backend.base import HandleBase
 from jetspark.engine import pull as engine_pull
 from jetspark.engine.handle import JetStream
-from jetspark.handle_base import HandleBase
 from jetspark.remote import pull as remote_pull
 from jetspark.remote.client import NatsJetStream
 from tests.conftest import drop_streams
@@ -102,7 +102,7 @@ def test_every_declared_verb_has_the_declared_signature(protocol, cls, verb):
 def test_the_protocol_declares_every_public_method(protocol, cls):
     undeclared = public_methods(cls) - set(declared(protocol)) - declared_attributes(protocol) - EXTRAS.get(cls, set())
     assert not undeclared, (
-        f"{cls.__name__} has public methods {sorted(undeclared)} that {protocol.__name__} (jetspark/backend.py) "
+        f"{cls.__name__} has public methods {sorted(undeclared)} that {protocol.__name__} (jetspark/backend/__init__.py) "
         "does not declare: declare them with their contract, or list them in EXTRAS as backend-only"
     )
 

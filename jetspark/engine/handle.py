@@ -67,7 +67,7 @@ from jetspark.engine.locking import FORK_GENERATION, FLock
 from jetspark.engine.pull import Msg, PullSubscription
 from jetspark.engine.storage import StreamStorage
 from jetspark.engine.stream import Stream, config_from_json, config_to_json, load_stream_meta
-from jetspark.handle_base import HandleBase
+from jetspark.backend.base import HandleBase
 from jetspark.errors import (
     ClosedError,
     CorruptStoreError,
@@ -90,7 +90,7 @@ class JetStream(HandleBase):
     """A synchronous JetStream handle on an embedded store (see ``jetspark.connect``).
 
     Its verbs and their contracts: ``jetspark.backend.JetStreamAPI``; what both
-    backends share is in ``jetspark.handle_base.HandleBase``."""
+    backends share is in ``jetspark.backend.base.HandleBase``."""
 
     _subscription_class = PullSubscription
 

@@ -54,7 +54,7 @@ from jetspark.errors import (
     api_error,
     error_from_response,
 )
-from jetspark.handle_base import HandleBase
+from jetspark.backend.base import HandleBase
 from jetspark.remote import wire
 from jetspark.remote.inbox import FAST_PATH, Client
 from jetspark.remote.loop import Loop, LoopTimeout
@@ -82,7 +82,7 @@ class NatsJetStream(HandleBase):
     """A synchronous JetStream handle on a NATS server (see ``jetspark.connect``).
 
     Its verbs and their contracts: ``jetspark.backend.JetStreamAPI``; what both
-    backends share is in ``jetspark.handle_base.HandleBase``."""
+    backends share is in ``jetspark.backend.base.HandleBase``."""
 
     _subscription_class = PullSubscription
 

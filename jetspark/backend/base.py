@@ -17,7 +17,7 @@ the backend for what differs, through these hooks:
 - and the verbs of ``jetspark.backend.JetStreamAPI`` not defined here.
 
 The contract of every verb is its docstring in ``jetspark.backend``.  This
-module imports neither backend.
+module imports neither backend (tests/test_imports.py).
 """
 
 from __future__ import annotations

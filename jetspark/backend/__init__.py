@@ -5,10 +5,12 @@
 (a real NATS server through nats-py).  Both satisfy ``JetStreamAPI``; their
 subscriptions satisfy ``PullSubscriptionAPI`` and their delivered messages
 ``MsgAPI``.  Code that must work on either (the Spark connector, the CLI)
-types against these Protocols.  ``tests/test_backend.py`` checks that both
-handles declare every verb here with the same signature and nothing public
-beyond it; ``tests/conformance/`` and ``tests/contract/`` check the behaviour
-on both, against nats-server.
+types against these Protocols.  What the two handles share is implemented
+once, in ``jetspark.backend.base.HandleBase``, which both inherit.
+
+``tests/test_backend.py`` checks that both handles declare every verb here
+with the same signature and nothing public beyond it; ``tests/conformance/``
+and ``tests/contract/`` check the behaviour on both, against nats-server.
 
 Each verb's docstring below is its contract.  Section numbers (§N) refer to
 ``docs/semantics.md``.  What the verbs share is said once here:
