@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import typing
 
 from jetspark.api import (
     AckPolicy,
@@ -52,6 +53,9 @@ from jetspark.errors import (
     StoreIOError,
     StreamNotFoundError,
 )
+
+if typing.TYPE_CHECKING:
+    from jetspark.backend import JetStreamAPI
 
 __version__ = "0.1.0"
 
@@ -116,7 +120,7 @@ def local_session(app_name: str = "jetspark", master: str = "local[2]", **conf):
 _SERVER_SCHEMES = ("nats://", "tls://", "ws://", "wss://")
 
 
-def connect(url, *, clock=None, sync: str | None = None, create: bool | None = None, **options):
+def connect(url, *, clock=None, sync: str | None = None, create: bool | None = None, **options) -> JetStreamAPI:
     """Open a JetStream handle: the embedded engine on a directory, or a real NATS server.
 
     - a path (``str`` or ``os.PathLike``) or a ``file://`` URL: the embedded

@@ -44,6 +44,7 @@ from jetspark.api import (
     datetime_to_ns,
     with_params,
 )
+from jetspark.protocol import headers as hdr
 from jetspark.protocol import subjects as subj
 from jetspark.errors import BadRequestError, api_error
 
@@ -423,6 +424,16 @@ def headers(value: Any, name: str = "headers") -> Optional[dict]:
         else:
             header_value(v, f"{name}[{key!r}]")
     return dict(value) or None
+
+
+def publish_headers(value: Any, stream: Any) -> Optional[dict]:
+    """publish's ``headers`` and ``stream``: the checked headers, with ``stream`` as the
+    ``Nats-Expected-Stream`` header when given (None when there are none)."""
+    out = headers(value)
+    if stream is not None:
+        out = dict(out or {})
+        out[hdr.EXPECTED_STREAM] = header_value(text(stream, "stream", optional=False), "stream")
+    return out
 
 
 # ---------------------------------------------------------------------- publish_batch

@@ -44,6 +44,7 @@ import numpy as np
 from jetspark import validate as V
 from jetspark.api import (
     AckPolicy,
+    BatchAck,
     ConsumerConfig,
     ConsumerInfo,
     PubAck,
@@ -66,10 +67,9 @@ from jetspark.engine.locking import FORK_GENERATION, FLock
 from jetspark.engine.pull import Msg, PullSubscription
 from jetspark.engine.storage import StreamStorage
 from jetspark.engine.stream import Stream, config_from_json, config_to_json, load_stream_meta
+from jetspark.backend.base import HandleBase
 from jetspark.errors import (
-    BadRequestError,
     ClosedError,
-    ConsumerNotFoundError,
     CorruptStoreError,
     NoStreamResponseError,
     StoreError,
@@ -86,8 +86,13 @@ STORE_FORMAT = 2  # 2: checksummed JSON documents with mirrors (metafile.py)
 _SHM = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
 
 
-class JetStream:
-    """A synchronous JetStream handle on an embedded store (see ``jetspark.connect``)."""
+class JetStream(HandleBase):
+    """A synchronous JetStream handle on an embedded store (see ``jetspark.connect``).
+
+    Its verbs and their contracts: ``jetspark.backend.JetStreamAPI``; what both
+    backends share is in ``jetspark.backend.base.HandleBase``."""
+
+    _subscription_class = PullSubscription
 
     def __init__(self, path, *, clock: Optional[Callable[[], int]] = None, sync: str = "os", create: bool = True) -> None:
         if sync not in ("os", "fsync"):
@@ -168,12 +173,6 @@ class JetStream:
                 closer()
             except (OSError, BufferError, ValueError):
                 pass
-
-    def __enter__(self) -> "JetStream":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def _check(self) -> None:
         if self._closed:
@@ -327,7 +326,7 @@ class JetStream:
 
     # ------------------------------------------------------------------ streams
 
-    def add_stream(self, config: Optional[StreamConfig] = None, **params) -> StreamInfo:
+    def _add_stream(self, config: StreamConfig) -> StreamInfo:
         """Create a stream; creating an existing one with the same config is a no-op.
 
         The stream's directory is built aside (config, lock, data files) and renamed into
@@ -335,7 +334,7 @@ class JetStream:
         not a usable stream is a damaged one, which is never replaced (CorruptStoreError).
         """
         self._check()
-        new = cfg.normalize_stream_config(V.stream_config(config, params))
+        new = cfg.normalize_stream_config(config)
         cfg.check_create(new)
         with self._lock, self._store_locked():
             self._sync_registry()
@@ -413,10 +412,10 @@ class JetStream:
             except OSError:
                 pass
 
-    def update_stream(self, config: Optional[StreamConfig] = None, **params) -> StreamInfo:
+    def _update_stream(self, config: StreamConfig) -> StreamInfo:
         """Replace a stream's config as a whole (omitted fields return to their defaults)."""
         self._check()
-        new = cfg.normalize_stream_config(V.stream_config(config, params))
+        new = cfg.normalize_stream_config(config)
         with self._lock, self._store_locked():
             st = self._stream(new.name)
             with st.locked():
@@ -600,10 +599,7 @@ class JetStream:
             if type(payload) is not bytes:
                 payload = V.payload(payload)
             if headers is not None or stream is not None:
-                headers = V.headers(headers)
-                if stream is not None:
-                    headers = dict(headers or {})
-                    headers[H.EXPECTED_STREAM] = V.header_value(V.text(stream, "stream", optional=False), "stream")
+                headers = V.publish_headers(headers, stream)
             st = self._routes.get(subject, _UNROUTED) if type(subject) is str else _UNROUTED
             if st is _UNROUTED:
                 V.publish_subject(subject)
@@ -622,9 +618,6 @@ class JetStream:
         seq, last_by_subj, next_by_subj = V.get_msg_args(seq, last_by_subj, next_by_subj)
         with self._lock:
             return self._stream(stream).get_msg(seq=seq, last_by_subj=last_by_subj, next_by_subj=next_by_subj)
-
-    def get_last_msg(self, stream: str, subject: str) -> RawStreamMsg:
-        return self.get_msg(stream, last_by_subj=subject)
 
     def delete_msg(self, stream: str, seq: int) -> bool:
         seq = V.seq(seq, "seq", api=True, optional=False, hi=V.UINT64_MAX)
@@ -654,26 +647,13 @@ class JetStream:
             st = self._stream(stream)
         return bulk.read_batches(st, start_seq, end_seq, subjects=subjects, batch_size=batch_size, headers=headers)
 
-    def publish_batch(self, data, stream: Optional[str] = None, msg_id_prefix: Optional[str] = None, msg_id_start: int = 0):
-        """Append an Arrow table/batch (columns subject, data, optional headers, msg_id) with
-        the rules of single publishes, all or nothing; returns a BatchAck with one seq per row.
-
-        ``msg_id_prefix``: row i gets the Nats-Msg-Id ``f"{msg_id_prefix}{msg_id_start + i}"``,
-        deduplicated as one range (how the Spark sink makes its writes exactly-once cheaply)."""
+    def _publish_batch(self, table: "pa.Table", stream: str, msg_id_prefix: Optional[str], msg_id_start: int) -> BatchAck:
+        """All or nothing.  With ``msg_id_prefix`` the batch is deduplicated as one range
+        (how the Spark sink makes its writes exactly-once cheaply)."""
         from jetspark.engine import bulk
 
-        table = V.batch_table(data, msg_id_prefix, msg_id_start)
         with self._lock:
-            if stream is None:
-                if table.num_rows == 0:
-                    raise BadRequestError(400, 10003, "publish_batch of an empty table needs stream=")
-                first = table.column("subject")[0].as_py()
-                st = self._route(first) if subj.is_valid(first) and V.publish_subject_ok(first) else None
-                if st is None:
-                    raise NoStreamResponseError(first)
-            else:
-                st = self._stream(stream)
-            return bulk.publish_batch(st, table, msg_id_prefix, int(msg_id_start))
+            return bulk.publish_batch(self._stream(stream), table, msg_id_prefix, msg_id_start)
 
     def seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:
         """The last sequence in lo..hi such that the messages lo..it hold at most ``max_bytes``
@@ -725,20 +705,7 @@ class JetStream:
 
     # ------------------------------------------------------------------ consumers
 
-    def add_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, **params) -> ConsumerInfo:
-        """Create a consumer, or update it if it exists with another config (nats-py's behaviour)."""
-        return self._upsert_consumer(stream, config, params, action="")
-
-    def create_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, **params) -> ConsumerInfo:
-        """Create a consumer; 10148 if one of that name exists with a different config."""
-        return self._upsert_consumer(stream, config, params, action="create")
-
-    def update_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, **params) -> ConsumerInfo:
-        """Update an existing consumer; 10149 if there is none of that name."""
-        return self._upsert_consumer(stream, config, params, action="update")
-
-    def _upsert_consumer(self, stream: str, config, params: dict, action: str) -> ConsumerInfo:
-        config = V.consumer_config(config, params)
+    def _put_consumer(self, stream: str, config: ConsumerConfig, action: str) -> ConsumerInfo:
         with self._lock:
             st = self._stream(stream)
             with st.locked():
@@ -794,32 +761,6 @@ class JetStream:
                 for key, err in sorted(st.consumers.broken.items()):
                     log.warning("consumers_info of stream %r leaves out the damaged consumer in %r: %s", stream, key, err)
                 return [st.consumers.by_name[n].info(now) for n in sorted(st.consumers.by_name)]
-
-    def pull_subscribe(self, subject: Optional[str] = None, durable: Optional[str] = None, stream: Optional[str] = None, config: Optional[ConsumerConfig] = None) -> PullSubscription:
-        """A pull subscription: binds ``durable`` if it exists, else creates the consumer
-        (filtered on ``subject``; ephemeral without ``durable``)."""
-        V.pull_subscribe_args(subject, durable, stream, config)
-        if stream is None:
-            stream = self.find_stream_name_by_subject(subject)
-        if durable:
-            try:
-                self.consumer_info(stream, durable)
-                return PullSubscription(self, stream, durable)
-            except ConsumerNotFoundError:
-                pass
-        config = V.consumer_config(config, {})
-        if durable:
-            config = config.evolve(durable_name=durable)
-        if subject and not config.filter_subject and not config.filter_subjects:
-            config = config.evolve(filter_subject=subject)
-        info = self.add_consumer(stream, config)
-        return PullSubscription(self, stream, info.name)
-
-    def pull_subscribe_bind(self, durable: Optional[str] = None, stream: Optional[str] = None, consumer: Optional[str] = None) -> PullSubscription:
-        """A pull subscription on an existing consumer."""
-        name = V.bind_args(durable, stream, consumer)
-        self.consumer_info(stream, name)
-        return PullSubscription(self, stream, name)
 
     def _fetch(self, stream: str, consumer: str, batch: int, max_bytes: int) -> list[Msg]:
         with self._lock:
@@ -913,10 +854,6 @@ class JetStream:
                 if c.asflr > old:
                     st.consumers.release(np.arange(old + 1, c.asflr + 1, dtype=np.int64))
                 return SequenceInfo(consumer_seq=c.adflr, stream_seq=c.asflr)
-
-    def ack_floor(self, stream: str, durable: str) -> SequenceInfo:
-        """The durable consumer's ack floor."""
-        return self.consumer_info(stream, durable).ack_floor
 
     def ordered_consumer(self, stream: str, subjects: Optional[Sequence[str]] = None, start_seq: Optional[int] = None, end_seq: Optional[int] = None, batch_size: int = 4096) -> Iterator[Msg]:
         """Read a (filtered) range in order with no acks, like nats-py's ordered consumer.

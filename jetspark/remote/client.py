@@ -1,7 +1,7 @@
 """``NatsJetStream``: the embedded engine's synchronous API, served by a real NATS JetStream server.
 
-Every verb of ``jetspark.engine.handle.JetStream`` is here with the same
-signature, returning the same dataclasses and raising the same jetspark
+Every verb of ``jetspark.backend.JetStreamAPI`` is here, as on the engine,
+returning the same dataclasses and raising the same jetspark
 errors, which carry the server's own ``code``, ``err_code`` and
 ``description``.  nats-py runs on an event loop in a private daemon thread
 (``jetspark.remote.loop``); each call blocks its caller for at most the
@@ -29,7 +29,6 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import nats.errors as nerr
 from nats.aio.client import Client as NATS
-from nats.nuid import NUID
 
 from jetspark import validate as V
 from jetspark.api import (
@@ -46,7 +45,6 @@ from jetspark.errors import (
     AuthenticationError,
     BadRequestError,
     ClosedError,
-    ConsumerNotFoundError,
     JetSparkError,
     NoStreamResponseError,
     PermissionDeniedError,
@@ -56,6 +54,7 @@ from jetspark.errors import (
     api_error,
     error_from_response,
 )
+from jetspark.backend.base import HandleBase
 from jetspark.remote import wire
 from jetspark.remote.inbox import FAST_PATH, Client
 from jetspark.remote.loop import Loop, LoopTimeout
@@ -79,8 +78,13 @@ _PAGE_GUARD = 10_000
 _VIOLATION = re.compile(r'permissions violation for (publish|subscription) to "([^"]*)"')
 
 
-class NatsJetStream:
-    """A synchronous JetStream handle on a NATS server (see ``jetspark.connect``)."""
+class NatsJetStream(HandleBase):
+    """A synchronous JetStream handle on a NATS server (see ``jetspark.connect``).
+
+    Its verbs and their contracts: ``jetspark.backend.JetStreamAPI``; what both
+    backends share is in ``jetspark.backend.base.HandleBase``."""
+
+    _subscription_class = PullSubscription
 
     def __init__(self, url: str, **options: Any) -> None:
         self.options = options.pop("_options", None) or ConnectOptions.build(url, **options)
@@ -353,12 +357,6 @@ class NatsJetStream:
             if os.getpid() == self._pid:
                 self._loop.stop()
 
-    def __enter__(self) -> "NatsJetStream":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         if self._closed:
             state = "closed"
@@ -386,16 +384,14 @@ class NatsJetStream:
 
     # ------------------------------------------------------------------ streams
 
-    def add_stream(self, config: Optional[StreamConfig] = None, **params) -> StreamInfo:
+    def _add_stream(self, config: StreamConfig) -> StreamInfo:
         """Create a stream; creating an existing one with the same config is a no-op."""
-        config = V.stream_config(config, params)
         self._check_stream_name(config.name)
         resp = self._request(f"{self._api}.STREAM.CREATE.{config.name}", wire.stream_config_to_wire(config), what=f"add_stream {config.name!r}")
         return wire.stream_info_from_wire(resp)
 
-    def update_stream(self, config: Optional[StreamConfig] = None, **params) -> StreamInfo:
+    def _update_stream(self, config: StreamConfig) -> StreamInfo:
         """Replace a stream's config as a whole (omitted fields return to their defaults)."""
-        config = V.stream_config(config, params)
         if not wire.token_ok(config.name):
             raise api_error(10059)
         resp = self._request(f"{self._api}.STREAM.UPDATE.{config.name}", wire.stream_config_to_wire(config), what=f"update_stream {config.name!r}")
@@ -478,10 +474,7 @@ class NatsJetStream:
         payload = V.payload(payload)
         hdrs: Optional[dict] = None
         if headers is not None or stream is not None:
-            hdrs = V.headers(headers)
-            if stream is not None:
-                hdrs = dict(hdrs or {})
-                hdrs["Nats-Expected-Stream"] = V.header_value(V.text(stream, "stream", optional=False), "stream")
+            hdrs = V.publish_headers(headers, stream)
         V.publish_subject(subject)
         if not subj.is_valid(subject):
             raise NoStreamResponseError(subject)  # empty tokens: no stream can capture it
@@ -517,9 +510,6 @@ class NatsJetStream:
         m = self._request(self._stream_subject("MSG.GET", stream), req, what=f"get_msg from {stream!r}")["message"]
         return wire.raw_msg_from_wire(stream, m)
 
-    def get_last_msg(self, stream: str, subject: str) -> RawStreamMsg:
-        return self.get_msg(stream, last_by_subj=subject)
-
     def delete_msg(self, stream: str, seq: int) -> bool:
         seq = V.seq(seq, "seq", api=True, optional=False, hi=V.UINT64_MAX)
         return self._request(self._stream_subject("MSG.DELETE", stream), {"seq": seq, "no_erase": True}, what=f"delete_msg {seq} from {stream!r}")["success"]
@@ -547,20 +537,15 @@ class NatsJetStream:
         start_seq, end_seq, subjects, batch_size, headers = V.read_args(start_seq, end_seq, subjects, batch_size, headers)
         return bulk.read_batches(self, stream, start_seq, end_seq, subjects=subjects, batch_size=batch_size, headers=headers)
 
-    def publish_batch(self, data, stream: Optional[str] = None, msg_id_prefix: Optional[str] = None, msg_id_start: int = 0):
-        """Append an Arrow table/batch (columns subject, data, optional headers, msg_id) as
-        pipelined publishes, awaiting every PubAck; returns a BatchAck with one seq per row.
-
-        Unlike the engine it is not all or nothing: a refused row raises its error
-        (with a note naming the row) and rows the server accepted stay stored.  Give
-        rows a ``msg_id`` to make a retry safe within the duplicate window.
-        ``msg_id_prefix``: row i gets the Nats-Msg-Id ``f"{msg_id_prefix}{msg_id_start + i}"``
-        (as on the engine; a server deduplicates them one by one)."""
+    def _publish_batch(self, table, stream: str, msg_id_prefix: Optional[str], msg_id_start: int):
+        """Pipelined publishes, awaiting every PubAck.  Unlike the engine it is not all
+        or nothing: a refused row raises its error (with a note naming the row) and rows
+        the server accepted stay stored.  The ids of ``msg_id_prefix`` go as a msg_id
+        column (a server deduplicates them one by one)."""
         import pyarrow as pa
 
         from jetspark.remote import bulk
 
-        table = V.batch_table(data, msg_id_prefix, msg_id_start)
         if msg_id_prefix is not None:
             ids = pa.array([f"{msg_id_prefix}{msg_id_start + i}" for i in range(table.num_rows)], pa.string())
             table = table.append_column("msg_id", ids)
@@ -597,20 +582,7 @@ class NatsJetStream:
 
     # ------------------------------------------------------------------ consumers
 
-    def add_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, **params) -> ConsumerInfo:
-        """Create a consumer, or update it if it exists with another config (nats-py's behaviour)."""
-        return self._consumer_request(stream, config, params, None)
-
-    def create_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, **params) -> ConsumerInfo:
-        """Create a consumer; 10148 if one of that name exists with a different config."""
-        return self._consumer_request(stream, config, params, "create")
-
-    def update_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, **params) -> ConsumerInfo:
-        """Update an existing consumer; 10149 if there is none of that name."""
-        return self._consumer_request(stream, config, params, "update")
-
-    def _consumer_request(self, stream: str, config, params: dict, action: Optional[str]) -> ConsumerInfo:
-        config = V.consumer_config(config, params)
+    def _put_consumer(self, stream: str, config: ConsumerConfig, action: str) -> ConsumerInfo:
         if not wire.token_ok(stream):
             raise api_error(10059)
         req: dict = {"stream_name": stream, "config": wire.consumer_config_to_wire(config)}
@@ -654,34 +626,6 @@ class NatsJetStream:
         subject = f"{self._api}.CONSUMER.LIST.{stream}"
         items = self._run(self._apaged(subject, "consumers", None, what=f"consumers_info of {stream!r}"), what=f"consumers_info of {stream!r}")
         return sorted((wire.consumer_info_from_wire(c) for c in items), key=lambda i: i.name)
-
-    def pull_subscribe(self, subject: Optional[str] = None, durable: Optional[str] = None, stream: Optional[str] = None, config: Optional[ConsumerConfig] = None) -> PullSubscription:
-        """A pull subscription: binds ``durable`` if it exists, else creates the consumer
-        (filtered on ``subject``; ephemeral without ``durable``)."""
-        V.pull_subscribe_args(subject, durable, stream, config)
-        if stream is None:
-            stream = self.find_stream_name_by_subject(subject)
-        if durable:
-            try:
-                self.consumer_info(stream, durable)
-                return PullSubscription(self, stream, durable)
-            except ConsumerNotFoundError:
-                pass
-        config = V.consumer_config(config, {})
-        if subject and not config.filter_subject and not config.filter_subjects:
-            config = config.evolve(filter_subject=subject)
-        if durable:
-            config = config.evolve(name=durable, durable_name=durable)
-        elif not config.name and not config.durable_name:
-            config = config.evolve(name=NUID().next().decode())
-        info = self.add_consumer(stream, config)
-        return PullSubscription(self, stream, info.name)
-
-    def pull_subscribe_bind(self, durable: Optional[str] = None, stream: Optional[str] = None, consumer: Optional[str] = None) -> PullSubscription:
-        """A pull subscription on an existing consumer."""
-        name = V.bind_args(durable, stream, consumer)
-        self.consumer_info(stream, name)
-        return PullSubscription(self, stream, name)
 
     # ------------------------------------------------------------------ acks (Msg)
 
@@ -780,10 +724,6 @@ class NatsJetStream:
         from jetspark.remote import bulk
 
         return bulk.advance_ack_floor(self, stream, durable, V.seq(seq, "seq", optional=False))
-
-    def ack_floor(self, stream: str, durable: str) -> SequenceInfo:
-        """The durable consumer's ack floor."""
-        return self.consumer_info(stream, durable).ack_floor
 
     def ordered_consumer(self, stream: str, subjects: Optional[Sequence[str]] = None, start_seq: Optional[int] = None, end_seq: Optional[int] = None, batch_size: int = 4096) -> Iterator[Msg]:
         """Read a (filtered) range in order with no acks, like nats-py's ordered consumer.

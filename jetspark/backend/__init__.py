@@ -1,0 +1,417 @@
+"""The JetStream API both backends implement: the contract, declared once.
+
+``jetspark.connect`` returns one of two handles: ``jetspark.engine.handle.JetStream``
+(the embedded engine on a directory) or ``jetspark.remote.client.NatsJetStream``
+(a real NATS server through nats-py).  Both satisfy ``JetStreamAPI``; their
+subscriptions satisfy ``PullSubscriptionAPI`` and their delivered messages
+``MsgAPI``.  Code that must work on either (the Spark connector, the CLI)
+types against these Protocols.  What the two handles share is implemented
+once, in ``jetspark.backend.base.HandleBase``, which both inherit.
+
+``tests/test_backend.py`` checks that both handles declare every verb here
+with the same signature and nothing public beyond it; ``tests/conformance/``
+and ``tests/contract/`` check the behaviour on both, against nats-server.
+
+Each verb's docstring below is its contract.  Section numbers (§N) refer to
+``docs/semantics.md``.  What the verbs share is said once here:
+
+- Names, configs and results are nats-py's (``jetspark.api`` dataclasses);
+  API errors carry the server's ``code``, ``err_code`` and ``description``
+  (``jetspark.errors``, §7).
+- Arguments are checked before anything is done (``jetspark.validate``): a
+  refused call writes nothing.  An argument that travels in a JetStream
+  request and has the wrong type is ``BadRequestError`` 10025 naming the
+  field; jetspark's own arguments (payloads, tables, batch sizes) are
+  ``TypeError``/``ValueError`` naming the argument.
+- A stream argument that names no stream is ``StreamNotFoundError`` (10059);
+  a consumer argument that names no consumer is ``ConsumerNotFoundError``
+  (10014).
+- Any verb may raise, besides what it lists: ``ClosedError`` after
+  ``close()``; on the engine ``StoreError`` (``CorruptStoreError`` for a
+  damaged file, ``StoreIOError``/``StoreFullError`` when the disk refuses);
+  on a server ``ServerConnectionError``, ``RequestTimeoutError`` (no answer
+  within the handle's timeout) and ``PermissionDeniedError``.
+
+Backend-only extras are outside the contract: the engine's ``check_stream``
+(file checks and repair), the nats backend's ``from_options``, and public
+attributes such as ``path`` or ``url``.  ``tests/test_backend.py`` lists them.
+"""
+
+from __future__ import annotations
+
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Iterator,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    runtime_checkable,
+)
+
+from jetspark.api import (
+    BatchAck,
+    ConsumerConfig,
+    ConsumerInfo,
+    MsgMetadata,
+    PubAck,
+    RawStreamMsg,
+    SequenceInfo,
+    StreamConfig,
+    StreamInfo,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["JetStreamAPI", "MsgAPI", "PullSubscriptionAPI"]
+
+
+@runtime_checkable
+class MsgAPI(Protocol):
+    """A message delivered by a pull consumer (or ``ordered_consumer``)."""
+
+    subject: str
+    data: bytes
+    headers: Optional[dict]
+
+    @property
+    def reply(self) -> str:
+        """The ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>`` subject."""
+        ...
+
+    @property
+    def metadata(self) -> MsgMetadata:
+        """Stream and consumer sequences, delivery count, pending count, timestamp,
+        stream and consumer names, as the server reports them (§6)."""
+        ...
+
+    def ack(self) -> None:
+        """Acknowledge, fire-and-forget as in nats-py.  The handle applies it before
+        its next call, so a ``consumer_info`` after a loop of ``ack()`` already counts
+        them.  Acks lost with the process are redelivered after ``ack_wait`` (§5.3).
+        A message from ``ordered_consumer`` ignores every ack verb."""
+        ...
+
+    def ack_sync(self, timeout: float = 1.0) -> "MsgAPI":
+        """Acknowledge and wait (at most ``timeout`` seconds, a finite number >= 0)
+        until the ack is applied; returns the message."""
+        ...
+
+    def nak(self, delay: Optional[float] = None) -> None:
+        """Ask for redelivery, not before ``delay`` seconds (None: at once) (§5.3)."""
+        ...
+
+    def in_progress(self) -> None:
+        """Restart the ack_wait clock without counting a new delivery (§5.3)."""
+        ...
+
+    def term(self) -> None:
+        """Never redeliver; on interest and work-queue streams the message is
+        released as if acknowledged (§3.3, §3.4)."""
+        ...
+
+
+@runtime_checkable
+class PullSubscriptionAPI(Protocol):
+    """A pull consumer bound to a stream (nats-py's ``PullSubscription``, synchronously)."""
+
+    stream: str
+    consumer: str
+
+    def fetch(self, batch: int = 1, timeout: Optional[float] = 5.0, no_wait: bool = False, max_bytes: Optional[int] = None) -> list[MsgAPI]:
+        """Up to ``batch`` (1..2**31-1) messages, at most ``max_bytes`` bytes of them
+        (None or 0: no limit), in delivery order; waits up to ``timeout`` seconds
+        (None: 5) for the first one, not at all with ``no_wait``.
+
+        Returns at least one message.  ``FetchTimeoutError`` (a ``TimeoutError``)
+        when none came in time, as nats-py raises.  Delivery follows the consumer's
+        policies: ``max_ack_pending``, redelivery after ``ack_wait``/``backoff``
+        up to ``max_deliver``, ``headers_only`` (§5.2-§5.5)."""
+        ...
+
+    def consumer_info(self) -> ConsumerInfo:
+        """``consumer_info(stream, consumer)`` of the bound consumer."""
+        ...
+
+    def unsubscribe(self) -> None:
+        """Stop using the subscription; acks given so far are applied first.
+        The consumer itself stays (delete it with ``delete_consumer``)."""
+        ...
+
+
+@runtime_checkable
+class JetStreamAPI(Protocol):
+    """A synchronous JetStream handle: nats-py's JetStream verbs plus the bulk verbs
+    the Spark connector reads and writes with.  See the module docstring for what
+    every verb shares (argument checks, errors)."""
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Apply pending acks and release the handle (files, locks, the connection).
+        Idempotent.  Every later call raises ``ClosedError``."""
+        ...
+
+    def __enter__(self) -> "JetStreamAPI":
+        """The handle itself; ``close()`` on leaving the ``with`` block."""
+        ...
+
+    def __exit__(self, *exc: Any) -> None:
+        ...
+
+    # ------------------------------------------------------------------ streams
+
+    def add_stream(self, config: Optional[StreamConfig] = None, **params: Any) -> StreamInfo:
+        """Create a stream from ``config`` (a ``StreamConfig`` or a dict) with
+        ``params`` overriding its fields (nats-py's ``add_stream(config, **params)``).
+
+        Returns its info, the config as the server echoes it, defaults filled in
+        (§1.1).  Adding an existing stream with an identical
+        config changes nothing and returns its info.  Errors (§1.2): 10058 the
+        name is in use with another config; 10065 its subjects overlap another
+        stream's; 10052 an invalid config; 10128 a name with a path separator;
+        10074 replicas > 1; 10025 a field of the wrong type.  A refused create
+        leaves nothing behind."""
+        ...
+
+    def update_stream(self, config: Optional[StreamConfig] = None, **params: Any) -> StreamInfo:
+        """Replace the config of the stream ``config.name`` as a whole (omitted fields
+        return to their defaults) and return its new info.  Fields the server
+        fixes (storage, name, work-queue retention either way) are refused with its
+        err_code (10052); lower limits remove messages at once and a change from
+        limits to interest retention applies the consumers' acks (§1.3).
+        10059 when there is no such stream; 10065 for overlapping subjects."""
+        ...
+
+    def delete_stream(self, name: str) -> bool:
+        """Delete the stream, its messages and its consumers; True.  10059 when there
+        is none.  On the engine a damaged stream can be deleted too."""
+        ...
+
+    def stream_info(self, name: str, subjects_filter: Optional[str] = None, deleted_details: bool = False) -> StreamInfo:
+        """The stream's config and state (§4).  With ``subjects_filter`` (a subject
+        filter, wildcards allowed), ``state.subjects`` counts the live messages of
+        each matching subject (every page of them); with ``deleted_details``,
+        ``state.deleted`` lists the deleted sequences.  10059 when there is none."""
+        ...
+
+    def streams_info(self) -> list[StreamInfo]:
+        """Every stream's info, sorted by name (all pages).  The engine leaves out a
+        damaged stream, with a warning."""
+        ...
+
+    def stream_names(self) -> list[str]:
+        """Every stream's name, sorted (the engine lists damaged streams too: their
+        names are taken)."""
+        ...
+
+    def find_stream_name_by_subject(self, subject: str) -> str:
+        """The name of the stream whose subjects capture ``subject`` (a subject or a
+        filter).  10059 when none does, or when ``subject`` is not a valid subject."""
+        ...
+
+    def purge_stream(self, name: str, subject: Optional[str] = None, seq: Optional[int] = None, keep: Optional[int] = None) -> bool:
+        """Remove messages; True.  All of them, or those matching ``subject`` (a
+        filter), and of those only the ones below ``seq`` or all but the newest
+        ``keep`` (0 means unset for both; both set is 10003).  Purging below a
+        ``seq`` past the end moves the floor so the next publish gets ``seq``.
+        Consumers move past what was purged (§4).  10109 on a sealed stream,
+        10110 with ``deny_purge``, 10003 for a malformed filter (rather than
+        purging nothing), 10059 when there is no such stream."""
+        ...
+
+    # ------------------------------------------------------------------ messages
+
+    def publish(self, subject: str, payload: bytes = b"", headers: Optional[Mapping[str, object]] = None, stream: Optional[str] = None) -> PubAck:
+        """Store one message in the stream that captures ``subject`` and return its
+        ``PubAck`` (stream, seq; ``duplicate=True`` with the first message's seq
+        for a ``Nats-Msg-Id`` seen within ``duplicate_window``, storing nothing, §3.5).
+
+        ``payload`` is bytes, bytearray or memoryview; ``headers`` maps names (HTTP
+        tokens) to str values or lists of them (repeated headers), without CR/LF;
+        ``stream`` sends ``Nats-Expected-Stream``.  Errors: ``NoStreamResponseError``
+        when no stream captures the subject; 10003 for an empty subject or one with
+        whitespace; 10054 above ``max_msg_size`` (or the server's max_payload);
+        10060/10071/10070/10193 for an expected header that does not match; 10109
+        sealed; 10077 a limit with discard new (§3.2), checked in the server's
+        order (§3.6).  Returned means stored (on the engine: written to the
+        operating system, or to the disk with ``sync="fsync"``)."""
+        ...
+
+    def get_msg(self, stream: str, seq: Optional[int] = None, last_by_subj: Optional[str] = None, next_by_subj: Optional[str] = None) -> RawStreamMsg:
+        """One stored message: the one at ``seq``; the last one on subject
+        ``last_by_subj``; or the first at or after ``seq`` (default: the first) on
+        ``next_by_subj`` (wildcards allowed).  ``MsgNotFoundError`` (10037) when there
+        is no such message (deleted, purged, never stored); 10003 when the call names
+        no message (no ``seq`` and no subject) or gives both ``seq`` and
+        ``last_by_subj``; 10059 no stream."""
+        ...
+
+    def get_last_msg(self, stream: str, subject: str) -> RawStreamMsg:
+        """``get_msg(stream, last_by_subj=subject)``."""
+        ...
+
+    def delete_msg(self, stream: str, seq: int) -> bool:
+        """Remove the message at ``seq``; True.  Consumers treat it as gone (a pending
+        delivery of it ends).  10109 sealed, 10057 with ``deny_delete`` or (file
+        storage) a sequence outside the stored range, 10043 no message there."""
+        ...
+
+    # ------------------------------------------------------------------ consumers
+
+    def add_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, **params: Any) -> ConsumerInfo:
+        """Create a consumer from ``config`` (a ``ConsumerConfig`` or a dict) with
+        ``params`` overriding its fields, or update it if one of that name exists
+        with another config (nats-py's behaviour).  Without ``durable_name`` or
+        ``name`` it is an ephemeral with a generated name (gone after
+        ``inactive_threshold``, 5 s by default).  Returns its info, the config
+        echoed with the server's defaults (§5.1).  Errors: the config rules with the
+        server's err_codes (§5.1; 10017 name and durable_name differ), the
+        work-queue rules (10084, 10098, 10099, 10100, 10101, §3.4), 10026 past
+        ``max_consumers``, an update the server refuses, 10059 no stream."""
+        ...
+
+    def create_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, **params: Any) -> ConsumerInfo:
+        """``add_consumer`` that never updates: an identical consumer is returned as
+        it is; one of that name with another config is 10148."""
+        ...
+
+    def update_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, **params: Any) -> ConsumerInfo:
+        """``add_consumer`` that never creates: 10149 when there is no consumer of
+        that name; fields the server fixes cannot change (§5.1)."""
+        ...
+
+    def delete_consumer(self, stream: str, consumer: str) -> bool:
+        """Delete the consumer; True.  On interest streams the messages only it held
+        go (§3.3).  10014 when there is none."""
+        ...
+
+    def consumer_info(self, stream: str, consumer: str) -> ConsumerInfo:
+        """The consumer's config and state: ``delivered`` and ``ack_floor`` sequence
+        pairs, ``num_pending``, ``num_ack_pending``, ``num_redelivered`` (§6), with
+        every ``Msg.ack()`` given before the call applied.  10014 when there is none."""
+        ...
+
+    def consumers_info(self, stream: str) -> list[ConsumerInfo]:
+        """Every consumer of the stream, sorted by name.  10059 no stream."""
+        ...
+
+    def pull_subscribe(self, subject: Optional[str] = None, durable: Optional[str] = None, stream: Optional[str] = None, config: Optional[ConsumerConfig] = None) -> PullSubscriptionAPI:
+        """nats-py's ``pull_subscribe``: a subscription on the consumer ``durable`` of
+        ``stream`` (default: ``find_stream_name_by_subject(subject)``).
+
+        An existing ``durable`` is bound as it is, whatever ``subject`` and
+        ``config`` say.  Otherwise the consumer is created with ``add_consumer`` from
+        ``config``: filtered on ``subject`` unless the config has filters; named
+        ``durable`` (``name`` and ``durable_name`` both, as nats-py sets them);
+        without ``durable`` and without names in ``config``, an ephemeral with a
+        generated ``name``.  Errors: those of ``add_consumer``; 10059 when no stream
+        captures ``subject``; ``TypeError`` for arguments of the wrong type."""
+        ...
+
+    def pull_subscribe_bind(self, durable: Optional[str] = None, stream: Optional[str] = None, consumer: Optional[str] = None) -> PullSubscriptionAPI:
+        """A subscription on the existing consumer ``durable`` (or ``consumer``, for an
+        ephemeral) of ``stream``.  10003 without ``stream`` or without a consumer
+        name; 10014 when there is no such consumer; 10059 no stream."""
+        ...
+
+    # ------------------------------------------------------------------ bulk verbs (the Spark connector)
+
+    def read_batches(
+        self,
+        stream: str,
+        start_seq: int = 1,
+        end_seq: Optional[int] = None,
+        subjects: Optional[Sequence[str]] = None,
+        batch_size: int = 65536,
+        headers: bool = False,
+    ) -> Iterator["pa.RecordBatch"]:
+        """The stored messages with ``start_seq <= seq <= end_seq`` (None: the last
+        sequence when the call is made), optionally only those matching one of
+        ``subjects`` (filters, wildcards allowed), in sequence order, as Arrow record
+        batches of at most ``batch_size`` rows with ``jetspark.protocol.arrow.schema(headers)``:
+        stream, subject, seq, timestamp (UTC, microseconds), data, and with
+        ``headers=True`` a ``map<string, list<string>>`` headers column.
+
+        A read leaves the stream and its consumers as they were (no acks, no
+        interest).  The stream must exist when the call is made (10059, raised
+        by the call, not by the first ``next``).  10003 for an invalid filter; ``ValueError``/``TypeError`` for a sequence
+        outside 0..2**63-1 or a batch size below 1."""
+        ...
+
+    def publish_batch(self, data: Any, stream: Optional[str] = None, msg_id_prefix: Optional[str] = None, msg_id_start: int = 0) -> BatchAck:
+        """Append the rows of a pyarrow ``Table`` or ``RecordBatch`` (columns
+        ``subject`` string, ``data`` binary or string, optional ``headers``
+        ``map<string, string>``/``map<string, list<string>>`` and ``msg_id`` string)
+        to ``stream`` (default: the stream that captures the first row's subject),
+        each row with the rules of ``publish``; returns a ``BatchAck`` with one
+        sequence and one duplicate flag per row, in row order.
+
+        ``msg_id_prefix``: row i carries the ``Nats-Msg-Id``
+        ``f"{msg_id_prefix}{msg_id_start + i}"`` (not with a ``msg_id`` column).
+        Before anything is stored the whole table is checked: column types, every
+        row's subject (10003 naming the row when it is not one ``publish`` accepts
+        or the stream does not capture), headers and ids as ``publish`` checks them;
+        an empty table without ``stream`` is 10003; ``NoStreamResponseError`` when
+        no stream captures the first subject.
+
+        The engine stores a batch all or nothing.  A server stores row by row:
+        a row it refuses raises its error (with a note naming the row) and the rows
+        before it stay stored, so give rows ids to make a retry safe."""
+        ...
+
+    def seq_for_time(self, stream: str, when: Any) -> int:
+        """The first sequence stored at or after ``when`` (a ``datetime``, naive
+        meaning UTC, or nanoseconds since the epoch); ``last_seq + 1`` when every
+        message is older.  10059 no stream."""
+        ...
+
+    def seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:
+        """The last sequence ``s`` in ``lo..hi`` (clamped to the stored range) such that
+        the live messages ``lo..s`` hold at most ``max_bytes`` bytes, counted as the
+        stream's ``bytes`` counts them (§3.1); at least ``lo`` even when that one
+        message is larger, so a reader always moves.  ``ValueError``/``TypeError``
+        for negative or non-integer arguments; 10059 no stream."""
+        ...
+
+    def advance_ack_floor(self, stream: str, durable: str, seq: int) -> SequenceInfo:
+        """The Spark commit: the durable consumer treats every message up to stream
+        sequence ``seq`` that its filter matches as delivered and acknowledged, and
+        returns its new ack floor (consumer and stream sequence).
+
+        Afterwards the ack floor's stream sequence is at least the last message
+        <= ``seq`` the consumer matches (higher if it had acknowledged past it;
+        unchanged when it matches nothing new up to ``seq``: the floor never moves
+        back); the call delivers nothing past ``seq``.  On interest and work-queue
+        streams exactly what was acknowledged is released (§3.3, §3.4).
+        10014 no such consumer; 10059 no stream; ``ValueError``/``TypeError`` for a
+        ``seq`` outside 0..2**63-1.
+
+        Known gap (nats:// backend): the server is asked to deliver and the
+        deliveries acknowledged, so messages another client holds delivered but
+        unacknowledged up to ``seq`` stay pending there, and a consumer that stops
+        delivering leaves the floor short without an error."""
+        ...
+
+    def ack_floor(self, stream: str, durable: str) -> SequenceInfo:
+        """``consumer_info(stream, durable).ack_floor``: the consumer and stream
+        sequences below which everything is acknowledged.  10014 no consumer."""
+        ...
+
+    def ordered_consumer(
+        self,
+        stream: str,
+        subjects: Optional[Sequence[str]] = None,
+        start_seq: Optional[int] = None,
+        end_seq: Optional[int] = None,
+        batch_size: int = 4096,
+    ) -> Iterator[MsgAPI]:
+        """The stored messages in ``start_seq..end_seq`` (defaults: the stream's
+        first and last sequence when called) matching ``subjects`` (filters), in
+        order, as messages whose metadata carries the stream sequence, consumer
+        sequences 1, 2, ... and ``num_pending`` within the range; their ack verbs
+        do nothing and the stream keeps no consumer afterwards (like nats-py's
+        ordered consumer).  10059 no stream; 10003 an invalid filter."""
+        ...
