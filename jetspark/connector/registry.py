@@ -129,7 +129,7 @@ def commit_batch(js, query_id: str, batch_id: int) -> None:
             _create(js, query_id)
             continue
         except APIError as exc:
-            if exc.err_code not in (10071, 10059):  # 10071: another writer got in first; 10059: the registry went away
+            if exc.err_code != 10071:  # wrong last sequence: another writer got in first; read again
                 raise SinkRegistryError(f"committing batch {batch_id} of query {query_id!r} in stream {REGISTRY_STREAM}: {exc}") from exc
     raise SinkRegistryError(
         f"committing batch {batch_id} of query {query_id!r}: stream {REGISTRY_STREAM} changed under this commit "

@@ -7,6 +7,7 @@ No Spark here: the registry is plain API calls; test_exactly_once.py runs it und
 from __future__ import annotations
 
 import json
+import pickle
 import threading
 
 import pytest
@@ -215,8 +216,10 @@ def test_a_damaged_entry_is_reported_never_guessed(store):
     js = store.js
     registry.commit_batch(js, "q", 4)
     js.publish(registry.subject("q"), b"not json")
-    with pytest.raises(SinkRegistryError, match=rf"{REGISTRY_STREAM} message \d+ holds no batch id"):
+    with pytest.raises(SinkRegistryError, match=rf"{REGISTRY_STREAM} message \d+ holds no batch id") as err:
         registry.last_batch(js, "q")
+    again = pickle.loads(pickle.dumps(err.value))  # Spark ships an executor's error to the driver
+    assert type(again) is SinkRegistryError and str(again) == str(err.value)
     with pytest.raises(SinkRegistryError):
         registry.commit_batch(js, "q", 5)
     js.publish(registry.subject("q"), json.dumps({"query": "another", "batch": 9}).encode())
