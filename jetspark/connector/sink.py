@@ -4,8 +4,9 @@ Rows carry ``subject`` (or the ``subject`` option), ``data`` (binary or
 string), and optionally ``headers`` (map) and ``msg_id``.  A row without a
 ``msg_id`` gets a deterministic ``Nats-Msg-Id`` built from (query id, batch
 id, partition, row), so a retried task or a replayed micro-batch is dropped
-by the stream's duplicate window; a micro-batch the store recorded as
-committed for the query is skipped outright, even after the window.
+by the stream's duplicate window; a micro-batch the store's registry
+(registry.py, stream ``JETSPARK_SINKS``) records as committed for the query
+is skipped outright, even after the window.
 
 Column names and types are checked on the driver, from the schema Spark
 plans the write with, before any task runs (``check_schema``).  Nulls can
@@ -30,6 +31,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from jetspark.connector import registry
 from jetspark.connector.options import WriterOptions
 from jetspark.connector.store import handle
 from jetspark.errors import JetSparkError, OptionError
@@ -246,7 +248,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         query_id = (ctx.getLocalProperty("sql.streaming.queryId") if ctx else None) or "adhoc"
         batch_id = int((ctx.getLocalProperty("streaming.sql.batchId") if ctx else None) or 0)
         js = handle(self.opts.store, self.opts.connection)
-        if js.sink_last_batch(query_id) >= batch_id:
+        if registry.last_batch(js, query_id) >= batch_id:
             # A replay of a batch this query already committed: nothing to write.
             for _ in iterator:
                 pass
@@ -258,7 +260,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         queries = {m.query_id for m in messages if m is not None}
         js = handle(self.opts.store, self.opts.connection)
         for q in queries:
-            js.sink_commit_batch(q, batchId)
+            registry.commit_batch(js, q, batchId)
 
     def abort(self, messages, batchId: int) -> None:
         """Rows of an aborted batch stay; the replay's ids make them duplicates."""

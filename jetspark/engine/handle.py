@@ -6,7 +6,6 @@ Store layout::
     <store>/store.lock          serialises stream create / update / delete across processes
     <store>/store.gen           8-byte generation, bumped whenever the set of streams changes
     <store>/streams/<NAME>/     config.json, lock, and (file storage) the data files
-    <store>/sinks/<query>.json  the last micro-batch a streaming query's sink committed
 
 Every JSON document (``*.json``) is checksummed and kept twice, as
 ``<file>`` and ``<file>.1`` (metafile.py): one damaged copy is rewritten
@@ -663,36 +662,6 @@ class JetStream(HandleBase):
         lo, hi, max_bytes = V.seq_for_bytes_args(lo, hi, max_bytes)
         with self._lock:
             return bulk.seq_for_bytes(self._stream(stream), lo, hi, max_bytes)
-
-    # Committed micro-batches of streaming sinks, per query: a replay of a committed
-    # batch writes nothing, however long after the duplicate window.
-    def sink_last_batch(self, query_id: str) -> int:
-        """The last micro-batch id committed for a streaming query writing here, or -1.
-        CorruptStoreError if its record is damaged (guessing could write a batch twice)."""
-        path = self._sink_path(V.query_id(query_id))
-        try:
-            doc = metafile.load(path, fsync=self._fsync)
-        except FileNotFoundError:
-            return -1
-        batch = doc.get("batch")
-        if type(batch) is not int:
-            raise CorruptStoreError(f"{path} holds no batch id: {doc!r}", path=str(path))
-        return batch
-
-    def sink_commit_batch(self, query_id: str, batch_id: int) -> None:
-        V.query_id(query_id)
-        batch_id = V.integer(batch_id, "batch_id", 0, V.INT64_MAX)
-        with self._lock, self._store_locked():
-            if batch_id <= self.sink_last_batch(query_id):
-                return
-            path = self._sink_path(query_id)
-            with diskio.io_errors(path.parent, "creating"):
-                path.parent.mkdir(exist_ok=True)
-            metafile.save(path, {"batch": int(batch_id)}, fsync=self._fsync)
-
-    def _sink_path(self, query_id: str) -> Path:
-        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in query_id)
-        return self.path / "sinks" / f"{safe}.json"
 
     def seq_for_time(self, stream: str, when) -> int:
         """The first sequence stored at or after ``when`` (a datetime, or ns since the epoch)."""

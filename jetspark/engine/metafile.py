@@ -1,9 +1,9 @@
 """The store's small JSON documents: checksummed, written atomically, kept twice.
 
 Every metadata document the engine trusts (``store.json``, a stream's and a
-consumer's ``config.json``, the sink registry's ``sinks/<query>.json``) goes
-through ``save`` and ``load``.  A document is kept in two files with the same
-content, ``<name>`` and its mirror ``<name>.1``, each::
+consumer's ``config.json``) goes through ``save`` and ``load``.  A document
+is kept in two files with the same content, ``<name>`` and its mirror
+``<name>.1``, each::
 
     {"crc32":"<8 hex digits>","gen":<n>,<the document's keys, sorted>}
 

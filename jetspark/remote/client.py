@@ -566,20 +566,6 @@ class NatsJetStream(HandleBase):
 
         return bulk.seq_for_time(self, stream, V.when(when))
 
-    # Committed micro-batches of streaming sinks, per query, in the KV bucket
-    # ``jetspark_sinks`` on the server (created on first commit).
-    def sink_last_batch(self, query_id: str) -> int:
-        """The last micro-batch id committed for a streaming query writing here, or -1."""
-        from jetspark.remote import bulk
-
-        return bulk.sink_last_batch(self, V.query_id(query_id))
-
-    def sink_commit_batch(self, query_id: str, batch_id: int) -> None:
-        from jetspark.remote import bulk
-
-        V.query_id(query_id)
-        bulk.sink_commit_batch(self, query_id, V.integer(batch_id, "batch_id", 0, V.INT64_MAX))
-
     # ------------------------------------------------------------------ consumers
 
     def _put_consumer(self, stream: str, config: ConsumerConfig, action: str) -> ConsumerInfo:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
-import glob
-import os
 import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql import functions as F
+
+from jetspark.connector import registry
 
 
 @dataclass
@@ -46,19 +46,12 @@ class Store:
         return ", ".join(sorted(self.js.stream_names()))
 
     def sink_records(self) -> int:
-        """How many streaming queries the store records committed sink batches for: files
-        ``sinks/<query>.json`` in an engine store, keys of the KV bucket ``jetspark_sinks``
-        on a server."""
-        if self.backend == "engine":
-            return len(glob.glob(os.path.join(self.path, "sinks", "*.json")))
-        return self.js.stream_info("KV_jetspark_sinks").state.messages
+        """How many streaming queries the store records committed sink batches for: the
+        subjects of the sink's registry stream (jetspark/connector/registry.py)."""
+        return len(self.js.stream_info(registry.REGISTRY_STREAM, subjects_filter=">").state.subjects or {})
 
     def remove_sink_records(self) -> None:
-        if self.backend == "engine":
-            for record in glob.glob(os.path.join(self.path, "sinks", "*.json*")):  # with the mirrors (*.json.1)
-                os.remove(record)
-        else:
-            self.js.purge_stream("KV_jetspark_sinks")
+        self.js.purge_stream(registry.REGISTRY_STREAM)
 
     def payloads(self, stream: str) -> list[bytes]:
         """Every stored message's data, in sequence order."""

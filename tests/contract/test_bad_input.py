@@ -492,13 +492,6 @@ def test_msg_acks(base, verb, value):
         base.reset()  # the fetch delivered a message
 
 
-@FUZZ
-@given(kw=calls({"query_id": arg("q1"), "batch_id": arg(0, 3)}))
-def test_sink_registry(base, kw):
-    attempt(base, base.js.sink_last_batch, {"query_id": kw["query_id"]})
-    attempt(base, base.js.sink_commit_batch, kw)
-
-
 @settings(max_examples=60, deadline=None)
 @given(url=GARBAGE.filter(lambda v: not isinstance(v, str)), kw=calls({}, {"clock": arg(None), "sync": arg("os", "fsync")}))
 def test_connect_arguments(url, kw):
@@ -841,8 +834,6 @@ def test_config_argument_types(js):
         (lambda js: js.seq_for_bytes(STREAM, 1, 3, -1), "max_bytes"),
         (lambda js: js.seq_for_bytes(STREAM, 1.0, 3, 10), "lo"),
         (lambda js: js.advance_ack_floor(STREAM, CONSUMER, "2"), "seq"),
-        (lambda js: js.sink_commit_batch("q", -1), "batch_id"),
-        (lambda js: js.sink_last_batch(""), "query_id"),
         (lambda js: js.publish_batch([("bad.a", b"x")]), "data"),
         (lambda js: js.publish_batch(pa.table({"subject": ["bad.a"], "data": [b"x"]}), msg_id_prefix=5), "msg_id_prefix"),
         (lambda js: js.publish_batch(pa.table({"subject": ["bad.a"], "data": [b"x"]}), msg_id_prefix="p", msg_id_start=-1), "msg_id_start"),

@@ -495,24 +495,6 @@ def test_a_log_shrinking_under_a_reader_is_damage(tmp_path):
         assert js.consumer_info("S", "E").num_pending == 11
 
 
-# ---------------------------------------------------------------- sink registry
-
-
-def test_a_damaged_sink_record_is_recovered_or_reported_never_guessed(tmp_path):
-    with jetspark.connect(tmp_path) as js:
-        js.sink_commit_batch("q/1", 4)
-        path = tmp_path / "sinks" / "q_1.json"
-        _flip(path, 25)
-        assert js.sink_last_batch("q/1") == 4
-        for p in (path, metafile.mirror_of(path)):
-            _flip(p, 25)
-        with pytest.raises(CorruptStoreError, match=r"sinks/q_1.json is damaged"):
-            js.sink_last_batch("q/1")
-        with pytest.raises(CorruptStoreError):
-            js.sink_commit_batch("q/1", 5)
-        assert js.sink_last_batch("q2") == -1
-
-
 # ---------------------------------------------------------------- a full disk
 
 
@@ -590,19 +572,14 @@ def test_stream_and_consumer_config_writes_on_a_full_disk_change_nothing(tiny_fs
         _full(err.value, _cons(store, "E") / "config.json")
         assert [c.name for c in js.consumers_info("S")] == ["D"]
         assert sorted(p.name for p in _cons(store, "D").parent.iterdir()) == ["D"]
-        with pytest.raises(StoreFullError):
-            js.sink_commit_batch("q", 1)
-        assert js.sink_last_batch("q") == -1
         tiny_fs.free()
         js.update_stream(name="S", subjects=["s.>"], max_msgs=20)
         js.update_consumer("S", durable_name="D", ack_policy="explicit", max_deliver=7)
         js.add_consumer("S", durable_name="E")
-        js.sink_commit_batch("q", 1)
     with jetspark.connect(store) as js:
         assert js.stream_info("S").config.max_msgs == 20
         assert js.consumer_info("S", "D").config.max_deliver == 7
         assert js.stream_info("S").state.consumer_count == 2
-        assert js.sink_last_batch("q") == 1
 
 
 @pytest.mark.parametrize("compact", [False, True])

@@ -232,22 +232,6 @@ def test_advance_ack_floor_on_a_filtered_consumer(js, name):
         js.advance_ack_floor("NOPE", "f", 1)
 
 
-# ---------------------------------------------------------------------- sink registry
-
-
-def test_sink_registry_lives_in_a_kv_bucket(js):
-    assert js.sink_last_batch("query/1") == -1  # reading creates nothing
-    assert "KV_jetspark_sinks" not in js.stream_names()
-    js.sink_commit_batch("query/1", 3)
-    js.sink_commit_batch("query/1", 2)  # older: ignored
-    js.sink_commit_batch("q2", 0)
-    assert (js.sink_last_batch("query/1"), js.sink_last_batch("q2"), js.sink_last_batch("q3")) == (3, 0, -1)
-    js.sink_commit_batch("query/1", 7)
-    assert js.sink_last_batch("query/1") == 7
-    info = js.stream_info("KV_jetspark_sinks", subjects_filter=">")
-    assert info.state.subjects == {"$KV.jetspark_sinks.query_1": 1, "$KV.jetspark_sinks.q2": 1}
-
-
 # ---------------------------------------------------------------------- robustness
 
 
