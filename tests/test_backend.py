@@ -26,15 +26,9 @@ from tests.conftest import drop_streams
 EXTRAS = {
     JetStream: {
         "check_stream",  # file checks and repair: the engine's own (jetspark check)
-        # The sink registry is leaving the handles for the connector (issue 11);
-        # until it has, it is not part of the contract.
-        "sink_last_batch",
-        "sink_commit_batch",
     },
     NatsJetStream: {
         "from_options",  # the constructor from a ConnectOptions (jetspark.connect)
-        "sink_last_batch",
-        "sink_commit_batch",
     },
 }
 
@@ -110,8 +104,7 @@ def test_the_protocol_declares_every_public_method(protocol, cls):
 def test_the_extras_are_really_backend_only():
     """An extra both handles have is a verb of the API: it belongs in the Protocol."""
     shared = (EXTRAS[JetStream] & public_methods(JetStream)) & (EXTRAS[NatsJetStream] & public_methods(NatsJetStream))
-    # The sink registry is on both until it moves into the connector (issue 11).
-    assert shared <= {"sink_last_batch", "sink_commit_batch"}, shared
+    assert not shared, shared
 
 
 def test_the_handles_share_one_base():
