@@ -42,11 +42,12 @@ class RealClock:
 class Backend:
     """Forwards to a JetStream API, defaulting ``storage`` to the backend's kind."""
 
-    def __init__(self, js, kind: str, storage: str, clock) -> None:
+    def __init__(self, js, kind: str, storage: str, clock, url: str | None = None) -> None:
         self._js = js
         self.kind = kind
         self.storage = storage
         self.clock = clock
+        self.url = url  # the nats-server's, for a second client (the oracle) on the same streams
 
     @property
     def is_server(self) -> bool:
@@ -145,7 +146,7 @@ def _backend(request, tmp_path):
         server = NatsServer().start()
         js = _open(kind, server.url)
         try:
-            yield Backend(js, kind, storage, RealClock())
+            yield Backend(js, kind, storage, RealClock(), server.url)
         finally:
             js.close()
             server.stop()
@@ -153,7 +154,7 @@ def _backend(request, tmp_path):
         server = request.getfixturevalue("nats_server")
         js = _open(kind, server.url)
         try:
-            yield Backend(js, kind, storage, RealClock())
+            yield Backend(js, kind, storage, RealClock(), server.url)
         finally:
             for name in js.stream_names():
                 js.delete_stream(name)
