@@ -249,7 +249,7 @@ def free_port() -> int:
 
 
 class NatsServer:
-    """A nats-server with JetStream on 127.0.0.1, a free port and its own store dir (as tests/servers.py)."""
+    """A nats-server with JetStream on 127.0.0.1, a free port and its own store dir (as tests/reference.py)."""
 
     def __init__(self, base: Path) -> None:
         self.binary = nats_server_binary()
