@@ -54,11 +54,6 @@ class Backend:
         """A real nats-server answers: through jetspark's nats:// backend or the oracle."""
         return self.kind in ("nats", "oracle")
 
-    @property
-    def is_oracle(self) -> bool:
-        """nats-py answers, not jetspark: the jetspark-only verbs (bulk reads and writes) are absent."""
-        return self.kind == "oracle"
-
     def add_stream(self, config=None, **params):
         if (config is None or config.storage is None) and "storage" not in params:
             params["storage"] = self.storage
