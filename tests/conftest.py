@@ -1,10 +1,11 @@
 """Shared fixtures.
 
-``js`` is the behavioural suite's backend: the same synchronous JetStream API
-backed by the embedded engine (file and memory storage) and by a real
-nats-server (file and memory storage), so every scenario is checked against
-the reference.  ``clock.advance(s)`` moves the engine's injected clock, and
-really waits on the server.
+``js`` is the contract suite's backend (tests/contract/): the same synchronous
+JetStream verbs answered by the embedded engine, by jetspark's nats:// backend
+and by the oracle (a real nats-server through nats-py's own API,
+tests/oracle.py), each with file and memory storage, so every scenario is
+checked against the server.  ``clock.advance(s)`` moves the engine's injected
+clock, and really waits on the server.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 import pytest
 
 import jetspark
-from tests.reference import ServerJS
+from tests.oracle import OracleJS
 from tests.servers import NatsServer
 
 
@@ -41,16 +42,17 @@ class RealClock:
 class Backend:
     """Forwards to a JetStream API, defaulting ``storage`` to the backend's kind."""
 
-    def __init__(self, js, kind: str, storage: str, clock) -> None:
+    def __init__(self, js, kind: str, storage: str, clock, url: str | None = None) -> None:
         self._js = js
         self.kind = kind
         self.storage = storage
         self.clock = clock
+        self.url = url  # the nats-server's, for a second client (the oracle) on the same streams
 
     @property
     def is_server(self) -> bool:
-        # A real nats-server answers, through the test's reference client or jetspark's nats-py backend.
-        return self.kind in ("server", "remote")
+        """A real nats-server answers: through jetspark's nats:// backend or the oracle."""
+        return self.kind in ("nats", "oracle")
 
     def add_stream(self, config=None, **params):
         if (config is None or config.storage is None) and "storage" not in params:
@@ -110,11 +112,19 @@ def store_path(tmp_path):
     return tmp_path / "store"
 
 
-@pytest.fixture(params=["engine-file", "engine-memory", "server-file", "server-memory", "remote-file", "remote-memory"])
-def backend(request, tmp_path):
-    """engine-*: the embedded engine; server-*: a real nats-server through the test's
-    reference client (tests/reference.py); remote-*: the same server through jetspark's
-    own nats-py backend (jetspark.connect("nats://...")), which must answer the same."""
+BACKENDS = ["engine-file", "engine-memory", "nats-file", "nats-memory", "oracle-file", "oracle-memory"]
+# The backends that implement jetspark's own verbs (read_batches, publish_batch, ...).
+JETSPARK_BACKENDS = ["engine-file", "engine-memory", "nats-file", "nats-memory"]
+
+
+def _open(kind: str, url: str):
+    return OracleJS(url) if kind == "oracle" else jetspark.connect(url)
+
+
+def _backend(request, tmp_path):
+    """engine-*: the embedded engine on a tmp store; nats-*: a real nats-server through
+    jetspark's own nats:// backend (jetspark.connect("nats://...")); oracle-*: the same
+    server through nats-py's public API (tests/oracle.py), which decides what is right."""
     kind, storage = request.param.split("-")
     if kind == "engine":
         clock = FakeClock()
@@ -129,21 +139,32 @@ def backend(request, tmp_path):
         # with old messages (or fail with 10049): each file test gets its own
         # server (starting one takes ~25 ms).
         server = NatsServer().start()
-        js = ServerJS(server.url) if kind == "server" else jetspark.connect(server.url)
+        js = _open(kind, server.url)
         try:
-            yield Backend(js, kind, storage, RealClock())
+            yield Backend(js, kind, storage, RealClock(), server.url)
         finally:
             js.close()
             server.stop()
     else:
         server = request.getfixturevalue("nats_server")
-        js = ServerJS(server.url) if kind == "server" else jetspark.connect(server.url)
+        js = _open(kind, server.url)
         try:
-            yield Backend(js, kind, storage, RealClock())
+            yield Backend(js, kind, storage, RealClock(), server.url)
         finally:
             for name in js.stream_names():
                 js.delete_stream(name)
             js.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request, tmp_path):
+    yield from _backend(request, tmp_path)
+
+
+@pytest.fixture(params=JETSPARK_BACKENDS)
+def jetspark_backend(request, tmp_path):
+    """The backends with jetspark's own verbs; check them against ``oracle`` on the same server."""
+    yield from _backend(request, tmp_path)
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Both handles satisfy the declared contract (``jetspark.backend``), verb for verb.
 
-The behaviour behind each verb is checked on both backends by tests/conformance
-and tests/contract; here: every verb the Protocols declare exists on both
+The behaviour behind each verb is checked on both backends by tests/contract;
+here: every verb the Protocols declare exists on both
 implementations with the same parameters (names, kinds, defaults), and neither
 implementation has a public method the Protocols do not declare, so a verb
 added to one backend only, or an argument accepted by one only, fails here.

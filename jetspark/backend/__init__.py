@@ -9,8 +9,9 @@ types against these Protocols.  What the two handles share is implemented
 once, in ``jetspark.backend.base.HandleBase``, which both inherit.
 
 ``tests/test_backend.py`` checks that both handles declare every verb here
-with the same signature and nothing public beyond it; ``tests/conformance/``
-and ``tests/contract/`` check the behaviour on both, against nats-server.
+with the same signature and nothing public beyond it; ``tests/contract/``
+checks the behaviour on both, against nats-server through nats-py's own
+client (``tests/oracle.py``).
 
 Each verb's docstring below is its contract.  Section numbers (§N) refer to
 ``docs/semantics.md``.  What the verbs share is said once here:

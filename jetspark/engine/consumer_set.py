@@ -308,7 +308,7 @@ class ConsumerSet:
         As nats-server: with no consumer nothing holds interest and the stream is
         emptied; otherwise every consumer's acks count now, so a message some
         consumer acked and no matching consumer still needs goes, and a message no
-        consumer matches stays (tests/conformance/test_retention_update.py).
+        consumer matches stays (tests/contract/test_retention_update.py).
         """
         s = self.stream.storage
         if not s.h.msgs or self.broken:

@@ -667,10 +667,10 @@ def test_api_arguments_refused_with_the_servers_err_code(base, js, case, verb, a
 
 @pytest.fixture(scope="module")
 def reference(server):
-    """The server itself, spoken to with raw JSON requests (tests/reference.py)."""
-    from tests.reference import ServerJS
+    """The server itself, through nats-py's own API (tests/oracle.py)."""
+    from tests.oracle import OracleJS
 
-    ref = ServerJS(server.url)
+    ref = OracleJS(server.url)
     for name in ref.stream_names():
         if name != KEEPER:
             ref.delete_stream(name)

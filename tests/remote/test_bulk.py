@@ -1,25 +1,15 @@
-"""The bulk paths over a real server: Arrow range reads and batch appends, time/bytes ->
-sequence, ack floors, ordered reads and the sink registry -- against the engine's behaviour."""
+"""The nats:// backend's own bulk paths: large pipelined reads and appends, the reader's
+consumer and its cleanup, partial batches, floors advanced in rounds, the sink registry
+and recovery.  What every backend must do is in tests/contract/test_bulk.py."""
 
 from __future__ import annotations
-
-import datetime as dt
 
 import pyarrow as pa
 import pytest
 
-from jetspark import (
-    AckPolicy,
-    BadRequestError,
-    ConsumerConfig,
-    NoStreamResponseError,
-    RetentionPolicy,
-    ServiceUnavailableError,
-    StreamNotFoundError,
-)
-from jetspark.api import datetime_to_ns
-from jetspark.engine import bulk as engine_bulk
+from jetspark import AckPolicy, ConsumerConfig, RetentionPolicy, ServiceUnavailableError
 from jetspark.api import BatchAck
+from jetspark.engine import bulk as engine_bulk
 
 pytestmark = pytest.mark.server
 
@@ -58,38 +48,10 @@ def test_read_batches_returns_what_was_published_with_the_engines_schema(js, eng
     assert not js.consumers_info(s)  # the reader's consumer is gone
 
 
-def test_read_batches_ranges_filters_and_headers(js, engine, name):
-    s = name()
-    for h in (js, engine):
-        h.add_stream(name=s, subjects=[f"{s}.>"])
-        h.publish_batch(table(s, 300, subjects=4), stream=s)
-        h.publish(f"{s}.h", b"with headers", headers={"A": "1", "B": ["x", "y"]})
-        h.delete_msg(s, 10)
-
-    def cols(h, *args, **kw):
-        t = concat(h.read_batches(s, *args, **kw))
-        return None if t is None else {c: t.column(c).to_pylist() for c in t.column_names if c != "timestamp"}
-
-    cases = [((), {}), ((5, 20), {}), ((250,), {"subjects": [f"{s}.1"]}), ((1, 400), {"subjects": [f"{s}.2", f"{s}.3"]}),
-             ((), {"subjects": [f"{s}.*"]}), ((295,), {"headers": True}), ((400,), {}), ((1, 0), {}), ((), {"subjects": [f"{s}.none"]})]  # fmt: skip
-    for args, kw in cases:
-        assert cols(js, *args, **kw) == cols(engine, *args, **kw), (args, kw)
-    hdr = concat(js.read_batches(s, 301, headers=True))
-    assert hdr.schema == engine_bulk.schema(True)
-    assert dict(hdr.column("headers")[0].as_py())["A"] == ["1"]
-    with pytest.raises(BadRequestError):
-        list(js.read_batches(s, subjects=["bad..filter"]))
-    with pytest.raises(StreamNotFoundError):
-        js.read_batches("NOPE")
-
-
-def test_read_stops_at_the_last_seq_when_called_and_cleans_up_early(js, name):
+def test_a_read_stopped_early_deletes_its_consumer(js, name):
     s = name()
     js.add_stream(name=s, subjects=[f"{s}.>"])
     js.publish_batch(table(s, 100), stream=s)
-    it = js.read_batches(s, batch_size=10)
-    js.publish_batch(table(s, 50), stream=s)  # after the call: not part of this read
-    assert sum(b.num_rows for b in it) == 100
     partial = js.read_batches(s, batch_size=10)
     next(partial)
     assert len(js.consumers_info(s)) == 1
@@ -97,70 +59,17 @@ def test_read_stops_at_the_last_seq_when_called_and_cleans_up_early(js, name):
     assert not js.consumers_info(s)
 
 
-def test_ordered_consumer(js, name):
-    s = name()
-    js.add_stream(name=s, subjects=[f"{s}.>"])
-    js.publish_batch(table(s, 30), stream=s)
-    msgs = list(js.ordered_consumer(s, subjects=[f"{s}.1"], start_seq=5, end_seq=20))
-    assert [m.metadata.sequence.stream for m in msgs] == [5, 8, 11, 14, 17, 20]
-    assert [m.metadata.sequence.consumer for m in msgs] == [1, 2, 3, 4, 5, 6]
-    assert [m.metadata.num_pending for m in msgs] == [5, 4, 3, 2, 1, 0]
-    assert msgs[0].data == b"payload-4"
-    msgs[0].ack()  # does nothing
-
-
 # ---------------------------------------------------------------------- publish_batch
 
 
-def test_publish_batch_with_msg_ids_dedups(js, name):
-    s = name()
-    js.add_stream(name=s, subjects=[f"{s}.>"])
-    t = table(s, 1000, msg_id=[f"id-{i % 900}" for i in range(1000)])  # the last 100 repeat ids of this batch
-    ack = js.publish_batch(t, stream=s)
-    assert ack.count == 1000 and ack.stream == s
-    assert ack.seqs.to_pylist() == list(range(1, 901)) + list(range(1, 101))
-    assert ack.duplicate.to_pylist() == [False] * 900 + [True] * 100
-    again = js.publish_batch(t)  # a retried batch: all duplicates, same seqs
-    assert again.seqs.equals(ack.seqs) and all(again.duplicate.to_pylist())
-    info = js.stream_info(s).state
-    assert (info.messages, info.last_seq) == (900, 900)
-    assert js.get_msg(s, 7).headers == {"Nats-Msg-Id": "id-6"}
-
-
-def test_publish_batch_headers_and_routing(js, name):
-    s = name()
-    js.add_stream(name=s, subjects=[f"{s}.>"])
-    hdr_type = pa.map_(pa.string(), pa.list_(pa.string()))
-    t = pa.table({
-        "subject": [f"{s}.a", f"{s}.b"], "data": pa.array(["text", None], pa.string()),
-        "headers": pa.array([[("K", ["1", "2"])], None], hdr_type),
-    })  # fmt: skip
-    ack = js.publish_batch(t)
-    assert ack.seqs.to_pylist() == [1, 2] and not any(ack.duplicate.to_pylist())
-    first = js.get_msg(s, 1)
-    assert first.data == b"text" and first.hdrs.count(b"K:") == 2
-    assert js.get_msg(s, 2).data == b""
-    assert js.publish_batch(pa.table({"subject": pa.array([], pa.string()), "data": pa.array([], pa.binary())}), stream=s).count == 0
-
-
-def test_publish_batch_errors(js, name):
-    s, other = name(), name()
-    js.add_stream(name=s, subjects=[f"{s}.>"], max_msg_size=100)
+def test_a_row_the_server_refuses_mid_batch_leaves_the_rows_before_it(js, name):
+    # Unlike the engine's all-or-nothing batches (tests/engine/test_bulk.py): rows are
+    # pipelined publishes, so a refusal only the server can make (here discard new at
+    # max_msgs) comes after the rows before it were stored.  Rows that can be checked
+    # first are refused before anything is sent (tests/contract/test_bulk.py).
+    other = name()
     js.add_stream(name=other, subjects=[f"{other}.>"], max_msgs=5, discard="new")
-    with pytest.raises(NoStreamResponseError):
-        js.publish_batch(table("nobody", 3))
-    with pytest.raises(StreamNotFoundError):
-        js.publish_batch(table(s, 3), stream="NOPE")
-    with pytest.raises(BadRequestError, match="not captured") as err:  # checked before anything is sent
-        js.publish_batch(pa.table({"subject": [f"{s}.a", f"{other}.a"], "data": [b"1", b"2"]}), stream=s)
-    assert err.value.err_code == 10003
-    with pytest.raises(BadRequestError) as err:
-        js.publish_batch(pa.table({"subject": [f"{s}.a", f"{s}.b"], "data": [b"ok", b"x" * 101]}))
-    assert err.value.err_code == 10054 and "row 1" in str(err.value.__notes__)
-    assert js.stream_info(s).state.messages == 0  # nothing was stored
-    with pytest.raises(BadRequestError):
-        js.publish_batch(pa.table({"data": [b"x"]}))
-    with pytest.raises(ServiceUnavailableError) as err:  # refused by the server itself, mid-batch
+    with pytest.raises(ServiceUnavailableError) as err:
         js.publish_batch(table(other, 8), stream=other)
     assert err.value.err_code == 10077 and "row 5 of the batch was refused" in " ".join(err.value.__notes__)
     assert js.stream_info(other).state.messages == 5
@@ -169,42 +78,12 @@ def test_publish_batch_errors(js, name):
 # ---------------------------------------------------------------------- seq_for_time / seq_for_bytes
 
 
-def test_seq_for_time(js, name):
-    s = name()
-    js.add_stream(name=s, subjects=[f"{s}.>"])
-    assert js.seq_for_time(s, dt.datetime.now(dt.timezone.utc)) == 1  # empty: last_seq + 1
-    js.publish_batch(table(s, 5), stream=s)
-    js.publish(f"{s}.late", b"x")
-    times = [js.get_msg(s, q).time for q in range(1, 7)]
-    assert js.seq_for_time(s, times[0] - dt.timedelta(days=1)) == 1
-    assert js.seq_for_time(s, times[5]) == times.index(times[5]) + 1
-    assert js.seq_for_time(s, datetime_to_ns(times[5]) + 1000) == 7  # after the last: last + 1
-    assert js.seq_for_time(s, datetime_to_ns(times[5])) <= 6
-
-
-@pytest.mark.parametrize("storage", ["file", "memory"])
-def test_seq_for_bytes_counts_as_the_server_does(js, name, storage):
-    s = name()
-    js.add_stream(name=s, subjects=[f"{s}.>"], storage=storage)
-    js.publish_batch(table(s, 200), stream=s)
-    js.publish(f"{s}.h", b"headers too", headers={"Nats-Msg-Id": "x", "Other": "y"})
-    js.publish_batch(table(s, 20), stream=s)
-    state = js.stream_info(s).state
-    # every message counted, and counted as the server counts it
-    assert js.seq_for_bytes(s, 1, state.last_seq, state.bytes) == state.last_seq
-    assert js.seq_for_bytes(s, 1, state.last_seq, state.bytes - 1) == state.last_seq - 1
-    js.purge_stream(s, seq=150)
-    part = js.stream_info(s).state
-    assert js.seq_for_bytes(s, 150, part.last_seq, part.bytes - 1) == part.last_seq - 1
-    assert js.seq_for_bytes(s, 150, 160, 1) == 150  # at least lo
-    assert js.seq_for_bytes(s, 150, 160, 10**9) == 160
-
-
 # ---------------------------------------------------------------------- advance_ack_floor
 
 
 @pytest.mark.parametrize("policy", [AckPolicy.ALL, AckPolicy.EXPLICIT])
-def test_advance_ack_floor_releases_an_interest_stream(js, name, policy):
+def test_advance_ack_floor_in_rounds_of_max_ack_pending(js, name, policy):
+    # 1000 messages past a floor, fetched at most max_ack_pending (100) at a time.
     s = name()
     js.add_stream(name=s, subjects=[f"{s}.>"], retention=RetentionPolicy.INTEREST)
     js.add_consumer(s, ConsumerConfig(durable_name="spark", ack_policy=policy, max_ack_pending=-1 if policy == AckPolicy.ALL else 100))
@@ -220,16 +99,6 @@ def test_advance_ack_floor_releases_an_interest_stream(js, name, policy):
     assert js.stream_info(s).state.messages == 0
 
 
-def test_advance_ack_floor_on_a_filtered_consumer(js, name):
-    s = name()
-    js.add_stream(name=s, subjects=[f"{s}.>"])
-    js.add_consumer(s, durable_name="f", ack_policy=AckPolicy.ALL, filter_subject=f"{s}.1")
-    js.publish_batch(table(s, 30), stream=s)  # subject .1 at seqs 2, 5, 8, ...
-    js.advance_ack_floor(s, "f", 10)
-    info = js.consumer_info(s, "f")
-    assert info.delivered.stream_seq == 8 and info.ack_floor.stream_seq >= 8 and info.num_pending == 7
-    with pytest.raises(StreamNotFoundError):
-        js.advance_ack_floor("NOPE", "f", 1)
 
 
 # ---------------------------------------------------------------------- robustness

@@ -1,7 +1,7 @@
 """Subjects: stream subject validity, capture, overlap and publish routing (docs/semantics.md §2).
 
 Every expected value below was checked against nats-server v2.15.1 (the
-``server-*`` parametrisations of the ``js`` fixture); the engine must give the
+``oracle-*`` parametrisations of the ``js`` fixture); the engine must give the
 same answers.  Streams configured with ``no_ack`` are never published to here:
 such a stream sends no PubAck, so a publish would only time out.
 """

@@ -1,7 +1,7 @@
 """ConsumerConfig: defaults as echoed, names, validation, create/update rules (docs/semantics.md §5.1, §2).
 
 Every expected value below was checked against nats-server v2.15.1 (the
-``server-*`` parametrisations of the ``js`` fixture); the engine must give the
+``oracle-*`` parametrisations of the ``js`` fixture); the engine must give the
 same answers.  Where the server disagreed with what we expected, the server won:
 10136's text, 10012 being HTTP 500, ``ack_wait`` kept for ack policy none
 when a backoff is set, and the extra error codes 10017, 10102, 10107, 10127
@@ -9,7 +9,7 @@ and 10183.
 
 Names: the server checks ``name`` and ``durable_name`` by one rule; names the
 API subject cannot carry ("a.b", "a b") reach it in the request body (see
-``tests/reference.py``), so both fields answer alike.
+``tests/oracle.py``), so both fields answer alike.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import pytest
 
 import jetspark.errors
 from jetspark.api import AckPolicy, ConsumerConfig, DeliverPolicy, ReplayPolicy
-from tests.conformance import consumer_support as cs
-from tests.conformance.consumer_support import api_error, seqs
-from tests.conformance.consumer_support import server_streams_removed  # noqa: F401  (autouse)
+from tests.contract import consumer_support as cs
+from tests.contract.consumer_support import api_error, seqs
+from tests.contract.consumer_support import server_streams_removed  # noqa: F401  (autouse)
 
 
 def echoed(name: str | None = "D", durable: bool = True, **changes) -> ConsumerConfig:

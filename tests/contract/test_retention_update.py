@@ -1,8 +1,8 @@
 """Retention changed by ``update_stream``: what each allowed change does to the stored
 messages and to the consumers, and which changes the server refuses.
 
-Every expected value was decided by nats-server v2.15.1 (the ``server-*`` and
-``remote-*`` parametrisations of the ``js`` fixture), file and memory storage
+Every expected value was decided by nats-server v2.15.1 (the ``oracle-*`` and
+``nats-*`` parametrisations of the ``js`` fixture), file and memory storage
 alike; the engine must give the same answers.  What the server does:
 
 - limits -> interest with no consumer: nothing holds interest, the stream is emptied.
@@ -20,9 +20,9 @@ import pytest
 
 from jetspark.api import AckPolicy, DeliverPolicy, RetentionPolicy
 from jetspark.errors import MsgNotFoundError
-from tests.conformance import consumer_support as cs
-from tests.conformance.consumer_support import api_error, eventually, fetch_nothing, seqs, state
-from tests.conformance.consumer_support import server_streams_removed  # noqa: F401  (autouse)
+from tests.contract import consumer_support as cs
+from tests.contract.consumer_support import api_error, eventually, fetch_nothing, seqs, state
+from tests.contract.consumer_support import server_streams_removed  # noqa: F401  (autouse)
 
 SUBJECTS = ["a.>", "b.>"]
 

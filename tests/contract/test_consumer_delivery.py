@@ -1,7 +1,7 @@
 """Pull consumers at work: deliver policies, fetch, acks, redelivery, limits (docs/semantics.md §5.2-§6, §4).
 
 Every expected value below was checked against nats-server v2.15.1 (the
-``server-*`` parametrisations of the ``js`` fixture), file and memory storage
+``oracle-*`` parametrisations of the ``js`` fixture), file and memory storage
 alike; the engine must give the same answers.  Pairs written ``(c, s)`` are
 (consumer_seq, stream_seq) of ``delivered`` or ``ack_floor``.
 
@@ -18,9 +18,9 @@ import pytest
 from jetspark.api import AckPolicy, DeliverPolicy
 from jetspark import errors as jetspark_errors
 from jetspark.errors import FetchTimeoutError
-from tests.conformance import consumer_support as cs
-from tests.conformance.consumer_support import counts, eventually, fetch_nothing, meta, seqs
-from tests.conformance.consumer_support import server_streams_removed  # noqa: F401  (autouse)
+from tests.contract import consumer_support as cs
+from tests.contract.consumer_support import counts, eventually, fetch_nothing, meta, seqs
+from tests.contract.consumer_support import server_streams_removed  # noqa: F401  (autouse)
 
 # The stream most tests start from: sequence -> subject (payload b"m<seq>").
 SUBJECTS = {1: "a.1", 2: "a.2", 3: "b.1", 4: "a.1", 5: "b.2", 6: "a.2", 7: "a.1"}

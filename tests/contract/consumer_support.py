@@ -1,4 +1,4 @@
-"""Helpers shared by the consumer conformance suites (test_consumer_*.py, test_interest_workqueue.py).
+"""Helpers shared by the consumer contract tests (test_consumer_*.py, test_interest_workqueue.py).
 
 Time on the server backends is real: ``js.clock.advance(s)`` sleeps there and
 moves the engine's injected clock instantly.  Timed tests keep durations
@@ -58,7 +58,7 @@ def server_streams_removed(request):
     back or fails with 10049.  (Import this into a test module to use it.)
     """
     callspec = getattr(request.node, "callspec", None)
-    if callspec is None or not callspec.params.get("backend", "").startswith(("server", "remote")):
+    if callspec is None or not callspec.params.get("backend", "").startswith(("nats", "oracle")):
         return
     server = request.getfixturevalue("nats_server")
     streams = os.path.join(server.store_dir, "jetstream", "$G", "streams")

@@ -1,7 +1,7 @@
 """StreamConfig: defaults, validation, create/update semantics (docs/semantics.md §1).
 
 Every expected value below was checked against nats-server v2.15.1 (the
-``server-*`` parametrisations of the ``js`` fixture); the engine must give the
+``oracle-*`` parametrisations of the ``js`` fixture); the engine must give the
 same answers.  Subject rules for stream configs (validity, overlap, ``>`` and
 no-ack) live in ``test_subjects.py``.
 """

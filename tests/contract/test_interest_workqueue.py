@@ -1,7 +1,7 @@
 """Interest and work-queue retention (docs/semantics.md §3.3, §3.4), with the interest-stream seed replayed.
 
 Every expected value below was checked against nats-server v2.15.1 (the
-``server-*`` parametrisations of the ``js`` fixture), file and memory storage
+``oracle-*`` parametrisations of the ``js`` fixture), file and memory storage
 alike; the engine must give the same answers.  The seed
 (seeds/004_8607262065bd4f48.txt) printed its states from a 2023 server;
 v2.15.1 differs in one point, noted where it shows.
@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 
 from jetspark.api import AckPolicy, DeliverPolicy, DiscardPolicy, RetentionPolicy, StorageType
-from tests.conformance import consumer_support as cs
-from tests.conformance.consumer_support import api_error, counts, eventually, fetch_nothing, meta, seqs, state
-from tests.conformance.consumer_support import server_streams_removed  # noqa: F401  (autouse)
+from tests.contract import consumer_support as cs
+from tests.contract.consumer_support import api_error, counts, eventually, fetch_nothing, meta, seqs, state
+from tests.contract.consumer_support import server_streams_removed  # noqa: F401  (autouse)
 
 INTEREST = RetentionPolicy.INTEREST
 WORK_QUEUE = RetentionPolicy.WORK_QUEUE
