@@ -1,7 +1,8 @@
 # jetspark developer tasks.
 #
 #   make demo    the Spark pipeline demo (jetspark demo)
-#   make test    the test suite (pytest over tests/)
+#   make test    the linter and formatter check (make lint), then the test suite (pytest over tests/)
+#   make lint    ruff format --check and ruff check over the repository (pyproject.toml [tool.ruff])
 #   make bench   the benchmark scripts in benchmarks/ (see benchmarks/README.md)
 #
 # Each checks for Java 17+ first, then bootstraps the virtualenv itself:
@@ -33,11 +34,12 @@ STAMP := $(VENV)/.installed
 # Prerequisites run in order: the Java check comes before anything else.
 .NOTPARALLEL:
 .DEFAULT_GOAL := help
-.PHONY: help demo test bench venv clean check-java
+.PHONY: help demo test lint bench venv clean check-java
 
 help:
 	@echo "make demo    run the Spark pipeline demo (DEMO_ARGS='--seconds N --rate R --store DIR')"
-	@echo "make test    run the test suite (PYTEST_ARGS='...', TESTS=tests/...)"
+	@echo "make test    run make lint, then the test suite (PYTEST_ARGS='...', TESTS=tests/...)"
+	@echo "make lint    check formatting and lint with ruff (fix: .venv/bin/ruff format . && .venv/bin/ruff check --fix .)"
 	@echo "make bench   run the scripts in benchmarks/ (BENCH_ARGS=--quick for a short run)"
 	@echo "make venv    create $(VENV) and install jetspark with its dev extras"
 	@echo "make clean   remove caches and build output (keeps $(VENV))"
@@ -46,10 +48,14 @@ demo: check-java $(STAMP)
 	$(VENV)/bin/jetspark demo $(DEMO_ARGS)
 
 # pytest exits 5 when it collected no tests; that is a failure here, and says so.
-test: check-java $(STAMP)
+test: check-java $(STAMP) lint
 	$(VENV_PY) -m pytest $(PYTEST_ARGS) $(TESTS) || { status=$$?; \
 	  [ $$status -ne 5 ] || echo "make test: pytest collected no tests from '$(TESTS)' (exit 5); an empty run is a failure." >&2; \
 	  exit $$status; }
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff format --check --quiet . || { echo "make lint: files need formatting; run $(VENV)/bin/ruff format ." >&2; exit 1; }
+	$(VENV)/bin/ruff check --quiet .
 
 bench: check-java $(STAMP)
 	@found=; \
