@@ -12,8 +12,8 @@ the backend for what differs, through these hooks:
   as in the server's ``CONSUMER.CREATE`` request;
 - ``_publish_batch(table, stream, msg_id_prefix, msg_id_start)``: a table as
   ``jetspark.validate.batch_table`` returns it, for a named stream;
-- ``_subscription_class``: the backend's pull subscription, built as
-  ``cls(handle, stream, consumer)``;
+- ``_subscription(stream, consumer)``: the backend's pull subscription on an
+  existing consumer;
 - and the verbs of ``jetspark.backend.JetStreamAPI`` not defined here.
 
 The contract of every verb is its docstring in ``jetspark.backend``.  This
@@ -58,8 +58,6 @@ def new_consumer_name() -> str:
 
 class HandleBase:
     """The verbs both backends implement alike (see the module docstring)."""
-
-    _subscription_class: type
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -128,12 +126,12 @@ class HandleBase:
         elif not config.name and not config.durable_name:
             config = config.evolve(name=new_consumer_name())
         info = self.add_consumer(stream, config)
-        return self._subscription_class(self, stream, info.name)
+        return self._subscription(stream, info.name)
 
     def pull_subscribe_bind(self, durable: Optional[str] = None, stream: Optional[str] = None, consumer: Optional[str] = None) -> "PullSubscriptionAPI":
         name = V.bind_args(durable, stream, consumer)
         self.consumer_info(stream, name)
-        return self._subscription_class(self, stream, name)
+        return self._subscription(stream, name)
 
     def ack_floor(self, stream: str, durable: str) -> SequenceInfo:
         return self.consumer_info(stream, durable).ack_floor

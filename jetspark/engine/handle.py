@@ -91,8 +91,6 @@ class JetStream(HandleBase):
     Its verbs and their contracts: ``jetspark.backend.JetStreamAPI``; what both
     backends share is in ``jetspark.backend.base.HandleBase``."""
 
-    _subscription_class = PullSubscription
-
     def __init__(self, path, *, clock: Optional[Callable[[], int]] = None, sync: str = "os", create: bool = True) -> None:
         if sync not in ("os", "fsync"):
             raise ValueError(f"sync must be 'os' or 'fsync', not {sync!r}")
@@ -721,6 +719,9 @@ class JetStream(HandleBase):
             st = self._stream(stream)
             with st.locked():
                 return self._consumer(st, consumer).info(st.clock())
+
+    def _subscription(self, stream: str, consumer: str) -> PullSubscription:
+        return PullSubscription(self, stream, consumer)
 
     def consumers_info(self, stream: str) -> list[ConsumerInfo]:
         with self._lock:

@@ -4,15 +4,25 @@ JetStream server (or cluster) through nats-py.
 ``jetspark.connect("nats://host:4222", **options)`` returns a ``NatsJetStream``;
 ``ConnectOptions`` lists the connection options (credentials, TLS, timeouts).
 
-Modules: ``loop`` (the private event-loop thread), ``connect_options`` (connection
-options), ``wire`` (JSON <-> dataclasses), ``client`` (the handle), ``pull``
-(pull subscriptions and messages), ``bulk`` (Arrow range reads and batch
-appends, time/bytes -> sequence, ack floors, the sink registry).
+Modules, each importing only those above it (nothing imports ``client``):
+
+- ``loop``: the private event-loop thread; ``wire``: JSON <-> dataclasses;
+  ``fastpath``: nats-py's private hooks (raw deliveries and writes), each
+  with a fallback to nats-py's public API;
+- ``session``: the connection, requests, reconnects, ack batching, and the
+  one place where nats-py's errors become jetspark errors;
+- ``jsapi``: stream and consumer infos, shared by the handle and the bulk paths;
+- ``pull``: pull subscriptions and delivered messages;
+- ``puller``: pipelined pulls of a range (ephemeral consumers, plain gets);
+- ``reads``: Arrow range reads, the ordered consumer, time/bytes -> sequence;
+- ``appends``: batch appends; ``ack_floor``: advancing a durable's ack floor;
+  ``sinks``: the streaming-sink registry (a KV bucket);
+- ``client``: ``NatsJetStream``, the handle, its verbs over all of the above.
 """
 
 from __future__ import annotations
 
-from jetspark.remote.client import NatsJetStream
 from jetspark.connect_options import ConnectOptions
+from jetspark.remote.client import NatsJetStream
 
 __all__ = ["ConnectOptions", "NatsJetStream"]

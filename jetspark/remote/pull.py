@@ -12,16 +12,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from jetspark import validate as V
-from jetspark.api import ConsumerInfo, ns_to_datetime
-from jetspark.api import MsgMetadata, SequencePair
+from jetspark.api import ConsumerInfo, MsgMetadata, SequencePair, ns_to_datetime
 from jetspark.errors import FetchTimeoutError, api_error
-from jetspark.remote import wire
-
-if TYPE_CHECKING:
-    from jetspark.remote.client import NatsJetStream
+from jetspark.protocol import headers as H
+from jetspark.remote import jsapi, wire
+from jetspark.remote.fastpath import RawInbox, status_of
+from jetspark.remote.session import Session
 
 __all__ = ["Msg", "MsgMetadata", "PullSubscription", "SequencePair"]
 
@@ -30,20 +29,20 @@ __all__ = ["Msg", "MsgMetadata", "PullSubscription", "SequencePair"]
 _NO_WAIT_EXPIRES = 0.05
 # How long past a fetch's expiry we wait for the server's status that ends it.
 _FETCH_GRACE = 1.0
-_END_STATUSES = ("404", "408", "409")
+_END_STATUSES = (b"404", b"408", b"409")
 
 
 class Msg:
     """A message delivered by a consumer; acknowledge it with ack/nak/in_progress/term."""
 
-    __slots__ = ("subject", "data", "headers", "reply", "_js", "_meta")
+    __slots__ = ("subject", "data", "headers", "reply", "_session", "_meta")
 
-    def __init__(self, js: Optional["NatsJetStream"], subject: str, data: bytes, headers, reply: str, meta: Optional[tuple] = None) -> None:
+    def __init__(self, session: Optional[Session], subject: str, data: bytes, headers, reply: str, meta: Optional[tuple] = None) -> None:
         self.subject = subject
         self.data = data
         self.headers = headers
         self.reply = reply
-        self._js = js
+        self._session = session
         self._meta = meta  # (stream, consumer, sseq, cseq, delivered, pending, ts_ns, domain), parsed lazily
 
     def _tokens(self) -> tuple:
@@ -65,19 +64,19 @@ class Msg:
         )
 
     def _ackable(self) -> bool:
-        return self._js is not None and bool(self.reply)
+        return self._session is not None and bool(self.reply)
 
     def ack(self) -> None:
         """Acknowledge (fire-and-forget; confirmed before the handle's next call)."""
         if self._ackable():
-            self._js._ack_nowait(self.reply, b"+ACK")
+            self._session.ack_nowait(self.reply, b"+ACK")
 
     def ack_sync(self, timeout: float = 1.0) -> "Msg":
         """Acknowledge and wait until the server has applied it."""
         timeout = V.timeout(timeout)
         if self._ackable():
-            self._js._ack_nowait(self.reply, b"+ACK")
-            self._js._settle_acks(timeout)
+            self._session.ack_nowait(self.reply, b"+ACK")
+            self._session.settle_acks(timeout)
         return self
 
     def nak(self, delay: Optional[float] = None) -> None:
@@ -87,17 +86,17 @@ class Msg:
             payload = b"-NAK"
             if delay:
                 payload += b" " + json.dumps({"delay": wire.s_to_ns(delay)}).encode()
-            self._js._ack_wait(self.reply, payload)
+            self._session.ack_wait(self.reply, payload)
 
     def in_progress(self) -> None:
         """Restart the ack_wait clock without counting a new delivery."""
         if self._ackable():
-            self._js._ack_wait(self.reply, b"+WPI")
+            self._session.ack_wait(self.reply, b"+WPI")
 
     def term(self) -> None:
         """Never redeliver; releases the message on interest and work-queue streams."""
         if self._ackable():
-            self._js._ack_wait(self.reply, b"+TERM")
+            self._session.ack_wait(self.reply, b"+TERM")
 
     def __repr__(self) -> str:
         try:
@@ -110,8 +109,8 @@ class Msg:
 class PullSubscription:
     """A pull consumer bound to a stream (nats-py ``JetStreamContext.PullSubscription``, synchronous)."""
 
-    def __init__(self, js: "NatsJetStream", stream: str, consumer: str) -> None:
-        self._js = js
+    def __init__(self, session: Session, stream: str, consumer: str) -> None:
+        self._session = session
         self.stream = stream
         self.consumer = consumer
 
@@ -120,10 +119,10 @@ class PullSubscription:
         the first one.  Raises FetchTimeoutError (a TimeoutError) when none arrives."""
         batch, timeout, no_wait, max_bytes = V.fetch_args(batch, timeout, no_wait, max_bytes)
         expires = _NO_WAIT_EXPIRES if no_wait or timeout <= 0 else timeout
-        msgs = self._js._run(
+        msgs = self._session.run(
             self._fetch(batch, expires, max_bytes),
             what=f"fetch from consumer {self.consumer!r} of stream {self.stream!r}",
-            timeout=expires + _FETCH_GRACE + self._js.timeout,
+            timeout=expires + _FETCH_GRACE + self._session.timeout,
         )
         if not msgs:
             raise FetchTimeoutError(f"no message from consumer {self.consumer!r} of stream {self.stream!r} within {timeout} s")
@@ -133,56 +132,47 @@ class PullSubscription:
         # One "one-shot" pull request (no_wait plus expires): the server answers with
         # what is available now, or waits up to expires for the first message.  It
         # always carries an expiry, so the server drops it before this inbox goes.
-        js = self._js
-        nc = await js._ready_nc(js.timeout)
+        session = self._session
+        nc = await session.ready()
         request: dict = {"batch": batch, "no_wait": True, "expires": wire.s_to_ns(expires)}
         if max_bytes:
             request["max_bytes"] = int(max_bytes)
-        inbox = nc.new_inbox()
-        sub = await nc.subscribe(inbox, pending_msgs_limit=0, pending_bytes_limit=0)
-        queue = sub._pending_queue
+        inbox_subject = nc.new_inbox()
+        inbox = await RawInbox(public=session.public_path).open(nc, inbox_subject)
         msgs: list[Msg] = []
         try:
-            await nc.publish(f"{js._api}.CONSUMER.MSG.NEXT.{self.stream}.{self.consumer}", json.dumps(request).encode(), reply=inbox)
+            await nc.publish(f"{session.api_prefix}.CONSUMER.MSG.NEXT.{self.stream}.{self.consumer}", json.dumps(request).encode(), reply=inbox_subject)
             deadline = time.monotonic() + expires + _FETCH_GRACE
-            done = False
-            while not done and len(msgs) < batch:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                try:
-                    m = await asyncio.wait_for(queue.get(), left)
-                except asyncio.TimeoutError:
-                    break
-                while True:
-                    hdrs = m.headers
-                    status = hdrs.get("Status") if hdrs else None
-                    if status:
-                        if status in _END_STATUSES:
-                            if status == "409" and "deleted" in (hdrs.get("Description") or "").lower() and not msgs:
-                                raise api_error(10014)
-                            done = True
-                            break
-                        if status == "503":  # no responders: no such consumer (or stream)
-                            raise api_error(10014)
-                        # 100: idle heartbeat; anything else: ignore
-                    else:
-                        msgs.append(Msg(js, m.subject, m.data, dict(hdrs) if hdrs else None, m.reply))
-                        if len(msgs) >= batch:
-                            break
-                    if queue.empty():
+            pending: list = []
+            pos = 0
+            while len(msgs) < batch:
+                if pos >= len(pending):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
                         break
-                    m = queue.get_nowait()
+                    try:
+                        pending, pos = await inbox.take(left), 0
+                    except asyncio.TimeoutError:
+                        break
+                subject, reply, data, hdr = pending[pos]
+                pos += 1
+                status = status_of(hdr)
+                if status is None:
+                    msgs.append(Msg(session, subject.decode(), data, H.decode(hdr) if hdr else None, reply.decode()))
+                elif status[0] in _END_STATUSES:
+                    if status[0] == b"409" and b"deleted" in status[1].lower() and not msgs:
+                        raise api_error(10014)
+                    break
+                elif status[0] == b"503":  # no responders: no such consumer (or stream)
+                    raise api_error(10014)
+                # 100: idle heartbeat; anything else: ignore
             return msgs
         finally:
-            try:
-                await sub.unsubscribe()
-            except Exception:
-                pass
+            await inbox.close()
 
     def consumer_info(self) -> ConsumerInfo:
-        return self._js.consumer_info(self.stream, self.consumer)
+        return self._session.run(jsapi.consumer_info(self._session, self.stream, self.consumer), what=f"consumer_info {self.consumer!r}")
 
     def unsubscribe(self) -> None:
         """Settle outstanding acks (there is no standing subscription: each fetch has its own inbox)."""
-        self._js._settle_acks()
+        self._session.settle_acks()

@@ -105,9 +105,9 @@ def test_advance_ack_floor_in_rounds_of_max_ack_pending(js, name, policy):
 
 
 def test_a_reader_whose_consumer_vanishes_resumes_after_its_last_seq(js, name, monkeypatch, caplog):
-    from jetspark.remote import bulk
+    from jetspark.remote import puller
 
-    monkeypatch.setattr(bulk, "PULL_BATCH", 500)
+    monkeypatch.setattr(puller, "PULL_BATCH", 500)
     s = name()
     js.add_stream(name=s, subjects=[f"{s}.>"])
     js.publish_batch(table(s, 20_000), stream=s)
@@ -130,7 +130,7 @@ def test_the_bulk_paths_without_the_fast_path(js, name):
     fast_ack = js.publish_batch(table(s, 500, msg_id=[f"i{i}" for i in range(500)]), stream=s)
     js.publish(f"{s}.h", b"h", headers={"A": ["1", "2"]})
     fast = concat(js.read_batches(s, headers=True, batch_size=100))
-    js._no_fast_path = True
+    js._session.public_path = True
     slow_ack = js.publish_batch(table(s, 500, msg_id=[f"i{i}" for i in range(500)]), stream=s)
     assert slow_ack.seqs.equals(fast_ack.seqs) and all(slow_ack.duplicate.to_pylist())
     slow = concat(js.read_batches(s, headers=True, batch_size=100))

@@ -1,0 +1,183 @@
+"""``publish_batch``: append an Arrow table as pipelined publishes, awaiting every PubAck.
+
+The protocol lines for a whole chunk of rows are built at once and written
+with one call (``fastpath.raw_writer``), each row with its own reply subject
+under one wildcard inbox; up to ``publish_window`` PubAcks are in flight and
+all are awaited.  Rows are checked first as the engine checks them (captured
+subjects, max_msg_size, sealed), so the common refusals store nothing; what
+the server refuses later raises with a note naming the row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+
+from jetspark import validate as V
+from jetspark.api import BatchAck, PubAck
+from jetspark.errors import (
+    BadRequestError,
+    JetSparkError,
+    NoStreamResponseError,
+    api_error,
+    error_from_response,
+)
+from jetspark.protocol import headers as H
+from jetspark.protocol import subjects as subj
+from jetspark.remote import jsapi
+from jetspark.remote.fastpath import RawInbox, raw_writer, status_of
+from jetspark.remote.reads import from_numpy
+from jetspark.remote.session import PROGRESS, Session
+
+# Rows per protocol write.
+PUBLISH_CHUNK = 1024
+
+
+def publish_batch(session: Session, table: pa.Table, stream: Optional[str]) -> BatchAck:
+    """``table`` as ``jetspark.validate.batch_table`` returns it (subject string, data binary)."""
+    n = table.num_rows
+    subjects = table.column("subject")
+    if stream is None:
+        if n == 0:
+            raise BadRequestError(400, 10003, "publish_batch of an empty table needs stream=")
+        first = subjects[0].as_py()
+        if not subj.is_valid(first) or not V.publish_subject_ok(first):
+            raise NoStreamResponseError(first)
+        names = session.run(jsapi.streams_with_subject(session, first), what=f"find_stream_name_by_subject {first!r}")
+        if not names:
+            raise NoStreamResponseError(first)
+        stream = names[0]
+    info = session.run(jsapi.stream_info(session, stream), what=f"stream_info {stream!r}")
+    c = info.config
+    if n == 0:
+        return BatchAck(c.name, pa.array([], pa.int64()), pa.array([], pa.bool_()))
+    if c.sealed:
+        raise api_error(10109)
+    uniq, ids = V.batch_subjects(subjects, c.subjects or [c.name], c.name)
+    datas = [b if b is not None else b"" for b in table.column("data").to_pylist()]
+    hdr_col = table.column("headers") if "headers" in table.column_names else None
+    id_col = table.column("msg_id") if "msg_id" in table.column_names else None
+    hdr_list = hdr_col.to_pylist() if hdr_col is not None and hdr_col.null_count < n else None
+    id_list = id_col.to_pylist() if id_col is not None and id_col.null_count < n else None
+    blocks: Optional[list[bytes]] = None
+    if hdr_list is not None or id_list is not None:
+        blocks = []
+        for i in range(n):
+            h = V.row_headers(hdr_list[i], i) if hdr_list else {}
+            msg_id = V.row_msg_id(id_list[i], i) if id_list else None
+            if msg_id is not None:
+                h["Nats-Msg-Id"] = msg_id
+            blocks.append(H.encode(h) if h else b"")
+    max_payload = session.max_payload
+    lens = np.fromiter(map(len, datas), dtype=np.int64, count=n)
+    if blocks is not None:
+        lens = lens + np.fromiter(map(len, blocks), dtype=np.int64, count=n)
+    for limit, what in ((c.max_msg_size or -1, "max_msg_size"), (max_payload or -1, "the server's max_payload")):
+        if limit > 0 and (lens > limit).any():
+            row = int(np.flatnonzero(lens > limit)[0])
+            err = api_error(10054)
+            err.add_note(f"row {row} of the batch is {int(lens[row])} bytes; {what} is {limit}; nothing was stored")
+            raise err
+    subj_bytes = [u.encode() for u in uniq]
+    rows = [subj_bytes[k] for k in ids.tolist()]
+    seqs, dups = session.run(_publish_rows(session, rows, datas, blocks), what=f"publish_batch of {n} rows to {stream!r}", timeout=PROGRESS)
+    return BatchAck(c.name, from_numpy(pa.int64(), seqs), pa.array(dups.tolist(), pa.bool_()) if dups.any() else _false(n))
+
+
+def _false(n: int) -> pa.Array:
+    return pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(np.zeros((n + 7) // 8, dtype=np.uint8))])
+
+
+async def _publish_rows(session: Session, subjects: list[bytes], datas: list[bytes], blocks: Optional[list[bytes]]):
+    """Publish every row with reply subject ``<inbox>.<row>``, up to publish_window in flight,
+    and collect every PubAck: (seqs, duplicate flags), or the error of the first refused row."""
+    nc = await session.ready()
+    n = len(datas)
+    seqs = np.zeros(n, dtype=np.int64)
+    dups = np.zeros(n, dtype=bool)
+    done = np.zeros(n, dtype=bool)
+    inbox_subject = nc.new_inbox()
+    prefix = inbox_subject.encode() + b"."
+    slen = len(prefix)
+    inbox = await RawInbox(public=session.public_path).open(nc, inbox_subject + ".*")
+    window = session.options.publish_window
+    write = raw_writer(nc, public=session.public_path)
+    sent = got = 0
+    first_error: Optional[tuple[int, BaseException]] = None
+    timeout = session.timeout
+    try:
+        while got < sent or (sent < n and first_error is None):
+            # Write as much as the window allows, one protocol write per chunk of rows.
+            while sent < n and first_error is None and sent - got < window:
+                end = min(n, sent + PUBLISH_CHUNK, got + window)
+                if not nc.is_connected:
+                    await session.ready(timeout)
+                if write is not None:
+                    parts = []
+                    if blocks is None:
+                        for i in range(sent, end):
+                            d = datas[i]
+                            parts.append(b"PUB %b %b%d %d\r\n%b\r\n" % (subjects[i], prefix, i, len(d), d))
+                    else:
+                        for i in range(sent, end):
+                            d, h = datas[i], blocks[i]
+                            if h:
+                                parts.append(b"HPUB %b %b%d %d %d\r\n%b%b\r\n" % (subjects[i], prefix, i, len(h), len(h) + len(d), h, d))
+                            else:
+                                parts.append(b"PUB %b %b%d %d\r\n%b\r\n" % (subjects[i], prefix, i, len(d), d))
+                    await asyncio.wait_for(write(b"".join(parts)), timeout)
+                else:  # nats-py's public API: one publish per row
+                    for i in range(sent, end):
+                        hdrs = H.decode(blocks[i]) if blocks is not None and blocks[i] else None
+                        await nc.publish(subjects[i].decode(), datas[i], reply=f"{inbox_subject}.{i}", headers=hdrs)
+                sent = end
+            if got >= sent:
+                continue
+            try:
+                items = await inbox.take(timeout)
+            except asyncio.TimeoutError as exc:
+                raise session.silence(f"PubAcks of publish_batch ({sent - got} outstanding)", timeout) from exc
+            for subject, _reply, d, hdr in items:
+                i = int(subject[slen:])
+                if done[i]:
+                    continue
+                done[i] = True
+                got += 1
+                err: Optional[BaseException] = None
+                j = d.find(b'"seq":')
+                if j >= 0 and b'"error"' not in d:
+                    j += 6
+                    k = d.find(b",", j)
+                    if k < 0:
+                        k = d.find(b"}", j)
+                    seqs[i] = int(d[j:k])
+                    if b'"duplicate":' in d and (b'"duplicate": true' in d or b'"duplicate":true' in d):
+                        dups[i] = True
+                elif hdr and (status_of(hdr) or (b"",))[0] == b"503":
+                    err = NoStreamResponseError(subjects[i].decode())
+                elif b'"error"' in d:
+                    err = error_from_response(json.loads(d)["error"])
+                else:
+                    err = JetSparkError(f"unexpected PubAck for row {i}: {d[:200]!r}")
+                if err is not None and (first_error is None or i < first_error[0]):
+                    first_error = (i, err)
+    finally:
+        await inbox.close()
+    if first_error is not None:
+        row, err = first_error
+        stored = int((done & (seqs > 0)).sum())
+        err.add_note(f"row {row} of the batch was refused; {stored} of {n} rows were stored, {n - sent} were not sent")
+        raise err
+    return seqs, dups
+
+
+async def publish_one_raw(session: Session, subject: str, payload: bytes, hdr: bytes) -> PubAck:
+    """One publish with a ready header block (repeated keys, which nats-py's header dict
+    cannot say), awaiting its PubAck."""
+    seqs, dups = await _publish_rows(session, [subject.encode()], [payload], [hdr])
+    streams = await jsapi.streams_with_subject(session, subject)
+    return PubAck(stream=streams[0] if streams else "", seq=int(seqs[0]), duplicate=True if dups[0] else None)

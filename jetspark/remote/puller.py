@@ -1,0 +1,412 @@
+"""Pulling a range of a stream off the server in bulk: the machinery under the range reads.
+
+- ``Puller``: pipelined pull requests on one consumer, deliveries taken off
+  the wire in bulk (``fastpath.RawInbox``: no per-message future or task, as
+  nats-py's ``fetch`` costs), consumer sequences checked for gaps.
+- ``RangeRead``: an ephemeral, ack-less, in-memory R1 consumer
+  (deliver by_start_sequence, the subject filters) drained by a ``Puller``;
+  a gap or a consumer that went away restarts the read after the last
+  sequence received.  It stops at ``hi``, or when the server says nothing
+  matches after the last message (``num_pending`` 0).
+- ``GetRead``: work-queue streams allow no second consumer over a durable's
+  subjects, so their ranges are read with plain gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import json
+import logging
+from typing import Optional, Sequence
+
+from nats.nuid import NUID
+
+from jetspark.api import RetentionPolicy
+from jetspark.errors import ConsumerNotFoundError, JetSparkError, MsgNotFoundError
+from jetspark.protocol import subjects as subj
+from jetspark.remote import jsapi, wire
+from jetspark.remote.fastpath import RawInbox, status_of
+from jetspark.remote.session import Session
+
+log = logging.getLogger("jetspark.remote")
+
+# Pull requests of a range read: this many messages (or bytes) each, two in flight.
+PULL_BATCH = 16384
+PULL_MAX_BYTES = 16 << 20
+PULLS_IN_FLIGHT = 2
+# A range read's consumer disappears this long after the reader stops pulling
+# (a reader that died, or an iterator abandoned without close()).
+READER_INACTIVE = 120.0
+# Sequences asked for at once by a read without a consumer (GetRead).
+GET_WINDOW = 256
+# Keep each Arrow batch's payload bytes well inside 32-bit offsets.
+MAX_BATCH_BYTES = 64 << 20
+_nuid = NUID()
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}{_nuid.next().decode()}"
+
+
+class Chunk:
+    """Messages in stream order: subjects and payloads as bytes, header blocks as received
+    (None without headers), stream sequences and times (ns), and the reply subjects of
+    consumer deliveries (empty for a read without a consumer)."""
+
+    __slots__ = ("subjects", "datas", "headers", "seqs", "times", "replies")
+
+    def __init__(self) -> None:
+        self.subjects: list[bytes] = []
+        self.datas: list[bytes] = []
+        self.headers: list[Optional[bytes]] = []
+        self.seqs: list[int] = []
+        self.times: list[int] = []
+        self.replies: list[bytes] = []
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+
+def _reply_offset(reply: bytes) -> int:
+    """Index of the stream token in a delivery's reply subject: 2 (v1, 9 tokens) or 4 (v2)."""
+    n = reply.count(b".") + 1
+    if n == 9:
+        return 2
+    if n >= 11:
+        return 4
+    raise JetSparkError(f"not a JetStream delivery reply subject: {reply[:200]!r}")
+
+
+class Puller:
+    """Pipelined pull requests on one consumer, taken in bulk off the wire (``RawInbox``).
+
+    Ends when a delivery reaches stream sequence ``hi``, when ``limit``
+    messages have come, when a delivery says nothing more matches
+    (num_pending 0), or when the server says it has nothing (404) and a
+    consumer_info confirms it.  Messages past ``hi`` are dropped.
+    Every request carries max_bytes, so the server ends each one with a
+    status (409 "Batch Completed" once it is served, 404 when nothing is
+    left); requests are matched to statuses in order.  Runs on the
+    handle's event loop.
+    """
+
+    def __init__(self, session: Session, stream: str, consumer: str, hi: int, *, limit: Optional[int] = None,
+                 pull_batch: Optional[int] = None, in_flight: int = PULLS_IN_FLIGHT, keep_headers: bool = False,
+                 next_cseq: Optional[int] = None, eager: bool = True) -> None:  # fmt: skip
+        self.session = session
+        self.stream = stream
+        self.consumer = consumer
+        self.hi = hi
+        self.limit = limit
+        self.pull_batch = pull_batch or PULL_BATCH
+        self.in_flight = in_flight
+        self.keep_headers = keep_headers
+        self.next_cseq = next_cseq  # consumer sequences must follow each other (ack none, no redeliveries)
+        self.eager = eager  # open the next request as soon as one is served (else: at the next next_chunk)
+        self.received = 0
+        self.last_sseq = 0
+        self.done = False
+        self.gap = False
+        self.off: Optional[int] = None
+        self._requests: collections.deque[int] = collections.deque()  # messages each open request may still bring
+        self._served = 0  # requests served in full whose closing status has not come yet
+        self._inbox: Optional[RawInbox] = None
+        self._nc = None
+        self._inbox_subject = ""
+        self._subject = f"{session.api_prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+        self._max_bytes = PULL_MAX_BYTES
+        self._buf: list = []
+        self._pos = 0
+
+    async def start(self) -> None:
+        self._nc = nc = await self.session.ready()
+        self._max_bytes = max(PULL_MAX_BYTES, 2 * self.session.max_payload + 65536)
+        self._inbox_subject = nc.new_inbox()
+        self._inbox = await RawInbox(public=self.session.public_path).open(nc, self._inbox_subject)
+        await self._top_up()
+
+    async def close(self) -> None:
+        if self._inbox is not None:
+            inbox, self._inbox = self._inbox, None
+            await inbox.close()
+
+    async def _top_up(self) -> None:
+        """Keep up to ``in_flight`` pull requests open, never asking past what is left."""
+        while not self.done and len(self._requests) < self.in_flight:
+            # At most hi - last_sseq messages can still be in range (and limit - received).
+            left = self.hi - max(self.last_sseq, 0)
+            if self.limit is not None:
+                left = min(left, self.limit - self.received)
+            if left <= 0:
+                return
+            want = min(self.pull_batch, left - sum(self._requests))
+            if want <= 0:
+                if self._requests:
+                    return
+                want = 1
+            req = {"batch": int(want), "no_wait": True, "max_bytes": self._max_bytes}
+            await asyncio.wait_for(self._nc.publish(self._subject, json.dumps(req).encode(), reply=self._inbox_subject), self.session.timeout)
+            self._requests.append(int(want))
+
+    async def next_chunk(self, max_msgs: int, max_bytes: int = MAX_BATCH_BYTES) -> Chunk:
+        """Up to ``max_msgs`` messages (fewer only at the end); empty once the pull is done."""
+        out = Chunk()
+        subjects, datas, replies, headers, seqs, times = out.subjects, out.datas, out.replies, out.headers, out.seqs, out.times
+        keep_headers = self.keep_headers
+        nbytes = 0
+        n = 0
+        timeout = self.session.timeout
+        buf, pos = self._buf, self._pos
+        try:
+            while not self.done and n < max_msgs and nbytes < max_bytes:
+                if pos >= len(buf):
+                    if not self._requests or not self.eager:
+                        await self._top_up()
+                        if not self._requests:
+                            self.done = True  # nothing more can be in range
+                            break
+                    try:
+                        buf, pos = await self._inbox.take(timeout), 0
+                    except asyncio.TimeoutError as exc:
+                        buf, pos = [], 0
+                        raise self.session.silence(f"the messages of consumer {self.consumer!r} on stream {self.stream!r}", timeout) from exc
+                subject, reply, data, hdr = buf[pos]
+                pos += 1
+                if not reply:
+                    await self._status(hdr)
+                    continue
+                if self.off is None:
+                    self.off = _reply_offset(reply)
+                t = reply.split(b".")
+                o = self.off
+                sseq = int(t[o + 3])
+                if self.next_cseq is not None:
+                    cseq = int(t[o + 4])
+                    if cseq != self.next_cseq:
+                        if cseq < self.next_cseq:
+                            continue  # a repeat of something already received
+                        self.gap = True  # lost deliveries: restart after last_sseq
+                        self.done = True
+                        break
+                    self.next_cseq = cseq + 1
+                served = False
+                if self._requests:
+                    self._requests[0] -= 1
+                    if self._requests[0] <= 0:
+                        self._requests.popleft()
+                        self._served += 1
+                        served = True
+                if sseq > self.hi:
+                    self.done = True
+                    break
+                subjects.append(subject)
+                datas.append(data)
+                replies.append(reply)
+                seqs.append(sseq)
+                times.append(int(t[o + 5]))
+                if keep_headers:
+                    headers.append(hdr)
+                nbytes += len(data)
+                n += 1
+                self.last_sseq = sseq
+                self.received += 1
+                if sseq >= self.hi or t[o + 6] == b"0" or (self.limit is not None and self.received >= self.limit):
+                    self.done = True
+                elif served and self.eager:
+                    await self._top_up()
+        finally:
+            self._buf, self._pos = buf, pos
+        return out
+
+    async def _status(self, hdr: Optional[bytes]) -> None:
+        st = status_of(hdr)
+        if st is None or st[0] == b"100":
+            return  # idle heartbeat, or nothing we know
+        status, desc = st[0], st[1].lower()
+        if status == b"409" and b"batch completed" in desc and self._served:
+            self._served -= 1  # the closing word of a request already served in full
+            return
+        if self._requests:
+            self._requests.popleft()
+        if status == b"409" and b"deleted" in desc or status == b"503":
+            self.gap = True  # the consumer went away: the caller restarts after last_sseq
+            self.done = True
+        elif status in (b"404", b"408"):
+            await self._confirm_end()
+        elif self.eager:
+            await self._top_up()
+
+    async def _confirm_end(self) -> None:
+        """The server had nothing for a request: finished, unless deliveries are still on their way."""
+        try:
+            info = await jsapi.consumer_info(self.session, self.stream, self.consumer)
+        except ConsumerNotFoundError:
+            self.gap = True
+            self.done = True
+            return
+        if info.num_pending == 0 and (self.next_cseq is None or info.delivered.consumer_seq < self.next_cseq):
+            self.done = True
+        elif self.eager:
+            await self._top_up()
+
+
+async def create_reader_consumer(session: Session, stream: str, start: int, filters: Optional[Sequence[str]], *, headers_only: bool = False) -> tuple[str, int]:
+    """An ephemeral, ack-less, in-memory R1 pull consumer from ``start``; (name, num_pending)."""
+    name = _name("jspk_")
+    config: dict = {
+        "name": name,
+        "deliver_policy": "by_start_sequence",
+        "opt_start_seq": max(int(start), 1),
+        "ack_policy": "none",
+        "replay_policy": "instant",
+        "inactive_threshold": wire.s_to_ns(max(READER_INACTIVE, session.timeout * 4)),
+        "mem_storage": True,
+        "num_replicas": 1,
+    }
+    if headers_only:
+        config["headers_only"] = True
+    filters = [f for f in (filters or ()) if f != ">"] if filters and ">" not in filters else []
+    if len(filters) == 1:
+        config["filter_subject"] = filters[0]
+    elif filters:
+        config["filter_subjects"] = list(filters)
+    resp = await session.api(f"{session.api_prefix}.CONSUMER.CREATE.{stream}.{name}", {"stream_name": stream, "config": config, "action": "create"},
+                          what=f"creating a reader consumer on {stream!r}")  # fmt: skip
+    return name, int(resp.get("num_pending", 0))
+
+
+async def delete_consumer_quietly(session: Session, stream: str, name: str) -> None:
+    """Delete a reader's consumer, waiting for the answer but not failing (its inactive_threshold
+    removes it anyway)."""
+    if not session.connected:
+        return
+    try:
+        await session.api(f"{session.api_prefix}.CONSUMER.DELETE.{stream}.{name}", what=f"deleting reader consumer {name!r}")
+    except Exception:  # noqa: BLE001 - gone already, or the connection is: either way it goes
+        pass
+
+
+async def count_from(session: Session, stream: str, start: int, filters: Optional[Sequence[str]]) -> int:
+    """How many stored messages at or after ``start`` match ``filters`` (a throw-away consumer's num_pending)."""
+    name, pending = await create_reader_consumer(session, stream, start, filters, headers_only=True)
+    await delete_consumer_quietly(session, stream, name)
+    return pending
+
+
+class RangeRead:
+    """One range read: creates its consumer, pulls, restarts after a gap, deletes the consumer."""
+
+    def __init__(self, session: Session, stream: str, lo: int, hi: int, filters, *, keep_headers: bool, headers_only: bool = False) -> None:
+        self.session = session
+        self.stream = stream
+        self.lo = lo
+        self.hi = hi
+        self.filters = filters
+        self.keep_headers = keep_headers
+        self.headers_only = headers_only
+        self.consumer: Optional[str] = None
+        self.puller: Optional[Puller] = None
+        self.pending_at_start = 0
+        self.restarts = 0
+
+    async def open(self, start: Optional[int] = None) -> None:
+        start = self.lo if start is None else start
+        self.consumer, pending = await create_reader_consumer(self.session, self.stream, start, self.filters, headers_only=self.headers_only)
+        if start == self.lo:
+            self.pending_at_start = pending
+        self.puller = Puller(self.session, self.stream, self.consumer, self.hi, keep_headers=self.keep_headers, next_cseq=1)
+        self.puller.last_sseq = start - 1  # a restart before any delivery resumes here, not at lo
+        if pending == 0:
+            self.puller.done = True
+            return
+        await self.puller.start()
+
+    async def next_chunk(self, max_msgs: int) -> Chunk:
+        while True:
+            chunk = await self.puller.next_chunk(max_msgs)
+            if len(chunk) or not self.puller.done:
+                if self.puller.gap and self.puller.done:
+                    await self._restart()
+                return chunk
+            if not self.puller.gap:
+                return chunk
+            await self._restart()
+
+    async def _restart(self) -> None:
+        last = self.puller.last_sseq
+        self.restarts += 1
+        if self.restarts > 20:
+            raise JetSparkError(f"range read of stream {self.stream!r} keeps losing deliveries (slow consumer?); last sequence read {last}")
+        log.info("range read of %r: restarting after seq %d", self.stream, last)
+        await self.puller.close()
+        await delete_consumer_quietly(self.session, self.stream, self.consumer)
+        start = max(last + 1, self.lo)
+        if start > self.hi:
+            self.puller.gap = False
+            return
+        await self.open(start)
+
+    async def close(self) -> None:
+        if self.puller is not None:
+            await self.puller.close()
+        if self.consumer is not None:
+            await delete_consumer_quietly(self.session, self.stream, self.consumer)
+            self.consumer = None
+
+
+class GetRead:
+    """A range read without a consumer: one STREAM.MSG.GET per sequence, ``GET_WINDOW`` in flight.
+
+    For work-queue streams, where the server allows no second consumer over the subjects
+    a durable already covers, and none without acks (10084): the connector reads a
+    micro-batch's range this way while its durable consumer takes the acks.  Sequences
+    that are gone (acknowledged, deleted) answer "no message found" and are skipped;
+    subject filters are applied here.
+    """
+
+    headers_only = False
+
+    def __init__(self, session: Session, stream: str, lo: int, hi: int, filters) -> None:
+        self.session = session
+        self.stream = stream
+        self.next = lo
+        self.hi = hi
+        self.filters = filters
+        self._subject = session.stream_subject("MSG.GET", stream)
+
+    async def open(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def _get(self, seq: int) -> Optional[dict]:
+        try:
+            return (await self.session.api(self._subject, {"seq": seq}, what=f"reading stream {self.stream!r}"))["message"]
+        except MsgNotFoundError:
+            return None
+
+    async def next_chunk(self, max_msgs: int) -> Chunk:
+        out = Chunk()
+        while len(out) < max_msgs and self.next <= self.hi:
+            top = min(self.hi, self.next + min(GET_WINDOW, max_msgs - len(out)) - 1)
+            got = await asyncio.gather(*(self._get(seq) for seq in range(self.next, top + 1)))
+            self.next = top + 1
+            for m in got:
+                if m is None or (self.filters and not subj.matches_any(self.filters, m["subject"])):
+                    continue
+                out.subjects.append(m["subject"].encode())
+                out.datas.append(base64.b64decode(m["data"]) if m.get("data") else b"")
+                out.headers.append(base64.b64decode(m["hdrs"]) if m.get("hdrs") else None)
+                out.seqs.append(int(m["seq"]))
+                out.times.append(wire.time_to_ns(m["time"]))
+        return out
+
+
+def range_reader(session: Session, info, lo: int, hi: int, filters, *, keep_headers: bool, headers_only: bool = False):
+    """The reader for a range of ``info``'s stream: an ephemeral consumer, or plain gets on a work-queue stream."""
+    if info.config.retention == RetentionPolicy.WORK_QUEUE:
+        return GetRead(session, info.config.name, lo, hi, filters)
+    return RangeRead(session, info.config.name, lo, hi, filters, keep_headers=keep_headers, headers_only=headers_only)

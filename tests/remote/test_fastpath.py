@@ -1,0 +1,116 @@
+"""The private nats-py hooks of the bulk paths (jetspark/remote/fastpath.py) and their public fallback.
+
+If a nats-py release changes the internals the hooks rely on, the first tests fail
+loudly here (the bulk paths would silently fall back to the slower public path);
+the others check that the public path gives the same results as the hooks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import pyarrow as pa
+import pytest
+from nats.aio.client import Client as NATS
+
+from jetspark.api import AckPolicy
+from jetspark.remote import fastpath
+
+EXPECTED = {
+    "_process_msg": ["self", "sid", "subject", "reply", "data", "headers"],
+    "_process_headers": ["self", "headers"],
+    "_send_command": ["self", "cmd", "priority"],
+    "_flush_pending": ["self", "force_flush"],
+}
+
+
+@pytest.mark.parametrize("method", sorted(EXPECTED))
+def test_the_nats_py_internals_the_hooks_override_are_still_there(method):
+    fn = getattr(NATS, method, None)
+    assert fn is not None, f"nats-py's Client.{method} is gone: jetspark/remote/fastpath.py needs a look"
+    assert inspect.iscoroutinefunction(fn), f"nats-py's Client.{method} is no longer a coroutine function"
+    assert list(inspect.signature(fn).parameters) == EXPECTED[method], f"nats-py's Client.{method} has a new signature"
+    assert fastpath.RAW_DELIVERY and fastpath.RAW_WRITES and fastpath._RAW_HEADERS
+
+
+def _run(js, coro):
+    return js._session.loop.run(coro, 30)
+
+
+def test_raw_deliveries_take_the_hook_and_match_the_public_path(js, name):
+    """The same deliveries (headers, repeated keys, a status line, no payload) through the hook
+    and through nats-py's public subscription callback arrive as identical tuples."""
+    subject = f"raw.{name()}"
+    blocks = [None, None, b"NATS/1.0\r\nA: 1\r\nA: 2\r\n\r\n", b"NATS/1.0 503\r\nB:  spaced \r\n\r\n"]
+    messages = [(b"r.1", b"abc"), (b"", b""), (b"", b"xy"), (b"r.2", b"")]
+    lines = []
+    for (reply, data), hdr in zip(messages, blocks):
+        to = subject.encode() + (b" " + reply if reply else b"")
+        if hdr is None:
+            lines.append(b"PUB %b %d\r\n%b\r\n" % (to, len(data), data))
+        else:
+            lines.append(b"HPUB %b %d %d\r\n%b%b\r\n" % (to, len(hdr), len(hdr) + len(data), hdr, data))
+
+    async def scenario():
+        nc = await js._session.ready()
+        got: dict[bool, list] = {True: [], False: []}
+        done = {True: asyncio.Event(), False: asyncio.Event()}
+
+        def collect(fast):
+            def handler(*raw):
+                got[fast].append(raw)
+                if len(got[fast]) == len(lines):
+                    done[fast].set()
+
+            return handler
+
+        fast = await fastpath.subscribe_raw(nc, subject, collect(True))
+        public = await fastpath.subscribe_raw(nc, subject, collect(False), public=True)
+        write = fastpath.raw_writer(nc)
+        assert (fast.fast, public.fast, write is not None) == (True, False, True)
+        await write(b"".join(lines))
+        await asyncio.wait_for(asyncio.gather(done[True].wait(), done[False].wait()), 10)
+        await fast.unsubscribe()
+        await public.unsubscribe()
+        return got
+
+    got = _run(js, scenario())
+    assert got[True] == got[False]
+    assert got[True] == [(subject.encode(), reply, data, hdr) for (reply, data), hdr in zip(messages, blocks)]
+
+
+def test_without_the_raw_writer_publish_batch_stores_the_same(js, name):
+    s = name()
+    js.add_stream(name=s, subjects=[f"{s}.>"])
+    rows = pa.table({"subject": [f"{s}.{i % 3}" for i in range(300)], "data": [b"x%d" % i for i in range(300)]})
+    hooked = js.publish_batch(rows, stream=s)
+    js._session.public_path = True
+    public = js.publish_batch(rows, stream=s)
+    assert public.seqs.to_pylist() == [q + 300 for q in hooked.seqs.to_pylist()]
+    batches = pa.Table.from_batches(list(js.read_batches(s)))
+    assert batches.column("data").to_pylist()[:300] == batches.column("data").to_pylist()[300:]
+    assert batches.column("subject").to_pylist()[:300] == batches.column("subject").to_pylist()[300:]
+
+
+def test_fetch_and_acks_on_the_public_path_match_the_hooks(js, name):
+    results = {}
+    for public in (False, True):
+        s = name()
+        js._session.public_path = public
+        js.add_stream(name=s, subjects=[f"{s}.>"])
+        for i in range(20):
+            js.publish(f"{s}.{i}", b"m%d" % i, headers={"K": str(i)} if i % 2 else None)
+        sub = js.pull_subscribe(f"{s}.>", durable="d", stream=s, config=None)
+        msgs = sub.fetch(15, timeout=2)
+        for m in msgs[:10]:
+            m.ack()
+        info = js.consumer_info(s, "d")
+        results[public] = (
+            [(m.subject.split(".", 1)[1], m.data, m.headers, m.metadata.sequence.stream) for m in msgs],
+            info.ack_floor.stream_seq,
+            info.num_ack_pending,
+        )
+        assert js.consumer_info(s, "d").config.ack_policy == AckPolicy.EXPLICIT
+    assert results[True] == results[False]
+    assert results[False][1:] == (10, 5)
