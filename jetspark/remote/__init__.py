@@ -2,7 +2,7 @@
 JetStream server (or cluster) through nats-py.
 
 ``jetspark.connect("nats://host:4222", **options)`` returns a ``NatsJetStream``;
-``ConnectOptions`` lists the connection options (credentials, TLS, timeouts).
+``jetspark.ConnectOptions`` lists the connection options (credentials, TLS, timeouts).
 
 Modules, each importing only those above it (nothing imports ``client``):
 
@@ -16,7 +16,6 @@ Modules, each importing only those above it (nothing imports ``client``):
 - ``puller``: pipelined pulls of a range (ephemeral consumers, plain gets);
 - ``reads``: Arrow range reads, the ordered consumer, time/bytes -> sequence;
 - ``appends``: batch appends; ``ack_floor``: advancing a durable's ack floor;
-  ``sinks``: the streaming-sink registry (a KV bucket);
 - ``client``: ``NatsJetStream``, the handle, its verbs over all of the above.
 """
 
