@@ -16,7 +16,7 @@ import pytest
 
 import jetspark
 from tests.oracle import OracleJS
-from tests.servers import NatsServer
+from tests.servers import NatsCluster, NatsServer
 
 
 class FakeClock:
@@ -98,6 +98,17 @@ def server():
         js.add_stream(name=KEEPER, subjects=["keeper.>"])
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """A 3-node JetStream cluster (tests/servers.py), ready (meta leader elected, every node
+    current) before the first test.  Tests delete what they create; a node they kill they
+    restart.  Unlike a single server, a cluster was not seen to lose a stream created right
+    after the account's last one was deleted, so it needs no KEEPER."""
+    c = NatsCluster().start()
+    yield c
+    c.stop()
 
 
 def drop_streams(js) -> None:

@@ -452,7 +452,8 @@ class OracleJS:
 
     def __init__(self, url: str) -> None:
         self._loop = _Loop()
-        self._nc = self._loop.run(nats.connect(url))
+        # Several servers (one cluster) comma-separated, as jetspark.connect takes them.
+        self._nc = self._loop.run(nats.connect([u.strip() for u in url.split(",")]))
         self._js = self._nc.jetstream(timeout=_TIMEOUT)
 
     def close(self) -> None:

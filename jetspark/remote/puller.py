@@ -3,7 +3,7 @@
 - ``Puller``: pipelined pull requests on one consumer, deliveries taken off
   the wire in bulk (``fastpath.RawInbox``: no per-message future or task, as
   nats-py's ``fetch`` costs), consumer sequences checked for gaps.
-- ``RangeRead``: an ephemeral, ack-less, in-memory R1 consumer
+- ``RangeRead``: an ephemeral, ack-less, in-memory consumer (R1 on a limits stream)
   (deliver by_start_sequence, the subject filters) drained by a ``Puller``;
   a gap or a consumer that went away restarts the read after the last
   sequence received.  It stops at ``hi``, or when the server says nothing
@@ -253,7 +253,7 @@ class Puller:
 
 
 async def create_reader_consumer(session: Session, stream: str, start: int, filters: Optional[Sequence[str]], *, headers_only: bool = False) -> tuple[str, int]:
-    """An ephemeral, ack-less, in-memory R1 pull consumer from ``start``; (name, num_pending)."""
+    """An ephemeral, ack-less, in-memory pull consumer from ``start``; (name, num_pending)."""
     name = _name("jspk_")
     config: dict = {
         "name": name,
@@ -262,8 +262,10 @@ async def create_reader_consumer(session: Session, stream: str, start: int, filt
         "ack_policy": "none",
         "replay_policy": "instant",
         "inactive_threshold": wire.s_to_ns(max(READER_INACTIVE, session.timeout * 4)),
+        # No num_replicas: the server makes an ephemeral R1 on a limits stream, and gives it the
+        # stream's replica count on interest and work-queue streams, where any other is refused
+        # (10134); an R1 consumer of an R3 interest stream would not be valid.
         "mem_storage": True,
-        "num_replicas": 1,
     }
     if headers_only:
         config["headers_only"] = True
