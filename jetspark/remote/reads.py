@@ -15,7 +15,7 @@ from typing import Iterator, Optional
 import numpy as np
 import pyarrow as pa
 
-from jetspark.api import StorageType, StreamInfo, datetime_to_ns
+from jetspark.api import RetentionPolicy, StorageType, StreamInfo, datetime_to_ns
 from jetspark.errors import BadRequestError, JetSparkError, MsgNotFoundError
 from jetspark.protocol import headers as H
 from jetspark.protocol import subjects as subj
@@ -25,6 +25,7 @@ from jetspark.remote.pull import Msg
 from jetspark.remote.puller import (
     PULL_BATCH,
     Chunk,
+    GetRead,
     RangeRead,
     count_from,
     range_reader,
@@ -121,9 +122,12 @@ def _to_batch(stream: str, chunk: Chunk, headers: bool) -> pa.RecordBatch:
 
 def ordered_consumer(session: Session, stream: str, subjects, start_seq, end_seq, batch_size: int) -> Iterator[Msg]:
     filters = _check_filters(subjects)
-    state = _stream_info(session, stream).state
+    info = _stream_info(session, stream)
+    state = info.state
     lo = max(int(start_seq or 1), state.first_seq, 1)
     hi = state.last_seq if end_seq is None else min(int(end_seq), state.last_seq)
+    if info.config.retention == RetentionPolicy.WORK_QUEUE:
+        return _ordered_gets(session, stream, lo, hi, filters, max(int(batch_size), 1))
     return _ordered_gen(session, stream, lo, hi, filters, max(int(batch_size), 1), state.last_seq)
 
 
@@ -151,6 +155,28 @@ def _ordered_gen(session, stream, lo, hi, filters, batch_size, last_seq) -> Iter
                 session.run(reader.close(), what=what, settle=False)
             except JetSparkError:
                 pass
+
+
+def _ordered_gets(session, stream, lo, hi, filters, batch_size) -> Iterator[Msg]:
+    """An ordered read of a work-queue stream: the server admits no ack-less consumer there
+    (10084) and none beside a durable over the same subjects (10100), so it reads with plain
+    gets, as range reads do (``puller.GetRead``).  A first pass counts the matching messages,
+    for ``num_pending`` within the range; messages the durable's acks remove meanwhile are
+    skipped by the second."""
+    if lo > hi:
+        return
+    what = f"ordered_consumer on {stream!r}"
+    total = 0
+    counter = GetRead(session, stream, lo, hi, filters)
+    while chunk := session.run(counter.next_chunk(batch_size), what=what, timeout=PROGRESS):
+        total += len(chunk)
+    reader = GetRead(session, stream, lo, hi, filters)
+    cseq = 0
+    while chunk := session.run(reader.next_chunk(batch_size), what=what, timeout=PROGRESS):
+        for subject, data, hdr, sseq, ts in zip(chunk.subjects, chunk.datas, chunk.headers, chunk.seqs, chunk.times):
+            cseq += 1
+            meta = (stream, "", 1, sseq, cseq, ts, max(total - cseq, 0), None)
+            yield Msg(None, subject.decode(), data, H.decode(hdr) if hdr else None, "", meta)
 
 
 # ====================================================================== seq_for_time / seq_for_bytes

@@ -102,11 +102,7 @@ def test_seq_for_time_and_bytes(js, oracle, kind):
     assert [c.name for c in oracle.consumers_info(S)] == ["spark"]
 
 
-def test_ordered_consumer(request, js, oracle, kind):
-    if kind[0] == RetentionPolicy.WORK_QUEUE:
-        # As on one server: the engine reads a work-queue stream in order, the nats:// backend's
-        # ack-less reader consumer is refused next to the durable.
-        request.applymarker(pytest.mark.xfail(strict=True, raises=BadRequestError, reason="nats://: ordered_consumer on a work-queue stream fails with 10084"))
+def test_ordered_consumer(js, oracle, kind):
     make_stream(js, kind)
     want = stored(oracle)
     msgs = list(js.ordered_consumer(S, subjects=["k.2"], start_seq=5, end_seq=40, batch_size=4))

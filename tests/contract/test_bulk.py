@@ -415,3 +415,24 @@ def test_ordered_consumer(js, plain, start, end, subjects):
         m.ack()  # does nothing: no consumer to ack to
     assert plain.stream_info(S).state.messages == len(want)
     assert plain.consumers_info(S) == []  # nothing left behind
+
+
+@pytest.mark.parametrize("subjects", [None, ["b.1"]])
+def test_ordered_consumer_on_a_work_queue_stream_beside_its_durable(js, plain, subjects):
+    # A work-queue stream admits no ack-less consumer (10084) and no second one over the
+    # durable's subjects (10100): the ordered read still sees every stored message, in
+    # order, and takes nothing away from the durable.
+    js.add_stream(name=S, subjects=["b.>"], retention=RetentionPolicy.WORK_QUEUE)
+    js.add_consumer(S, durable_name="d", ack_policy=AckPolicy.EXPLICIT)
+    for q in range(1, 13):
+        js.publish(f"b.{(q - 1) % 3}", b"m%d" % q)
+    js.delete_msg(S, 4)
+    want = stored(plain)
+    expected = [q for q in sorted(want) if 2 <= q <= 11 and matches(want[q].subject, subjects)]
+    msgs = list(js.ordered_consumer(S, subjects=subjects, start_seq=2, end_seq=11, batch_size=3))
+    assert [m.metadata.sequence.stream for m in msgs] == expected
+    assert [m.metadata.num_pending for m in msgs] == list(range(len(expected) - 1, -1, -1))
+    assert [(m.subject, m.data) for m in msgs] == [(want[q].subject, want[q].data) for q in expected]
+    assert plain.stream_info(S).state.messages == 11
+    assert [c.name for c in plain.consumers_info(S)] == ["d"]
+    assert plain.consumer_info(S, "d").num_pending == 11
