@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from jetspark import AckPolicy, RetentionPolicy, StorageType
-from jetspark.errors import BadRequestError, MsgNotFoundError
+from jetspark.errors import MsgNotFoundError
 from jetspark.protocol.arrow import HEADERS_TYPE
 
 pytestmark = pytest.mark.cluster
