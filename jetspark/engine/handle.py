@@ -376,7 +376,7 @@ class JetStream:
                     if config.first_seq and config.first_seq > 1:
                         with storage.locked():
                             storage.set_floor(config.first_seq)
-                            storage.h.held = 0
+                            storage.header.held = 0
                 finally:
                     storage.close()
                 os.replace(tmp, home)
@@ -455,7 +455,7 @@ class JetStream:
                     raise
                 return self._delete_damaged(name)
             with st.storage.locked():
-                st.storage.h.deleted = 1
+                st.storage.header.deleted = 1
             data_dir = st.storage.dir
             st.close()
             del self._streams[name]
@@ -512,7 +512,7 @@ class JetStream:
                 if dropped:
                     st.consumers.dropped(np.asarray(dropped, dtype=np.int64))
             problems += found
-            return CheckReport(name, st.storage.h.msgs, tuple(problems), tuple(dropped))
+            return CheckReport(name, st.storage.header.msgs, tuple(problems), tuple(dropped))
 
     def _stream_data_dir(self, name: str) -> Path:
         home = self.path / "streams" / name
@@ -908,11 +908,11 @@ class JetStream:
             st = self._stream(stream)
             with st.locked():
                 c = self._consumer(st, durable)
-                old = c.asflr
+                old = c.ack_floor_stream_seq
                 c.advance_floor(seq)
-                if c.asflr > old:
-                    st.consumers.release(np.arange(old + 1, c.asflr + 1, dtype=np.int64))
-                return SequenceInfo(consumer_seq=c.adflr, stream_seq=c.asflr)
+                if c.ack_floor_stream_seq > old:
+                    st.consumers.release(np.arange(old + 1, c.ack_floor_stream_seq + 1, dtype=np.int64))
+                return SequenceInfo(consumer_seq=c.ack_floor_consumer_seq, stream_seq=c.ack_floor_stream_seq)
 
     def ack_floor(self, stream: str, durable: str) -> SequenceInfo:
         """The durable consumer's ack floor."""
@@ -930,8 +930,8 @@ class JetStream:
         with self._lock:
             st = self._stream(stream)
             st.refresh()
-            lo = max(start_seq or 1, st.storage.h.first_seq)
-            hi = st.storage.h.last_seq if end_seq is None else min(end_seq, st.storage.h.last_seq)
+            lo = max(start_seq or 1, st.storage.header.first_seq)
+            hi = st.storage.header.last_seq if end_seq is None else min(end_seq, st.storage.header.last_seq)
             total = sum(b.num_rows for b in bulk.read_batches(st, lo, hi, subjects=subjects, batch_size=1 << 16)) if lo <= hi else 0
         return _ordered(self, st, lo, hi, subjects, batch_size, total)
 
