@@ -102,7 +102,7 @@ def _batch(stream, blk, e, a, b, mask, names, name, headers) -> Optional[pa.Reco
     # Payloads are back to back: offsets from the lengths (verify checks each record at its own offset).
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(e["dlen"], out=offsets[1:])
-    raw = s.read_data(blk, d0, int(offsets[n]))
+    raw = blk.read_data(d0, int(offsets[n]))
     s.verify(blk, a, b, raw, e)
     data = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw)])
     # Columns from NumPy buffers directly (pa.array() on NumPy would import pandas).
@@ -147,7 +147,7 @@ def _headers_column(s, blk, e) -> pa.Array:
     if not hlen.any():
         return pa.nulls(len(e), HEADERS_TYPE)
     h0 = int(e["hoff"][0])
-    raw = s.read_hdrs(blk, h0, int(e["hoff"][-1]) + int(e["hlen"][-1]) - h0)
+    raw = blk.read_hdrs(h0, int(e["hoff"][-1]) + int(e["hlen"][-1]) - h0)
     out = []
     for off, n in zip((e["hoff"] - h0).tolist(), hlen.tolist()):
         out.append(list(H.decode_multi(raw[off:off + n]).items()) if n else None)

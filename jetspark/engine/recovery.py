@@ -119,7 +119,7 @@ def _recompute_tail_sums(s: StreamStorage) -> None:
 def recount(s: StreamStorage) -> None:
     """Count messages, bytes and subjects again from the index (under the lock, after a repair)."""
     h = s.header
-    s.subject_stats = None
+    s.stats_by_subject = None
     msgs = nbytes = 0
     step = 1 << 20
     for a in range(h.first_seq, h.last_seq + 1, step):

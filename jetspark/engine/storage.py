@@ -33,14 +33,17 @@ commit counter moved.  Removing the oldest messages moves ``first_seq`` and
 writes nothing else; other removals append a range record to ``ops``.
 
 This module is the façade: ``StreamStorage`` composes the parts, each in its
-own module, and keeps what ties them together: the block list and the index
-(reads, appends, removals: the hot paths), the per-subject counts (which
-need the index, the subjects and the removed set at once), catching up with
-other processes, and the change protocol (``locked()``).  The parts:
+own module, and keeps what ties them together: the block list and the index,
+with the reads, appends and removals that use them (the hot paths: one
+publish or one discard-old removal touches the header, the tail block, the
+subject table, the removed set and the per-subject counts, inline, without a
+call per part), catching up with other processes, and the change protocol
+(``locked()``).  The parts:
 
 - state_header.py: the two-slot header and the commit;
 - journals.py: the journal files and their compaction by replacement;
 - subject_table.py, removed.py, dedup.py: what the journals' records mean;
+- subject_stats.py: per-subject counts, first and last sequences;
 - verify.py: records checked before they are served; recovery.py: torn
   tails cut, damage dropped, counts rebuilt.
 
@@ -72,7 +75,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from jetspark.engine import diskio, recovery
+from jetspark.engine import diskio, recovery, subject_stats
 from jetspark.engine.blocks import CHECK_EVERY, Block
 from jetspark.engine.dedup import IdsCache, MessageIds, RangesCache
 from jetspark.engine.journals import FilesMoved, Journals
@@ -82,7 +85,6 @@ from jetspark.engine.records import (
     ENTRY_SIZE,
     IDX_DTYPE,
     SID_NONE,
-    _merge,
     _mix,
     _rotl1,
     _runs,
@@ -122,6 +124,7 @@ class StreamStorage:
         self._thread_lock = threading.RLock()
         self._depth = 0
         self.blocks: list[Block] = []
+        self.pending_unlink: list[Block] = []  # blocks dropped by the change under way, unlinked after its commit
         self._open()
 
     # ------------------------------------------------------------------ open / close
@@ -165,8 +168,8 @@ class StreamStorage:
         self.subject_table.clear()
         self.removed = RemovedSet(self.journals)
         # (count, first, last) per subject id; None until a caller needs it (ensure_stats).
-        self.subject_stats: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None
-        self._stats_views = None  # (self.subject_stats, memoryviews of its arrays), see remove_first
+        self.stats_by_subject: Optional[subject_stats.Stats] = None
+        self._stats_views = None  # (self.stats_by_subject, memoryviews of its arrays), see remove_first
         self.message_ids = MessageIds(self.journals)
         self._roll_at = 0  # the sequence at which _tail_block looks again whether to close the tail early
         self.journals.keep_retired()
@@ -275,7 +278,7 @@ class StreamStorage:
         if h.last_seq != old.last_seq or h.first_seq != old.first_seq:
             self._rescan_blocks()
         ranges = self.removed.read(h.ops_len)
-        if self.subject_stats is None:
+        if self.stats_by_subject is None:
             self.removed.apply(ranges)
         else:
             self._catch_up_stats(old, h, ranges)
@@ -287,28 +290,15 @@ class StreamStorage:
     def _read_subjects(self, upto: int) -> None:
         table = self.subject_table
         table.read(upto)
-        if self.subject_stats is not None:
-            grow = len(table.names) - len(self.subject_stats[0])
+        if self.stats_by_subject is not None:
+            grow = len(table.names) - len(self.stats_by_subject[0])
             if grow > 0:
-                self.subject_stats = tuple(np.concatenate([a, np.zeros(grow, np.int64)]) for a in self.subject_stats)
+                self.stats_by_subject = tuple(np.concatenate([a, np.zeros(grow, np.int64)]) for a in self.stats_by_subject)
 
     def _catch_up_stats(self, old: StreamHeader, h: StreamHeader, ranges: list[tuple[int, int]]) -> None:
-        """Move the per-subject stats from the ``old`` commit to ``h``.
-
-        Counted before: live sequences in old.first..old.last.  Counted after:
-        live sequences in h.first..h.last.  Only the touched regions (new
-        removal ranges, the head that fell below first_seq, the appended tail)
-        are read.
-        """
-        touched = _merge([(max(a, old.first_seq), min(b, old.last_seq)) for a, b in ranges]
-                         + [(old.first_seq, min(h.first_seq - 1, old.last_seq))])
-        before = [(a, b, self.removed.mask(a, b)) for a, b in touched]
-        self.removed.apply(ranges)
-        for a, b, dead_before in before:
-            seqs = np.arange(a, b + 1, dtype=np.int64)
-            gone = ~dead_before & ((seqs < h.first_seq) | self.removed.mask(a, b))
-            if gone.any():
-                self._stats_remove_seqs(seqs[gone])
+        """Apply the removals and move the per-subject stats from ``old`` to ``h``: what was
+        removed (subject_stats.catch_up), then the appended tail, read here."""
+        subject_stats.catch_up(self, old, h, ranges)
         lo = max(old.last_seq + 1, h.first_seq)
         if lo <= h.last_seq:
             cause = None
@@ -323,7 +313,7 @@ class StreamStorage:
                 self._reset_caches()
                 raise FilesMoved(f"{self.dir / 'blk'}: sequences {lo}..{h.last_seq} are not all in the blocks listed ({cause or 'unwritten index entries'})", self.dir / "blk") from cause
             live = ~self.removed.mask(lo, h.last_seq)
-            self._stats_add(e["sid"][live], np.arange(lo, h.last_seq + 1, dtype=np.int64)[live])
+            subject_stats.add(self.stats_by_subject, e["sid"][live], np.arange(lo, h.last_seq + 1, dtype=np.int64)[live])
 
     def _rescan_blocks(self) -> None:
         """Open blocks other processes created; blocks they removed stay open until pruned."""
@@ -405,12 +395,6 @@ class StreamStorage:
             yield blk, seq, end
             seq = end + 1
 
-    def read_data(self, blk: Block, off: int, n: int) -> bytes:
-        return blk.read_data(off, n)
-
-    def read_hdrs(self, blk: Block, off: int, n: int) -> bytes:
-        return blk.read_hdrs(off, n)
-
     def verify(self, blk: Block, a: int, b: int, data: Optional[bytes] = None, e: Optional[np.ndarray] = None) -> None:
         """Check records a..b of ``blk`` before serving them (see verify.verify)."""
         verify(self, blk, a, b, data, e)
@@ -490,108 +474,30 @@ class StreamStorage:
         if sid is None:
             sid = len(table.names)
             self.header.subj_len += table.add(subject, self.header.subj_len)
-            if self.subject_stats is not None:
-                self.subject_stats = tuple(np.append(a, 0) for a in self.subject_stats)
+            if self.stats_by_subject is not None:
+                self.stats_by_subject = tuple(np.append(a, 0) for a in self.stats_by_subject)
         return sid
 
-    def ensure_stats(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per subject id: live count, first and last live sequence (0 = not known yet).
-
-        Built once per process from the index, then maintained incrementally.
-        """
-        if self.subject_stats is None:
-            n = len(self.subject_table.names)
-            self.subject_stats = (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64))
-            first, lastseq = self.header.first_seq, self.header.last_seq
-            step = 1 << 20
-            for a in range(first, lastseq + 1, step):
-                b = min(a + step - 1, lastseq)
-                e = self.entries(a, b)
-                live = ~self.removed.mask(a, b)
-                self._stats_add(e["sid"][live], np.arange(a, b + 1, dtype=np.int64)[live])
-        return self.subject_stats
-
-    def _stats_add(self, sids: np.ndarray, seqs: np.ndarray) -> None:
-        keep = sids != SID_NONE
-        sids, seqs = sids[keep].astype(np.int64), seqs[keep]
-        if not len(sids):
-            return
-        count, first, last = self.subject_stats
-        fresh = count[sids] == 0
-        count += np.bincount(sids, minlength=len(count))[: len(count)]
-        np.maximum.at(last, sids, seqs)
-        if fresh.any():
-            # Sequences arrive ascending, so the first occurrence is the subject's first.
-            u, i = np.unique(sids[fresh], return_index=True)
-            first[u] = seqs[fresh][i]
-
-    def _stats_remove_seqs(self, seqs: np.ndarray) -> None:
-        """Live sequences that are being removed: take them out of the per-subject stats."""
-        count, first, last = self.subject_stats
-        sids = np.concatenate([self.entries(int(a), int(b))["sid"] for a, b in _runs(seqs)]).astype(np.int64)
-        keep = sids != SID_NONE
-        sids, seqs = sids[keep], seqs[keep]
-        if not len(sids):
-            return
-        count -= np.bincount(sids, minlength=len(count))[: len(count)]
-        # A removed first or last is looked up again when someone asks (0 = unknown).
-        last[sids[last[sids] == seqs]] = 0
-        first[sids[first[sids] == seqs]] = 0
+    def ensure_stats(self) -> subject_stats.Stats:
+        """Per subject id: live count, first and last live sequence (see subject_stats.py)."""
+        if self.stats_by_subject is None:
+            self.stats_by_subject = subject_stats.build(self)
+        return self.stats_by_subject
 
     def subject_count(self, sid: int) -> int:
         return int(self.ensure_stats()[0][sid])
 
     def subject_last(self, sid: int) -> int:
         """The last live sequence of a subject, or 0."""
-        count, first, last = self.ensure_stats()
-        if count[sid] <= 0:
-            return 0
-        if last[sid] == 0:
-            last[sid] = self._scan(sid, forward=False)
-        return int(last[sid])
+        return subject_stats.last_of(self, sid)
 
     def subject_first(self, sid: int) -> int:
         """The first live sequence of a subject, or 0."""
-        count, first, last = self.ensure_stats()
-        if count[sid] <= 0:
-            return 0
-        if count[sid] == 1:
-            return self.subject_last(sid)
-        if first[sid] == 0:
-            first[sid] = self._scan(sid, forward=True)
-        return int(first[sid])
-
-    def _scan(self, sid: int, *, forward: bool) -> int:
-        step = 1 << 16
-        lo, hi = self.header.first_seq, self.header.last_seq
-        if forward:
-            for a in range(lo, hi + 1, step):
-                b = min(a + step - 1, hi)
-                hit = np.flatnonzero((self.entries(a, b)["sid"] == sid) & ~self.removed.mask(a, b))
-                if len(hit):
-                    return a + int(hit[0])
-            return 0
-        b = hi
-        while b >= lo:
-            a = max(lo, b - step + 1)
-            hit = np.flatnonzero((self.entries(a, b)["sid"] == sid) & ~self.removed.mask(a, b))
-            if len(hit):
-                return a + int(hit[-1])
-            b = a - 1
-        return 0
+        return subject_stats.first_of(self, sid)
 
     def seqs_of_subjects(self, sid_mask: np.ndarray, a: int, b: int) -> np.ndarray:
         """Live sequences in a..b whose subject id is set in ``sid_mask``."""
-        out = []
-        step = 1 << 20
-        for lo in range(a, b + 1, step):
-            hi = min(lo + step - 1, b)
-            e = self.entries(lo, hi)
-            sids = e["sid"].astype(np.int64)
-            ok = (sids < len(sid_mask)) & ~self.removed.mask(lo, hi)
-            ok[ok] = sid_mask[sids[ok]]
-            out.append(np.flatnonzero(ok) + lo)
-        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+        return subject_stats.seqs_of_subjects(self, sid_mask, a, b)
 
     # ------------------------------------------------------------------ message ids (dedup.py)
 
@@ -703,7 +609,7 @@ class StreamStorage:
         b.hlen = int(e["hoff"]) + int(e["hlen"])
     def append(self, subject: str, hdr: bytes, data: bytes, ts: int) -> int:
         """Store one message at last_seq + 1; returns its sequence."""
-        if self.subject_stats is None:
+        if self.stats_by_subject is None:
             self.ensure_stats()  # num_subjects needs the per-subject counts
         sid = self.subject_id(subject)
         h = self.header
@@ -749,7 +655,7 @@ class StreamStorage:
         else:
             h.bytes += 30 + slen + len(data) + (len(hdr) + 4 if hdr else 0)
         h.held = 1
-        count, first, last = self.subject_stats
+        count, first, last = self.stats_by_subject
         if count[sid] == 0:
             h.num_subjects += 1
             first[sid] = seq
@@ -813,10 +719,10 @@ class StreamStorage:
         else:
             h.bytes += int((30 + slen + dlens + np.where(hlens > 0, hlens + 4, 0)).sum())
         h.held = 1
-        if self.subject_stats is not None:
-            before = int((self.subject_stats[0] > 0).sum())
-            self._stats_add(sids.astype(np.uint32), np.arange(first, first + n, dtype=np.int64))
-            h.num_subjects += int((self.subject_stats[0] > 0).sum()) - before
+        if self.stats_by_subject is not None:
+            before = int((self.stats_by_subject[0] > 0).sum())
+            subject_stats.add(self.stats_by_subject, sids.astype(np.uint32), np.arange(first, first + n, dtype=np.int64))
+            h.num_subjects += int((self.stats_by_subject[0] > 0).sum()) - before
         return first
 
     def _chain(self, blk: Block, k: int, data, data_offsets: np.ndarray, hdr, hdr_offsets: np.ndarray, entries: bytes) -> None:
@@ -872,10 +778,10 @@ class StreamStorage:
         e = np.concatenate([self.entries(int(a), int(b)) for a, b in _runs(seqs)])
         stored = e["sid"] != SID_NONE
         removed_bytes = int(self.sizes(e[stored]).sum())
-        if self.subject_stats is not None:
-            count_before = int((self.subject_stats[0] > 0).sum())
-            self._stats_remove_seqs(seqs)
-            h.num_subjects += int((self.subject_stats[0] > 0).sum()) - count_before
+        if self.stats_by_subject is not None:
+            count_before = int((self.stats_by_subject[0] > 0).sum())
+            subject_stats.remove_seqs(self, seqs)
+            h.num_subjects += int((self.stats_by_subject[0] > 0).sum()) - count_before
         n = int(stored.sum())
         h.msgs -= n
         h.bytes -= removed_bytes
@@ -896,7 +802,7 @@ class StreamStorage:
         h = self.header
         if h.msgs <= 0:
             return 0
-        stats = self.subject_stats if self.subject_stats is not None else self.ensure_stats()
+        stats = self.stats_by_subject if self.stats_by_subject is not None else self.ensure_stats()
         views = self._stats_views
         if views is None or views[0] is not stats:
             # Memoryviews of the stats arrays: a scalar read or store through them costs a
@@ -920,7 +826,7 @@ class StreamStorage:
         count[sid] = n
         if n == 0:
             h.num_subjects -= 1
-        # As _stats_remove_seqs: a removed first or last is looked up again when asked for.
+        # As subject_stats.remove_seqs: a removed first or last is looked up again when asked for.
         if first[sid] == seq:
             first[sid] = 0
         if last[sid] == seq:
