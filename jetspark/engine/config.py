@@ -12,8 +12,8 @@ from enum import Enum
 from typing import Optional
 
 from jetspark.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from jetspark.errors import APIError, api_error
 from jetspark.protocol import subjects as subj
+from jetspark.errors import APIError, api_error
 
 MAX_NAME_LEN = 255
 MAX_DESCRIPTION_LEN = 4096

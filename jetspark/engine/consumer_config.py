@@ -18,9 +18,9 @@ from jetspark.api import (
     RetentionPolicy,
     StreamConfig,
 )
+from jetspark.protocol import subjects as subj
 from jetspark.engine.config import MAX_DESCRIPTION_LEN, MAX_NAME_LEN, _enum, invalid
 from jetspark.errors import api_error
-from jetspark.protocol import subjects as subj
 
 DEFAULT_ACK_WAIT = 30.0
 DEFAULT_MAX_WAITING = 512

@@ -55,19 +55,17 @@ from jetspark.api import (
     StreamInfo,
     datetime_to_ns,
 )
-from jetspark.engine import check, diskio, metafile
+from jetspark.engine import check
 from jetspark.engine import config as cfg
 from jetspark.engine import consumer_config as ccfg
+from jetspark.protocol import headers as H
+from jetspark.engine import diskio, metafile
+from jetspark.protocol import subjects as subj
 from jetspark.engine.check import CheckReport, Problem
 from jetspark.engine.locking import FORK_GENERATION, FLock
 from jetspark.engine.pull import Msg, PullSubscription
 from jetspark.engine.storage import StreamStorage
-from jetspark.engine.stream import (
-    Stream,
-    config_from_json,
-    config_to_json,
-    load_stream_meta,
-)
+from jetspark.engine.stream import Stream, config_from_json, config_to_json, load_stream_meta
 from jetspark.errors import (
     BadRequestError,
     ClosedError,
@@ -78,8 +76,6 @@ from jetspark.errors import (
     StoreIOError,
     api_error,
 )
-from jetspark.protocol import headers as H
-from jetspark.protocol import subjects as subj
 
 if TYPE_CHECKING:
     import pyarrow as pa
