@@ -15,7 +15,7 @@ import struct
 from pathlib import Path
 
 from jetspark.engine import diskio
-from jetspark.errors import StoreFullError
+from jetspark.errors import CorruptStoreError, StoreFullError
 
 # Mapped files get disk space this far ahead of the writer (see reserve_*): a store
 # into a mapped page the filesystem cannot back would be a SIGBUS, not an error.
@@ -52,7 +52,7 @@ class Block:
         self.imm = self.dmm = None
         self.dcap = 0
         self.ialloc = self.dalloc = 0  # bytes of the mapped files known to have disk space
-        self.verified: list[tuple[int, int]] = []  # sequence ranges whose checksums held (see StreamStorage.verify)
+        self.verified: list[tuple[int, int]] = []  # sequence ranges whose checksums held (see verify.verify)
 
     def checkpoint(self, k: int, crcs: tuple[int, int, int]) -> None:
         """Record interval ``k``'s checksums (before the header commit that covers it)."""
@@ -64,6 +64,14 @@ class Block:
             return None
         raw = os.pread(self.sfd, SUM.size, k * SUM.size)
         return SUM.unpack(raw) if len(raw) == SUM.size else None
+
+    def read_data(self, off: int, n: int) -> bytes:
+        """``n`` payload bytes at ``off`` (CorruptStoreError when the file is shorter)."""
+        return _pread_bounded(self.dfd, n, off, f"{self.path}.dat") if n else b""
+
+    def read_hdrs(self, off: int, n: int) -> bytes:
+        """``n`` header-block bytes at ``off`` (CorruptStoreError when the file is shorter)."""
+        return _pread_bounded(self.hfd, n, off, f"{self.path}.hdr") if n else b""
 
     def reserve_index(self, end: int) -> None:
         """Make sure index bytes up to ``end`` have disk space before they are stored into."""
@@ -132,3 +140,11 @@ def _reserve(fd: int, have: int, need: int, ahead: int, path: str) -> int:
         diskio.allocate(fd, have, need - have, path)
         want = need
     return want
+
+
+def _pread_bounded(fd: int, n: int, off: int, path: str) -> bytes:
+    # Bounds first: a damaged length must not become a gigabyte read.
+    raw = os.pread(fd, n, off) if off + n <= os.fstat(fd).st_size else b""
+    if len(raw) != n:
+        raise CorruptStoreError(f"{path}: the file ends at byte {off + len(raw)} but a record reaches byte {off + n} (truncated)", path)
+    return raw

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from jetspark import validate as V
 from jetspark.api import BatchAck, RetentionPolicy, datetime_to_ns
 from jetspark.engine.records import SID_NONE, _runs, msgid_hash, template_crcs
-from jetspark.engine.stream import Stream
+from jetspark.engine.stream import Stream, _id_key
 from jetspark.errors import BadRequestError, api_error
 from jetspark.protocol import headers as H
 from jetspark.protocol import subjects as subj
@@ -65,8 +65,8 @@ def read_batches(
             raise BadRequestError(400, 10003, f"invalid subject filter {f!r}")
     stream.refresh()
     s = stream.storage
-    lo = max(int(start_seq or 1), s.h.first_seq)
-    hi = s.h.last_seq if end_seq is None else min(int(end_seq), s.h.last_seq)
+    lo = max(int(start_seq or 1), s.header.first_seq)
+    hi = s.header.last_seq if end_seq is None else min(int(end_seq), s.header.last_seq)
     return _read_range(stream, lo, hi, subjects, batch_size, headers)
 
 
@@ -111,7 +111,7 @@ def _batch(stream, blk, e, a, b, mask, names, name, headers) -> Optional[pa.Reco
     # Payloads are back to back: offsets from the lengths (verify checks each record at its own offset).
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(e["dlen"], out=offsets[1:])
-    raw = s.read_data(blk, d0, int(offsets[n]))
+    raw = blk.read_data(d0, int(offsets[n]))
     s.verify(blk, a, b, raw, e)
     data = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw)])
     # Columns from NumPy buffers directly (pa.array() on NumPy would import pandas).
@@ -156,7 +156,7 @@ def _headers_column(s, blk, e) -> pa.Array:
     if not hlen.any():
         return pa.nulls(len(e), HEADERS_TYPE)
     h0 = int(e["hoff"][0])
-    raw = s.read_hdrs(blk, h0, int(e["hoff"][-1]) + int(e["hlen"][-1]) - h0)
+    raw = blk.read_hdrs(h0, int(e["hoff"][-1]) + int(e["hlen"][-1]) - h0)
     out = []
     for off, n in zip((e["hoff"] - h0).tolist(), hlen.tolist()):
         out.append(list(H.decode_multi(raw[off:off + n]).items()) if n else None)
@@ -166,10 +166,10 @@ def _headers_column(s, blk, e) -> pa.Array:
 def seq_for_bytes(stream: Stream, lo: int, hi: int, max_bytes: int) -> int:
     stream.refresh()
     s = stream.storage
-    lo = max(lo, s.h.first_seq)
-    hi = min(hi, s.h.last_seq)
+    lo = max(lo, s.header.first_seq)
+    hi = min(hi, s.header.last_seq)
     if lo >= hi:
-        return max(hi, lo) if lo <= s.h.last_seq else hi
+        return max(hi, lo) if lo <= s.header.last_seq else hi
     total, seq = 0, lo
     step = 1 << 16
     while seq <= hi:
@@ -193,8 +193,8 @@ def seq_for_time(stream: Stream, when) -> int:
     # seq_at_time searches every entry's time, removed ones too (their times stay in
     # order); the answer is the first one still stored, as the server's (test_bulk.py).
     s = stream.storage
-    while seq <= s.h.last_seq:
-        end = min(s.h.last_seq, seq + 4095)
+    while seq <= s.header.last_seq:
+        end = min(s.header.last_seq, seq + 4095)
         dead = s.dead_mask(seq, end)
         if not dead.all():
             return seq + int(np.argmin(dead))
@@ -332,13 +332,13 @@ def _publish_fast(stream, subjects, data, id_col=None, id_range=None) -> BatchAc
                 kept_rows = np.flatnonzero(keep)
                 if hashes is not None:
                     s.add_dedup_many([hashes[i] for i in kept_rows], new, ts)
-                    s.h.last_id = _id_bytes(ids[int(kept_rows[-1])])
+                    s.header.last_id = _id_bytes(ids[int(kept_rows[-1])])
                 else:
                     prefix, start = id_range
                     ph = msgid_hash(prefix)
                     for a, b in _runs(kept_rows):  # consecutive rows were stored at consecutive seqs
                         s.add_range(ph, start + a, start + b, int(seqs[a]), ts)
-                    s.h.last_id = _id_bytes(f"{prefix}{start + int(kept_rows[-1])}")
+                    s.header.last_id = _id_bytes(f"{prefix}{start + int(kept_rows[-1])}")
                 s.compact_journals(stream.clock(), int(c.duplicate_window * 1_000_000_000))
             dup = ~keep
         stream.enforce_limits()
@@ -403,16 +403,12 @@ def id_header_blocks(prefix: str, numbers: np.ndarray) -> tuple[bytes, np.ndarra
 
 
 def _id_bytes(msg_id: str) -> bytes:
-    from jetspark.engine.stream import _id_key
-
     return _id_key(msg_id)
 
 
 def _dedup_rows(stream: Stream, ids: list):
     """Which rows are new (by Nats-Msg-Id, within the window and within the batch), their
     id hashes, and their header blocks back to back."""
-    from jetspark.engine.records import msgid_hash
-
     window = int(stream.config.duplicate_window * 1_000_000_000)
     now = stream.clock()
     known = stream.storage.ensure_dedup(now, window)

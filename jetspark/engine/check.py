@@ -25,12 +25,21 @@ from pathlib import Path
 
 import numpy as np
 
-from jetspark.engine.header import ACTIVE, ACTIVE_OFF, MAGIC, SLOT_OFF, Header, pack_slot
+from jetspark.engine import recovery
 from jetspark.engine.blocks import CHECK_EVERY
 from jetspark.engine.records import DEDUP, ENTRY_SIZE, IDX_DTYPE, RANGE, SID_NONE
-from jetspark.engine.storage import _OPS_HDR, _SUBJ_HDR
+from jetspark.engine.removed import OPS_RECORD
+from jetspark.engine.state_header import (
+    ACTIVE,
+    ACTIVE_OFF,
+    MAGIC,
+    SLOT_OFF,
+    StreamHeader,
+    pack_slot,
+)
+from jetspark.engine.subject_table import SUBJECT_RECORD
+from jetspark.engine.verify import block_count, interval_crcs
 from jetspark.errors import CorruptStoreError
-
 
 
 @dataclass(frozen=True)
@@ -81,8 +90,8 @@ def rebuild_header(data_dir: Path, repair: bool) -> list[Problem]:
     is forgotten.  The journals keep their intact prefix.
     """
     problems: list[Problem] = []
-    h = Header(commit=0)
-    # Each journal's current file is its newest generation (see StreamStorage.journal_path).
+    h = StreamHeader(commit=0)
+    # Each journal's current file is its newest generation (see journals.Journals.path).
     gens = {kind: _newest_generation(data_dir, kind) for kind in ("ops", "dedup", "dedup_ranges")}
     h.jgen = max(gens.values())
 
@@ -108,7 +117,7 @@ def rebuild_header(data_dir: Path, repair: bool) -> list[Problem]:
         h.last_seq = firsts[-1] + n - 1
         h.last_ts = last_ts
         h.held = 1
-    h.num_subjects = 0  # recounted when the stream opens (StreamStorage.recount)
+    h.num_subjects = 0  # recounted when the stream opens (recovery.recount)
     # Consumers are loaded once the header says there have been some (see _StreamLock).
     h.cons_gen = 1 if (data_dir / "cons").is_dir() and any((data_dir / "cons").iterdir()) else 0
     problems.append(Problem(str(data_dir / "state"), "rebuilt from the block files: first_seq "
@@ -138,12 +147,12 @@ def _size(path: Path) -> int:
 def _valid_subjects(path: Path) -> tuple[int, int, bool]:
     raw = path.read_bytes() if path.exists() else b""
     pos = n = 0
-    while pos + _SUBJ_HDR.size <= len(raw):
-        ln, crc = _SUBJ_HDR.unpack_from(raw, pos)
-        body = raw[pos + _SUBJ_HDR.size: pos + _SUBJ_HDR.size + ln]
+    while pos + SUBJECT_RECORD.size <= len(raw):
+        ln, crc = SUBJECT_RECORD.unpack_from(raw, pos)
+        body = raw[pos + SUBJECT_RECORD.size: pos + SUBJECT_RECORD.size + ln]
         if len(body) != ln or zlib.crc32(body) != crc:
             return pos, n, True
-        pos += _SUBJ_HDR.size + ln
+        pos += SUBJECT_RECORD.size + ln
         n += 1
     return pos, n, pos != len(raw)
 
@@ -151,12 +160,12 @@ def _valid_subjects(path: Path) -> tuple[int, int, bool]:
 def _valid_ops(path: Path) -> tuple[int, bool]:
     raw = path.read_bytes() if path.exists() else b""
     pos = 0
-    while pos + _OPS_HDR.size <= len(raw):
-        n, crc = _OPS_HDR.unpack_from(raw, pos)
-        body = raw[pos + _OPS_HDR.size: pos + _OPS_HDR.size + 16 * n]
+    while pos + OPS_RECORD.size <= len(raw):
+        n, crc = OPS_RECORD.unpack_from(raw, pos)
+        body = raw[pos + OPS_RECORD.size: pos + OPS_RECORD.size + 16 * n]
         if len(body) != 16 * n or zlib.crc32(body) != crc:
             return pos, True
-        pos += _OPS_HDR.size + 16 * n
+        pos += OPS_RECORD.size + 16 * n
     return pos, pos != len(raw)
 
 
@@ -172,7 +181,7 @@ def _entries_in(idx: Path) -> tuple[int, int]:
     return n, int(e["ts"][n - 1])
 
 
-def _write_state(path: Path, h: Header) -> None:
+def _write_state(path: Path, h: StreamHeader) -> None:
     buf = bytearray(4096)
     slot = pack_slot(h)
     for off in SLOT_OFF:
@@ -194,13 +203,13 @@ def check_records(storage, repair: bool) -> tuple[list[Problem], list[int]]:
     problems: list[Problem] = []
     dropped: list[int] = []
     state = str(s.dir / "state")
-    active = s._mm[ACTIVE_OFF] & 1
+    active = s.header_file.active()
     for i, role in ((active, "active"), (1 - active, "mirror")):
-        if s._read_slot(i) is None:
+        if s.header_file.read_slot(i) is None:
             problems.append(Problem(state, f"the {role} header slot fails its checksum", repaired=repair))
             if repair:
-                s._write_slot(i, s.h)
-    h = s.h
+                s.header_file.write_slot(i, s.header)
+    h = s.header
     bad_parts = []
     step = 1 << 20
     for a in range(h.first_seq, h.last_seq + 1, step):
@@ -208,8 +217,8 @@ def check_records(storage, repair: bool) -> tuple[list[Problem], list[int]]:
     bad = np.concatenate(bad_parts) if bad_parts else np.zeros(0, dtype=np.int64)
     by_file: dict[str, list[int]] = {}
     for q in bad.tolist():
-        i = max(0, np.searchsorted(s._block_firsts, q, side="right") - 1)
-        path = f"{s._blocks[i].path}.dat" if s._blocks else str(s.dir / "blk")
+        i = max(0, np.searchsorted(s.block_firsts, q, side="right") - 1)
+        path = f"{s.blocks[i].path}.dat" if s.blocks else str(s.dir / "blk")
         by_file.setdefault(path, []).append(q)
     for path, seqs in by_file.items():
         problems.append(Problem(path, f"{len(seqs)} record(s) missing or failing their checksums", tuple(seqs), repaired=repair))
@@ -222,7 +231,7 @@ def check_records(storage, repair: bool) -> tuple[list[Problem], list[int]]:
         if n:
             problems.append(Problem(str(s.journal_path(kind)), f"{n} message-id record(s) fail their checksum; a repair "
                                     "forgets those ids (a message re-sent with one inside the window is stored again)", repaired=repair))
-    for path in s._orphans():
+    for path in recovery.orphans(s):
         if path.exists():
             problems.append(Problem(str(path), "a block file no committed sequence refers to (left by a crash)", repaired=repair))
             if repair:
@@ -236,17 +245,17 @@ def _check_interval_sums(s, bad: set, repair: bool) -> list[Problem]:
     Intervals with a damaged or removed record, or below the first sequence, are left to the
     per-record checks."""
     problems: list[Problem] = []
-    h = s.h
-    for blk in list(s._blocks):
-        count = s._block_count(blk)
-        is_tail = blk is s._blocks[-1]
+    h = s.header
+    for blk in list(s.blocks):
+        count = block_count(s, blk)
+        is_tail = blk is s.blocks[-1]
         for k in range((count + CHECK_EVERY - 1) // CHECK_EVERY):
             lo = blk.first + k * CHECK_EVERY
             hi = min(lo + CHECK_EVERY, blk.first + count) - 1
             if lo < h.first_seq or any(lo <= q <= hi for q in bad) or s.dead_mask(lo, hi).any():
                 continue  # removed records' bytes may differ (a repair leaves them): records decide
             try:
-                got = s._interval_crcs(blk, lo, hi)
+                got = interval_crcs(blk, lo, hi)
             except CorruptStoreError:
                 continue  # the record checks report it
             open_interval = is_tail and (hi - lo + 1) < CHECK_EVERY

@@ -59,15 +59,19 @@ from jetspark.api import (
     ns_to_datetime,
 )
 from jetspark.engine import diskio, metafile
-from jetspark.protocol import subjects as subj
 from jetspark.engine.consumer_config import filters_of
 from jetspark.engine.records import SID_NONE
 from jetspark.errors import CorruptStoreError
+from jetspark.protocol import subjects as subj
 
 log = logging.getLogger("jetspark")
 
 _NS = 1_000_000_000
-_REC = struct.Struct("<IIBIqqqqq")  # len, crc, op, n, dseq, next_sseq, adflr, asflr, last_active
+# len, crc, op, n, then the scalars: delivered_consumer_seq, next_stream_seq,
+# ack_floor_consumer_seq, ack_floor_stream_seq, last_active.
+_REC = struct.Struct("<IIBIqqqqq")
+# One item: stream sequence, consumer sequence, delivery count, due time.  Here and in the
+# loops that apply records, sseq/cseq are short for the stream and consumer sequence.
 _ITEM = np.dtype([("sseq", "<u8"), ("cseq", "<u8"), ("count", "<u4"), ("due", "<i8")])
 SCALARS, DELIVER, DROP, DUE, MAXED, SNAPSHOT, LAST_PER_SUBJECT = range(7)
 QUEUED = 0xFFFFFFFF  # an item's count marking "appended to the redelivery queue"
@@ -114,15 +118,15 @@ class Consumer:
             raise
 
     def _reset(self) -> None:
-        self.dseq = 0
-        self.next_sseq = 1
-        self.adflr = 0
-        self.asflr = 0
+        self.delivered_consumer_seq = 0
+        self.next_stream_seq = 1
+        self.ack_floor_consumer_seq = 0
+        self.ack_floor_stream_seq = 0
         self.last_active = 0
-        self.pending: dict[int, list[int]] = {}  # sseq -> [cseq, due_ns]
-        self.rdc: dict[int, int] = {}  # sseq -> deliveries so far
-        self.lps: list[int] = []  # last-per-subject sequences still to deliver
-        self.rdq: list[int] = []  # the redelivery queue, in order (naks first come first)
+        self.pending: dict[int, list[int]] = {}  # stream seq -> [consumer seq of its first delivery, due_ns]
+        self.delivery_counts: dict[int, int] = {}  # stream seq -> deliveries so far
+        self.last_per_subject: list[int] = []  # last-per-subject sequences still to deliver
+        self.redelivery_queue: list[int] = []  # the redelivery queue, in order (naks first come first)
         self.replayed: list = []  # sequences other processes' records released (see ConsumerSet.sync)
         self._pos = 0
 
@@ -183,8 +187,8 @@ class Consumer:
         return self.damaged
 
     def _apply(self, raw: bytes, pos: int) -> None:
-        old_floor = self.asflr
-        _, _, op, n, self.dseq, self.next_sseq, self.adflr, self.asflr, self.last_active = _REC.unpack_from(raw, pos)
+        old_floor = self.ack_floor_stream_seq
+        _, _, op, n, self.delivered_consumer_seq, self.next_stream_seq, self.ack_floor_consumer_seq, self.ack_floor_stream_seq, self.last_active = _REC.unpack_from(raw, pos)
         items = np.frombuffer(raw, dtype=_ITEM, count=n, offset=pos + _REC.size)
         # What this record released, for the stream's retention to reconsider: the
         # process that wrote it may have died before committing the removal.
@@ -192,40 +196,40 @@ class Consumer:
             self.replayed.append(items["sseq"].astype(np.int64))
         elif op == DELIVER and self.config.ack_policy == AckPolicy.NONE:
             self.replayed.append(items["sseq"].astype(np.int64))
-        if self.asflr > old_floor:
-            self.replayed.append(np.arange(old_floor + 1, self.asflr + 1, dtype=np.int64))
+        if self.ack_floor_stream_seq > old_floor:
+            self.replayed.append(np.arange(old_floor + 1, self.ack_floor_stream_seq + 1, dtype=np.int64))
         if op == SNAPSHOT:
-            self.pending, self.rdc, self.lps, self.rdq = {}, {}, [], []
+            self.pending, self.delivery_counts, self.last_per_subject, self.redelivery_queue = {}, {}, [], []
         if op in (DELIVER, SNAPSHOT):
             for sseq, cseq, count, due in items.tolist():
                 if count == QUEUED:
-                    self.rdq.append(sseq)
+                    self.redelivery_queue.append(sseq)
                     continue
                 if due >= 0:
                     self.pending[sseq] = [cseq, due]
                 if count:
-                    self.rdc[sseq] = count
-                if op == DELIVER and sseq in self.rdq:
-                    self.rdq.remove(sseq)
+                    self.delivery_counts[sseq] = count
+                if op == DELIVER and sseq in self.redelivery_queue:
+                    self.redelivery_queue.remove(sseq)
                 if op == SNAPSHOT and cseq == 0 and due < 0 and count == 0:
-                    self.lps.append(sseq)
+                    self.last_per_subject.append(sseq)
         elif op == DROP:
             for sseq in items["sseq"].tolist():
                 self.pending.pop(sseq, None)
-                self.rdc.pop(sseq, None)
-                if sseq in self.rdq:
-                    self.rdq.remove(sseq)
+                self.delivery_counts.pop(sseq, None)
+                if sseq in self.redelivery_queue:
+                    self.redelivery_queue.remove(sseq)
         elif op == DUE:
             for sseq, _, count, due in items.tolist():
                 if sseq in self.pending:
                     self.pending[sseq][1] = due
-                    if count == QUEUED and sseq not in self.rdq:
-                        self.rdq.append(sseq)
+                    if count == QUEUED and sseq not in self.redelivery_queue:
+                        self.redelivery_queue.append(sseq)
         elif op == MAXED:
             for sseq in items["sseq"].tolist():
                 self.pending.pop(sseq, None)
         elif op == LAST_PER_SUBJECT:
-            self.lps = items["sseq"].tolist()
+            self.last_per_subject = items["sseq"].tolist()
 
     def write(self, op: int, items=None) -> None:
         """Record the change just made in memory (caller holds the lock): one record with the
@@ -233,7 +237,7 @@ class Consumer:
         error the in-memory state goes back to what the log holds, and StoreIOError /
         StoreFullError (naming the log) is raised: the call changed nothing."""
         arr = items if isinstance(items, np.ndarray) else np.array(items or [], dtype=_ITEM)
-        body = struct.pack("<BIqqqqq", op, len(arr), self.dseq, self.next_sseq, self.adflr, self.asflr, self.last_active) + arr.tobytes()
+        body = struct.pack("<BIqqqqq", op, len(arr), self.delivered_consumer_seq, self.next_stream_seq, self.ack_floor_consumer_seq, self.ack_floor_stream_seq, self.last_active) + arr.tobytes()
         rec = struct.pack("<II", 8 + len(body), zlib.crc32(body)) + body
         compact = self._pos and self._pos + len(rec) > COMPACT_BYTES
         try:
@@ -273,7 +277,7 @@ class Consumer:
     def compact(self) -> None:
         """Rewrite the log as one snapshot; other processes reopen it on the cons_gen bump."""
         arr = np.array(self._snapshot_items(), dtype=_ITEM)
-        body = struct.pack("<BIqqqqq", SNAPSHOT, len(arr), self.dseq, self.next_sseq, self.adflr, self.asflr, self.last_active) + arr.tobytes()
+        body = struct.pack("<BIqqqqq", SNAPSHOT, len(arr), self.delivered_consumer_seq, self.next_stream_seq, self.ack_floor_consumer_seq, self.ack_floor_stream_seq, self.last_active) + arr.tobytes()
         rec = struct.pack("<II", 8 + len(body), zlib.crc32(body)) + body
         fsync = self.stream.storage.fsync
         tmp = self.home / "log.tmp"
@@ -295,7 +299,7 @@ class Consumer:
         self._pos = len(rec)
         if fsync:
             metafile.fsync_dir(self.home)
-        self.stream.storage.h.cons_gen += 1
+        self.stream.storage.header.cons_gen += 1
 
     # ------------------------------------------------------------------ matching
 
@@ -329,8 +333,8 @@ class Consumer:
     def matching_live(self, a: int, b: int) -> np.ndarray:
         """Live sequences in a..b this consumer's filters match."""
         s = self.stream.storage
-        a = max(a, s.h.first_seq)
-        b = min(b, s.h.last_seq)
+        a = max(a, s.header.first_seq)
+        b = min(b, s.header.last_seq)
         if a > b:
             return np.zeros(0, dtype=np.int64)
         out = []
@@ -352,7 +356,7 @@ class Consumer:
     def count_matching(self, a: int) -> int:
         """How many live messages at or after ``a`` match (num_pending's basis)."""
         s = self.stream.storage
-        h = s.h
+        h = s.header
         a = max(a, h.first_seq)
         if a > h.last_seq or not h.msgs:
             return 0
@@ -384,26 +388,26 @@ class Consumer:
         return int(self.config.ack_wait * _NS)
 
     def num_pending(self) -> int:
-        if self.lps:
-            rest = [q for q in self.lps if q >= self.next_sseq and self.stream.storage.is_live(q)]
-            return len(rest) + self.count_matching(max(self.lps[-1] + 1, self.next_sseq))
-        return self.count_matching(self.next_sseq)
+        if self.last_per_subject:
+            rest = [q for q in self.last_per_subject if q >= self.next_stream_seq and self.stream.storage.is_live(q)]
+            return len(rest) + self.count_matching(max(self.last_per_subject[-1] + 1, self.next_stream_seq))
+        return self.count_matching(self.next_stream_seq)
 
     def num_redelivered(self) -> int:
-        return sum(1 for c in self.rdc.values() if c > 1)
+        return sum(1 for c in self.delivery_counts.values() if c > 1)
 
     def needs(self, seqs: np.ndarray) -> np.ndarray:
         """Does this consumer still need these stream sequences (interest retention)?"""
-        above = seqs > self.asflr
+        above = seqs > self.ack_floor_stream_seq
         if self.config.ack_policy == AckPolicy.EXPLICIT:
-            undelivered = seqs >= self.next_sseq
+            undelivered = seqs >= self.next_stream_seq
             pending = np.isin(seqs, np.fromiter(self.pending, dtype=np.int64, count=len(self.pending)))
             need = above & (undelivered | pending)
         else:
             need = above
-        if self.rdc:
+        if self.delivery_counts:
             # A message that reached max_deliver is kept (docs/semantics.md §3.3).
-            need |= np.isin(seqs, np.fromiter(self.rdc, dtype=np.int64, count=len(self.rdc)))
+            need |= np.isin(seqs, np.fromiter(self.delivery_counts, dtype=np.int64, count=len(self.delivery_counts)))
         return need
 
     def info(self, now: int) -> ConsumerInfo:
@@ -412,8 +416,8 @@ class Consumer:
             stream_name=self.stream.name,
             config=self.config,
             created=ns_to_datetime(self.created_ns),
-            delivered=SequenceInfo(consumer_seq=self.dseq, stream_seq=max(self.next_sseq - 1, 0)),
-            ack_floor=SequenceInfo(consumer_seq=self.adflr, stream_seq=self.asflr),
+            delivered=SequenceInfo(consumer_seq=self.delivered_consumer_seq, stream_seq=max(self.next_stream_seq - 1, 0)),
+            ack_floor=SequenceInfo(consumer_seq=self.ack_floor_consumer_seq, stream_seq=self.ack_floor_stream_seq),
             num_ack_pending=len(self.pending),
             num_redelivered=self.num_redelivered(),
             num_waiting=0,
@@ -427,12 +431,12 @@ class Consumer:
         md = self.config.max_deliver
         if md <= 0 or not self.pending:
             return
-        done = [s for s, (c, due) in self.pending.items() if due <= now and self.rdc.get(s, 1) >= md]
+        done = [s for s, (c, due) in self.pending.items() if due <= now and self.delivery_counts.get(s, 1) >= md]
         if done:
             for s in done:
                 del self.pending[s]
-                if s in self.rdq:
-                    self.rdq.remove(s)
+                if s in self.redelivery_queue:
+                    self.redelivery_queue.remove(s)
             self.write(MAXED, [(s, 0, 0, 0) for s in done])
 
     def next_batch(self, batch: int, now: int, max_bytes: int = 0) -> list[tuple[int, int, int]]:
@@ -450,26 +454,26 @@ class Consumer:
         if self.pending:
             # Messages past their ack wait join the redelivery queue in stream order,
             # behind those nak'd (consumer.go checkPending, addToRedeliverQueue).
-            queued = set(self.rdq)
-            self.rdq.extend(sorted(q for q, (c, d) in self.pending.items() if d <= now and q not in queued))
-            while self.rdq and len(out) < batch:
-                q = self.rdq.pop(0)
+            queued = set(self.redelivery_queue)
+            self.redelivery_queue.extend(sorted(q for q, (c, d) in self.pending.items() if d <= now and q not in queued))
+            while self.redelivery_queue and len(out) < batch:
+                q = self.redelivery_queue.pop(0)
                 p = self.pending.get(q)
                 if p is None:
                     continue
                 if not s.is_live(q):
                     gone.append(q)
                     continue
-                count = self.rdc.get(q, 1) + 1
-                if fits is not None and not fits.take(q, self.dseq + 1, count):
-                    self.rdq.insert(0, q)
+                count = self.delivery_counts.get(q, 1) + 1
+                if fits is not None and not fits.take(q, self.delivered_consumer_seq + 1, count):
+                    self.redelivery_queue.insert(0, q)
                     batch = len(out)  # nothing more fits this pull
                     break
-                self.dseq += 1
+                self.delivered_consumer_seq += 1
                 # The pending record keeps the first delivery's consumer sequence (consumer.go trackPending).
                 p[1] = now + self.ack_wait_for(count)
-                self.rdc[q] = count
-                out.append((q, self.dseq, count))
+                self.delivery_counts[q] = count
+                out.append((q, self.delivered_consumer_seq, count))
                 redelivered.append((q, p[0], count, p[1]))
         room = batch - len(out)
         limit = self.config.max_ack_pending
@@ -478,27 +482,27 @@ class Consumer:
         if room > 0:
             qs = self._new_seqs(room)
             if fits is not None:
-                qs = qs[: fits.count_new(qs, self.dseq + 1)]
+                qs = qs[: fits.count_new(qs, self.delivered_consumer_seq + 1)]
             if not qs and not out and s.memory and self._matches_nothing_stored() \
                     and self.config.deliver_policy != DeliverPolicy.BY_START_SEQUENCE:
                 # nats-server's memory store moves a pull whose filter matches no stored
                 # subject to the end of the stream (its file store does not); the ack floor stays.
-                self.next_sseq = max(self.next_sseq, s.h.last_seq + 1)
+                self.next_stream_seq = max(self.next_stream_seq, s.header.last_seq + 1)
             if qs:
                 k = len(qs)
-                cseqs = range(self.dseq + 1, self.dseq + k + 1)
-                self.dseq += k
-                self.next_sseq = qs[-1] + 1
+                cseqs = range(self.delivered_consumer_seq + 1, self.delivered_consumer_seq + k + 1)
+                self.delivered_consumer_seq += k
+                self.next_stream_seq = qs[-1] + 1
                 new = np.zeros(k, dtype=_ITEM)
                 new["sseq"] = qs
                 new["cseq"] = cseqs
                 if self.config.ack_policy == AckPolicy.NONE:
-                    self.adflr, self.asflr = self.dseq, qs[-1]
+                    self.ack_floor_consumer_seq, self.ack_floor_stream_seq = self.delivered_consumer_seq, qs[-1]
                     new["due"] = -1
                 else:
                     d = now + self.ack_wait_for(1)
                     self.pending.update(zip(qs, ([c, d] for c in cseqs)))
-                    self.rdc.update(dict.fromkeys(qs, 1))
+                    self.delivery_counts.update(dict.fromkeys(qs, 1))
                     new["count"] = 1
                     new["due"] = d
                 out.extend(zip(qs, cseqs, [1] * k))
@@ -513,19 +517,19 @@ class Consumer:
     def _new_seqs(self, room: int) -> list[int]:
         s = self.stream.storage
         found: list[int] = []
-        if self.lps:
-            while self.lps and len(found) < room:
-                q = self.lps.pop(0)
-                if q >= self.next_sseq and s.is_live(q):
+        if self.last_per_subject:
+            while self.last_per_subject and len(found) < room:
+                q = self.last_per_subject.pop(0)
+                if q >= self.next_stream_seq and s.is_live(q):
                     found.append(q)
-            if not self.lps and found:
+            if not self.last_per_subject and found:
                 return found
             if len(found) >= room:
                 return found
-        start = max(self.next_sseq, s.h.first_seq, found[-1] + 1 if found else 0)
+        start = max(self.next_stream_seq, s.header.first_seq, found[-1] + 1 if found else 0)
         step = max(room * 2, 256)
-        while len(found) < room and start <= s.h.last_seq:
-            end = min(s.h.last_seq, start + step - 1)
+        while len(found) < room and start <= s.header.last_seq:
+            end = min(s.header.last_seq, start + step - 1)
             hits = self.matching_live(start, end)
             found.extend(hits[: room - len(found)].tolist())
             start = end + 1
@@ -534,92 +538,92 @@ class Consumer:
 
     # ------------------------------------------------------------------ acknowledgements (under the lock)
 
-    def ack(self, sseq: int, cseq: int) -> list[int]:
+    def ack(self, stream_seq: int, consumer_seq: int) -> list[int]:
         """An ack (or term) of one delivery; returns the stream sequences this consumer released."""
         if self.config.ack_policy == AckPolicy.ALL:
-            return self._ack_all(sseq, cseq)
+            return self._ack_all(stream_seq, consumer_seq)
         if self.config.ack_policy == AckPolicy.NONE:
             return []
-        released = self._ack_explicit(sseq)
+        released = self._ack_explicit(stream_seq)
         if released:
-            self.write(DROP, [(sseq, 0, 0, 0)])
+            self.write(DROP, [(stream_seq, 0, 0, 0)])
         return released
 
-    def ack_many(self, sseqs: list[int]) -> list[int]:
+    def ack_many(self, stream_seqs: list[int]) -> list[int]:
         """Explicit acks of several deliveries in one record."""
-        if len(sseqs) == len(self.pending) and self.pending.keys() == set(sseqs):
+        if len(stream_seqs) == len(self.pending) and self.pending.keys() == set(stream_seqs):
             # Everything outstanding is acked: the floor meets delivered (consumer.go, len(pending) == 0).
-            released = sorted(sseqs)
+            released = sorted(stream_seqs)
             self.pending.clear()
             for q in released:
-                self.rdc.pop(q, None)
-            self.adflr, self.asflr = self.dseq, self.next_sseq - 1
+                self.delivery_counts.pop(q, None)
+            self.ack_floor_consumer_seq, self.ack_floor_stream_seq = self.delivered_consumer_seq, self.next_stream_seq - 1
         else:
             released = []
-            for q in sseqs:
+            for q in stream_seqs:
                 released.extend(self._ack_explicit(q))
-        self.rdq = [q for q in self.rdq if q in self.pending] if self.rdq else self.rdq
+        self.redelivery_queue = [q for q in self.redelivery_queue if q in self.pending] if self.redelivery_queue else self.redelivery_queue
         if released:
             drop = np.zeros(len(released), dtype=_ITEM)
             drop["sseq"] = released
             self.write(DROP, drop)
         return released
 
-    def _ack_explicit(self, sseq: int) -> list[int]:
+    def _ack_explicit(self, stream_seq: int) -> list[int]:
         """consumer.go processAckMsg, AckExplicit; returns the sequence for the stream's
         retention to reconsider (any delivered one, pending or not)."""
-        p = self.pending.pop(sseq, None)
-        self.rdc.pop(sseq, None)
-        if sseq in self.rdq:
-            self.rdq.remove(sseq)
+        p = self.pending.pop(stream_seq, None)
+        self.delivery_counts.pop(stream_seq, None)
+        if stream_seq in self.redelivery_queue:
+            self.redelivery_queue.remove(stream_seq)
         if p is None:
-            return [sseq] if sseq < self.next_sseq else []
-        dseq = p[0]
+            return [stream_seq] if stream_seq < self.next_stream_seq else []
+        consumer_seq = p[0]
         if not self.pending:
-            self.adflr, self.asflr = self.dseq, self.next_sseq - 1
-        elif dseq == self.adflr + 1:
-            self.adflr, self.asflr = dseq, sseq
-            for ss in range(sseq + 1, self.next_sseq):
+            self.ack_floor_consumer_seq, self.ack_floor_stream_seq = self.delivered_consumer_seq, self.next_stream_seq - 1
+        elif consumer_seq == self.ack_floor_consumer_seq + 1:
+            self.ack_floor_consumer_seq, self.ack_floor_stream_seq = consumer_seq, stream_seq
+            for ss in range(stream_seq + 1, self.next_stream_seq):
                 nxt = self.pending.get(ss)
                 if nxt is not None:
-                    self.adflr, self.asflr = nxt[0] - 1, ss - 1
+                    self.ack_floor_consumer_seq, self.ack_floor_stream_seq = nxt[0] - 1, ss - 1
                     break
-        return [sseq]
+        return [stream_seq]
 
-    def _ack_all(self, sseq: int, cseq: int) -> list[int]:
-        # consumer.go processAckMsg, AckAll: everything up to sseq.
-        if cseq <= self.adflr or sseq <= self.asflr:
+    def _ack_all(self, stream_seq: int, consumer_seq: int) -> list[int]:
+        # consumer.go processAckMsg, AckAll: everything up to stream_seq.
+        if consumer_seq <= self.ack_floor_consumer_seq or stream_seq <= self.ack_floor_stream_seq:
             return []
-        old = self.asflr
-        self.adflr, self.asflr = cseq, sseq
-        dropped = [q for q in self.pending if q <= sseq]
+        old = self.ack_floor_stream_seq
+        self.ack_floor_consumer_seq, self.ack_floor_stream_seq = consumer_seq, stream_seq
+        dropped = [q for q in self.pending if q <= stream_seq]
         for q in dropped:
             del self.pending[q]
-        for q in [q for q in self.rdc if q <= sseq]:
-            del self.rdc[q]
+        for q in [q for q in self.delivery_counts if q <= stream_seq]:
+            del self.delivery_counts[q]
         self.write(DROP, [(q, 0, 0, 0) for q in dropped])
-        return list(range(old + 1, sseq + 1))
+        return list(range(old + 1, stream_seq + 1))
 
-    def term(self, sseq: int, cseq: int) -> list[int]:
+    def term(self, stream_seq: int, consumer_seq: int) -> list[int]:
         """Like an ack, whatever the policy (consumer.go processTerm)."""
-        return self.ack(sseq, cseq)
+        return self.ack(stream_seq, consumer_seq)
 
-    def nak(self, sseq: int, cseq: int, delay: Optional[float], now: int) -> None:
-        p = self.pending.get(sseq)
-        if p is None or cseq <= self.adflr:
+    def nak(self, stream_seq: int, consumer_seq: int, delay: Optional[float], now: int) -> None:
+        p = self.pending.get(stream_seq)
+        if p is None or consumer_seq <= self.ack_floor_consumer_seq:
             return
         p[1] = now + int((delay or 0) * _NS)
         queued = not delay  # a plain nak queues at once; a delayed one waits for its time
-        if queued and sseq not in self.rdq:
-            self.rdq.append(sseq)
-        self.write(DUE, [(sseq, p[0], QUEUED if queued else 0, p[1])])
+        if queued and stream_seq not in self.redelivery_queue:
+            self.redelivery_queue.append(stream_seq)
+        self.write(DUE, [(stream_seq, p[0], QUEUED if queued else 0, p[1])])
 
-    def in_progress(self, sseq: int, now: int) -> None:
-        p = self.pending.get(sseq)
+    def in_progress(self, stream_seq: int, now: int) -> None:
+        p = self.pending.get(stream_seq)
         if p is None:
             return
-        p[1] = now + self.ack_wait_for(self.rdc.get(sseq, 1))
-        self.write(DUE, [(sseq, p[0], 0, p[1])])
+        p[1] = now + self.ack_wait_for(self.delivery_counts.get(stream_seq, 1))
+        self.write(DUE, [(stream_seq, p[0], 0, p[1])])
 
     def advance_floor(self, seq: int) -> None:
         """Act as if every matching message up to ``seq`` was delivered and acked (the Spark commit).
@@ -627,31 +631,31 @@ class Consumer:
         As on a server, where this fetches and acks those messages, the consumer ends
         at the last of them: messages after it up to ``seq`` that it does not match
         leave its delivered and ack floor positions where they are."""
-        if seq <= self.asflr:
+        if seq <= self.ack_floor_stream_seq:
             return
-        if seq >= self.next_sseq:
-            live = self.matching_live(self.next_sseq, seq)
+        if seq >= self.next_stream_seq:
+            live = self.matching_live(self.next_stream_seq, seq)
             if len(live):
                 last = int(live[-1])
-                self.dseq += len(live)
-                self.next_sseq = last + 1
-                self.lps = [q for q in self.lps if q > last]
+                self.delivered_consumer_seq += len(live)
+                self.next_stream_seq = last + 1
+                self.last_per_subject = [q for q in self.last_per_subject if q > last]
         for q in [q for q in self.pending if q <= seq]:
             del self.pending[q]
-        for q in [q for q in self.rdc if q <= seq]:
-            del self.rdc[q]
+        for q in [q for q in self.delivery_counts if q <= seq]:
+            del self.delivery_counts[q]
         if self.pending:
             first = min(self.pending)
-            self.adflr, self.asflr = self.pending[first][0] - 1, first - 1
+            self.ack_floor_consumer_seq, self.ack_floor_stream_seq = self.pending[first][0] - 1, first - 1
         else:
-            self.adflr, self.asflr = self.dseq, self.next_sseq - 1
+            self.ack_floor_consumer_seq, self.ack_floor_stream_seq = self.delivered_consumer_seq, self.next_stream_seq - 1
         self.write(SNAPSHOT, self._snapshot_items())
 
     def _snapshot_items(self) -> list[tuple]:
-        items = [(q, p[0], self.rdc.get(q, 0), p[1]) for q, p in self.pending.items()]
-        items += [(q, 0, c, -1) for q, c in self.rdc.items() if q not in self.pending]
-        items += [(q, 0, 0, -1) for q in self.lps]
-        items += [(q, 0, QUEUED, -1) for q in self.rdq]
+        items = [(q, p[0], self.delivery_counts.get(q, 0), p[1]) for q, p in self.pending.items()]
+        items += [(q, 0, c, -1) for q, c in self.delivery_counts.items() if q not in self.pending]
+        items += [(q, 0, 0, -1) for q in self.last_per_subject]
+        items += [(q, 0, QUEUED, -1) for q in self.redelivery_queue]
         return items
 
     # ------------------------------------------------------------------ stream events (under the lock)
@@ -674,19 +678,19 @@ class Consumer:
         also drops pending entries whose message is gone.
         """
         s = self.stream.storage
-        if self.next_sseq < start:
-            self.next_sseq = start
-        if self.asflr < start:
-            self.asflr = start - 1
+        if self.next_stream_seq < start:
+            self.next_stream_seq = start
+        if self.ack_floor_stream_seq < start:
+            self.ack_floor_stream_seq = start - 1
             for q in list(self.pending):
-                if q <= self.asflr or (wider and not s.is_live(q)):
-                    self.adflr = max(self.adflr, self.pending.pop(q)[0])
-                    self.rdc.pop(q, None)
+                if q <= self.ack_floor_stream_seq or (wider and not s.is_live(q)):
+                    self.ack_floor_consumer_seq = max(self.ack_floor_consumer_seq, self.pending.pop(q)[0])
+                    self.delivery_counts.pop(q, None)
         if not self.pending:
-            self.rdc.clear()
-            self.adflr, self.asflr = self.dseq, self.next_sseq - 1
-        self.rdq = [q for q in self.rdq if q in self.pending]
-        self.lps = [q for q in self.lps if q >= start]
+            self.delivery_counts.clear()
+            self.ack_floor_consumer_seq, self.ack_floor_stream_seq = self.delivered_consumer_seq, self.next_stream_seq - 1
+        self.redelivery_queue = [q for q in self.redelivery_queue if q in self.pending]
+        self.last_per_subject = [q for q in self.last_per_subject if q >= start]
         self.write(SNAPSHOT, self._snapshot_items())
 
 
@@ -696,29 +700,29 @@ class _ByteBudget:
     delivered."""
 
     def __init__(self, consumer: Consumer, max_bytes: int) -> None:
-        self.c = consumer
+        self.consumer = consumer
         self.left = max_bytes
-        self.pending = consumer.num_pending()
+        self.pending_count = consumer.num_pending()
         self.prefix = len(f"$JS.ACK.{consumer.stream.name}.{consumer.name}.")
 
-    def _size(self, sseq: int, cseq: int, delivered: int, pending: int) -> int:
-        e = self.c.stream.storage.entries(sseq, sseq)[0]
-        subject = self.c.stream.storage.subjects[int(e["sid"])]
-        reply = self.prefix + len(f"{delivered}.{sseq}.{cseq}.{int(e['ts'])}.{pending}")
+    def _size(self, stream_seq: int, consumer_seq: int, delivered: int, pending: int) -> int:
+        e = self.consumer.stream.storage.entries(stream_seq, stream_seq)[0]
+        subject = self.consumer.stream.storage.subjects[int(e["sid"])]
+        reply = self.prefix + len(f"{delivered}.{stream_seq}.{consumer_seq}.{int(e['ts'])}.{pending}")
         return len(subject.encode()) + int(e["hlen"]) + int(e["dlen"]) + reply
 
-    def take(self, sseq: int, cseq: int, delivered: int) -> bool:
-        size = self._size(sseq, cseq, delivered, self.pending)
+    def take(self, stream_seq: int, consumer_seq: int, delivered: int) -> bool:
+        size = self._size(stream_seq, consumer_seq, delivered, self.pending_count)
         if size > self.left:
             self.left = 0
             return False
         self.left -= size
         return True
 
-    def count_new(self, seqs: list[int], cseq: int) -> int:
+    def count_new(self, seqs: list[int], consumer_seq: int) -> int:
         """How many of these new messages fit, in order."""
         for i, q in enumerate(seqs):
-            size = self._size(q, cseq + i, 1, self.pending - i - 1)
+            size = self._size(q, consumer_seq + i, 1, self.pending_count - i - 1)
             if size > self.left:
                 self.left = 0
                 return i

@@ -34,7 +34,7 @@ from jetspark.engine.consumer import (
     config_to_json,
     remove_consumer_dir,
 )
-from jetspark.engine.records import SID_NONE
+from jetspark.engine.records import SID_NONE, _runs
 from jetspark.errors import CorruptStoreError, StoreError, api_error
 
 log = logging.getLogger("jetspark")
@@ -81,7 +81,7 @@ class ConsumerSet:
 
     def sync(self) -> None:
         """Reload the consumer list when another process changed it; catch up every log."""
-        gen = self.stream.storage.h.cons_gen
+        gen = self.stream.storage.header.cons_gen
         if gen != self._gen:
             self._reload(gen)
         for c in list(self.by_name.values()):
@@ -136,9 +136,9 @@ class ConsumerSet:
         if not self.by_name or self.broken or self.stream.config.retention == RetentionPolicy.LIMITS:
             return
         s = self.stream.storage
-        top = s.h.last_seq if everything else min(max(c.next_sseq for c in self.by_name.values()) - 1, s.h.last_seq)
-        first = s.h.first_seq
-        if s.h.msgs and top >= first:
+        top = s.header.last_seq if everything else min(max(c.next_stream_seq for c in self.by_name.values()) - 1, s.header.last_seq)
+        first = s.header.first_seq
+        if s.header.msgs and top >= first:
             seqs = np.arange(first, top + 1, dtype=np.int64)[~s.dead_mask(first, top)]
             if self.stream.config.retention == RetentionPolicy.WORK_QUEUE:
                 # A work-queue message leaves when a consumer matching it acks it: one that no
@@ -152,8 +152,8 @@ class ConsumerSet:
             self.release(seqs, unmatched=everything)
 
     def _bump(self) -> None:
-        self.stream.storage.h.cons_gen += 1
-        self._gen = self.stream.storage.h.cons_gen
+        self.stream.storage.header.cons_gen += 1
+        self._gen = self.stream.storage.header.cons_gen
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -185,11 +185,11 @@ class ConsumerSet:
                 metafile.save(tmp / "config.json", meta, fsync=self.stream.storage.fsync)
                 c = Consumer(self.stream, tmp, fresh=True)
                 start, lps = self._start(c, config)
-                c.next_sseq = start
-                c.asflr = start - 1
+                c.next_stream_seq = start
+                c.ack_floor_stream_seq = start - 1
                 c.last_active = now
                 if lps:
-                    c.lps = lps
+                    c.last_per_subject = lps
                     c.write(LAST_PER_SUBJECT, [(q, 0, 0, -1) for q in lps])
                 else:
                     c.write(SNAPSHOT, [])
@@ -217,7 +217,7 @@ class ConsumerSet:
 
     def _start(self, c: Consumer, config: ConsumerConfig) -> tuple[int, list[int]]:
         s = self.stream.storage
-        h = s.h
+        h = s.header
         first = max(h.first_seq, 1)
         policy = config.deliver_policy
         if policy == DeliverPolicy.ALL:
@@ -281,7 +281,7 @@ class ConsumerSet:
             if retention == RetentionPolicy.INTEREST and not self.by_name:
                 # Deleting the last consumer purges an interest stream (docs/semantics.md §3.3);
                 # removing from the head writes nothing but the stream header.
-                st.remove_range(s.h.first_seq, s.h.last_seq)
+                st.remove_range(s.header.first_seq, s.header.last_seq)
             elif c is None:
                 # The last damaged consumer is gone: what the others released meanwhile goes
                 # now, and on an interest stream whatever only the damaged one may have wanted.
@@ -289,7 +289,7 @@ class ConsumerSet:
             elif retention == RetentionPolicy.INTEREST:
                 # As nats-server: what follows its ack floor and no remaining consumer needs
                 # goes, matched by it or by nobody (test_retention_update.py, test_deleting_*).
-                self.release_range(c.asflr + 1, s.h.last_seq, unmatched=True)
+                self.release_range(c.ack_floor_stream_seq + 1, s.header.last_seq, unmatched=True)
         except OSError as exc:
             log.warning("stream %r: removing the messages only the deleted consumer held failed (%s); "
                         "the next reload of the consumer list removes them", st.name, exc)
@@ -311,19 +311,19 @@ class ConsumerSet:
         consumer matches stays (tests/contract/test_retention_update.py).
         """
         s = self.stream.storage
-        if not s.h.msgs or self.broken:
+        if not s.header.msgs or self.broken:
             return  # with a damaged consumer, nobody can tell what it still needs
         if not self.by_name:
-            self.stream.remove_range(s.h.first_seq, s.h.last_seq)
+            self.stream.remove_range(s.header.first_seq, s.header.last_seq)
         else:
-            self.release_range(s.h.first_seq, s.h.last_seq)
+            self.release_range(s.header.first_seq, s.header.last_seq)
 
     def release_range(self, a: int, b: int, unmatched: bool = False) -> None:
         """``release`` every live sequence in a..b, a slice at a time (streams may be long)."""
         s = self.stream.storage
         step = 1 << 16
-        for lo in range(max(a, s.h.first_seq), min(b, s.h.last_seq) + 1, step):
-            hi = min(lo + step - 1, b, s.h.last_seq)
+        for lo in range(max(a, s.header.first_seq), min(b, s.header.last_seq) + 1, step):
+            hi = min(lo + step - 1, b, s.header.last_seq)
             seqs = np.arange(lo, hi + 1, dtype=np.int64)
             self.release(seqs[~s.dead_mask(lo, hi)], unmatched=unmatched)
 
@@ -350,14 +350,12 @@ class ConsumerSet:
             return
         if len(seqs) > 1 and not (seqs[1:] > seqs[:-1]).all():
             seqs = np.unique(seqs)
-        seqs = seqs[(seqs >= s.h.first_seq) & (seqs <= s.h.last_seq)]
+        seqs = seqs[(seqs >= s.header.first_seq) & (seqs <= s.header.last_seq)]
         if not len(seqs):
             return
         seqs = seqs[~s.dead_mask(int(seqs[0]), int(seqs[-1]))[seqs - seqs[0]]]
         if not len(seqs):
             return
-        from jetspark.engine.records import _runs
-
         sids = np.concatenate([s.entries(a, b)["sid"] for a, b in _runs(seqs)])
         keep = sids == SID_NONE
         matched = np.zeros(len(seqs), dtype=bool)

@@ -372,7 +372,7 @@ class JetStream(HandleBase):
                     if config.first_seq and config.first_seq > 1:
                         with storage.locked():
                             storage.set_floor(config.first_seq)
-                            storage.h.held = 0
+                            storage.header.held = 0
                 finally:
                     storage.close()
                 os.replace(tmp, home)
@@ -451,7 +451,7 @@ class JetStream(HandleBase):
                     raise
                 return self._delete_damaged(name)
             with st.storage.locked():
-                st.storage.h.deleted = 1
+                st.storage.header.deleted = 1
             data_dir = st.storage.dir
             st.close()
             del self._streams[name]
@@ -508,7 +508,7 @@ class JetStream(HandleBase):
                 if dropped:
                     st.consumers.dropped(np.asarray(dropped, dtype=np.int64))
             problems += found
-            return CheckReport(name, st.storage.h.msgs, tuple(problems), tuple(dropped))
+            return CheckReport(name, st.storage.header.msgs, tuple(problems), tuple(dropped))
 
     def _stream_data_dir(self, name: str) -> Path:
         home = self.path / "streams" / name
@@ -819,11 +819,11 @@ class JetStream(HandleBase):
             st = self._stream(stream)
             with st.locked():
                 c = self._consumer(st, durable)
-                old = c.asflr
+                old = c.ack_floor_stream_seq
                 c.advance_floor(seq)
-                if c.asflr > old:
-                    st.consumers.release(np.arange(old + 1, c.asflr + 1, dtype=np.int64))
-                return SequenceInfo(consumer_seq=c.adflr, stream_seq=c.asflr)
+                if c.ack_floor_stream_seq > old:
+                    st.consumers.release(np.arange(old + 1, c.ack_floor_stream_seq + 1, dtype=np.int64))
+                return SequenceInfo(consumer_seq=c.ack_floor_consumer_seq, stream_seq=c.ack_floor_stream_seq)
 
     def ordered_consumer(self, stream: str, subjects: Optional[Sequence[str]] = None, start_seq: Optional[int] = None, end_seq: Optional[int] = None, batch_size: int = 4096) -> Iterator[Msg]:
         """Read a (filtered) range in order with no acks, like nats-py's ordered consumer.
@@ -837,8 +837,8 @@ class JetStream(HandleBase):
         with self._lock:
             st = self._stream(stream)
             st.refresh()
-            lo = max(start_seq or 1, st.storage.h.first_seq)
-            hi = st.storage.h.last_seq if end_seq is None else min(end_seq, st.storage.h.last_seq)
+            lo = max(start_seq or 1, st.storage.header.first_seq)
+            hi = st.storage.header.last_seq if end_seq is None else min(end_seq, st.storage.header.last_seq)
             total = sum(b.num_rows for b in bulk.read_batches(st, lo, hi, subjects=subjects, batch_size=1 << 16)) if lo <= hi else 0
         return _ordered(self, st, lo, hi, subjects, batch_size, total)
 

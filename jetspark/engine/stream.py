@@ -25,13 +25,14 @@ from jetspark.api import (
     StreamState,
     ns_to_datetime,
 )
-from jetspark.protocol import headers as H
 from jetspark.engine import metafile
-from jetspark.protocol import subjects as subj
+from jetspark.engine.consumer_set import ConsumerSet
 from jetspark.engine.records import msgid_hash
-from jetspark.engine.header import MAX_LAST_ID
+from jetspark.engine.state_header import MAX_LAST_ID
 from jetspark.engine.storage import StreamStorage
 from jetspark.errors import CorruptStoreError, api_error
+from jetspark.protocol import headers as H
+from jetspark.protocol import subjects as subj
 
 _NS = 1_000_000_000
 
@@ -81,9 +82,7 @@ class Stream:
         self.storage = StreamStorage(
             data_dir, home / "lock", memory=self.config.storage == StorageType.MEMORY, fsync=fsync
         )
-        self._cfg_gen = self.storage.h.cfg_gen
-        from jetspark.engine.consumer_set import ConsumerSet
-
+        self._cfg_gen = self.storage.header.cfg_gen
         self.consumers = ConsumerSet(self)
 
     @property
@@ -102,9 +101,9 @@ class Stream:
         return load_stream_meta(self.home, self.fsync)
 
     def _reload_config(self) -> None:
-        if self.storage.h.cfg_gen != self._cfg_gen:
+        if self.storage.header.cfg_gen != self._cfg_gen:
             self.config = config_from_json(self.load_meta()["config"])
-            self._cfg_gen = self.storage.h.cfg_gen
+            self._cfg_gen = self.storage.header.cfg_gen
 
     def write_config(self, config: StreamConfig) -> None:
         """Replace the config (caller holds the lock); other processes reload it on the generation bump."""
@@ -112,13 +111,13 @@ class Stream:
         meta["config"] = config_to_json(config)
         metafile.save(self.home / "config.json", meta, fsync=self.fsync)
         self.config = config
-        self.storage.h.cfg_gen += 1
-        self._cfg_gen = self.storage.h.cfg_gen
+        self.storage.header.cfg_gen += 1
+        self._cfg_gen = self.storage.header.cfg_gen
 
     def refresh(self) -> None:
         self.storage.refresh()
         self._reload_config()
-        if self.storage.h.deleted:
+        if self.storage.header.deleted:
             raise api_error(10059)
         if self.config.max_age and self._expired_exists():
             with self.locked():
@@ -130,7 +129,7 @@ class Stream:
     def now(self) -> int:
         # Timestamps grow along a stream (by at least the 1 us a timestamp column shows),
         # so time -> sequence lookups can bisect and every message has its own time.
-        last = self.storage.h.last_ts
+        last = self.storage.header.last_ts
         t = self.clock()
         return t if t > last else last + 1000
 
@@ -138,10 +137,10 @@ class Stream:
 
     def _expired_exists(self) -> bool:
         s = self.storage
-        if not s.h.msgs:
+        if not s.header.msgs:
             return False
         cutoff = self.clock() - int(self.config.max_age * _NS)
-        return int(s.entries(s.h.first_seq, s.h.first_seq)[0]["ts"]) <= cutoff
+        return int(s.entries(s.header.first_seq, s.header.first_seq)[0]["ts"]) <= cutoff
 
     def _expire(self) -> None:
         """Remove messages older than max_age (lazily, at the next operation)."""
@@ -150,12 +149,12 @@ class Stream:
         s = self.storage
         cutoff = self.clock() - int(self.config.max_age * _NS)
         end = self.seq_at_time(cutoff + 1) - 1  # last seq with ts <= cutoff
-        self.remove_range(s.h.first_seq, end)
+        self.remove_range(s.header.first_seq, end)
 
     def seq_at_time(self, ts_ns: int) -> int:
         """The first sequence whose timestamp is >= ts_ns (last_seq + 1 if none)."""
         s = self.storage
-        lo, hi = s.h.first_seq, s.h.last_seq + 1
+        lo, hi = s.header.first_seq, s.header.last_seq + 1
         while lo < hi:
             mid = (lo + hi) // 2
             if int(s.entries(mid, mid)[0]["ts"]) < ts_ns:
@@ -166,8 +165,8 @@ class Stream:
 
     def remove_range(self, a: int, b: int) -> int:
         s = self.storage
-        a = max(a, s.h.first_seq)
-        b = min(b, s.h.last_seq)
+        a = max(a, s.header.first_seq)
+        b = min(b, s.header.last_seq)
         if a > b:
             return 0
         seqs = np.arange(a, b + 1, dtype=np.int64)
@@ -183,7 +182,7 @@ class Stream:
     def enforce_limits(self, sid: Optional[int] = None) -> None:
         """Discard-old limits after a store or a config change (docs/semantics.md §3.2)."""
         s, c = self.storage, self.config
-        h = s.h
+        h = s.header
         per = c.max_msgs_per_subject
         if per > 0:
             sids = [sid] if sid is not None else [int(i) for i in np.flatnonzero(s.ensure_stats()[0] > per)]
@@ -202,13 +201,13 @@ class Stream:
         s = self.storage
         if n == 1:
             # The steady state at the limit: one message in, the oldest out, without arrays.
-            seq = s.h.first_seq
+            seq = s.header.first_seq
             if s.remove_first() and self.consumers.by_name:
                 self.consumers.dropped(np.array([seq], dtype=np.int64))
             return
-        out, seq = [], s.h.first_seq
-        while len(out) < n and seq <= s.h.last_seq:
-            b = min(s.h.last_seq, seq + max(n - len(out), 64) * 2)
+        out, seq = [], s.header.first_seq
+        while len(out) < n and seq <= s.header.last_seq:
+            b = min(s.header.last_seq, seq + max(n - len(out), 64) * 2)
             live = np.flatnonzero(~s.dead_mask(seq, b)) + seq
             out.extend(live[: n - len(out)].tolist())
             seq = b + 1
@@ -216,13 +215,13 @@ class Stream:
 
     def _trim_bytes(self, limit: int) -> None:
         s = self.storage
-        while s.h.bytes > limit and s.h.msgs:
-            a = s.h.first_seq
-            b = min(s.h.last_seq, a + 4095)
+        while s.header.bytes > limit and s.header.msgs:
+            a = s.header.first_seq
+            b = min(s.header.last_seq, a + 4095)
             e = s.entries(a, b)
             live = ~s.dead_mask(a, b)
             sizes = np.where(live, s.sizes(e), 0)
-            need = s.h.bytes - limit
+            need = s.header.bytes - limit
             k = int(np.searchsorted(np.cumsum(sizes), need, side="left"))
             seqs = np.flatnonzero(live[: k + 1]) + a
             self.remove(seqs)
@@ -238,7 +237,7 @@ class Stream:
         discard-old limits (see _plain); anything else takes the general path."""
         s = self.storage
         with s.locked():
-            h = s.h
+            h = s.header
             if h.cfg_gen != self._cfg_gen or h.deleted or h.cons_gen or not self._plain:
                 with self.locked():
                     return self._publish_locked(subject, data, b"")
@@ -273,7 +272,7 @@ class Stream:
     def _publish_locked(self, subject: str, data: bytes, hdr: bytes) -> PubAck:
         """The server's order of checks (docs/semantics.md §3.6, as nats-server 2.15 runs it)."""
         s, c = self.storage, self.config
-        h = s.h
+        h = s.header
         if c.sealed:
             raise api_error(10109)
         self.check_size(len(hdr), len(data))
@@ -320,10 +319,10 @@ class Stream:
             h.last_id = _id_key(msg_id or "")
             sid = s.subject_ids[subject]
             if rollup == "sub":
-                prior = s.seqs_of_subjects(_mask_of(len(s.subjects), [sid]), s.h.first_seq, seq - 1)
+                prior = s.seqs_of_subjects(_mask_of(len(s.subjects), [sid]), s.header.first_seq, seq - 1)
                 self.remove(prior)
             elif rollup == "all":
-                self.remove_range(s.h.first_seq, seq - 1)
+                self.remove_range(s.header.first_seq, seq - 1)
             self.enforce_limits(sid)
         if msg_id is not None:
             s.add_dedup(msgid_hash(msg_id), seq, ts)
@@ -346,18 +345,18 @@ class Stream:
         # Quirk: a subject at its own limit replaces its oldest message, skips the
         # max_msgs check, and passes the max_bytes check if the stream's first
         # message is at least as large as the new one.
-        if c.max_msgs > 0 and s.h.msgs >= c.max_msgs and not at_subject_limit:
+        if c.max_msgs > 0 and s.header.msgs >= c.max_msgs and not at_subject_limit:
             raise api_error(10077, err="maximum messages exceeded")
         size = s.msg_size(subject_len, hlen, dlen)
-        if c.max_bytes > 0 and s.h.bytes + size > c.max_bytes:
+        if c.max_bytes > 0 and s.header.bytes + size > c.max_bytes:
             if not at_subject_limit or self._first_size() < size:
                 raise api_error(10077, err="maximum bytes exceeded")
 
     def _first_size(self) -> int:
         s = self.storage
-        if not s.h.msgs:
+        if not s.header.msgs:
             return 0
-        return int(s.sizes(s.entries(s.h.first_seq, s.h.first_seq))[0])
+        return int(s.sizes(s.entries(s.header.first_seq, s.header.first_seq))[0])
 
     def _duplicate(self, msg_id: str) -> Optional[int]:
         """The sequence an id was stored at within the duplicate window, or None."""
@@ -413,8 +412,8 @@ class Stream:
             raise api_error(10003)
         with self.locked():
             s = self.storage
-            before = s.h.msgs
-            first, last = s.h.first_seq, s.h.last_seq
+            before = s.header.msgs
+            first, last = s.header.first_seq, s.header.last_seq
             if subject and subject != ">":
                 mask = _mask_of(len(s.subjects), [i for i, n in enumerate(s.subjects) if subj.matches(subject, n)])
                 seqs = s.seqs_of_subjects(mask, first, last)
@@ -426,12 +425,12 @@ class Stream:
             elif keep is not None:
                 seqs = seqs[: max(len(seqs) - keep, 0)]
             s.remove(seqs)
-            s.h.held = 1  # even a never-written stream reports first = last + 1 after a purge
-            if not subject and seq is not None and seq > s.h.last_seq + 1:
+            s.header.held = 1  # even a never-written stream reports first = last + 1 after a purge
+            if not subject and seq is not None and seq > s.header.last_seq + 1:
                 s.set_floor(seq)
             if self.consumers.by_name:
                 self._consumers_after_purge(subject, seqs)
-            return before - s.h.msgs
+            return before - s.header.msgs
 
     def _consumers_after_purge(self, subject: Optional[str], removed: np.ndarray) -> None:
         """How nats-server moves consumers after a purge (docs/semantics.md §4, stream.go purge).
@@ -443,14 +442,14 @@ class Stream:
         message is left among the removed ones leaves pending as if termed.
         """
         s = self.storage
-        first = s.h.first_seq if s.h.msgs else s.h.last_seq + 1
+        first = s.header.first_seq if s.header.msgs else s.header.last_seq + 1
         for c in self.consumers.by_name.values():
             if not subject or subject == ">":
                 c.purged(first)
             elif c.filters and all(subj.subset(f, subject) for f in c.filters):
                 mask = _mask_of(len(s.subjects), [i for i, n in enumerate(s.subjects) if subj.matches(subject, n)])
-                left = s.seqs_of_subjects(mask, s.h.first_seq, s.h.last_seq) if s.h.msgs else []
-                c.purged(int(left[0]) if len(left) else s.h.last_seq + 1)
+                left = s.seqs_of_subjects(mask, s.header.first_seq, s.header.last_seq) if s.header.msgs else []
+                c.purged(int(left[0]) if len(left) else s.header.last_seq + 1)
             elif not subj.is_literal(subject) and (not c.filters or any(subj.collide(f, subject) for f in c.filters)):
                 c.purged(first, wider=True)
         self.consumers.dropped(np.asarray(removed, dtype=np.int64))
@@ -465,9 +464,9 @@ class Stream:
             s = self.storage
             if not s.is_live(seq):
                 # The file store answers differently outside its range (docs/semantics.md §4).
-                if c.storage == StorageType.FILE and seq > s.h.last_seq:
+                if c.storage == StorageType.FILE and seq > s.header.last_seq:
                     raise api_error(10057, err="stream store EOF")
-                if c.storage == StorageType.FILE and seq < s.h.first_seq:
+                if c.storage == StorageType.FILE and seq < s.header.first_seq:
                     raise api_error(10057, err="no message found")
                 raise api_error(10043, seq=seq)
             self.remove(np.array([seq], dtype=np.int64))
@@ -481,7 +480,7 @@ class Stream:
             found = self.last_seq_for(last_by_subj)
         elif next_by_subj:
             mask = _mask_of(len(s.subjects), [i for i, n in enumerate(s.subjects) if subj.matches(next_by_subj, n)])
-            start = max(seq or 0, s.h.first_seq)
+            start = max(seq or 0, s.header.first_seq)
             found = self._next_matching(mask, start)
         else:
             if not seq:
@@ -498,8 +497,8 @@ class Stream:
     def _next_matching(self, mask: np.ndarray, start: int) -> int:
         s = self.storage
         step = 1 << 16
-        for a in range(start, s.h.last_seq + 1, step):
-            b = min(a + step - 1, s.h.last_seq)
+        for a in range(start, s.header.last_seq + 1, step):
+            b = min(a + step - 1, s.header.last_seq)
             found = s.seqs_of_subjects(mask, a, b)
             if len(found):
                 return int(found[0])
@@ -514,7 +513,7 @@ class Stream:
     def _info(self, subjects_filter: Optional[str], deleted_details: bool) -> StreamInfo:
         s = self.storage
         consumer_count = self.consumers.count  # damaged consumers still exist
-        h = s.h
+        h = s.header
         first = h.first_seq
         if not h.held and h.last_seq == 0 and not self.config.first_seq:
             first = 0  # a stream that never held a message reports 0/0
@@ -556,9 +555,9 @@ class _StreamLock:
         st = self.stream
         try:
             st._reload_config()
-            if st.storage.h.deleted:
+            if st.storage.header.deleted:
                 raise api_error(10059)
-            if st.storage.h.cons_gen or st.consumers.by_name:
+            if st.storage.header.cons_gen or st.consumers.by_name:
                 st.consumers.sync()
                 st.consumers.expire_inactive(st.clock())
             st._expire()

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jetspark
-from jetspark.engine.header import SLOT_OFF
+from jetspark.engine.state_header import SLOT_OFF
 from jetspark.errors import CorruptStoreError
 
 N = 300

@@ -32,9 +32,10 @@ from hypothesis import strategies as st
 
 import jetspark
 from jetspark import AckPolicy, ConsumerConfig
+from jetspark.engine import dedup, journals, storage
 from jetspark.engine import handle as engine_handle
+from jetspark.engine.records import RANGE
 from jetspark.protocol import headers as H
-from jetspark.engine import storage
 from tests.conftest import FakeClock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +71,7 @@ def storage_of(js, name: str = STREAM) -> storage.StreamStorage:
 def journal_sizes(s: storage.StreamStorage) -> dict[str, int]:
     """Committed length of each journal, and the on-disk size of its files (all generations)."""
     files = {k: sum(os.stat(s.dir / n).st_size for n in os.listdir(s.dir) if n.split(".")[0] == k) for k in ("ops", "dedup", "dedup_ranges")}
-    return {"ops": s.h.ops_len, "dedup": s.h.dedup_len, "dedup_ranges": s.h.ranges_len, **{f"{k} files": v for k, v in files.items()}}
+    return {"ops": s.header.ops_len, "dedup": s.header.dedup_len, "dedup_ranges": s.header.ranges_len, **{f"{k} files": v for k, v in files.items()}}
 
 
 def ids_table(subject: str, start: int, n: int) -> pa.Table:
@@ -123,23 +124,23 @@ def test_unique_ids_at_max_msgs_stay_bounded(store, storage_type):
                 n += 1
                 clock.advance(step / NS)
         if n % 5000 == 0:
-            usage.append((n, disk_usage(s.dir)[0], journal_sizes(s), len(s._dedup or {})))
+            usage.append((n, disk_usage(s.dir)[0], journal_sizes(s), len(s.message_ids.ids or {})))
 
     # Two blocks around an early roll (closed at most 1,024 messages late), space the writer
     # allocates ahead of itself, and the dedup journal: what the window holds, compacted
     # once mostly dead, plus a replaced file until the commit.
-    dedup_bound = 4 * window_ids * 32 + storage.COMPACT_MIN
+    dedup_bound = 4 * window_ids * 32 + journals.COMPACT_MIN
     bound = 2 * (storage.ROLL_MIN_BYTES + 1024 * 200) + (2 << 20) + 2 * dedup_bound
-    for n_at, alloc, journals, cached in usage:
+    for n_at, alloc, sizes, cached in usage:
         # Unbounded, the blocks alone would hold n_at * ~180 bytes (36 MB at the end) and
         # the dedup journal n_at * 32 bytes.
-        assert alloc <= bound, (n_at, alloc, journals)
-        assert journals["dedup"] <= dedup_bound, (n_at, journals)
-        assert journals["dedup files"] <= 2 * dedup_bound, (n_at, journals)
-        assert journals["ops files"] == 0 and journals["dedup_ranges files"] == 0, (n_at, journals)
+        assert alloc <= bound, (n_at, alloc, sizes)
+        assert sizes["dedup"] <= dedup_bound, (n_at, sizes)
+        assert sizes["dedup files"] <= 2 * dedup_bound, (n_at, sizes)
+        assert sizes["ops files"] == 0 and sizes["dedup_ranges files"] == 0, (n_at, sizes)
         # The ids the window holds, plus what the cache may gather before it is pruned again.
-        assert cached <= 3 * window_ids + storage.CACHE_MIN + batch, (n_at, cached)
-    assert s.h.jgen > 0  # the dedup journal was compacted
+        assert cached <= 3 * window_ids + dedup.CACHE_MIN + batch, (n_at, cached)
+    assert s.header.jgen > 0  # the dedup journal was compacted
 
     st_ = js.stream_info(STREAM).state
     assert (st_.messages, st_.first_seq, st_.last_seq, st_.num_deleted) == (1000, total - 999, total, 0)
@@ -164,22 +165,22 @@ def test_unique_ids_at_max_msgs_stay_bounded(store, storage_type):
 def test_generated_id_ranges_compact(store, monkeypatch):
     """Batches with generated ids (one dedup_ranges record each): the ranges journal and its
     cache stay bounded, and a range inside the window still deduplicates afterwards."""
-    monkeypatch.setattr(storage, "COMPACT_MIN", 8192)
-    monkeypatch.setattr(storage, "CACHE_MIN", 64)
+    monkeypatch.setattr(journals, "COMPACT_MIN", 8192)
+    monkeypatch.setattr(dedup, "CACHE_MIN", 64)
     clock = FakeClock()
     with jetspark.connect(store, clock=clock) as js:
         js.add_stream(name=STREAM, subjects=["g.>"], max_msgs=100, duplicate_window=1.0)
         s = storage_of(js)
         table = pa.table({"subject": ["g.r"] * 10, "data": [b"x"] * 10})
-        rounds = 3 * storage.COMPACT_MIN // storage.RANGE.size  # enough records for several compactions
+        rounds = 3 * journals.COMPACT_MIN // RANGE.size  # enough records for several compactions
         for i in range(rounds):
             ack = js.publish_batch(table, msg_id_prefix=f"p{i % 7}-", msg_id_start=10 * i)
             assert not any(ack.duplicate.to_pylist())
             clock.advance(0.01)  # 100 batches per window
-        assert s.h.jgen > 0
+        assert s.header.jgen > 0
         # 100 batches (records) in the window: compacted at most once it is mostly dead.
-        assert s.h.ranges_len <= 3 * storage.COMPACT_MIN, journal_sizes(s)
-        assert s._ranges is not None and s._ranges_n <= 2 * (100 + storage.CACHE_MIN) + 1
+        assert s.header.ranges_len <= 3 * journals.COMPACT_MIN, journal_sizes(s)
+        assert s.message_ids.ranges is not None and s.message_ids.ranges_n <= 2 * (100 + dedup.CACHE_MIN) + 1
         last = rounds - 1
         # The whole last batch again: every row a duplicate of its first publish.
         ack = js.publish_batch(table, msg_id_prefix=f"p{last % 7}-", msg_id_start=10 * last)
@@ -207,7 +208,7 @@ def _dedup_child(conn, store: str) -> None:
             if req[0] == "stop":
                 break
             if req[0] == "jgen":
-                conn.send(("ok", storage_of(js)._jgen))
+                conn.send(("ok", storage_of(js).journals.jgen))
                 continue
             _, msg_id, now = req
             clock.now_ns = now
@@ -252,9 +253,9 @@ def test_dedup_across_compaction_in_two_processes(store):
         # The child loads its dedup cache from the journal as it is now (generation 0).
         assert _ask(parent, "pub", "id-4990", clock.now_ns) == (4991, True)
         assert _ask(parent, "jgen") == 0
-        jgen = s.h.jgen
+        jgen = s.header.jgen
         publish_ids(30_000)  # several compactions of the journal the child has cached
-        assert s.h.jgen > jgen
+        assert s.header.jgen > jgen
         assert not (s.dir / "dedup").exists() or os.stat(s.dir / "dedup").st_size == 0
 
         # In this process: inside the window still a duplicate, outside not.
@@ -264,7 +265,7 @@ def test_dedup_across_compaction_in_two_processes(store):
         # In the child, which had the replaced journal open and its ids cached.
         assert _ask(parent, "pub", f"id-{n - 20}", now) == (n - 19, True)
         assert _ask(parent, "pub", f"id-{n - 4000}", now) == (n - 3999, True)
-        assert _ask(parent, "jgen") == s.h.jgen  # it reopened the journal files
+        assert _ask(parent, "jgen") == s.header.jgen  # it reopened the journal files
         assert _ask(parent, "pub", "id-4990", now) == (n + 1, False)  # left the window long ago
         # An id the child stored is a duplicate here too.
         dup = js.publish("g.a", b"x", headers={"Nats-Msg-Id": "id-4990"})
@@ -301,7 +302,7 @@ def _publish_ids_forever(store: str, stop_at: str) -> None:
     the replaced file not yet unlinked), "roll" (a block closed early, before its
     commit), or "none" (the parent kills at a random ack).
     """
-    storage.COMPACT_MIN = 1024
+    journals.COMPACT_MIN = 1024
     storage.ROLL_MIN_BYTES = 16 << 10
 
     def stop(point: str) -> None:
@@ -309,31 +310,31 @@ def _publish_ids_forever(store: str, stop_at: str) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
 
     if stop_at == "written":
-        replace = storage.StreamStorage._replace_journal
+        replace = journals.Journals.replace
 
-        def hooked(self, kind, write):
+        def hooked(self, kind, write, h):
             def write_then_stop(fd):
                 write(fd)
                 stop(kind)
 
-            return replace(self, kind, write_then_stop)
+            return replace(self, kind, write_then_stop, h)
 
-        storage.StreamStorage._replace_journal = hooked
+        journals.Journals.replace = hooked
     elif stop_at == "committed":
-        retire = storage.StreamStorage._retire_journals
+        retire = journals.Journals.retire
 
         def hooked(self):
             stop("retire")
             retire(self)
 
-        storage.StreamStorage._retire_journals = hooked
+        journals.Journals.retire = hooked
     elif stop_at == "roll":
         tail = storage.StreamStorage._tail_block
 
         def hooked(self, seq, dlen, hlen):
-            before = len(self._blocks)
+            before = len(self.blocks)
             blk = tail(self, seq, dlen, hlen)
-            if len(self._blocks) > before and before:
+            if len(self.blocks) > before and before:
                 stop("roll")
             return blk
 
@@ -431,7 +432,7 @@ def test_sigkill_during_compaction(store, children):
     # Leftovers of the crashes are bounded: at most a replaced or an orphan file per journal.
     with jetspark.connect(store) as js:
         s = storage_of(js)
-        for kind, gens in s._journal_files().items():
+        for kind, gens in s.journals.files().items():
             assert len(gens) <= 2, (kind, gens)
         js.delete_stream(STREAM)
 
@@ -444,7 +445,7 @@ def test_ops_compaction_with_work_queue_out_of_order_acks(store, storage_type, m
     """A work queue acked out of order journals each removal in ops: the journal is compacted
     to the removed runs still above first_seq, and a second handle that had the old journal
     open agrees with the first at every step."""
-    monkeypatch.setattr(storage, "COMPACT_MIN", 2048)
+    monkeypatch.setattr(journals, "COMPACT_MIN", 2048)
     js = jetspark.connect(store)
     js.add_stream(name=STREAM, subjects=["w.>"], storage=storage_type, retention="workqueue")
     js.add_consumer(STREAM, ConsumerConfig(durable_name="w", ack_policy=AckPolicy.EXPLICIT))
@@ -472,15 +473,15 @@ def test_ops_compaction_with_work_queue_out_of_order_acks(store, storage_type, m
                 m.ack()
                 live.discard(m.metadata.sequence.stream)
             js.stream_info(STREAM)  # applies the acks
-            max_ops = max(max_ops, s.h.ops_len)
+            max_ops = max(max_ops, s.header.ops_len)
         for handle in (js, other):
             st_ = handle.stream_info(STREAM, deleted_details=True).state
             assert st_.messages == len(live), round_
             first = min(live) if live else published + 1
             assert st_.first_seq == first
             assert (st_.deleted or []) == [q for q in range(first, published + 1) if q not in live]
-    assert s.h.jgen > 0
-    assert max_ops <= 4 * storage.COMPACT_MIN
+    assert s.header.jgen > 0
+    assert max_ops <= 4 * journals.COMPACT_MIN
     for q in sorted(live)[:5]:
         assert other.get_msg(STREAM, seq=q).data == b"%d" % q
     js.close()
@@ -494,7 +495,7 @@ def test_ops_compaction_with_work_queue_out_of_order_acks(store, storage_type, m
 def test_ops_compaction_with_interest_skips(store, monkeypatch):
     """An interest stream skips what nobody is interested in: a skip behind a kept message is
     a removal in ops, one record each.  Compacted, each gap between kept messages is one run."""
-    monkeypatch.setattr(storage, "COMPACT_MIN", 1024)
+    monkeypatch.setattr(journals, "COMPACT_MIN", 1024)
     with jetspark.connect(store) as js:
         js.add_stream(name=STREAM, subjects=["i.>"], retention="interest")
         js.add_consumer(STREAM, ConsumerConfig(durable_name="a", ack_policy=AckPolicy.EXPLICIT, filter_subject="i.a"))
@@ -508,8 +509,8 @@ def test_ops_compaction_with_interest_skips(store, monkeypatch):
                 kept.append(seq)
             else:
                 assert js.publish("i.b", b"n").seq == seq  # skipped: the sequence is used, nothing stored
-        assert s.h.jgen > 0
-        assert s.h.ops_len < 3 * storage.COMPACT_MIN  # uncompacted: 2,988 records of 24 bytes
+        assert s.header.jgen > 0
+        assert s.header.ops_len < 3 * journals.COMPACT_MIN  # uncompacted: 2,988 records of 24 bytes
         for handle in (js, other):
             st_ = handle.stream_info(STREAM, deleted_details=True).state
             assert (st_.messages, st_.first_seq, st_.last_seq) == (len(kept), 1, 3000)
@@ -526,8 +527,8 @@ def test_ops_compaction_with_interest_skips(store, monkeypatch):
 def test_removals_agree_with_a_model_across_compaction(tmp_path_factory, ops):
     """Publishes, out-of-order deletes and subject purges, with compaction and early block
     rolls forced small: two handles agree with a plain model after every step."""
-    old = storage.COMPACT_MIN, storage.ROLL_MIN_BYTES
-    storage.COMPACT_MIN, storage.ROLL_MIN_BYTES = 64, 512
+    old = journals.COMPACT_MIN, storage.ROLL_MIN_BYTES
+    journals.COMPACT_MIN, storage.ROLL_MIN_BYTES = 64, 512
     path = tmp_path_factory.mktemp("model")
     js = jetspark.connect(path)
     other = jetspark.connect(path)
@@ -569,7 +570,7 @@ def test_removals_agree_with_a_model_across_compaction(tmp_path_factory, ops):
         for q in sorted(model)[-3:]:
             assert other.get_msg(STREAM, seq=q).data == b"%d" % q
     finally:
-        storage.COMPACT_MIN, storage.ROLL_MIN_BYTES = old
+        journals.COMPACT_MIN, storage.ROLL_MIN_BYTES = old
         js.close()
         other.close()
         shutil.rmtree(path, ignore_errors=True)
@@ -590,7 +591,7 @@ def test_small_retention_rolls_blocks_and_a_lagging_reader_keeps_up(store, monke
         for i in range(1, 20_001):
             js.publish(f"r.{i % 3}", b"p" * 100)
             if i % 5000 == 0:
-                assert len(s._blocks) <= 3
+                assert len(s.blocks) <= 3
                 blk_files = list((s.dir / "blk").glob("*.idx"))
                 assert len(blk_files) <= 3, blk_files
         st_ = reader.stream_info(STREAM, subjects_filter=">").state
