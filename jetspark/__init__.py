@@ -30,6 +30,7 @@ from jetspark.api import (
 )
 from jetspark.connect_options import ConnectOptions
 from jetspark.errors import (
+    AckFloorError,
     APIError,
     AuthenticationError,
     BadRequestError,
@@ -60,6 +61,7 @@ if typing.TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "AckFloorError",
     "APIError",
     "AckPolicy",
     "AuthenticationError",
