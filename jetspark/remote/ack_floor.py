@@ -22,6 +22,8 @@ cluster a pull's closing status can overtake the tail of its messages):
    (``_undelivered``) and pulled with a batch never larger than that count (no
    ``max_bytes``), so the server cannot deliver past ``seq``; they are acked as
    they come, the last one as a request so the next round's consumer info sees it.
+   A pull is over when all its messages came or its own closing status did (sent
+   once the server served it); only then is the consumer re-read.
 A round that moves nothing three times running, or a consumer whose limits stop
 it (max_ack_pending held by deliveries past ``seq``, a paused or push consumer)
 raises ``AckFloorError``: the floor is never left short silently.
@@ -51,8 +53,10 @@ log = logging.getLogger("jetspark.remote")
 STALLS = 3
 # Ack subjects sent per round for deliveries already pending (then the floor is re-read).
 FORGE_CHUNK = 16384
-# Matching sequences listed per round on a filtered work-queue consumer (one get each).
+# Matching sequences listed per round where they cannot be counted (one get each).
 WALK_CHUNK = 4096
+# A stream with at most this many deleted sequences inside it is counted from their list.
+DETAILS_MAX = 100_000
 
 
 def advance_ack_floor(session: Session, stream: str, durable: str, seq: int) -> SequenceInfo:
@@ -134,33 +138,39 @@ class _Floor:
         return q is None or q > self.seq
 
     async def undelivered(self, info: ConsumerInfo) -> int:
-        """How many messages the consumer matches in (delivered, seq] are not yet delivered: a
-        count that concurrent appends can only lower (the consumer is read before the stream)."""
+        """A count of the messages the consumer matches in (delivered, seq] not yet delivered,
+        never above it: appends past seq while it counts can make it lower, never higher."""
         n = info.num_pending
         delivered = info.delivered.stream_seq
         if n <= 0 or delivered >= self.seq:
             return 0
-        details = self.retention == RetentionPolicy.WORK_QUEUE and not self.filters
-        sinfo = await jsapi.stream_info(self.session, self.stream, deleted_details=details)
-        self.msg_bytes = max(1, sinfo.state.bytes // max(1, sinfo.state.messages))
-        if self.retention is None:
-            self.retention = sinfo.config.retention
-            if self.retention == RetentionPolicy.WORK_QUEUE and not self.filters:
-                sinfo = await jsapi.stream_info(self.session, self.stream, deleted_details=True)
-        if self.seq >= sinfo.state.last_seq:
+        sinfo = await jsapi.stream_info(self.session, self.stream)
+        state = sinfo.state
+        self.retention = sinfo.config.retention
+        self.msg_bytes = max(1, state.bytes // max(1, state.messages))
+        if self.seq >= state.last_seq:
             return n  # all of them: they were stored when the consumer was read
-        if self.retention != RetentionPolicy.WORK_QUEUE:
-            return max(0, n - await count_from(self.session, self.stream, self.seq + 1, self.filters))
-        # A work-queue stream takes no second consumer over the durable's subjects.
-        if not self.filters:
-            # Every stored message is the consumer's: count the stored sequences in the range.
-            lo, hi = max(delivered + 1, sinfo.state.first_seq), self.seq
-            if lo > hi:
-                return 0
-            gone = sum(1 for q in (sinfo.state.deleted or ()) if lo <= q <= hi)
+        lo, hi = max(delivered + 1, state.first_seq), self.seq
+        if lo > hi:
+            return 0
+        if not self.filters and state.num_deleted <= DETAILS_MAX:
+            # It takes every stored message: the stored sequences in the range, counted
+            # from the stream's list of deleted ones (appends do not change it).
+            gone = 0
+            if state.num_deleted:
+                state = (await jsapi.stream_info(self.session, self.stream, deleted_details=True)).state
+                gone = sum(1 for q in (state.deleted or ()) if lo <= q <= hi)
             return max(0, min(n, hi - lo + 1 - gone))
-        if await self.next_matching(self.seq + 1) is None:
+        if self.retention != RetentionPolicy.WORK_QUEUE:
+            # All it still matches, less what a throw-away consumer from seq + 1 matches
+            # (read later: appends meanwhile lower the difference).
+            lower = n - await count_from(self.session, self.stream, self.seq + 1, self.filters)
+            if lower > 0:
+                return lower
+        elif await self.next_matching(self.seq + 1) is None:
             return n  # nothing it matches lies past seq
+        # A work-queue stream takes no second consumer over the durable's subjects, and
+        # appends may have raced the count: list what is left, one get each.
         return len(await self.matching(delivered + 1, self.seq, WALK_CHUNK))
 
     # ------------------------------------------------------------------ acknowledging
@@ -211,13 +221,18 @@ class _Floor:
 
     # ------------------------------------------------------------------ pulling
 
-    async def pull(self, batch: int) -> int:
-        """One pull of ``batch`` messages (``batch`` <= what (delivered, seq] still holds); acks
-        what comes.  Returns the deliveries received (late ones of earlier pulls included)."""
+    async def open_inbox(self):
+        """The inbox all pulls of the call answer to: ``<inbox>.<request number>``."""
         nc = await self.session.ready()
         if self.inbox is None:
             self.inbox_prefix = nc.new_inbox()
             self.inbox = await RawInbox(public=self.session.public_path).open(nc, f"{self.inbox_prefix}.*")
+        return nc
+
+    async def pull(self, batch: int) -> int:
+        """One pull of ``batch`` messages (``batch`` <= what (delivered, seq] still holds); acks
+        what comes.  Returns the deliveries received (late ones of earlier pulls included)."""
+        nc = await self.open_inbox()
         self.requests += 1
         reply = f"{self.inbox_prefix}.{self.requests}"
         req = {"batch": int(batch), "no_wait": True}
@@ -229,13 +244,18 @@ class _Floor:
         while got < batch and not ended:
             try:
                 items = await self.inbox.take(self.session.timeout)
-            except asyncio.TimeoutError:
-                break  # the next round re-reads the consumer
+            except asyncio.TimeoutError as exc:
+                # Neither all its messages nor its closing status: the request may still be
+                # waiting to be served, and the consumer's state would not show it yet; a
+                # next pull counted from that state could take messages past seq.
+                raise self.session.silence(f"a pull of {batch} messages from consumer {self.durable!r} on stream {self.stream!r}", self.session.timeout) from exc
             for subject, r, _data, hdr in items:
                 if not r:
                     st = status_of(hdr)
-                    # Only this request's own closing status ends the wait; an earlier
-                    # request's, overtaken by its messages, ends nothing.
+                    # Only this request's own closing status ends the wait: the server sends
+                    # it once it has served the request, so the consumer's state then counts
+                    # all its deliveries, even those the status overtook on the way (a
+                    # cluster); an earlier request's status ends nothing.
                     if st is not None and st[0] != b"100" and subject.decode() == reply:
                         ended = True
                     continue
