@@ -401,7 +401,8 @@ def test_advance_ack_floor_under_deliveries_pending_past_seq(js, plain, retentio
 
 
 @pytest.mark.parametrize("filtered", [False, True], ids=["all", "filtered"])
-@pytest.mark.parametrize("retention, policy", POLICIES, ids=[f"{r.value}-{p.value}" for r, p in POLICIES])
+@pytest.mark.parametrize("retention, policy", POLICIES + [(RetentionPolicy.LIMITS, AckPolicy.NONE)],
+                         ids=[f"{r.value}-{p.value}" for r, p in POLICIES] + ["limits-none"])  # fmt: skip
 def test_advance_ack_floor_one_seq_at_a_time(js, plain, retention, policy, filtered):
     # A commit per sequence (many small pulls), across the deleted 6 and past the last.
     floor_stream(js, retention, policy, filtered)
