@@ -61,8 +61,8 @@ if typing.TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
-    "AckFloorError",
     "APIError",
+    "AckFloorError",
     "AckPolicy",
     "AuthenticationError",
     "BadRequestError",

@@ -38,8 +38,8 @@ driver.
 from __future__ import annotations
 
 __all__ = [
-    "AckFloorError",
     "APIError",
+    "AckFloorError",
     "AuthenticationError",
     "BadRequestError",
     "ClosedError",

@@ -6,7 +6,7 @@ from the server before each round (never from what this client has received: on 
 cluster a pull's closing status can overtake the tail of its messages):
 
 1. Done when nothing the consumer matches is stored in (ack floor, ``seq``]
-   (``_reached``: one ``next_by_subj`` get per filter).  Acknowledged messages are
+   (``reached``: one ``next_by_subj`` get per filter).  Acknowledged messages are
    below the floor or, under ack policy explicit, removed or counted as not pending,
    so this is exactly "every matching message <= seq is acknowledged".
 2. Deliveries already pending at or below ``seq`` (fetched earlier, by anyone, and
@@ -19,7 +19,7 @@ cluster a pull's closing status can overtake the tail of its messages):
    filter matches: an ack for another subject could release a message nobody
    else consumes); under ack policy all one ack of the last of them.
 3. Messages not yet delivered in (delivered, ``seq``] are counted on the server
-   (``_undelivered``) and pulled with a batch never larger than that count (no
+   (``undelivered``) and pulled with a batch never larger than that count (no
    ``max_bytes``), so the server cannot deliver past ``seq``; they are acked as
    they come, the last one as a request so the next round's consumer info sees it.
    A pull is over when all its messages came or its own closing status did (sent
@@ -87,7 +87,6 @@ class _Floor:
         self.inbox_prefix = ""
         self.requests = 0
         self.tried_last = False
-        self.past = 0  # deliveries past seq handed back (a concurrent removal beat the count)
         self.msg_bytes = 1  # the stream's mean message size: pulls ask for about PULL_MAX_BYTES
 
     def fail(self, info: ConsumerInfo, reason: str) -> AckFloorError:
@@ -265,14 +264,12 @@ class _Floor:
                 if sseq > self.seq:
                     late.append(r.decode())
                     continue
+                done = r.decode()  # acked as they come but the highest, acked below
                 if last is None or sseq > last[0]:
-                    last, r = (sseq, r.decode()), (last[1] if last is not None else None)
-                else:
-                    r = r.decode()
-                if r is not None and self.policy == AckPolicy.EXPLICIT:
-                    await nc.publish(r, b"+ACK")  # acked as they come; the last one below
+                    last, done = (sseq, done), (last[1] if last is not None else None)
+                if done is not None and self.policy == AckPolicy.EXPLICIT:
+                    await nc.publish(done, b"+ACK")
         if late:
-            self.past += len(late)
             for r in late:  # a message inside the count was removed meanwhile: hand these back
                 await nc.publish(r, b"-NAK")
             log.warning("advance_ack_floor of %r on %r to seq %d: %d deliveries past seq came (messages removed during the call) and were handed back",
