@@ -42,9 +42,10 @@ from typing import Optional, Sequence
 
 from jetspark.api import AckPolicy, ConsumerInfo, RetentionPolicy, SequenceInfo
 from jetspark.errors import AckFloorError, MsgNotFoundError
+from jetspark.protocol import subjects as subj
 from jetspark.remote import jsapi
 from jetspark.remote.fastpath import RawInbox, status_of
-from jetspark.remote.puller import PULL_BATCH, PULL_MAX_BYTES, count_from
+from jetspark.remote.puller import GET_WINDOW, PULL_BATCH, PULL_MAX_BYTES, count_from
 from jetspark.remote.session import PROGRESS, Session
 
 log = logging.getLogger("jetspark.remote")
@@ -53,7 +54,7 @@ log = logging.getLogger("jetspark.remote")
 STALLS = 3
 # Ack subjects sent per round for deliveries already pending (then the floor is re-read).
 FORGE_CHUNK = 16384
-# Matching sequences listed per round where they cannot be counted (one get each).
+# Matching sequences listed per round where they cannot be counted (gets of the range).
 WALK_CHUNK = 4096
 # A stream with at most this many deleted sequences inside it is counted from their list.
 DETAILS_MAX = 100_000
@@ -107,24 +108,31 @@ class _Floor:
             best = q if best is None else min(best, q)
         return best
 
+    async def _subject_at(self, seq: int) -> Optional[str]:
+        try:
+            resp = await self.session.api(self.session.stream_subject("MSG.GET", self.stream), {"seq": seq}, what=f"reading stream {self.stream!r}")
+        except MsgNotFoundError:
+            return None
+        return resp["message"]["subject"]
+
     async def matching(self, lo: int, hi: int, limit: int) -> list[int]:
-        """The first ``limit`` stored sequences in [lo, hi] the consumer matches (one get each)."""
-        subject = self.session.stream_subject("MSG.GET", self.stream)
-        out: set[int] = set()
-        for f in self.filters or [">"]:
-            q, n = lo, 0
-            while q <= hi and n < limit:
-                try:
-                    resp = await self.session.api(subject, {"seq": q, "next_by_subj": f}, what=f"reading stream {self.stream!r}")
-                except MsgNotFoundError:
+        """The first ``limit`` stored sequences in [lo, hi] the consumer matches: gets of
+        ``GET_WINDOW`` sequences at once, and past a window with none of them a jump to
+        the next one (so sparse matches cost a get each, dense ones a round trip per window)."""
+        out: list[int] = []
+        q = lo
+        while q <= hi and len(out) < limit:
+            top = min(hi, q + GET_WINDOW - 1)
+            subjects = await asyncio.gather(*(self._subject_at(x) for x in range(q, top + 1)))
+            found = [x for x, sub in zip(range(q, top + 1), subjects) if sub is not None and (not self.filters or subj.matches_any(self.filters, sub))]
+            out.extend(found)
+            q = top + 1
+            if not found and q <= hi:
+                nxt = await self.next_matching(q)
+                if nxt is None:
                     break
-                got = int(resp["message"]["seq"])
-                if got > hi:
-                    break
-                out.add(got)
-                n += 1
-                q = got + 1
-        return sorted(out)[:limit]
+                q = nxt
+        return out[:limit]
 
     async def reached(self, info: ConsumerInfo) -> bool:
         """Is every message <= seq that the consumer matches acknowledged?"""
@@ -169,7 +177,7 @@ class _Floor:
         elif await self.next_matching(self.seq + 1) is None:
             return n  # nothing it matches lies past seq
         # A work-queue stream takes no second consumer over the durable's subjects, and
-        # appends may have raced the count: list what is left, one get each.
+        # appends may have raced the count: list what is left.
         return len(await self.matching(delivered + 1, self.seq, WALK_CHUNK))
 
     # ------------------------------------------------------------------ acknowledging
