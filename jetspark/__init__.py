@@ -30,6 +30,7 @@ from jetspark.api import (
 )
 from jetspark.connect_options import ConnectOptions
 from jetspark.errors import (
+    AckFloorError,
     APIError,
     AuthenticationError,
     BadRequestError,
@@ -61,6 +62,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "APIError",
+    "AckFloorError",
     "AckPolicy",
     "AuthenticationError",
     "BadRequestError",

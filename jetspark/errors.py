@@ -23,8 +23,10 @@
     ├── PermissionDeniedError (PermissionError)  nats:// backend: the user may not publish (or subscribe) there
     ├── RequestTimeoutError (TimeoutError)    nats:// backend: the server did not answer in time
     ├── OptionError (ValueError)              Spark connector: an option is missing or not accepted
-    └── DataLossError                         Spark connector: retention removed messages before
-                                              the query read them (failOnDataLoss=true)
+    ├── DataLossError                         Spark connector: retention removed messages before
+    │                                         the query read them (failOnDataLoss=true)
+    └── AckFloorError                         advance_ack_floor could not bring the consumer's ack
+                                              floor to the requested sequence (``reason`` says why)
 
 API errors carry the server's ``code`` (HTTP-like status), ``err_code``
 (JetStream's stable error number) and ``description`` exactly as nats-server
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 __all__ = [
     "APIError",
+    "AckFloorError",
     "AuthenticationError",
     "BadRequestError",
     "ClosedError",
@@ -282,3 +285,23 @@ class OptionError(JetSparkError, ValueError):
 
 class DataLossError(JetSparkError):
     """Retention removed messages before the query read them (the connector's ``failOnDataLoss=true``)."""
+
+
+class AckFloorError(JetSparkError):
+    """``advance_ack_floor`` could not acknowledge everything the consumer matches up to ``seq``:
+    the ack floor it reached is ``floor`` (below ``seq``); ``reason`` says what stopped it."""
+
+    def __init__(self, stream: str = "", consumer: str = "", seq: int = 0, floor: int = 0, reason: str = "") -> None:
+        self.stream = stream
+        self.consumer = consumer
+        self.seq = seq
+        self.floor = floor
+        self.reason = reason
+        super().__init__(stream, consumer, seq, floor, reason)
+
+    def __str__(self) -> str:
+        return (f"cannot advance the ack floor of consumer {self.consumer!r} on stream {self.stream!r} to seq {self.seq}: "
+                f"{self.reason} (its ack floor is at stream seq {self.floor})")  # fmt: skip
+
+    def __reduce__(self):
+        return (type(self), (self.stream, self.consumer, self.seq, self.floor, self.reason))

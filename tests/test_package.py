@@ -38,6 +38,10 @@ def test_every_error_pickles(cls):
     elif issubclass(cls, errors.StoreError):
         back = pickle.loads(pickle.dumps(cls("state: both header slots fail their checksum", "/s/state")))
         assert back.path == "/s/state" and str(back) == "state: both header slots fail their checksum"
+    elif cls is errors.AckFloorError:
+        back = pickle.loads(pickle.dumps(cls("S", "spark", 10, 5, "the consumer is paused")))
+        assert (back.stream, back.consumer, back.seq, back.floor, back.reason) == ("S", "spark", 10, 5, "the consumer is paused")
+        assert "'spark'" in str(back) and "seq 10" in str(back) and "stream seq 5" in str(back)
     elif cls is errors.NoStreamResponseError:
         back = pickle.loads(pickle.dumps(cls("orders.x")))
         assert back.subject == "orders.x"

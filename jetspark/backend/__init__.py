@@ -385,15 +385,15 @@ class JetStreamAPI(Protocol):
         Afterwards the ack floor's stream sequence is at least the last message
         <= ``seq`` the consumer matches (higher if it had acknowledged past it;
         unchanged when it matches nothing new up to ``seq``: the floor never moves
-        back); the call delivers nothing past ``seq``.  On interest and work-queue
-        streams exactly what was acknowledged is released (§3.3, §3.4).
+        back); the call delivers nothing past ``seq``.  Deliveries already pending
+        at or below ``seq`` (fetched by anyone, not acknowledged) are acknowledged
+        too; ones past it stay pending, and the floor stops below the first of
+        them.  On interest and work-queue streams exactly what was acknowledged is
+        released (§3.3, §3.4).
         10014 no such consumer; 10059 no stream; ``ValueError``/``TypeError`` for a
-        ``seq`` outside 0..2**63-1.
-
-        Known gap (nats:// backend): the server is asked to deliver and the
-        deliveries acknowledged, so messages another client holds delivered but
-        unacknowledged up to ``seq`` stay pending there, and a consumer that stops
-        delivering leaves the floor short without an error."""
+        ``seq`` outside 0..2**63-1; ``AckFloorError`` (saying why) when the consumer
+        cannot be brought there (the nats:// backend: the server stops delivering,
+        e.g. a paused consumer): the floor is never left short silently."""
         ...
 
     def ack_floor(self, stream: str, durable: str) -> SequenceInfo:

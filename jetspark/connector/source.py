@@ -39,7 +39,7 @@ from pyspark.sql.streaming.datasource import (
 
 from jetspark.connector.options import ReaderOptions
 from jetspark.connector.store import handle
-from jetspark.errors import DataLossError, OptionError
+from jetspark.errors import DataLossError, JetSparkError, OptionError
 
 log = logging.getLogger("jetspark.connector")
 
@@ -318,5 +318,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_range(partition)
 
     def commit(self, end: dict) -> None:
-        if self.opts.consumer:
-            handle(self.opts.store, self.opts.connection).advance_ack_floor(self.opts.stream, self.opts.consumer, int(end["seq"]))
+        """Advance the consumer's ack floor to the batch's end.  A commit that cannot take
+        effect fails the query (Spark stops it with this error): left unsaid, the stream
+        would keep (interest, work queue) or hand out again what the query has processed."""
+        if not self.opts.consumer:
+            return
+        seq = int(end["seq"])
+        try:
+            handle(self.opts.store, self.opts.connection).advance_ack_floor(self.opts.stream, self.opts.consumer, seq)
+        except JetSparkError as exc:
+            log.error("commit of stream %r up to seq %d: the ack floor of consumer %r did not advance: %s", self.opts.stream, seq, self.opts.consumer, exc)
+            raise

@@ -1,84 +1,323 @@
-"""``advance_ack_floor``: move a durable consumer's ack floor to a stream sequence.
+"""``advance_ack_floor``: move a durable consumer's ack floor to a stream sequence, exactly.
 
-Fetch exactly the durable's matching messages up to ``seq`` and acknowledge
-them (the last of each pull under ack policy all); the count comes from
-``num_pending`` of the durable and of a throw-away consumer starting after
-``seq``.  Work-queue streams allow no second consumer over a durable's
-subjects: there the pulls are bounded by the sequence span instead.
+The server has no "ack up to" request, so the call acknowledges, round by round,
+what the consumer still holds at or below ``seq``, re-reading the consumer's state
+from the server before each round (never from what this client has received: on a
+cluster a pull's closing status can overtake the tail of its messages):
+
+1. Done when nothing the consumer matches is stored in (ack floor, ``seq``]
+   (``reached``: one ``next_by_subj`` get per filter).  Acknowledged messages are
+   below the floor or, under ack policy explicit, removed or counted as not pending,
+   so this is exactly "every matching message <= seq is acknowledged".
+2. Deliveries already pending at or below ``seq`` (fetched earlier, by anyone, and
+   not acknowledged) are acknowledged on their ack subject
+   (``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>...``):
+   the server finds a pending delivery by its stream sequence, ignores an ack for
+   one that is not pending (``processAckMsg``) and removes a message from an
+   interest or work-queue stream only when no consumer still needs it.  Under
+   ack policy explicit each candidate sequence is acknowledged (only the ones the
+   filter matches: an ack for another subject could release a message nobody
+   else consumes); under ack policy all one ack of the last of them.
+3. Messages not yet delivered in (delivered, ``seq``] are counted on the server
+   (``undelivered``) and pulled with a batch never larger than that count (no
+   ``max_bytes``), so the server cannot deliver past ``seq``; they are acked as
+   they come, the last one as a request so the next round's consumer info sees it.
+   A pull is over when all its messages came or its own closing status did (sent
+   once the server served it); only then is the consumer re-read.
+A round that moves nothing three times running, or a consumer whose limits stop
+it (max_ack_pending held by deliveries past ``seq``, a paused or push consumer)
+raises ``AckFloorError``: the floor is never left short silently.
+
+The only way left to deliver past ``seq`` is a message in (delivered, ``seq``]
+removed between the count and the pull (a concurrent delete or age limit); such
+a delivery is handed back (NAK) and logged.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import asyncio
+import json
+import logging
+from typing import Optional, Sequence
 
-from jetspark.api import AckPolicy, RetentionPolicy, SequenceInfo
+from jetspark.api import AckPolicy, ConsumerInfo, RetentionPolicy, SequenceInfo
+from jetspark.errors import AckFloorError, MsgNotFoundError
+from jetspark.protocol import subjects as subj
 from jetspark.remote import jsapi
-from jetspark.remote.puller import PULL_BATCH, Puller, count_from
+from jetspark.remote.fastpath import RawInbox, status_of
+from jetspark.remote.puller import GET_WINDOW, PULL_BATCH, PULL_MAX_BYTES, count_from
 from jetspark.remote.session import PROGRESS, Session
+
+log = logging.getLogger("jetspark.remote")
+
+# Rounds in a row that move neither the floor nor the consumer before the call gives up.
+STALLS = 3
+# Ack subjects sent per round for deliveries already pending (then the floor is re-read).
+FORGE_CHUNK = 16384
+# Matching sequences listed per round where they cannot be counted (gets of the range).
+WALK_CHUNK = 4096
+# A stream with at most this many deleted sequences inside it is counted from their list.
+DETAILS_MAX = 100_000
 
 
 def advance_ack_floor(session: Session, stream: str, durable: str, seq: int) -> SequenceInfo:
     return session.run(_advance(session, stream, durable, seq), what=f"advance_ack_floor of {durable!r} on {stream!r}", timeout=PROGRESS)
 
 
-async def _advance(session: Session, stream: str, durable: str, seq: int) -> SequenceInfo:
-    info = await jsapi.consumer_info(session, stream, durable)
+def _filters(info: ConsumerInfo) -> Optional[list[str]]:
     cfg = info.config
     filters = cfg.filter_subjects or ([cfg.filter_subject] if cfg.filter_subject else None)
-    policy = cfg.ack_policy or AckPolicy.EXPLICIT
-    stall = 0
-    for _ in range(1000):
-        floor = info.ack_floor.stream_seq
-        delivered = info.delivered.stream_seq
-        if floor >= seq or delivered >= seq:
-            break
-        sinfo = await jsapi.stream_info(session, stream)
-        if seq >= sinfo.state.last_seq:
-            count = info.num_pending
-        elif sinfo.config.retention == RetentionPolicy.WORK_QUEUE:
-            # A work-queue stream allows no counting consumer next to the durable: ask for
-            # no more than (delivered, seq] can hold.  Where that span has gaps (deleted
-            # messages, other subjects) a delivery past seq can come; it is handed back (NAK).
-            count = min(info.num_pending, seq - delivered)
-        else:
-            count = info.num_pending - await count_from(session, stream, seq + 1, filters)  # matching messages in (delivered, seq]
-        if count <= 0:
-            break
-        got = await _fetch_and_ack(session, stream, durable, seq, count, policy, cfg.max_ack_pending)
-        info = await jsapi.consumer_info(session, stream, durable)
-        if got == 0:
-            stall += 1
-            if stall >= 3:
-                break
-    return SequenceInfo(consumer_seq=info.ack_floor.consumer_seq, stream_seq=info.ack_floor.stream_seq)
+    if not filters or ">" in filters:
+        return None
+    return list(filters)
 
 
-async def _fetch_and_ack(session: Session, stream: str, durable: str, seq: int, count: int, policy: AckPolicy, max_ack_pending: Optional[int]) -> int:
-    """Pull ``count`` messages from the durable (one request in flight) and acknowledge those <= seq."""
-    nc = await session.ready()
-    pull = PULL_BATCH if not max_ack_pending or max_ack_pending < 0 else max(1, min(PULL_BATCH, max_ack_pending))
-    puller = Puller(session, stream, durable, 1 << 62, limit=count, pull_batch=pull, in_flight=1, eager=False)
-    await puller.start()
-    got = 0
-    try:
-        while not puller.done:
-            chunk = await puller.next_chunk(pull)
-            if not len(chunk):
-                break
-            got += len(chunk)
-            if policy == AckPolicy.NONE:
+class _Floor:
+    """One call: the consumer, its filters and ack policy, and the inbox its pulls answer to."""
+
+    def __init__(self, session: Session, stream: str, durable: str, seq: int, info: ConsumerInfo) -> None:
+        self.session = session
+        self.stream = stream
+        self.durable = durable
+        self.seq = seq
+        self.filters = _filters(info)
+        self.policy = info.config.ack_policy or AckPolicy.EXPLICIT
+        self.max_ack_pending = info.config.max_ack_pending
+        self.retention: Optional[RetentionPolicy] = None
+        self.inbox: Optional[RawInbox] = None
+        self.inbox_prefix = ""
+        self.requests = 0
+        self.tried_last = False
+        self.msg_bytes = 1  # the stream's mean message size: pulls ask for about PULL_MAX_BYTES
+
+    def fail(self, info: ConsumerInfo, reason: str) -> AckFloorError:
+        return AckFloorError(self.stream, self.durable, self.seq, info.ack_floor.stream_seq, reason)
+
+    # ------------------------------------------------------------------ reading the stream
+
+    async def next_matching(self, start: int) -> Optional[int]:
+        """The first stored sequence >= ``start`` that the consumer matches, or None."""
+        best: Optional[int] = None
+        subject = self.session.stream_subject("MSG.GET", self.stream)
+        for f in self.filters or [">"]:
+            try:
+                resp = await self.session.api(subject, {"seq": start, "next_by_subj": f}, what=f"reading stream {self.stream!r}")
+            except MsgNotFoundError:
                 continue
-            mine = [r.decode() for r, s in zip(chunk.replies, chunk.seqs) if s <= seq]
-            late = [r.decode() for r, s in zip(chunk.replies, chunk.seqs) if s > seq]
-            if policy == AckPolicy.EXPLICIT:
-                for r in mine[:-1]:
-                    await nc.publish(r, b"+ACK")
-            if mine:
-                await session.ack(mine[-1], b"+ACK", session.timeout)  # best effort: consumer_info tells the truth
-            for r in late:  # should not happen (the count stops at seq); hand them back at once
+            q = int(resp["message"]["seq"])
+            best = q if best is None else min(best, q)
+        return best
+
+    async def _subject_at(self, seq: int) -> Optional[str]:
+        try:
+            resp = await self.session.api(self.session.stream_subject("MSG.GET", self.stream), {"seq": seq}, what=f"reading stream {self.stream!r}")
+        except MsgNotFoundError:
+            return None
+        return resp["message"]["subject"]
+
+    async def matching(self, lo: int, hi: int, limit: int) -> list[int]:
+        """The first ``limit`` stored sequences in [lo, hi] the consumer matches: gets of
+        ``GET_WINDOW`` sequences at once, and past a window with none of them a jump to
+        the next one (so sparse matches cost a get each, dense ones a round trip per window)."""
+        out: list[int] = []
+        q = lo
+        while q <= hi and len(out) < limit:
+            top = min(hi, q + GET_WINDOW - 1)
+            subjects = await asyncio.gather(*(self._subject_at(x) for x in range(q, top + 1)))
+            found = [x for x, sub in zip(range(q, top + 1), subjects) if sub is not None and (not self.filters or subj.matches_any(self.filters, sub))]
+            out.extend(found)
+            q = top + 1
+            if not found and q <= hi:
+                nxt = await self.next_matching(q)
+                if nxt is None:
+                    break
+                q = nxt
+        return out[:limit]
+
+    async def reached(self, info: ConsumerInfo) -> bool:
+        """Is every message <= seq that the consumer matches acknowledged?"""
+        floor = info.ack_floor.stream_seq
+        if floor >= self.seq:
+            return True
+        if self.policy == AckPolicy.NONE and info.delivered.stream_seq >= self.seq:
+            return True
+        q = await self.next_matching(floor + 1)
+        return q is None or q > self.seq
+
+    async def undelivered(self, info: ConsumerInfo) -> int:
+        """A count of the messages the consumer matches in (delivered, seq] not yet delivered,
+        never above it: appends past seq while it counts can make it lower, never higher."""
+        n = info.num_pending
+        delivered = info.delivered.stream_seq
+        if n <= 0 or delivered >= self.seq:
+            return 0
+        sinfo = await jsapi.stream_info(self.session, self.stream)
+        state = sinfo.state
+        self.retention = sinfo.config.retention
+        self.msg_bytes = max(1, state.bytes // max(1, state.messages))
+        if self.seq >= state.last_seq:
+            return n  # all of them: they were stored when the consumer was read
+        lo, hi = max(delivered + 1, state.first_seq), self.seq
+        if lo > hi:
+            return 0
+        if not self.filters and state.num_deleted <= DETAILS_MAX:
+            # It takes every stored message: the stored sequences in the range, counted
+            # from the stream's list of deleted ones (appends do not change it).
+            gone = 0
+            if state.num_deleted:
+                state = (await jsapi.stream_info(self.session, self.stream, deleted_details=True)).state
+                gone = sum(1 for q in (state.deleted or ()) if lo <= q <= hi)
+            return max(0, min(n, hi - lo + 1 - gone))
+        if self.retention != RetentionPolicy.WORK_QUEUE:
+            # All it still matches, less what a throw-away consumer from seq + 1 matches
+            # (read later: appends meanwhile lower the difference).
+            lower = n - await count_from(self.session, self.stream, self.seq + 1, self.filters)
+            if lower > 0:
+                return lower
+        elif await self.next_matching(self.seq + 1) is None:
+            return n  # nothing it matches lies past seq
+        # A work-queue stream takes no second consumer over the durable's subjects, and
+        # appends may have raced the count: list what is left.
+        return len(await self.matching(delivered + 1, self.seq, WALK_CHUNK))
+
+    # ------------------------------------------------------------------ acknowledging
+
+    def ack_subject(self, sseq: int, dseq: int) -> str:
+        # The server reads the stream and consumer sequences from the subject (ackReplyInfo);
+        # delivered count, timestamp and pending are informational.
+        return f"$JS.ACK.{self.stream}.{self.durable}.1.{sseq}.{dseq}.0.0"
+
+    async def ack_all(self, replies: Sequence[str]) -> None:
+        """Acknowledge ``replies`` in order, the last as a request: once it is answered the
+        server has applied them all (one consumer processes its acks in order)."""
+        if not replies:
+            return
+        nc = await self.session.ready()
+        for r in replies[:-1]:
+            await nc.publish(r, b"+ACK")
+        await self.session.ack(replies[-1], b"+ACK", self.session.timeout)
+
+    async def settle_pending(self, info: ConsumerInfo) -> bool:
+        """Acknowledge deliveries already pending at or below seq (earlier fetches, anyone's);
+        False when there are none."""
+        floor, delivered = info.ack_floor, info.delivered
+        if info.num_ack_pending <= 0 or floor.stream_seq >= min(delivered.stream_seq, self.seq):
+            return False
+        lo, hi = floor.stream_seq + 1, min(delivered.stream_seq, self.seq)
+        if self.policy == AckPolicy.ALL:
+            # One ack of the last pending delivery at or below seq acknowledges all below it;
+            # the server takes it only for a sequence that is pending.
+            if delivered.stream_seq <= self.seq and not self.tried_last:
+                self.tried_last = True  # the last delivery: exact floors (unless it is gone)
+                await self.ack_all([self.ack_subject(delivered.stream_seq, delivered.consumer_seq)])
+                return True
+            seqs = await self.matching(lo, hi, WALK_CHUNK)
+            if not seqs:
+                return False
+            # That delivery's consumer sequence is not known here: the floor's plus one per
+            # message between is at most it (each had a delivery of its own, in order), and
+            # below those of the deliveries past seq, whose acks must still count.
+            await self.ack_all([self.ack_subject(seqs[-1], floor.consumer_seq + len(seqs))])
+            return True
+        if self.filters:
+            seqs = await self.matching(lo, hi, FORGE_CHUNK)
+        else:
+            seqs = list(range(lo, min(hi, lo + FORGE_CHUNK - 1) + 1))
+        await self.ack_all([self.ack_subject(q, delivered.consumer_seq) for q in seqs])
+        return bool(seqs)
+
+    # ------------------------------------------------------------------ pulling
+
+    async def open_inbox(self):
+        """The inbox all pulls of the call answer to: ``<inbox>.<request number>``."""
+        nc = await self.session.ready()
+        if self.inbox is None:
+            self.inbox_prefix = nc.new_inbox()
+            self.inbox = await RawInbox(public=self.session.public_path).open(nc, f"{self.inbox_prefix}.*")
+        return nc
+
+    async def pull(self, batch: int) -> int:
+        """One pull of ``batch`` messages (``batch`` <= what (delivered, seq] still holds); acks
+        what comes.  Returns the deliveries received (late ones of earlier pulls included)."""
+        nc = await self.open_inbox()
+        self.requests += 1
+        reply = f"{self.inbox_prefix}.{self.requests}"
+        req = {"batch": int(batch), "no_wait": True}
+        await nc.publish(f"{self.session.api_prefix}.CONSUMER.MSG.NEXT.{self.stream}.{self.durable}", json.dumps(req).encode(), reply=reply)
+        got = 0
+        ended = False
+        last: Optional[tuple[int, str]] = None  # the highest delivery <= seq: acked last, as a request
+        late: list[str] = []
+        while got < batch and not ended:
+            try:
+                items = await self.inbox.take(self.session.timeout)
+            except asyncio.TimeoutError as exc:
+                # Neither all its messages nor its closing status: the request may still be
+                # waiting to be served, and the consumer's state would not show it yet; a
+                # next pull counted from that state could take messages past seq.
+                raise self.session.silence(f"a pull of {batch} messages from consumer {self.durable!r} on stream {self.stream!r}", self.session.timeout) from exc
+            for subject, r, _data, hdr in items:
+                if not r:
+                    st = status_of(hdr)
+                    # Only this request's own closing status ends the wait: the server sends
+                    # it once it has served the request, so the consumer's state then counts
+                    # all its deliveries, even those the status overtook on the way (a
+                    # cluster); an earlier request's status ends nothing.
+                    if st is not None and st[0] != b"100" and subject.decode() == reply:
+                        ended = True
+                    continue
+                got += 1
+                t = r.split(b".")
+                sseq = int(t[(2 if len(t) == 9 else 4) + 3])
+                if sseq > self.seq:
+                    late.append(r.decode())
+                    continue
+                done = r.decode()  # acked as they come but the highest, acked below
+                if last is None or sseq > last[0]:
+                    last, done = (sseq, done), (last[1] if last is not None else None)
+                if done is not None and self.policy == AckPolicy.EXPLICIT:
+                    await nc.publish(done, b"+ACK")
+        if late:
+            for r in late:  # a message inside the count was removed meanwhile: hand these back
                 await nc.publish(r, b"-NAK")
-            if late:
-                break
+            log.warning("advance_ack_floor of %r on %r to seq %d: %d deliveries past seq came (messages removed during the call) and were handed back",
+                        self.durable, self.stream, self.seq, len(late))  # fmt: skip
+        if last is not None and self.policy != AckPolicy.NONE:
+            await self.ack_all([last[1]])  # under ack policy all it acknowledges everything below it
+        return got
+
+    async def close(self) -> None:
+        if self.inbox is not None:
+            inbox, self.inbox = self.inbox, None
+            await inbox.close()
+
+
+async def _advance(session: Session, stream: str, durable: str, seq: int) -> SequenceInfo:
+    info = await jsapi.consumer_info(session, stream, durable)
+    call = _Floor(session, stream, durable, seq, info)
+    stalls = 0
+    try:
+        while not await call.reached(info):
+            before = (info.ack_floor.stream_seq, info.ack_floor.consumer_seq, info.delivered.consumer_seq, info.num_ack_pending)
+            if call.policy != AckPolicy.NONE and await call.settle_pending(info):
+                info = await jsapi.consumer_info(session, stream, durable)
+                if await call.reached(info):
+                    break
+            count = await call.undelivered(info)
+            if count > 0:
+                room = count
+                if call.policy != AckPolicy.NONE and call.max_ack_pending and call.max_ack_pending > 0:
+                    room = min(room, call.max_ack_pending - info.num_ack_pending)
+                    if room <= 0:
+                        raise call.fail(info, f"max_ack_pending ({call.max_ack_pending}) is taken by {info.num_ack_pending} deliveries past seq that are not acknowledged")
+                # No max_bytes (it would end a pull early with a status of its own): the batch
+                # size alone keeps a pull's deliveries near PULL_MAX_BYTES.
+                await call.pull(max(1, min(room, PULL_BATCH, PULL_MAX_BYTES // call.msg_bytes)))
+            info = await jsapi.consumer_info(session, stream, durable)
+            after = (info.ack_floor.stream_seq, info.ack_floor.consumer_seq, info.delivered.consumer_seq, info.num_ack_pending)
+            stalls = 0 if after != before else stalls + 1
+            if stalls >= STALLS:
+                raise call.fail(info, f"the server delivered and acknowledged nothing more (a paused or push consumer?) in {STALLS} rounds ({info.num_pending} matching messages undelivered, {info.num_ack_pending} deliveries ack-pending)")
     finally:
-        await puller.close()
-    return got
+        await call.close()
+    return SequenceInfo(consumer_seq=info.ack_floor.consumer_seq, stream_seq=info.ack_floor.stream_seq)

@@ -105,3 +105,25 @@ def test_workqueue_commits_release_only_what_the_consumer_matches(store):
     # Batches end at 4, 8 and 10; the commit of 8 acks c.a up to it: the floor is 7.
     assert floor(store.js) == 7
     assert [seq for b in store.js.read_batches("S") for seq in b.column("seq").to_pylist()] == [2, 4, 6, 8, 9, 10]
+
+
+def test_a_commit_that_cannot_advance_the_floor_fails_the_query(store, spark):
+    """The consumer is deleted while a batch runs: the commit of that batch (when Spark
+    starts the next) cannot take effect, and the query stops with the error."""
+    from tests.connector.support import unique_name
+
+    store.js.add_stream(name="S", subjects=["c.>"])
+    store.publish(["c.a"], 12)
+    js = store.js
+
+    def drop_consumer(batch, batch_id):
+        if batch_id == 0:
+            js.delete_consumer("S", "spark")
+
+    df = store.read_stream(consumer="spark", startingOffsets="earliest", maxOffsetsPerTrigger="4")
+    q = df.writeStream.foreachBatch(drop_consumer).trigger(availableNow=True).queryName(unique_name()).option("checkpointLocation", str(store.checkpoint())).start()
+    with pytest.raises(Exception) as exc:
+        q.awaitTermination()
+    if q.isActive:
+        q.stop()
+    assert "consumer not found" in error_text(exc.value)

@@ -327,14 +327,6 @@ def known_difference(request, js, reason: str) -> None:
     request.applymarker(pytest.mark.xfail(strict=True, reason=f"{js.kind}: {reason}"))
 
 
-# The nats:// backend advances a floor by fetching the messages and acknowledging them.
-WQ_GAP = ("on a work-queue stream it cannot count the matching messages up to seq, so with a gap "
-          "(a deleted message) it fetches one past seq and hands it back (NAK): that delivery stays "
-          "ack-pending and delivered.stream_seq passes seq")  # fmt: skip
-PENDING = ("with ack policy explicit, deliveries already pending at or below seq are not acknowledged "
-           "(it has no reply subjects for them), so the floor stays below them")  # fmt: skip
-
-
 def check_floor(js, plain, seq: int, floor: int, returned) -> None:
     info = plain.consumer_info(S, "spark")
     assert info.ack_floor.stream_seq == floor
@@ -348,8 +340,6 @@ def check_floor(js, plain, seq: int, floor: int, returned) -> None:
 @pytest.mark.parametrize("filtered", [False, True], ids=["all", "filtered"])
 @pytest.mark.parametrize("retention, policy", POLICIES, ids=[f"{r.value}-{p.value}" for r, p in POLICIES])
 def test_advance_ack_floor(request, js, plain, retention, policy, filtered):
-    if js.kind == "nats" and retention == RetentionPolicy.WORK_QUEUE:
-        known_difference(request, js, WQ_GAP)
     floor_stream(js, retention, policy, filtered)
     before = set(stored(plain))
     mine = (lambda q: q % 2 == 0) if filtered else (lambda q: True)
@@ -379,12 +369,80 @@ def test_advance_ack_floor(request, js, plain, retention, policy, filtered):
 @pytest.mark.parametrize("retention, policy", POLICIES, ids=[f"{r.value}-{p.value}" for r, p in POLICIES])
 def test_advance_ack_floor_settles_deliveries_already_pending(request, js, plain, retention, policy):
     # Deliveries fetched and not acknowledged, at and below seq: the floor passes them too.
-    if js.kind == "nats" and policy == AckPolicy.EXPLICIT:
-        known_difference(request, js, PENDING)
     floor_stream(js, retention, policy, False)
     sub = js.pull_subscribe_bind("spark", stream=S)
     assert [m.metadata.sequence.stream for m in sub.fetch(3, timeout=2)] == [1, 2, 3]
     check_floor(js, plain, 5, 5, js.advance_ack_floor(S, "spark", 5))
+
+
+@pytest.mark.parametrize("filtered", [False, True], ids=["all", "filtered"])
+@pytest.mark.parametrize("retention, policy", POLICIES, ids=[f"{r.value}-{p.value}" for r, p in POLICIES])
+def test_advance_ack_floor_under_deliveries_pending_past_seq(js, plain, retention, policy, filtered):
+    # Someone fetched past seq and acknowledged nothing: the floor passes what is at or below
+    # seq and stops just before the first delivery past it, which stays pending.
+    floor_stream(js, retention, policy, filtered)
+    mine = (lambda q: q % 2 == 0) if filtered else (lambda q: True)
+    before = set(stored(plain))
+    sub = js.pull_subscribe_bind("spark", stream=S)
+    fetched = [m.metadata.sequence.stream for m in sub.fetch(3 if filtered else 7, timeout=2)]
+    assert fetched == ([2, 4, 8] if filtered else [1, 2, 3, 4, 5, 7, 8])
+    js.delete_msg(S, 4)  # a pending delivery's message removed: it leaves the pending set
+    before.discard(4)
+    returned = js.advance_ack_floor(S, "spark", 5)
+    info = plain.consumer_info(S, "spark")
+    assert returned.stream_seq == info.ack_floor.stream_seq
+    # At least the last match at or below 5, below the first delivery past it (6 is deleted).
+    assert (4 if filtered else 5) <= info.ack_floor.stream_seq < (8 if filtered else 7)
+    past = [q for q in fetched if q > 5]
+    assert info.num_ack_pending == len(past) and info.delivered.stream_seq == 8
+    if retention != RetentionPolicy.LIMITS:
+        assert set(stored(plain)) == before - {q for q in before if q <= 5 and mine(q)}
+    # Up to the last delivery: everything pending goes, nothing more is delivered.
+    returned = js.advance_ack_floor(S, "spark", 8)
+    check_floor(js, plain, 8, 8, returned)
+
+
+@pytest.mark.parametrize("filtered", [False, True], ids=["all", "filtered"])
+@pytest.mark.parametrize("retention, policy", POLICIES + [(RetentionPolicy.LIMITS, AckPolicy.NONE)],
+                         ids=[f"{r.value}-{p.value}" for r, p in POLICIES] + ["limits-none"])  # fmt: skip
+def test_advance_ack_floor_one_seq_at_a_time(js, plain, retention, policy, filtered):
+    # A commit per sequence (many small pulls), across the deleted 6 and past the last.
+    floor_stream(js, retention, policy, filtered)
+    mine = (lambda q: q % 2 == 0) if filtered else (lambda q: True)
+    live = set(stored(plain))
+    last = 0
+    for q in range(1, 23):
+        if q in live and mine(q):
+            last = q
+        returned = js.advance_ack_floor(S, "spark", q)
+        if last:
+            check_floor(js, plain, q, last, returned)
+        else:
+            assert returned.stream_seq == 0 and plain.consumer_info(S, "spark").delivered.stream_seq == 0
+    if retention != RetentionPolicy.LIMITS:
+        assert set(stored(plain)) == {q for q in live if not mine(q)}
+
+
+@pytest.mark.parametrize("retention, policy", POLICIES, ids=[f"{r.value}-{p.value}" for r, p in POLICIES])
+def test_advance_ack_floor_with_several_filters_and_later_messages(js, plain, retention, policy):
+    js.add_stream(name=S, subjects=["b.>"], retention=retention)
+    js.add_consumer(S, durable_name="spark", ack_policy=policy, filter_subjects=["b.0", "b.2"])
+    for q in range(1, 31):
+        js.publish(f"b.{(q - 1) % 3}", b"%d" % q)  # b.0 at 1, 4, 7 ..., b.2 at 3, 6, 9 ...
+    js.delete_msg(S, 9)
+    js.delete_msg(S, 10)
+    # 10 and 9 are gone, 8 is b.1: the last match at or below 11 is 7.
+    check_floor(js, plain, 11, 7, js.advance_ack_floor(S, "spark", 11))
+    check_floor(js, plain, 12, 12, js.advance_ack_floor(S, "spark", 12))
+    # Past the last: messages published afterwards below seq are taken by the next call.
+    check_floor(js, plain, 100, 30, js.advance_ack_floor(S, "spark", 100))
+    for q in range(31, 36):
+        js.publish(f"b.{(q - 1) % 3}", b"%d" % q)
+    check_floor(js, plain, 100, 34, js.advance_ack_floor(S, "spark", 100))
+    if retention == RetentionPolicy.WORK_QUEUE:
+        assert {m.subject for m in stored(plain).values()} == {"b.1"}  # kept for a consumer to come
+    elif retention == RetentionPolicy.INTEREST:
+        assert stored(plain) == {}  # b.1 interests nobody: never kept
 
 
 def test_advance_ack_floor_refusals(js):

@@ -161,3 +161,182 @@ def test_a_work_queue_stream_is_read_without_a_consumer(js, engine, name):
     assert [c.name for c in js.consumers_info(s)] == ["spark"]  # no reader consumer came and went
     assert js.advance_ack_floor(s, "spark", 400).stream_seq == 400
     assert js.stream_info(s).state.messages == 200
+
+
+# ---------------------------------------------------------------------- advance_ack_floor: trying to break it
+
+
+def last_match(seq: int, live, filters) -> int:
+    return max((q for q, subject in live.items() if q <= seq and (filters is None or subject in filters)), default=0)
+
+
+def check_exact(js, s: str, seq: int, floor: int) -> None:
+    info = js.consumer_info(s, "spark")
+    assert info.ack_floor.stream_seq == floor, (seq, info)
+    assert info.delivered.stream_seq <= seq and info.num_ack_pending == 0 and info.num_redelivered == 0, (seq, info)
+
+
+FLOOR_CASES = [
+    (RetentionPolicy.LIMITS, AckPolicy.ALL, None),
+    (RetentionPolicy.LIMITS, AckPolicy.EXPLICIT, ["1"]),
+    (RetentionPolicy.INTEREST, AckPolicy.EXPLICIT, ["0", "2"]),
+    (RetentionPolicy.WORK_QUEUE, AckPolicy.EXPLICIT, None),
+    (RetentionPolicy.WORK_QUEUE, AckPolicy.EXPLICIT, ["1"]),
+]
+
+
+@pytest.mark.parametrize("retention, policy, tails", FLOOR_CASES, ids=[f"{r.value}-{p.value}-{t}" for r, p, t in FLOOR_CASES])
+def test_advance_ack_floor_while_a_publisher_appends_past_seq(js, server, name, monkeypatch, retention, policy, tails):
+    # Small pulls (many requests, many counts) while another connection keeps appending
+    # past seq: the floor lands exactly and nothing past seq is delivered.
+    import threading
+
+    import jetspark
+    from jetspark.remote import ack_floor
+
+    monkeypatch.setattr(ack_floor, "PULL_BATCH", 37)
+    s = name()
+    filters = [f"{s}.{t}" for t in tails] if tails else None
+    js.add_stream(name=s, subjects=[f"{s}.>"], retention=retention)
+    kw = {} if not filters else {"filter_subject": filters[0]} if len(filters) == 1 else {"filter_subjects": filters}
+    js.add_consumer(s, ConsumerConfig(durable_name="spark", ack_policy=policy, **kw))
+    js.publish_batch(table(s, 900), stream=s)
+    stored = concat(js.read_batches(s))  # (an interest stream keeps only what the consumer takes)
+    live = dict(zip(stored.column("seq").to_pylist(), stored.column("subject").to_pylist()))
+    for q in (100, 101, 102, 450):
+        if live.pop(q, None):
+            js.delete_msg(s, q)
+    stop = threading.Event()
+    other = jetspark.connect(server.url, timeout=5)
+
+    def publish() -> None:
+        while not stop.is_set():
+            other.publish_batch(table(s, 50), stream=s)
+
+    t = threading.Thread(target=publish)
+    t.start()
+    try:
+        for seq in (90, 101, 300, 451, 900):
+            floor = last_match(seq, live, filters)
+            assert js.advance_ack_floor(s, "spark", seq).stream_seq == floor
+            check_exact(js, s, seq, floor)
+    finally:
+        stop.set()
+        t.join()
+        other.close()
+    if retention != RetentionPolicy.LIMITS:  # all it took up to 900 is gone, the rest is there
+        left = concat(js.read_batches(s, end_seq=900))
+        left = left.column("seq").to_pylist() if left is not None else []
+        assert left == [q for q in sorted(live) if filters and live[q] not in filters]
+
+
+def statuses_first(base):
+    """The call's pulls answered out of order, on a real server: statuses (closing ones and
+    stale ones of earlier pulls, as a cluster's leader can send them) ahead of the messages
+    they came with, which arrive at the next read."""
+
+    class Floor(base):
+        async def open_inbox(self):
+            nc = await super().open_inbox()
+            inbox = self.inbox
+            if getattr(inbox, "held", None) is None:
+                inbox.held = []
+                take = inbox.take
+
+                async def reordered(timeout: float) -> list:
+                    if inbox.held:
+                        items, inbox.held = inbox.held, []
+                        return items
+                    items = await take(timeout)
+                    stale = [(f"{self.inbox_prefix}.{n}".encode(), b"", b"", b"NATS/1.0 408 Request Timeout\r\n\r\n") for n in range(1, self.requests)]
+                    statuses, msgs = [i for i in items if not i[1]], [i for i in items if i[1]]
+                    if statuses and msgs:
+                        inbox.held = msgs
+                        return stale + statuses
+                    return stale + items
+
+                inbox.take = reordered
+            return nc
+
+    return Floor
+
+
+@pytest.mark.parametrize("policy", [AckPolicy.ALL, AckPolicy.EXPLICIT])
+def test_a_pull_status_ahead_of_its_messages_neither_overfetches_nor_stops_short(js, name, monkeypatch, policy):
+    from jetspark.remote import ack_floor
+
+    monkeypatch.setattr(ack_floor, "_Floor", statuses_first(ack_floor._Floor))
+    monkeypatch.setattr(ack_floor, "PULL_BATCH", 25)
+    s = name()
+    js.add_stream(name=s, subjects=[f"{s}.>"])
+    js.add_consumer(s, ConsumerConfig(durable_name="spark", ack_policy=policy, filter_subject=f"{s}.1"))
+    js.publish_batch(table(s, 600), stream=s)
+    for seq in (7, 299, 300, 600):
+        floor = max(q for q in range(1, seq + 1) if (q - 1) % 3 == 1)
+        assert js.advance_ack_floor(s, "spark", seq).stream_seq == floor
+        check_exact(js, s, seq, floor)
+    # Messages removed between the count and the pull: the server serves fewer than asked
+    # and closes the pull with a status (here ahead of the messages).
+    js.publish_batch(table(s, 600), stream=s)
+    base = ack_floor._Floor
+    removed, short = [], []
+
+    class Removing(base):
+        async def pull(self, batch: int) -> int:
+            from jetspark.remote import jsapi
+
+            info = await jsapi.consumer_info(self.session, self.stream, self.durable)
+            q = await self.next_matching(info.delivered.stream_seq + 1)
+            if q is not None and q < 1199:  # the last stays: the floor ends on it
+                await self.session.api(self.session.stream_subject("MSG.DELETE", self.stream), {"seq": q}, what="deleting")
+                removed.append(q)
+            got = await super().pull(batch)
+            short.append(got < batch)
+            return got
+
+    monkeypatch.setattr(ack_floor, "_Floor", Removing)
+    assert js.advance_ack_floor(s, "spark", 10**6).stream_seq == 1199
+    check_exact(js, s, 10**6, 1199)
+    assert len(removed) >= 7 and any(short)  # 200 messages in pulls of at most 25; closed by a status
+
+
+def test_a_consumer_deleted_midway_is_consumer_not_found(js, name, monkeypatch):
+    from jetspark.errors import ConsumerNotFoundError
+    from jetspark.remote import ack_floor
+
+    class Floor(ack_floor._Floor):
+        async def pull(self, batch: int) -> int:
+            got = await super().pull(batch)
+            await self.session.api(self.session.consumer_subject("DELETE", self.stream, self.durable), what="deleting it")
+            return got
+
+    monkeypatch.setattr(ack_floor, "_Floor", Floor)
+    monkeypatch.setattr(ack_floor, "PULL_BATCH", 10)
+    s = name()
+    js.add_stream(name=s, subjects=[f"{s}.>"])
+    js.add_consumer(s, ConsumerConfig(durable_name="spark", ack_policy=AckPolicy.EXPLICIT))
+    js.publish_batch(table(s, 100), stream=s)
+    with pytest.raises(ConsumerNotFoundError):
+        js.advance_ack_floor(s, "spark", 50)
+
+
+@pytest.mark.parametrize("policy", [AckPolicy.ALL, AckPolicy.EXPLICIT])
+def test_a_floor_the_server_will_not_deliver_to_raises(js, name, policy):
+    # A paused consumer delivers nothing: the call says so instead of returning a lower floor.
+    import datetime as dt
+
+    from jetspark import AckFloorError
+
+    s = name()
+    js.add_stream(name=s, subjects=[f"{s}.>"])
+    js.add_consumer(s, ConsumerConfig(durable_name="spark", ack_policy=policy))
+    js.publish_batch(table(s, 20), stream=s)
+    assert js.advance_ack_floor(s, "spark", 5).stream_seq == 5
+    until = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    session = js._session
+    session.run(session.api(session.consumer_subject("PAUSE", s, "spark"), {"pause_until": until}, what="pausing"), what="pausing")
+    with pytest.raises(AckFloorError) as exc:
+        js.advance_ack_floor(s, "spark", 10)
+    assert (exc.value.stream, exc.value.consumer, exc.value.seq, exc.value.floor) == (s, "spark", 10, 5)
+    assert "spark" in str(exc.value) and js.ack_floor(s, "spark").stream_seq == 5
+    assert js.consumer_info(s, "spark").delivered.stream_seq == 5
