@@ -130,11 +130,9 @@ def test_durable_fetch_and_ack(js, oracle, kind):
     assert held == (set(range(1, N + 1)) if kind[0] == RetentionPolicy.LIMITS else set(range(6, N + 1)))
 
 
-def test_advance_ack_floor(request, js, oracle, kind):
-    # Issue 10, item 2: on a cluster the pull's "409 Batch Completed" can overtake its last
-    # deliveries, the advance then fetches past seq and leaves those deliveries ack-pending.
-    # Not every time: the mark is not strict; it goes when item 2 lands.
-    request.applymarker(pytest.mark.xfail(strict=False, reason="advance_ack_floor over-fetches past seq on a cluster (issue 10, item 2)"))
+def test_advance_ack_floor(js, oracle, kind):
+    # On a cluster a pull's "409 Batch Completed" can overtake its last deliveries: the
+    # advance must neither fetch past seq nor stop short (jetspark/remote/ack_floor.py).
     make_stream(js, kind)
     releases = kind[0] != RetentionPolicy.LIMITS
     returned = js.advance_ack_floor(S, "spark", 25)
