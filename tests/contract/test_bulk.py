@@ -321,12 +321,6 @@ def floor_stream(js, retention, policy, filtered: bool):
     js.delete_msg(S, 6)
 
 
-def known_difference(request, js, reason: str) -> None:
-    """A difference between a backend and the contract, found by this suite and not yet fixed:
-    expected to fail (strictly: a fix makes the test pass, and then the mark must go)."""
-    request.applymarker(pytest.mark.xfail(strict=True, reason=f"{js.kind}: {reason}"))
-
-
 def check_floor(js, plain, seq: int, floor: int, returned) -> None:
     info = plain.consumer_info(S, "spark")
     assert info.ack_floor.stream_seq == floor
