@@ -125,9 +125,10 @@ def read_text(path: str) -> str:
 
 def machine_info(base: Path, title: str, setup: str, sizes: object, quick: bool) -> list[str]:
     """The header every benchmark prints: when, where, which versions, and how it was set up."""
-    import jetspark
     import numpy as np
     import pyarrow as pa
+
+    import jetspark
 
     cpu = next((ln.split(":", 1)[1].strip() for ln in read_text("/proc/cpuinfo").splitlines() if ln.startswith("model name")), platform.processor() or "?")
     mem_kb = next((int(ln.split()[1]) for ln in read_text("/proc/meminfo").splitlines() if ln.startswith("MemTotal:")), 0)

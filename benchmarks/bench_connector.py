@@ -46,8 +46,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # jetspark from this checkout when run as a script
 
+import _common as be  # noqa: E402  (the table helpers every benchmark shares)
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
+from _common import Row, rate, spread, verdict  # noqa: E402
 from pyspark.sql.datasource import (  # noqa: E402
     DataSource,
     DataSourceReader,
@@ -59,8 +61,6 @@ from pyspark.sql.datasource import (  # noqa: E402
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow  # noqa: E402
 
 import jetspark  # noqa: E402
-import _common as be  # noqa: E402  (the table helpers every benchmark shares)
-from _common import Row, rate, spread, verdict  # noqa: E402
 
 PAYLOAD_SIZE = 100
 SUBJECTS = 16  # subjects <prefix>.0 .. <prefix>.15, round robin by sequence
@@ -633,7 +633,9 @@ class Bench:
             jet_v.append(jet())
             noop_v.append(other("noop"))
             null_v.append(other(NullSink.name()))
-            log(f"3 streaming write {r + 1}/{self.sizes.write_reps}: jetstream sink {rate(jet_v[-1])}, noop {rate(noop_v[-1])}, null Python sink {rate(null_v[-1])}")
+            log(
+                f"3 streaming write {r + 1}/{self.sizes.write_reps}: jetstream sink {rate(jet_v[-1])}, noop {rate(noop_v[-1])}, null Python sink {rate(null_v[-1])}"
+            )
         e, a, z = statistics.median(jet_v), statistics.median(noop_v), statistics.median(null_v)
         ratios = [x / y for x, y in zip(jet_v, noop_v)]
         t_jet, t_noop, t_null = n / e, n / a, n / z
@@ -645,8 +647,13 @@ class Bench:
             f"and the engine de-duplicates every row; per-repetition ratios {min(ratios):.0%}-{max(ratios):.0%}.",
             f"the medians as time per 1,000,000 msgs: noop {1e6 * t_noop / n:.2f} s; the JVM -> Python Arrow hop any Python sink pays "
             f"(row 3b minus noop) {1e6 * (t_null - t_noop) / n:.2f} s; the jetstream sink's own work (jetstream minus row 3b) {1e6 * (t_jet - t_null) / n:.2f} s.",
-            "where the time goes (sum of the micro-batches' durationMs, median run): jetstream sink " + _durations(infos["jetstream"])
-            + "; noop " + _durations(infos["noop"]) + "; null Python sink " + _durations(infos[NullSink.name()]) + ".",
+            "where the time goes (sum of the micro-batches' durationMs, median run): jetstream sink "
+            + _durations(infos["jetstream"])
+            + "; noop "
+            + _durations(infos["noop"])
+            + "; null Python sink "
+            + _durations(infos[NullSink.name()])
+            + ".",
         ]
         if n < 5_000_000:
             notes.append(

@@ -55,8 +55,8 @@ from typing import Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402  (the helpers every benchmark shares)
     PAYLOAD_SIZE,
-    SUBJECTS_PER_TABLE,
     ROOT,
+    SUBJECTS_PER_TABLE,
     NatsServer,
     Row,
     log,
@@ -67,8 +67,8 @@ from _common import (  # noqa: E402  (the helpers every benchmark shares)
     print_table,
     publish_table,
     rate,
-    run_rows,
     read_text,
+    run_rows,
     spread,
     verdict,
 )
@@ -121,10 +121,9 @@ np = pa = nats = jetspark = None  # set by _load_heavy_modules()
 
 def _load_heavy_modules() -> None:
     global np, pa, nats, jetspark
+    import nats  # noqa: F811
     import numpy as np  # noqa: F811
     import pyarrow as pa  # noqa: F811
-
-    import nats  # noqa: F811
 
     import jetspark  # noqa: F811
 
@@ -353,7 +352,12 @@ class Bench:
         how = "nats-py js.publish_async + publish_async_completed()" if use_async else f"nats-py js.publish pipelined via asyncio.gather, {window} in flight"
         return [
             Row(
-                "1", name, rate(e), rate(a) + (" (publish_async)" if use_async else " (gathered publish)"), f"{e / a:.2f}x", target,
+                "1",
+                name,
+                rate(e),
+                rate(a) + (" (publish_async)" if use_async else " (gathered publish)"),
+                f"{e / a:.2f}x",
+                target,
                 verdict([(e >= 100_000, "< 100,000 msg/s"), (e / a >= 2, "< 2x anchor")]),
                 f"engine {spread(eng)}; anchor {spread(anc)}",
                 [
@@ -397,7 +401,9 @@ class Bench:
                 Row(
                     key,
                     f"{name}, {rows_per_call:,} rows/call" + (" (Spark's Arrow batch)" if not tgt else ""),
-                    rate(m), target=tgt or "-", result=verdict([(m >= 1_500_000, "< 1,500,000 msg/s")]) if tgt else "info",
+                    rate(m),
+                    target=tgt or "-",
+                    result=verdict([(m >= 1_500_000, "< 1,500,000 msg/s")]) if tgt else "info",
                     spread=spread(vals),
                 )  # fmt: skip
             )
@@ -472,7 +478,12 @@ class Bench:
         e, a = statistics.median(warm), statistics.median(anc)
         return [
             Row(
-                "3", name, rate(e), rate(a) + " (pull fetch)", f"{e / a:.0f}x", target,
+                "3",
+                name,
+                rate(e),
+                rate(a) + " (pull fetch)",
+                f"{e / a:.0f}x",
+                target,
                 verdict([(e >= 5_000_000, "< 5,000,000 msg/s"), (e / a >= 100, "< 100x anchor")]),
                 f"engine {spread(warm)}; anchor {spread(anc)}",
                 [
@@ -510,8 +521,14 @@ class Bench:
         f, w = statistics.median(first), statistics.median(warm)
         return [
             Row(
-                "3b", name, rate(f), rate(w) + " (warm, same handle)", f"{f / w:.2f}x", "info: verified once per process",
-                "info", f"first {spread(first)}; warm {spread(warm)}",
+                "3b",
+                name,
+                rate(f),
+                rate(w) + " (warm, same handle)",
+                f"{f / w:.2f}x",
+                "info: verified once per process",
+                "info",
+                f"first {spread(first)}; warm {spread(warm)}",
                 [
                     f"{len(first)} fresh handles on the same store (page cache warm); each reads 1..{n:,} twice. "
                     "The first pass checks every record's CRC-32; the ratio is what that costs against a read of verified blocks."
@@ -577,12 +594,26 @@ class Bench:
                 raise AssertionError("read_batches did not return 1,000 rows")
         m = statistics.median(times)
         q = statistics.quantiles(times, n=10) if len(times) >= 10 else [min(times)] * 9
-        notes = [f"{len(times)} reads at random starts within 1% of seq {mid:,}, after the first row-3 reads warmed this handle; p10 {q[0]:.2f} ms, p90 {q[-1]:.2f} ms."]
+        notes = [
+            f"{len(times)} reads at random starts within 1% of seq {mid:,}, after the first row-3 reads warmed this handle; p10 {q[0]:.2f} ms, p90 {q[-1]:.2f} ms."
+        ]
         if n < 10_000_000:
             notes.append(f"--quick: the stream holds {n:,} messages, not 10,000,000.")
         if getattr(self, "big_build_msgs", 0):
-            notes.append(f"building BIG with publish_batch ({self.sizes.batch_rows:,} rows/call): {self.big_build_msgs:,} msgs in {self.big_build_s:.1f} s ({rate(self.big_build_msgs / self.big_build_s)}).")
-        return [Row("4", name, f"{m:.2f} ms", target=target, result=verdict([(m < 5, ">= 5 ms")]), spread=f"{len(times)} runs: {min(times):.2f}-{max(times):.2f} ms", notes=notes)]
+            notes.append(
+                f"building BIG with publish_batch ({self.sizes.batch_rows:,} rows/call): {self.big_build_msgs:,} msgs in {self.big_build_s:.1f} s ({rate(self.big_build_msgs / self.big_build_s)})."
+            )
+        return [
+            Row(
+                "4",
+                name,
+                f"{m:.2f} ms",
+                target=target,
+                result=verdict([(m < 5, ">= 5 ms")]),
+                spread=f"{len(times)} runs: {min(times):.2f}-{max(times):.2f} ms",
+                notes=notes,
+            )
+        ]
 
     # ---- row 5 ------------------------------------------------------------------
 
@@ -615,7 +646,11 @@ class Bench:
         ]
         if n < 10_000_000:
             notes.append(f"--quick: the stream holds {n:,} messages, not 10,000,000.")
-        return [Row("5", name, f"{m:.0f} MB", target=target, result=verdict([(m < 500, ">= 500 MB")]), spread=spread(peaks, "MB", lambda v: f"{v:.0f}"), notes=notes)]
+        return [
+            Row(
+                "5", name, f"{m:.0f} MB", target=target, result=verdict([(m < 500, ">= 500 MB")]), spread=spread(peaks, "MB", lambda v: f"{v:.0f}"), notes=notes
+            )
+        ]
 
     # ---- row 6: consumers ---------------------------------------------------------
     #
@@ -719,12 +754,13 @@ class Bench:
             retention = RetentionPolicy.LIMITS if explicit else RetentionPolicy.INTEREST
             anchor.run(njs.add_stream(name=stream, subjects=[f"ack{r}.>"], retention=retention))
 
-            async def settle() -> None:
+            # The coroutines run inside this iteration: binding the loop's names as defaults says so.
+            async def settle(stream=stream) -> None:
                 # Acks are fire-and-forget publishes: the clock stops when the server has applied all of them.
                 while (await njs.consumer_info(stream, "bench")).ack_floor.stream_seq < n:
                     await asyncio.sleep(0.001)
 
-            async def run() -> float:
+            async def run(stream=stream, subject=subject) -> float:
                 durable = "bench"
                 cfg = ConsumerConfig(ack_policy=AckPolicy.EXPLICIT if explicit else AckPolicy.ALL, max_ack_pending=-1)
                 sub = await njs.pull_subscribe(subject, durable=durable, stream=stream, config=cfg)
@@ -749,7 +785,6 @@ class Bench:
             anchor.run(njs.delete_stream(stream))
             log(f"6 anchor fetch+ack ({ack}) {r + 1}/3: {rate(out[-1])}")
         return out
-
 
     # ---- row 7: bounded growth -------------------------------------------------------
 

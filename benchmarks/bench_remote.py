@@ -41,10 +41,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as be  # noqa: E402  (the table, machine header, data and nats-server helpers every benchmark shares)
-from _common import Row, log, rate, spread, verdict  # noqa: E402
-
 import nats  # noqa: E402
 import pyarrow as pa  # noqa: E402
+from _common import Row, log, rate, spread, verdict  # noqa: E402
 
 import jetspark  # noqa: E402
 

@@ -92,8 +92,14 @@ def main(argv=None) -> int:
 
         def run(parts: int) -> tuple[float, float, float]:
             """(msgs/s, CPU microseconds per message, cores busy) of one read."""
-            df = (spark.read.format("jetstream").option("store", server.url).option("stream", "BIG")
-                  .option("minPartitions", parts).option("rowsPerPartition", n).load())
+            df = (
+                spark.read.format("jetstream")
+                .option("store", server.url)
+                .option("stream", "BIG")
+                .option("minPartitions", parts)
+                .option("rowsPerPartition", n)
+                .load()
+            )
             # This process is the parent of the nats-server and of Spark's JVM, whose
             # children are the Python workers: its tree is everything the read costs.
             c0, t0 = tree_cpu(os.getpid()), time.perf_counter()
@@ -120,15 +126,32 @@ def main(argv=None) -> int:
     busy1, busy2 = median(one, 2), median(two, 2)
     ceiling = min(2.0, cores / busy1)
     rows = [
-        Row("1", f"Spark batch read of {n:,} msgs from nats-server into noop, 2 partitions vs 1",
-            rate(m2), rate(m1) + " (1 partition)", f"{ratio:.2f}x", ">= 1.6x",
+        Row(
+            "1",
+            f"Spark batch read of {n:,} msgs from nats-server into noop, 2 partitions vs 1",
+            rate(m2),
+            rate(m1) + " (1 partition)",
+            f"{ratio:.2f}x",
+            ">= 1.6x",
             verdict([(ratio >= 1.6, "< 1.6x")]),
-            f"2 partitions {spread([r[0] for r in two])}; 1 partition {spread([r[0] for r in one])}"),
-        Row("1b", "CPU per message, server + JVM + Python readers, 2 partitions vs 1",
-            f"{median(two, 1):.2f} us", f"{median(one, 1):.2f} us (1 partition)", f"{median(two, 1) / median(one, 1):.2f}x",
-            result="info", spread=f"cores busy: 2 partitions {busy2:.2f}, 1 partition {busy1:.2f}, of {cores}"),
-        Row("1c", f"ratio ceiling on this machine: {cores} cores / cores busy with 1 partition",
-            f"{ceiling:.2f}x", ratio=f"{ratio / ceiling:.0%} of it", result="info"),
+            f"2 partitions {spread([r[0] for r in two])}; 1 partition {spread([r[0] for r in one])}",
+        ),
+        Row(
+            "1b",
+            "CPU per message, server + JVM + Python readers, 2 partitions vs 1",
+            f"{median(two, 1):.2f} us",
+            f"{median(one, 1):.2f} us (1 partition)",
+            f"{median(two, 1) / median(one, 1):.2f}x",
+            result="info",
+            spread=f"cores busy: 2 partitions {busy2:.2f}, 1 partition {busy1:.2f}, of {cores}",
+        ),
+        Row(
+            "1c",
+            f"ratio ceiling on this machine: {cores} cores / cores busy with 1 partition",
+            f"{ceiling:.2f}x",
+            ratio=f"{ratio / ceiling:.0%} of it",
+            result="info",
+        ),
     ]
     be.print_table(rows)
     return 0

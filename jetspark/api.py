@@ -275,9 +275,7 @@ def with_params(cls, config, params: dict):
     unknown = set(params) - set(cls.__dataclass_fields__)
     if unknown:
         what = "stream" if cls is StreamConfig else "consumer"
-        raise BadRequestError(
-            400, 10003, f"unknown {what} config field(s) {sorted(unknown)}; accepted: {sorted(cls.__dataclass_fields__)}"
-        )
+        raise BadRequestError(400, 10003, f"unknown {what} config field(s) {sorted(unknown)}; accepted: {sorted(cls.__dataclass_fields__)}")
     return config.evolve(**params) if params else config
 
 

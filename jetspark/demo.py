@@ -136,17 +136,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m jetspark.demo",
-        description="A Spark streaming pipeline on the embedded engine: shop events in EVENTS, "
-        "revenue per region and micro-batch in METRICS.",
+        description="A Spark streaming pipeline on the embedded engine: shop events in EVENTS, revenue per region and micro-batch in METRICS.",
     )
-    parser.add_argument("--store", default=DEFAULT_STORE, metavar="DIR",
-                        help=f"store directory (default {DEFAULT_STORE}); EVENTS and METRICS in it are recreated")
-    parser.add_argument("--seconds", type=_positive(float), default=20.0, metavar="N",
-                        help="how long the publisher runs (default 20)")
-    parser.add_argument("--rate", type=_positive(int), default=2000, metavar="R",
-                        help="events published per second (default 2000)")
-    parser.add_argument("--trigger", type=_positive(float), default=1.0, metavar="S",
-                        help="micro-batch trigger interval in seconds (default 1)")
+    parser.add_argument(
+        "--store", default=DEFAULT_STORE, metavar="DIR", help=f"store directory (default {DEFAULT_STORE}); EVENTS and METRICS in it are recreated"
+    )
+    parser.add_argument("--seconds", type=_positive(float), default=20.0, metavar="N", help="how long the publisher runs (default 20)")
+    parser.add_argument("--rate", type=_positive(int), default=2000, metavar="R", help="events published per second (default 2000)")
+    parser.add_argument("--trigger", type=_positive(float), default=1.0, metavar="S", help="micro-batch trigger interval in seconds (default 1)")
     parser.add_argument("--seed", type=int, default=7, help="random seed of the event generator (default 7)")
     return parser.parse_args(argv)
 
@@ -319,26 +316,27 @@ def _summary(js, publisher: "Publisher", monitor: Monitor, elapsed: float) -> No
     met = js.stream_info(METRICS, subjects_filter=">").state
     floor = _ack_floor(js)
     print("\nsummary")
-    print(f"  events published   {publisher.published:,} ({publisher.duplicates:,} resent with the same"
-          f" Nats-Msg-Id, {publisher.dropped:,} dropped by the stream as duplicates)")
+    print(
+        f"  events published   {publisher.published:,} ({publisher.duplicates:,} resent with the same"
+        f" Nats-Msg-Id, {publisher.dropped:,} dropped by the stream as duplicates)"
+    )
     print(f"  {EVENTS:<18} {ev.messages:,} messages, seq {ev.first_seq:,}..{ev.last_seq:,}, {ev.bytes / 1e6:,.1f} MB")
-    print(f"  rows processed     {monitor.rows:,} in {monitor.batches} micro-batches"
-          f" (offsets up to seq {monitor.last_end if monitor.last_end is not None else 0:,})")
+    print(
+        f"  rows processed     {monitor.rows:,} in {monitor.batches} micro-batches"
+        f" (offsets up to seq {monitor.last_end if monitor.last_end is not None else 0:,})"
+    )
     if floor is None:
         print(f"  consumer           {CONSUMER}: not created (the query planned no batch)")
     else:
         print(f"  consumer           {CONSUMER}: ack floor {floor:,}")
     if floor is not None and floor < (monitor.last_end or 0):
         # Spark calls the source's commit(end) for a batch when it plans the next batch.
-        print(f"                     (Spark commits a batch when it plans the next one: a new query on"
-              f" {CONSUMER} would start at seq {floor + 1:,})")
+        print(f"                     (Spark commits a batch when it plans the next one: a new query on {CONSUMER} would start at seq {floor + 1:,})")
     print(f"  {METRICS:<18} {met.messages:,} messages ({monitor.written:,} rows written by the sink)")
     totals = _revenue_totals(js)
     if totals:
         parts = ", ".join(f"{r} {v:,.2f}" for r, v in sorted(totals.items()))
-        same = totals.keys() == publisher.revenue.keys() and all(
-            abs(v - publisher.revenue[r]) < 0.01 * max(1, met.messages) for r, v in totals.items()
-        )
+        same = totals.keys() == publisher.revenue.keys() and all(abs(v - publisher.revenue[r]) < 0.01 * max(1, met.messages) for r, v in totals.items())
         if monitor.last_end != ev.last_seq:
             check = f"up to seq {monitor.last_end or 0:,} of {ev.last_seq:,}"
         elif same:

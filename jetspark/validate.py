@@ -44,9 +44,9 @@ from jetspark.api import (
     datetime_to_ns,
     with_params,
 )
+from jetspark.errors import BadRequestError, api_error
 from jetspark.protocol import headers as hdr
 from jetspark.protocol import subjects as subj
-from jetspark.errors import BadRequestError, api_error
 
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
@@ -375,9 +375,7 @@ def publish_subject(subject: Any, name: str = "subject") -> str:
     """A subject a message can be published to: non-empty text without whitespace
     (the server's 10003 otherwise; empty tokens are left to routing, which finds no stream)."""
     if not publish_subject_ok(subject):
-        raise BadRequestError(
-            400, 10003, f"invalid publish {name} {show(subject)}: a subject is non-empty dot-separated tokens without whitespace"
-        )
+        raise BadRequestError(400, 10003, f"invalid publish {name} {show(subject)}: a subject is non-empty dot-separated tokens without whitespace")
     return subject
 
 
@@ -438,7 +436,9 @@ def publish_headers(value: Any, stream: Any) -> Optional[dict]:
 
 # ---------------------------------------------------------------------- publish_batch
 
-_BATCH_COLUMNS = "columns 'subject' (string) and 'data' (binary or string), optional 'headers' (map<string, string> or map<string, list<string>>) and 'msg_id' (string)"
+_BATCH_COLUMNS = (
+    "columns 'subject' (string) and 'data' (binary or string), optional 'headers' (map<string, string> or map<string, list<string>>) and 'msg_id' (string)"
+)
 
 
 def _is_text_type(t) -> bool:

@@ -646,7 +646,9 @@ class OracleJS:
     def consumers_info(self, stream: str) -> list[api.ConsumerInfo]:
         return [consumer_info(c) for c in self._run(self._js.consumers_info(stream))]
 
-    def pull_subscribe(self, subject: str, durable: Optional[str] = None, stream: Optional[str] = None, config: Optional[api.ConsumerConfig] = None) -> PullSubscription:
+    def pull_subscribe(
+        self, subject: str, durable: Optional[str] = None, stream: Optional[str] = None, config: Optional[api.ConsumerConfig] = None
+    ) -> PullSubscription:
         """nats-py's pull_subscribe: bind ``durable`` if it exists, else create it (or an
         ephemeral) filtered on ``subject`` unless ``config`` sets filter_subjects."""
         nconfig = to_nats_consumer_config(config) if config is not None else None

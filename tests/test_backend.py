@@ -87,8 +87,7 @@ def test_every_declared_verb_has_the_declared_signature(protocol, cls, verb):
         return
     assert callable(have), f"{cls.__name__}.{verb} is not a method"
     assert parameters(getattr(cls, verb)) == parameters(want), (
-        f"{cls.__name__}.{verb}{inspect.signature(getattr(cls, verb))} differs from "
-        f"{protocol.__name__}.{verb}{inspect.signature(want)}"
+        f"{cls.__name__}.{verb}{inspect.signature(getattr(cls, verb))} differs from {protocol.__name__}.{verb}{inspect.signature(want)}"
     )
 
 
@@ -110,9 +109,7 @@ def test_the_extras_are_really_backend_only():
 def test_the_handles_share_one_base():
     assert issubclass(JetStream, HandleBase) and issubclass(NatsJetStream, HandleBase)
     for verb in ("pull_subscribe", "pull_subscribe_bind", "ack_floor", "get_last_msg", "add_consumer", "publish_batch"):
-        assert JetStream.__dict__.get(verb) is None and NatsJetStream.__dict__.get(verb) is None, (
-            f"{verb} is written once, in HandleBase"
-        )
+        assert JetStream.__dict__.get(verb) is None and NatsJetStream.__dict__.get(verb) is None, f"{verb} is written once, in HandleBase"
 
 
 def _check_live_objects(js) -> None:

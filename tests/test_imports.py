@@ -111,7 +111,9 @@ def test_module_imports_only_what_its_layer_may(module):
     wrong = sorted(
         dep
         for dep in IMPORTS[module]
-        if (dep == "jetspark" or dep.startswith("jetspark.")) and not _within(dep, (layer,)) and not (dep in allowed or _within(dep, [a for a in allowed if a != "jetspark"]))
+        if (dep == "jetspark" or dep.startswith("jetspark."))
+        and not _within(dep, (layer,))
+        and not (dep in allowed or _within(dep, [a for a in allowed if a != "jetspark"]))
     )
     assert not wrong, f"{module} ({layer}) imports {wrong}; it may import only {list(allowed)} and its own package"
     banned = sorted(dep for dep in IMPORTS[module] if _within(dep, FORBIDDEN.get(_layer(module, FORBIDDEN) or "", ())))

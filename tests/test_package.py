@@ -19,9 +19,7 @@ def test_all_is_sorted_and_complete():
     assert public - {"annotations"} == set(jetspark.__all__)
 
 
-ERROR_CLASSES = [
-    cls for cls in vars(errors).values() if inspect.isclass(cls) and issubclass(cls, errors.JetSparkError)
-]
+ERROR_CLASSES = [cls for cls in vars(errors).values() if inspect.isclass(cls) and issubclass(cls, errors.JetSparkError)]
 
 
 @pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda c: c.__name__)

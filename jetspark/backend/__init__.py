@@ -159,8 +159,7 @@ class JetStreamAPI(Protocol):
         """The handle itself; ``close()`` on leaving the ``with`` block."""
         ...
 
-    def __exit__(self, *exc: Any) -> None:
-        ...
+    def __exit__(self, *exc: Any) -> None: ...
 
     # ------------------------------------------------------------------ streams
 
@@ -299,7 +298,9 @@ class JetStreamAPI(Protocol):
         """Every consumer of the stream, sorted by name.  10059 no stream."""
         ...
 
-    def pull_subscribe(self, subject: Optional[str] = None, durable: Optional[str] = None, stream: Optional[str] = None, config: Optional[ConsumerConfig] = None) -> PullSubscriptionAPI:
+    def pull_subscribe(
+        self, subject: Optional[str] = None, durable: Optional[str] = None, stream: Optional[str] = None, config: Optional[ConsumerConfig] = None
+    ) -> PullSubscriptionAPI:
         """nats-py's ``pull_subscribe``: a subscription on the consumer ``durable`` of
         ``stream`` (default: ``find_stream_name_by_subject(subject)``).
 

@@ -109,7 +109,9 @@ class HandleBase:
     def update_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, **params: Any) -> ConsumerInfo:
         return self._put_consumer(stream, V.consumer_config(config, params), "update")
 
-    def pull_subscribe(self, subject: Optional[str] = None, durable: Optional[str] = None, stream: Optional[str] = None, config: Optional[ConsumerConfig] = None) -> "PullSubscriptionAPI":
+    def pull_subscribe(
+        self, subject: Optional[str] = None, durable: Optional[str] = None, stream: Optional[str] = None, config: Optional[ConsumerConfig] = None
+    ) -> "PullSubscriptionAPI":
         V.pull_subscribe_args(subject, durable, stream, config)
         if stream is None:
             stream = self.find_stream_name_by_subject(subject)

@@ -53,14 +53,24 @@ def _options(edit: bool):
         ]
         if not edit:
             opts += [
-                click.option("--ack", "ack_policy", type=click.Choice(["explicit", "all", "none"]), default="explicit", show_default=True, help="Acknowledgement policy."),
-                click.option("--deliver", type=DeliverType(), default="all", show_default=True, metavar="POLICY",
-                             help="Where to start: all, last, new, subject (last per subject), a stream sequence (100), a duration back from now (1h) or an RFC 3339 time."),
+                click.option(
+                    "--ack", "ack_policy", type=click.Choice(["explicit", "all", "none"]), default="explicit", show_default=True, help="Acknowledgement policy."
+                ),
+                click.option(
+                    "--deliver",
+                    type=DeliverType(),
+                    default="all",
+                    show_default=True,
+                    metavar="POLICY",
+                    help="Where to start: all, last, new, subject (last per subject), a stream sequence (100), a duration back from now (1h) or an RFC 3339 time.",
+                ),
                 click.option("--replay", type=click.Choice(["instant", "original"]), default="instant", show_default=True, help="Replay policy."),
                 click.option("--max-waiting", type=int, help="Maximum number of waiting pull requests."),
             ]
         opts += [
-            click.option("--wait", "ack_wait", type=DURATION, help="Ack wait: how long a delivered message may stay unacknowledged before redelivery, e.g. 30s."),
+            click.option(
+                "--wait", "ack_wait", type=DURATION, help="Ack wait: how long a delivered message may stay unacknowledged before redelivery, e.g. 30s."
+            ),
             click.option("--max-deliver", type=int, help="Maximum deliveries of one message (-1: unlimited)."),
             click.option("--backoff", metavar="DURATIONS", help="Redelivery delays, comma-separated, e.g. 1s,5s,30s."),
             click.option("--max-pending", "max_ack_pending", type=int, help="Maximum messages delivered and not yet acknowledged."),
@@ -140,10 +150,16 @@ def render_consumer_info(info: ConsumerInfo) -> str:
         config.append((f"Metadata {k}", v))
     d, a = info.delivered, info.ack_floor
     state = [
-        ("Last Delivered Message", f"Consumer sequence: {fmt_count(d.consumer_seq)} Stream sequence: {fmt_count(d.stream_seq)}"
-         + (f" Last delivery: {fmt_ago(d.last_active)}" if d.last_active else "")),
+        (
+            "Last Delivered Message",
+            f"Consumer sequence: {fmt_count(d.consumer_seq)} Stream sequence: {fmt_count(d.stream_seq)}"
+            + (f" Last delivery: {fmt_ago(d.last_active)}" if d.last_active else ""),
+        ),
         ("Acknowledgment Floor", f"Consumer sequence: {fmt_count(a.consumer_seq)} Stream sequence: {fmt_count(a.stream_seq)}"),
-        ("Outstanding Acks", f"{fmt_count(info.num_ack_pending)}" + (f" out of maximum {fmt_count(c.max_ack_pending)}" if c.max_ack_pending and c.max_ack_pending > 0 else "")),
+        (
+            "Outstanding Acks",
+            f"{fmt_count(info.num_ack_pending)}" + (f" out of maximum {fmt_count(c.max_ack_pending)}" if c.max_ack_pending and c.max_ack_pending > 0 else ""),
+        ),
         ("Redelivered Messages", fmt_count(info.num_redelivered)),
         ("Unprocessed Messages", fmt_count(info.num_pending)),
         ("Waiting Pulls", fmt_count(info.num_waiting)),
@@ -259,11 +275,19 @@ def ls(js, stream_name: str, names_only: bool, as_json: bool):
         click.echo(f"No consumers defined on {stream_name}")
         return
     rows = [
-        (i.name, i.config.description or "", fmt_date(i.created), fmt_count(i.num_ack_pending), fmt_count(i.num_pending),
-         fmt_ago(i.delivered.last_active) if i.delivered.last_active else "-")
+        (
+            i.name,
+            i.config.description or "",
+            fmt_date(i.created),
+            fmt_count(i.num_ack_pending),
+            fmt_count(i.num_pending),
+            fmt_ago(i.delivered.last_active) if i.delivered.last_active else "-",
+        )
         for i in infos
     ]
-    click.echo(table(["Name", "Description", "Created", "Ack Pending", "Unprocessed", "Last Delivery"], rows, right=(3, 4), title=f"Consumers of {stream_name}"))
+    click.echo(
+        table(["Name", "Description", "Created", "Ack Pending", "Unprocessed", "Last Delivery"], rows, right=(3, 4), title=f"Consumers of {stream_name}")
+    )
 
 
 @consumer.command("rm")
@@ -305,4 +329,3 @@ def next_(js, stream_name: str, name: str, count: int, wait: float, ack: bool, n
       jetspark consumer next ORDERS NEW --count 10 --no-ack --raw
     """
     deliver(js, stream_name, name, count=count, per_fetch=1, wait=wait, ack=ack, nak=nak, term=term, raw=raw, as_json=as_json)
-

@@ -49,10 +49,7 @@ class State:
         if self._js is None:
             path = Path(str(self.store).removeprefix("file://"))
             if not create and not (path / "store.json").exists():
-                raise click.ClickException(
-                    f"no jetspark store at {self.store} (choose one with --store or JETSPARK_STORE; "
-                    "`jetspark stream add` creates it)"
-                )
+                raise click.ClickException(f"no jetspark store at {self.store} (choose one with --store or JETSPARK_STORE; `jetspark stream add` creates it)")
             self._js = jetspark.connect(str(path))
         return self._js
 
@@ -60,8 +57,7 @@ class State:
         """For commands that only run on the embedded engine (demo, bench)."""
         if self.server is not None:
             raise click.ClickException(
-                f"--server {self.server}: this command runs on the embedded engine; "
-                "drop --server (and choose a directory with --store PATH or JETSPARK_STORE)"
+                f"--server {self.server}: this command runs on the embedded engine; drop --server (and choose a directory with --store PATH or JETSPARK_STORE)"
             )
 
     def close(self) -> None:

@@ -70,18 +70,42 @@ def _stamp(when: Optional[_dt.datetime]) -> str:
 @click.command()
 @click.argument("subject")
 @click.argument("body", required=False)
-@click.option("--count", type=click.IntRange(min=1), default=1, show_default=True, help="Publish this many messages; {{Count}} in the body, subject, headers and --id numbers them.")
+@click.option(
+    "--count",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Publish this many messages; {{Count}} in the body, subject, headers and --id numbers them.",
+)
 @click.option("--header", "-H", "headers", multiple=True, metavar="KEY:VALUE", help="Add a header (repeat for more).")
 @click.option("--id", "msg_id", metavar="ID", help="Set Nats-Msg-Id for de-duplication (templates allowed, e.g. 'order-{{Count}}').")
 @click.option("--force-stdin", is_flag=True, help="Read the body from standard input.")
-@click.option("--send-on", type=click.Choice(["eof", "newline"]), default="eof", show_default=True, help="With --force-stdin: one message of all the input (eof), or one per line (newline).")
+@click.option(
+    "--send-on",
+    type=click.Choice(["eof", "newline"]),
+    default="eof",
+    show_default=True,
+    help="With --force-stdin: one message of all the input (eof), or one per line (newline).",
+)
 @click.option("--templates/--no-templates", default=True, show_default=True, help="Expand {{...}} template functions.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing on success.")
 @output_options
 @progress_options
 @needs_store()
-def pub(js, subject: str, body: Optional[str], count: int, headers, msg_id: Optional[str], force_stdin: bool, send_on: str,
-        templates: bool, quiet: bool, as_json: bool, show_progress: Optional[bool]):
+def pub(
+    js,
+    subject: str,
+    body: Optional[str],
+    count: int,
+    headers,
+    msg_id: Optional[str],
+    force_stdin: bool,
+    send_on: str,
+    templates: bool,
+    quiet: bool,
+    as_json: bool,
+    show_progress: Optional[bool],
+):
     """Publish messages to the stream that captures SUBJECT.
 
     BODY, the subject, header values and --id may use template functions,
@@ -209,12 +233,24 @@ class _PubStats:
 @click.option("--start-sequence", type=click.IntRange(min=1), help="Start at this stream sequence.")
 @click.option("--since", type=DURATION, help="Start with messages stored this long ago, e.g. 1h.")
 @click.option("--count", type=click.IntRange(min=1), help="Stop after this many messages.")
-@click.option("--follow/--no-follow", default=True, show_default=True, help="Keep waiting for new messages (stop with Ctrl-C), or stop at the end of the stream.")
+@click.option(
+    "--follow/--no-follow", default=True, show_default=True, help="Keep waiting for new messages (stop with Ctrl-C), or stop at the end of the stream."
+)
 @click.option("--raw", is_flag=True, help="Print only message bodies, one per line.")
 @output_options
 @needs_store()
-def sub(js, subject: Optional[str], stream_name: Optional[str], start: str, start_sequence: Optional[int], since: Optional[float],
-        count: Optional[int], follow: bool, raw: bool, as_json: bool):
+def sub(
+    js,
+    subject: Optional[str],
+    stream_name: Optional[str],
+    start: str,
+    start_sequence: Optional[int],
+    since: Optional[float],
+    count: Optional[int],
+    follow: bool,
+    raw: bool,
+    as_json: bool,
+):
     """Read a stream's messages in order.
 
     All of them, or only those on SUBJECT (wildcards allowed).
@@ -264,8 +300,16 @@ def sub(js, subject: Optional[str], stream_name: Optional[str], start: str, star
 
     def show(m: dict) -> None:
         if as_json:
-            emit_json_line({"stream": m["stream"], "seq": m["seq"], "subject": m["subject"], "time": rfc3339(m["time"]) if m["time"] else None,
-                            "headers": m["headers"] or {}, **body_fields(m["data"])})
+            emit_json_line(
+                {
+                    "stream": m["stream"],
+                    "seq": m["seq"],
+                    "subject": m["subject"],
+                    "time": rfc3339(m["time"]) if m["time"] else None,
+                    "headers": m["headers"] or {},
+                    **body_fields(m["data"]),
+                }
+            )
         elif raw:
             _write_raw(m["data"])
         else:
@@ -317,8 +361,12 @@ def _from_raw(m) -> dict:
 def _from_row(row: dict) -> dict:
     hdrs = row.get("headers")
     return {
-        "stream": row["stream"], "seq": row["seq"], "subject": row["subject"], "time": row["timestamp"],
-        "headers": {k: v[-1] for k, v in hdrs} if hdrs else None, "data": row["data"],
+        "stream": row["stream"],
+        "seq": row["seq"],
+        "subject": row["subject"],
+        "time": row["timestamp"],
+        "headers": {k: v[-1] for k, v in hdrs} if hdrs else None,
+        "data": row["data"],
     }
 
 
@@ -327,17 +375,23 @@ def _from_row(row: dict) -> dict:
 
 def ack_options(fn):
     """--ack/--no-ack, --nak, --term: what to do with each delivered message."""
-    for opt in reversed([
-        click.option("--ack/--no-ack", default=True, show_default=True, help="Acknowledge each message (with --no-ack it is redelivered after the consumer's ack wait)."),
-        click.option("--nak", is_flag=True, help="Negatively acknowledge each message: redeliver it now."),
-        click.option("--term", is_flag=True, help="Terminate each message: never redeliver it."),
-    ]):
+    for opt in reversed(
+        [
+            click.option(
+                "--ack/--no-ack",
+                default=True,
+                show_default=True,
+                help="Acknowledge each message (with --no-ack it is redelivered after the consumer's ack wait).",
+            ),
+            click.option("--nak", is_flag=True, help="Negatively acknowledge each message: redeliver it now."),
+            click.option("--term", is_flag=True, help="Terminate each message: never redeliver it."),
+        ]
+    ):
         fn = opt(fn)
     return fn
 
 
-def deliver(js, stream_name: str, consumer: str, *, count: int, per_fetch: int, wait: float, ack: bool, nak: bool, term: bool,
-            raw: bool, as_json: bool) -> int:
+def deliver(js, stream_name: str, consumer: str, *, count: int, per_fetch: int, wait: float, ack: bool, nak: bool, term: bool, raw: bool, as_json: bool) -> int:
     """Fetch up to ``count`` messages from a pull consumer, print them, then ack/nak/term each; returns how many came."""
     if nak and term:
         raise click.UsageError("--nak and --term cannot be combined")
@@ -369,17 +423,32 @@ def deliver(js, stream_name: str, consumer: str, *, count: int, per_fetch: int, 
     return got
 
 
-_DONE = {"ack": "Acknowledged message", "nak": "Negatively acknowledged message (redelivered next)", "term": "Terminated message (never redelivered)", None: "Not acknowledged"}
+_DONE = {
+    "ack": "Acknowledged message",
+    "nak": "Negatively acknowledged message (redelivered next)",
+    "term": "Terminated message (never redelivered)",
+    None: "Not acknowledged",
+}
 
 
 def _show_delivered(msg, action: Optional[str], raw: bool, as_json: bool) -> None:
     md = msg.metadata
     if as_json:
-        emit_json_line({
-            "stream": md.stream, "consumer": md.consumer, "seq": md.sequence.stream, "consumer_seq": md.sequence.consumer,
-            "subject": msg.subject, "time": rfc3339(md.timestamp), "delivered": md.num_delivered, "pending": md.num_pending,
-            "headers": msg.headers or {}, **body_fields(msg.data), "action": action or "none",
-        })
+        emit_json_line(
+            {
+                "stream": md.stream,
+                "consumer": md.consumer,
+                "seq": md.sequence.stream,
+                "consumer_seq": md.sequence.consumer,
+                "subject": msg.subject,
+                "time": rfc3339(md.timestamp),
+                "delivered": md.num_delivered,
+                "pending": md.num_pending,
+                "headers": msg.headers or {},
+                **body_fields(msg.data),
+                "action": action or "none",
+            }
+        )
         return
     if raw:
         _write_raw(msg.data)
@@ -417,4 +486,3 @@ def fetch(js, stream_name: str, consumer: str, batch: int, wait: float, ack: boo
       jetspark fetch ORDERS NEW --no-ack --json
     """
     deliver(js, stream_name, consumer, count=batch, per_fetch=batch, wait=wait, ack=ack, nak=nak, term=term, raw=raw, as_json=as_json)
-

@@ -46,9 +46,21 @@ _NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
 _DURATION_PART = re.compile(_NUMBER + r"\s*" + _UNITS)
 _DURATION = re.compile(r"(?:\s*" + _NUMBER + r"\s*" + _UNITS + r")+\s*")
 _UNIT_SECONDS = {
-    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0,
-    "d": 86400.0, "D": 86400.0, "w": 7 * 86400.0, "W": 7 * 86400.0, "M": 30 * 86400.0,
-    "y": 365 * 86400.0, "Y": 365 * 86400.0,
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+    "D": 86400.0,
+    "w": 7 * 86400.0,
+    "W": 7 * 86400.0,
+    "M": 30 * 86400.0,
+    "y": 365 * 86400.0,
+    "Y": 365 * 86400.0,
 }
 
 
@@ -62,8 +74,7 @@ def parse_duration(text: str) -> float:
         sign, s = (-1.0 if s[0] == "-" else 1.0), s[1:].lstrip()
     if not _DURATION.fullmatch(s):
         raise ValueError(
-            f"invalid duration {text!r}: use a number with a unit, e.g. 500ms, 30s, 5m, 1h30m, 1d, 1w "
-            "(units ns, us, ms, s, m, h, d, w, M for months, y)"
+            f"invalid duration {text!r}: use a number with a unit, e.g. 500ms, 30s, 5m, 1h30m, 1d, 1w (units ns, us, ms, s, m, h, d, w, M for months, y)"
         )
     total = sum(float(m.group(1)) * _UNIT_SECONDS[m.group(2)] for m in _DURATION_PART.finditer(s))
     # The float sum of 0.1 + 0.2 style parts would print as 0.30000000000000004;
@@ -185,8 +196,12 @@ class Deliver:
 
 
 _DELIVER_WORDS = {
-    "all": "all", "last": "last", "new": "new",
-    "subject": "last_per_subject", "last_per_subject": "last_per_subject", "last-per-subject": "last_per_subject",
+    "all": "all",
+    "last": "last",
+    "new": "new",
+    "subject": "last_per_subject",
+    "last_per_subject": "last_per_subject",
+    "last-per-subject": "last_per_subject",
 }
 
 
@@ -209,10 +224,7 @@ def parse_deliver(text: str, now: Optional[_dt.datetime] = None) -> Deliver:
     try:
         when = _dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(
-            f"invalid start {text!r}: use all, last, new, subject, a sequence number, "
-            "a duration back from now (1h) or an RFC 3339 time"
-        ) from None
+        raise ValueError(f"invalid start {text!r}: use all, last, new, subject, a sequence number, a duration back from now (1h) or an RFC 3339 time") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=_dt.timezone.utc)
     return Deliver("by_start_time", time=when)
@@ -228,4 +240,3 @@ class DeliverType(click.ParamType):
             return parse_deliver(value)
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
-

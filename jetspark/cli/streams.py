@@ -67,16 +67,30 @@ def _config_options(edit: bool):
 
     def deco(fn):
         opts = [
-            click.option("--subjects", multiple=True, metavar="SUBJECT", help="Subjects the stream captures (repeat, or comma-separate). Default: the stream's name."),
+            click.option(
+                "--subjects", multiple=True, metavar="SUBJECT", help="Subjects the stream captures (repeat, or comma-separate). Default: the stream's name."
+            ),
             click.option("--description", help="A description of the stream."),
         ]
         if not edit:
             opts.append(click.option("--storage", type=click.Choice(list(_STORAGE), case_sensitive=False), help="Storage backend: file (default) or memory."))
         opts += [
             click.option("--replicas", type=int, help="Number of replicas (the embedded engine keeps 1)."),
-            click.option("--retention", type=click.Choice(list(_RETENTION), case_sensitive=False), help="Retention policy: limits (default), interest, or workqueue (work, workq)."),
-            click.option("--discard", type=click.Choice(["old", "new"], case_sensitive=False), help="What to do when a limit is reached: discard old messages (default) or refuse new ones."),
-            click.option("--discard-per-subject/--no-discard-per-subject", default=None, help="Apply discard new per subject (needs --discard new and --max-msgs-per-subject)."),
+            click.option(
+                "--retention",
+                type=click.Choice(list(_RETENTION), case_sensitive=False),
+                help="Retention policy: limits (default), interest, or workqueue (work, workq).",
+            ),
+            click.option(
+                "--discard",
+                type=click.Choice(["old", "new"], case_sensitive=False),
+                help="What to do when a limit is reached: discard old messages (default) or refuse new ones.",
+            ),
+            click.option(
+                "--discard-per-subject/--no-discard-per-subject",
+                default=None,
+                help="Apply discard new per subject (needs --discard new and --max-msgs-per-subject).",
+            ),
         ]
         if not edit:
             opts.append(click.option("--first-sequence", type=int, help="The stream's first sequence number."))
@@ -94,7 +108,12 @@ def _config_options(edit: bool):
             click.option("--allow-direct/--no-allow-direct", default=None, help="Allow direct get."),
             click.option("--ack/--no-ack", default=None, help="Acknowledge publishes (default yes)."),
             click.option("--metadata", multiple=True, metavar="KEY=VALUE", help="Metadata to attach (repeat)."),
-            click.option("--config", "config_file", type=click.File("r"), help="Read the config from a JSON file: a StreamConfig as `stream info --json` prints it (durations in seconds); flags override it."),
+            click.option(
+                "--config",
+                "config_file",
+                type=click.File("r"),
+                help="Read the config from a JSON file: a StreamConfig as `stream info --json` prints it (durations in seconds); flags override it.",
+            ),
         ]
         for opt in reversed(opts):
             fn = opt(fn)
@@ -371,15 +390,27 @@ def ls(js, names_only: bool, as_json: bool):
         click.echo("No streams defined")
         return
     rows = [
-        (i.config.name, i.config.description or "", fmt_date(i.created), fmt_count(i.state.messages),
-         format_size(i.state.bytes), fmt_ago(i.state.last_ts) if i.state.last_ts else "never")
+        (
+            i.config.name,
+            i.config.description or "",
+            fmt_date(i.created),
+            fmt_count(i.state.messages),
+            format_size(i.state.bytes),
+            fmt_ago(i.state.last_ts) if i.state.last_ts else "never",
+        )
         for i in infos
     ]
-    click.echo(table(["Name", "Description", "Created", "Messages", "Size", "Last Message"], rows, right=(3, 4), title=plural(len(infos), 'stream')))
+    click.echo(table(["Name", "Description", "Created", "Messages", "Size", "Last Message"], rows, right=(3, 4), title=plural(len(infos), "stream")))
 
 
 @stream.command("report")
-@click.option("--sort", type=click.Choice(["name", "messages", "bytes", "consumers"]), default="name", show_default=True, help="Sort the rows by this column (numbers largest first).")
+@click.option(
+    "--sort",
+    type=click.Choice(["name", "messages", "bytes", "consumers"]),
+    default="name",
+    show_default=True,
+    help="Sort the rows by this column (numbers largest first).",
+)
 @output_options
 @needs_store()
 def report(js, sort: str, as_json: bool):
@@ -394,18 +425,20 @@ def report(js, sort: str, as_json: bool):
     rows = []
     for i in js.streams_info():
         s = i.state
-        rows.append({
-            "stream": i.config.name,
-            "storage": str(getattr(i.config.storage, "value", i.config.storage)),
-            "retention": str(getattr(i.config.retention, "value", i.config.retention)),
-            "messages": s.messages,
-            "bytes": s.bytes,
-            "first_seq": s.first_seq,
-            "last_seq": s.last_seq,
-            "deleted": s.num_deleted,
-            "subjects": s.num_subjects,
-            "consumers": s.consumer_count,
-        })
+        rows.append(
+            {
+                "stream": i.config.name,
+                "storage": str(getattr(i.config.storage, "value", i.config.storage)),
+                "retention": str(getattr(i.config.retention, "value", i.config.retention)),
+                "messages": s.messages,
+                "bytes": s.bytes,
+                "first_seq": s.first_seq,
+                "last_seq": s.last_seq,
+                "deleted": s.num_deleted,
+                "subjects": s.num_subjects,
+                "consumers": s.consumer_count,
+            }
+        )
     if sort == "name":
         rows.sort(key=lambda r: r["stream"])
     else:
@@ -417,14 +450,28 @@ def report(js, sort: str, as_json: bool):
         click.echo("No streams defined")
         return
     body = [
-        (r["stream"], r["storage"], r["retention"], fmt_count(r["consumers"]), fmt_count(r["messages"]), format_size(r["bytes"]),
-         fmt_count(r["first_seq"]), fmt_count(r["last_seq"]), fmt_count(r["deleted"]), fmt_count(r["subjects"]))
+        (
+            r["stream"],
+            r["storage"],
+            r["retention"],
+            fmt_count(r["consumers"]),
+            fmt_count(r["messages"]),
+            format_size(r["bytes"]),
+            fmt_count(r["first_seq"]),
+            fmt_count(r["last_seq"]),
+            fmt_count(r["deleted"]),
+            fmt_count(r["subjects"]),
+        )
         for r in rows
     ]
-    click.echo(table(
-        ["Stream", "Storage", "Retention", "Consumers", "Messages", "Bytes", "First Seq", "Last Seq", "Deleted", "Subjects"],
-        body, right=(3, 4, 5, 6, 7, 8, 9), title=f"Stream report ({plural(len(rows), 'stream')})",
-    ))
+    click.echo(
+        table(
+            ["Stream", "Storage", "Retention", "Consumers", "Messages", "Bytes", "First Seq", "Last Seq", "Deleted", "Subjects"],
+            body,
+            right=(3, 4, 5, 6, 7, 8, 9),
+            title=f"Stream report ({plural(len(rows), 'stream')})",
+        )
+    )
 
 
 @stream.command("rm")
@@ -487,8 +534,10 @@ def purge(js, name: str, subject: Optional[str], seq: Optional[int], keep: Optio
     if as_json:
         emit_json({"stream": name, "purged": purged, "state": after})
         return
-    click.echo(f"Purged {plural(purged, 'message')} from {name}: {fmt_count(after.messages)} left, "
-               f"{format_size(after.bytes)}, first sequence {fmt_count(after.first_seq)}, last sequence {fmt_count(after.last_seq)}")
+    click.echo(
+        f"Purged {plural(purged, 'message')} from {name}: {fmt_count(after.messages)} left, "
+        f"{format_size(after.bytes)}, first sequence {fmt_count(after.first_seq)}, last sequence {fmt_count(after.last_seq)}"
+    )
 
 
 @stream.command("get")
@@ -523,9 +572,12 @@ def get(js, name: str, seq: Optional[int], last_for: Optional[str], raw: bool, a
 
 def message_json(msg: RawStreamMsg) -> dict:
     return {
-        "stream": msg.stream, "seq": msg.seq, "subject": msg.subject,
+        "stream": msg.stream,
+        "seq": msg.seq,
+        "subject": msg.subject,
         "time": rfc3339(msg.time) if msg.time else None,
-        "headers": msg.headers or {}, **body_fields(msg.data),
+        "headers": msg.headers or {},
+        **body_fields(msg.data),
     }
 
 

@@ -80,7 +80,7 @@ class Template:
             if len(args) != nargs:
                 raise TemplateError(f"{m.group(0)!r} takes {nargs} argument(s)")
             if m.start() > pos:
-                self._parts.append(raw[pos:m.start()])
+                self._parts.append(raw[pos : m.start()])
             self._parts.append(factory(args))
             pos = m.end()
         if pos < len(raw):

@@ -77,8 +77,8 @@ class JetStreamDataSource(DataSource):
 
     def writer(self, schema, overwrite: bool):
         from jetspark.connector.options import writer_options
-        from jetspark.errors import OptionError
         from jetspark.connector.sink import BatchWriter, check_schema, new_write_id
+        from jetspark.errors import OptionError
 
         opts = writer_options(self.options)
         if overwrite:

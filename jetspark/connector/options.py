@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from jetspark.protocol.subjects import is_valid as is_valid_subject
 from jetspark.errors import OptionError
+from jetspark.protocol.subjects import is_valid as is_valid_subject
 
 DEFAULT_STORE = "./jetspark-data"
 
@@ -88,9 +88,7 @@ def _check_known(options: Mapping[str, str], known: set, what: str) -> None:
         if k.lower().startswith("nats."):
             continue
         if k.lower() not in known:
-            raise OptionError(
-                f"unknown {what} option {k!r}; accepted: {', '.join(sorted(_CANONICAL[x] for x in known))}"
-            )
+            raise OptionError(f"unknown {what} option {k!r}; accepted: {', '.join(sorted(_CANONICAL[x] for x in known))}")
 
 
 def _positive_int(options, key: str) -> Optional[int]:
@@ -139,9 +137,7 @@ def _sequence_json(raw: str, key: str, stream: str, words: str = '"earliest", "l
         value = doc.get("seq", doc.get(stream))
         if isinstance(value, int) and value >= 0:
             return value
-    raise OptionError(
-        f'option {key} must be {words} or JSON like {{"seq": 42}} (or {{"{stream}": 42}}), not {raw!r}'
-    )
+    raise OptionError(f'option {key} must be {words} or JSON like {{"seq": 42}} (or {{"{stream}": 42}}), not {raw!r}')
 
 
 def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOptions:
@@ -153,10 +149,7 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
     subjects = tuple(s.strip() for s in subjects_raw.split(",") if s.strip())
     for s in subjects:
         if not is_valid_subject(s):
-            raise OptionError(
-                f"option subjects must be comma-separated subject filters like orders.new, orders.* "
-                f"or orders.>, and {s!r} is not one"
-            )
+            raise OptionError(f"option subjects must be comma-separated subject filters like orders.new, orders.* or orders.>, and {s!r} is not one")
 
     start_raw = _get(options, "startingOffsets")
     ts_raw = _get(options, "startingTimestamp")

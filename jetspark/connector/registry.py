@@ -147,9 +147,7 @@ def _read(js, query_id: str) -> tuple[int, int, bool]:
         return _legacy(js, query_id), 0, True
     doc = _decode(msg.data, f"{REGISTRY_STREAM} message {msg.seq}")
     if doc.get("query") != query_id:
-        raise SinkRegistryError(
-            f"{REGISTRY_STREAM} message {msg.seq} on {msg.subject} belongs to query {doc.get('query')!r}, not {query_id!r}"
-        )
+        raise SinkRegistryError(f"{REGISTRY_STREAM} message {msg.seq} on {msg.subject} belongs to query {doc.get('query')!r}, not {query_id!r}")
     return doc["batch"], msg.seq, True
 
 
@@ -194,9 +192,7 @@ def _create(js, query_id: str) -> None:
             f"there on {REGISTRY_SUBJECTS}: delete or rename that stream"
         ) from err
     if err.err_code == 10065:
-        others = [
-            i.config.name for i in js.streams_info() if any(subj.collide(s, REGISTRY_SUBJECTS) for s in i.config.subjects or [])
-        ]
+        others = [i.config.name for i in js.streams_info() if any(subj.collide(s, REGISTRY_SUBJECTS) for s in i.config.subjects or [])]
         raise SinkRegistryError(
             f"the Spark sink cannot create its registry of committed batches, stream {REGISTRY_STREAM} on "
             f"{REGISTRY_SUBJECTS}: the subjects of stream {', '.join(others) or '(another stream)'} overlap them "

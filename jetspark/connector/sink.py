@@ -100,20 +100,16 @@ def check_schema(schema, opts: WriterOptions) -> None:
     names = [f.name for f in schema.fields]
     for n in names:
         if n not in ALLOWED:
-            raise OptionError(
-                f"column {n!r} cannot be written to a stream; the sink takes columns {', '.join(ALLOWED)} "
-                "(select or rename them first)"
-            )
+            raise OptionError(f"column {n!r} cannot be written to a stream; the sink takes columns {', '.join(ALLOWED)} (select or rename them first)")
     if "data" not in names:
         raise OptionError("the sink needs a 'data' column (binary or string)")
     if "subject" not in names and not opts.subject:
-        raise OptionError("the sink needs a 'subject' column or .option(\"subject\", \"...\")")
+        raise OptionError('the sink needs a \'subject\' column or .option("subject", "...")')
     for f in schema.fields:
         accepted, ok = COLUMN_TYPES[f.name]
         if not ok(f.dataType):
             raise ColumnTypeError(
-                f"column {f.name!r} has type {f.dataType.simpleString()}; the sink takes {accepted} "
-                f"for it ({_type_hint(f.name, f.dataType)})"
+                f"column {f.name!r} has type {f.dataType.simpleString()}; the sink takes {accepted} for it ({_type_hint(f.name, f.dataType)})"
             )
 
 
@@ -138,9 +134,7 @@ def write_batches(opts: WriterOptions, batches: Iterator[pa.RecordBatch], id_pre
             if cols["subject"].null_count and opts.subject:
                 cols["subject"] = pc.fill_null(cols["subject"], opts.subject)
             if cols["subject"].null_count:
-                raise NullValueError(
-                    'a row has a null subject and the sink has no .option("subject", "...") to use instead'
-                )
+                raise NullValueError('a row has a null subject and the sink has no .option("subject", "...") to use instead')
         else:
             cols["subject"] = pa.repeat(pa.scalar(opts.subject, pa.string()), n)
         cols["data"] = batch.column("data")
@@ -155,8 +149,7 @@ def write_batches(opts: WriterOptions, batches: Iterator[pa.RecordBatch], id_pre
             cols["headers"] = batch.column("headers")
             if _null_header_value(cols["headers"]):
                 raise NullValueError(
-                    "a row's headers map has a null value; a header needs a value (an empty string is "
-                    "one), and a row without headers has a null map"
+                    "a row's headers map has a null value; a header needs a value (an empty string is one), and a row without headers has a null map"
                 )
         own_ids = "msg_id" in batch.schema.names and batch.column("msg_id").null_count < n
         parts = [(opts.stream, None)] if opts.stream is not None else None
@@ -207,8 +200,8 @@ def _by_stream(js, table: pa.Table) -> list[tuple[Optional[str], pa.Table]]:
     a subject no stream captures raises NoStreamResponseError before anything
     of the batch is stored.
     """
-    from jetspark.protocol import subjects as subj
     from jetspark.errors import NoStreamResponseError, StreamNotFoundError
+    from jetspark.protocol import subjects as subj
 
     subjects = table.column("subject")
     route: dict[str, str] = {}
@@ -222,10 +215,7 @@ def _by_stream(js, table: pa.Table) -> list[tuple[Optional[str], pa.Table]]:
     names = sorted(set(route.values()))
     if len(names) <= 1:
         return [(names[0] if names else None, table)]
-    return [
-        (name, table.filter(pc.is_in(subjects, value_set=pa.array([s for s, n in route.items() if n == name], subjects.type))))
-        for name in names
-    ]
+    return [(name, table.filter(pc.is_in(subjects, value_set=pa.array([s for s, n in route.items() if n == name], subjects.type)))) for name in names]
 
 
 class BatchWriter(DataSourceArrowWriter):

@@ -65,10 +65,7 @@ def split(opts: ReaderOptions, lo: int, hi: int, subjects: tuple[str, ...]) -> l
     n = max(opts.min_partitions, math.ceil(total / opts.rows_per_partition))
     n = min(n, total)
     step = math.ceil(total / n)
-    return [
-        SeqRange(opts.store, opts.stream, a, min(a + step - 1, hi), subjects, opts.include_headers, opts.connection)
-        for a in range(lo, hi + 1, step)
-    ]
+    return [SeqRange(opts.store, opts.stream, a, min(a + step - 1, hi), subjects, opts.include_headers, opts.connection) for a in range(lo, hi + 1, step)]
 
 
 def read_range(p: SeqRange) -> Iterator:
@@ -84,9 +81,7 @@ def _stream_info(js, opts: ReaderOptions):
         return js.stream_info(opts.stream)
     except StreamNotFoundError:
         names = ", ".join(sorted(js.stream_names())) or "none"
-        raise OptionError(
-            f"option stream: there is no stream {opts.stream!r} in the store {opts.store} (streams: {names})"
-        ) from None
+        raise OptionError(f"option stream: there is no stream {opts.stream!r} in the store {opts.store} (streams: {names})") from None
 
 
 def _start_seq(js, opts: ReaderOptions) -> int:

@@ -159,7 +159,7 @@ def _headers_column(s, blk, e) -> pa.Array:
     raw = blk.read_hdrs(h0, int(e["hoff"][-1]) + int(e["hlen"][-1]) - h0)
     out = []
     for off, n in zip((e["hoff"] - h0).tolist(), hlen.tolist()):
-        out.append(list(H.decode_multi(raw[off:off + n]).items()) if n else None)
+        out.append(list(H.decode_multi(raw[off : off + n]).items()) if n else None)
     return pa.array(out, type=HEADERS_TYPE)
 
 
@@ -287,7 +287,7 @@ def _publish_fast(stream, subjects, data, id_col=None, id_range=None) -> BatchAc
     buf = memoryview(payload) if payload is not None else memoryview(b"")
     base = int(offsets[0])
     data_offsets = (offsets - base).astype(np.int64)
-    body = buf[base: int(offsets[-1])]
+    body = buf[base : int(offsets[-1])]
     ids = [V.row_msg_id(m, i) for i, m in enumerate(id_col.to_pylist())] if id_col is not None else None
     n = len(data)
     with stream.locked():
@@ -358,8 +358,8 @@ def _dedup_range(stream: Stream, id_range: tuple[str, int], n: int):
             continue
         a, b = max(first, start), min(last, start + n - 1)
         if a <= b:
-            keep[a - start: b - start + 1] = False
-            dup_seq[a - start: b - start + 1] = np.arange(seq + a - first, seq + b - first + 1)
+            keep[a - start : b - start + 1] = False
+            dup_seq[a - start : b - start + 1] = np.arange(seq + a - first, seq + b - first + 1)
     known = stream.storage.ensure_dedup(now, window)
     if known:
         for i in np.flatnonzero(keep).tolist():
@@ -389,8 +389,8 @@ def id_header_blocks(prefix: str, numbers: np.ndarray) -> tuple[bytes, np.ndarra
             values[:, j] = (n // 10 ** (d - 1 - j)) % 10
         rows = np.empty((len(n), width), dtype=np.uint8)
         rows[:, : len(head)] = np.frombuffer(head, dtype=np.uint8)
-        rows[:, len(head): len(head) + d] = 48 + values
-        rows[:, len(head) + d:] = np.frombuffer(tail, dtype=np.uint8)
+        rows[:, len(head) : len(head) + d] = 48 + values
+        rows[:, len(head) + d :] = np.frombuffer(tail, dtype=np.uint8)
         parts.append(rows.ravel())
         widths.append(np.full(len(n), width, dtype=np.int64))
         crcs.append(template_crcs(head, tail, values))
@@ -447,4 +447,4 @@ def _gather(body, offsets: np.ndarray, keep: np.ndarray):
     kept = arr.filter(pa.array(keep))
     o = np.frombuffer(kept.buffers()[1], dtype=np.int32, count=len(kept) + 1).astype(np.int64)
     data = kept.buffers()[2]
-    return (memoryview(data)[o[0]:o[-1]] if data is not None else memoryview(b"")), o - o[0]
+    return (memoryview(data)[o[0] : o[-1]] if data is not None else memoryview(b"")), o - o[0]

@@ -68,8 +68,11 @@ class CheckReport:
 
     def as_dict(self) -> dict:
         return {
-            "stream": self.stream, "ok": self.ok, "messages": self.messages,
-            "problems": [dataclasses.asdict(p) for p in self.problems], "lost": list(self.lost),
+            "stream": self.stream,
+            "ok": self.ok,
+            "messages": self.messages,
+            "problems": [dataclasses.asdict(p) for p in self.problems],
+            "lost": list(self.lost),
         }
 
 
@@ -100,12 +103,22 @@ def rebuild_header(data_dir: Path, repair: bool) -> list[Problem]:
 
     h.subj_len, nsubj, bad = _valid_subjects(data_dir / "subjects")
     if bad:
-        problems.append(Problem(str(data_dir / "subjects"), f"record at byte {h.subj_len} fails its checksum; "
-                                "messages on the subjects stored after it cannot be read", repaired=False))
+        problems.append(
+            Problem(
+                str(data_dir / "subjects"),
+                f"record at byte {h.subj_len} fails its checksum; messages on the subjects stored after it cannot be read",
+                repaired=False,
+            )
+        )
     h.ops_len, bad = _valid_ops(journal("ops"))
     if bad:
-        problems.append(Problem(str(journal("ops")), f"record at byte {h.ops_len} fails its checksum; the "
-                                "removals recorded from there on are unknown and those messages are back", repaired=False))
+        problems.append(
+            Problem(
+                str(journal("ops")),
+                f"record at byte {h.ops_len} fails its checksum; the removals recorded from there on are unknown and those messages are back",
+                repaired=False,
+            )
+        )
     for name, rec in (("dedup", DEDUP.size), ("dedup_ranges", RANGE.size)):
         size = _size(journal(name))
         setattr(h, "dedup_len" if name == "dedup" else "ranges_len", size - size % rec)
@@ -120,9 +133,15 @@ def rebuild_header(data_dir: Path, repair: bool) -> list[Problem]:
     h.num_subjects = 0  # recounted when the stream opens (recovery.recount)
     # Consumers are loaded once the header says there have been some (see _StreamLock).
     h.cons_gen = 1 if (data_dir / "cons").is_dir() and any((data_dir / "cons").iterdir()) else 0
-    problems.append(Problem(str(data_dir / "state"), "rebuilt from the block files: first_seq "
-                            f"{h.first_seq}, last_seq {h.last_seq}; removals at the head are applied again "
-                            "from the stream's limits and its consumers' acks", repaired=repair))
+    problems.append(
+        Problem(
+            str(data_dir / "state"),
+            "rebuilt from the block files: first_seq "
+            f"{h.first_seq}, last_seq {h.last_seq}; removals at the head are applied again "
+            "from the stream's limits and its consumers' acks",
+            repaired=repair,
+        )
+    )
     if repair:
         _write_state(data_dir / "state", h)
     return problems
@@ -131,7 +150,7 @@ def rebuild_header(data_dir: Path, repair: bool) -> list[Problem]:
 def _newest_generation(data_dir: Path, kind: str) -> int:
     gens = [0]
     for p in data_dir.glob(f"{kind}.*"):
-        suffix = p.name[len(kind) + 1:]
+        suffix = p.name[len(kind) + 1 :]
         if suffix.isdigit():
             gens.append(int(suffix))
     return max(gens)
@@ -149,7 +168,7 @@ def _valid_subjects(path: Path) -> tuple[int, int, bool]:
     pos = n = 0
     while pos + SUBJECT_RECORD.size <= len(raw):
         ln, crc = SUBJECT_RECORD.unpack_from(raw, pos)
-        body = raw[pos + SUBJECT_RECORD.size: pos + SUBJECT_RECORD.size + ln]
+        body = raw[pos + SUBJECT_RECORD.size : pos + SUBJECT_RECORD.size + ln]
         if len(body) != ln or zlib.crc32(body) != crc:
             return pos, n, True
         pos += SUBJECT_RECORD.size + ln
@@ -162,7 +181,7 @@ def _valid_ops(path: Path) -> tuple[int, bool]:
     pos = 0
     while pos + OPS_RECORD.size <= len(raw):
         n, crc = OPS_RECORD.unpack_from(raw, pos)
-        body = raw[pos + OPS_RECORD.size: pos + OPS_RECORD.size + 16 * n]
+        body = raw[pos + OPS_RECORD.size : pos + OPS_RECORD.size + 16 * n]
         if len(body) != 16 * n or zlib.crc32(body) != crc:
             return pos, True
         pos += OPS_RECORD.size + 16 * n
@@ -185,8 +204,8 @@ def _write_state(path: Path, h: StreamHeader) -> None:
     buf = bytearray(4096)
     slot = pack_slot(h)
     for off in SLOT_OFF:
-        buf[off:off + len(slot)] = slot
-    buf[ACTIVE_OFF:ACTIVE_OFF + 8] = ACTIVE[0]
+        buf[off : off + len(slot)] = slot
+    buf[ACTIVE_OFF : ACTIVE_OFF + 8] = ACTIVE[0]
     buf[0:8] = MAGIC
     tmp = path.with_name("state.rebuilt")
     with open(tmp, "wb") as f:
@@ -229,15 +248,19 @@ def check_records(storage, repair: bool) -> tuple[list[Problem], list[int]]:
     for kind in ("dedup", "dedup_ranges"):
         n = s.damaged_id_records(kind, repair)
         if n:
-            problems.append(Problem(str(s.journal_path(kind)), f"{n} message-id record(s) fail their checksum; a repair "
-                                    "forgets those ids (a message re-sent with one inside the window is stored again)", repaired=repair))
+            problems.append(
+                Problem(
+                    str(s.journal_path(kind)),
+                    f"{n} message-id record(s) fail their checksum; a repair forgets those ids (a message re-sent with one inside the window is stored again)",
+                    repaired=repair,
+                )
+            )
     for path in recovery.orphans(s):
         if path.exists():
             problems.append(Problem(str(path), "a block file no committed sequence refers to (left by a crash)", repaired=repair))
             if repair:
                 path.unlink(missing_ok=True)
     return problems, dropped
-
 
 
 def _check_interval_sums(s, bad: set, repair: bool) -> list[Problem]:

@@ -12,8 +12,8 @@ from enum import Enum
 from typing import Optional
 
 from jetspark.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from jetspark.protocol import subjects as subj
 from jetspark.errors import APIError, api_error
+from jetspark.protocol import subjects as subj
 
 MAX_NAME_LEN = 255
 MAX_DESCRIPTION_LEN = 4096
@@ -116,7 +116,7 @@ def normalize_stream_config(config: StreamConfig) -> StreamConfig:
             for spaces, exempt, what in (_JS_API, _SYS_API):
                 if any(subj.collide(s, space) for space in spaces) and not subj.subset(s, exempt):
                     raise invalid(f"subjects that overlap with {what} require no-ack to be true")
-        for later in subjects[i + 1:]:
+        for later in subjects[i + 1 :]:
             if subj.collide(s, later):
                 raise invalid(f'subject "{s}" overlaps with "{later}"')
 

@@ -177,8 +177,9 @@ class Consumer:
                     raise self._damage(f"has a damaged first record ({why}); a crash cannot tear it, so it is not cut")
                 if _record_after(raw, pos):
                     raise self._damage(f"has a damaged record at offset {bad} ({why}) followed by valid records; nothing was cut")
-                log.warning("%s: the last record, at offset %d (%d bytes), is torn (%s) and was cut off: a writer died mid-record",
-                            self.log_path, bad, size - bad, why)
+                log.warning(
+                    "%s: the last record, at offset %d (%d bytes), is torn (%s) and was cut off: a writer died mid-record", self.log_path, bad, size - bad, why
+                )
                 os.ftruncate(self._fd, bad)
         return True
 
@@ -188,7 +189,9 @@ class Consumer:
 
     def _apply(self, raw: bytes, pos: int) -> None:
         old_floor = self.ack_floor_stream_seq
-        _, _, op, n, self.delivered_consumer_seq, self.next_stream_seq, self.ack_floor_consumer_seq, self.ack_floor_stream_seq, self.last_active = _REC.unpack_from(raw, pos)
+        _, _, op, n, self.delivered_consumer_seq, self.next_stream_seq, self.ack_floor_consumer_seq, self.ack_floor_stream_seq, self.last_active = (
+            _REC.unpack_from(raw, pos)
+        )
         items = np.frombuffer(raw, dtype=_ITEM, count=n, offset=pos + _REC.size)
         # What this record released, for the stream's retention to reconsider: the
         # process that wrote it may have died before committing the removal.
@@ -237,7 +240,19 @@ class Consumer:
         error the in-memory state goes back to what the log holds, and StoreIOError /
         StoreFullError (naming the log) is raised: the call changed nothing."""
         arr = items if isinstance(items, np.ndarray) else np.array(items or [], dtype=_ITEM)
-        body = struct.pack("<BIqqqqq", op, len(arr), self.delivered_consumer_seq, self.next_stream_seq, self.ack_floor_consumer_seq, self.ack_floor_stream_seq, self.last_active) + arr.tobytes()
+        body = (
+            struct.pack(
+                "<BIqqqqq",
+                op,
+                len(arr),
+                self.delivered_consumer_seq,
+                self.next_stream_seq,
+                self.ack_floor_consumer_seq,
+                self.ack_floor_stream_seq,
+                self.last_active,
+            )
+            + arr.tobytes()
+        )
         rec = struct.pack("<II", 8 + len(body), zlib.crc32(body)) + body
         compact = self._pos and self._pos + len(rec) > COMPACT_BYTES
         try:
@@ -277,7 +292,19 @@ class Consumer:
     def compact(self) -> None:
         """Rewrite the log as one snapshot; other processes reopen it on the cons_gen bump."""
         arr = np.array(self._snapshot_items(), dtype=_ITEM)
-        body = struct.pack("<BIqqqqq", SNAPSHOT, len(arr), self.delivered_consumer_seq, self.next_stream_seq, self.ack_floor_consumer_seq, self.ack_floor_stream_seq, self.last_active) + arr.tobytes()
+        body = (
+            struct.pack(
+                "<BIqqqqq",
+                SNAPSHOT,
+                len(arr),
+                self.delivered_consumer_seq,
+                self.next_stream_seq,
+                self.ack_floor_consumer_seq,
+                self.ack_floor_stream_seq,
+                self.last_active,
+            )
+            + arr.tobytes()
+        )
         rec = struct.pack("<II", 8 + len(body), zlib.crc32(body)) + body
         fsync = self.stream.storage.fsync
         tmp = self.home / "log.tmp"
@@ -483,8 +510,7 @@ class Consumer:
             qs = self._new_seqs(room)
             if fits is not None:
                 qs = qs[: fits.count_new(qs, self.delivered_consumer_seq + 1)]
-            if not qs and not out and s.memory and self._matches_nothing_stored() \
-                    and self.config.deliver_policy != DeliverPolicy.BY_START_SEQUENCE:
+            if not qs and not out and s.memory and self._matches_nothing_stored() and self.config.deliver_policy != DeliverPolicy.BY_START_SEQUENCE:
                 # nats-server's memory store moves a pull whose filter matches no stored
                 # subject to the end of the stream (its file store does not); the ack floor stays.
                 self.next_stream_seq = max(self.next_stream_seq, s.header.last_seq + 1)
@@ -768,7 +794,7 @@ def _record_at(raw: bytes, pos: int) -> int:
     op, n = struct.unpack_from("<BI", raw, pos + 8)
     if op > LAST_PER_SUBJECT or length != _REC.size + n * _ITEM.itemsize or pos + length > len(raw):
         return 0
-    return length if zlib.crc32(memoryview(raw)[pos + 8: pos + length]) == crc else 0
+    return length if zlib.crc32(memoryview(raw)[pos + 8 : pos + length]) == crc else 0
 
 
 def _what_is_wrong(raw: bytes, pos: int) -> str:

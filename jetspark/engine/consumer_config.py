@@ -18,9 +18,9 @@ from jetspark.api import (
     RetentionPolicy,
     StreamConfig,
 )
-from jetspark.protocol import subjects as subj
 from jetspark.engine.config import MAX_DESCRIPTION_LEN, MAX_NAME_LEN, _enum, invalid
 from jetspark.errors import api_error
+from jetspark.protocol import subjects as subj
 
 DEFAULT_ACK_WAIT = 30.0
 DEFAULT_MAX_WAITING = 512
@@ -86,7 +86,7 @@ def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> C
     if any(not subj.is_valid(f) for f in filters):
         raise invalid("invalid subject")
     for i, a in enumerate(filters):
-        for b in filters[i + 1:]:
+        for b in filters[i + 1 :]:
             if subj.subset(a, b) or subj.subset(b, a):
                 raise api_error(10138)
 

@@ -291,8 +291,9 @@ class ConsumerSet:
                 # goes, matched by it or by nobody (test_retention_update.py, test_deleting_*).
                 self.release_range(c.ack_floor_stream_seq + 1, s.header.last_seq, unmatched=True)
         except OSError as exc:
-            log.warning("stream %r: removing the messages only the deleted consumer held failed (%s); "
-                        "the next reload of the consumer list removes them", st.name, exc)
+            log.warning(
+                "stream %r: removing the messages only the deleted consumer held failed (%s); the next reload of the consumer list removes them", st.name, exc
+            )
             self._gen = -1
 
     def expire_inactive(self, now: int) -> None:
@@ -376,7 +377,7 @@ class ConsumerSet:
 
 def _renamed(exc: StoreError, tmp: Path, home: Path) -> StoreError:
     """The error of a failed create, naming the file where it would have been."""
-    path = str(home) + exc.path[len(str(tmp)):]
+    path = str(home) + exc.path[len(str(tmp)) :]
     if isinstance(exc, OSError):
         return type(exc)(exc.errno, exc.strerror, path, exc.action)
     return type(exc)(str(exc).replace(str(tmp), str(home)), path)

@@ -149,8 +149,7 @@ class MessageIds:
             path = self.journals.path(kind)
             at = base + int(np.flatnonzero(~ok)[0]) * size
             raise CorruptStoreError(
-                f"{path}: the record at byte {at} fails its checksum ({int((~ok).sum())} damaged); "
-                "check_stream(name, repair=True) drops the damaged ids",
+                f"{path}: the record at byte {at} fails its checksum ({int((~ok).sum())} damaged); check_stream(name, repair=True) drops the damaged ids",
                 path,
             )
 
@@ -173,7 +172,8 @@ class MessageIds:
         size = DEDUP.size
         recs["crc"] = np.fromiter(
             map(zlib.crc32, map(mv.__getitem__, map(slice, range(0, len(raw), size), range(size - 4, len(raw), size)))),
-            dtype=np.uint32, count=len(recs),
+            dtype=np.uint32,
+            count=len(recs),
         )
         self.journals.write("dedup", recs.tobytes(), hdr.dedup_len)
         hdr.dedup_len += recs.nbytes

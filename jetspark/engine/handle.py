@@ -55,18 +55,15 @@ from jetspark.api import (
     StreamInfo,
     datetime_to_ns,
 )
-from jetspark.engine import check
+from jetspark.backend.base import HandleBase
+from jetspark.engine import check, diskio, metafile
 from jetspark.engine import config as cfg
 from jetspark.engine import consumer_config as ccfg
-from jetspark.protocol import headers as H
-from jetspark.engine import diskio, metafile
-from jetspark.protocol import subjects as subj
 from jetspark.engine.check import CheckReport, Problem
 from jetspark.engine.locking import FORK_GENERATION, FLock
 from jetspark.engine.pull import Msg, PullSubscription
 from jetspark.engine.storage import StreamStorage
 from jetspark.engine.stream import Stream, config_from_json, config_to_json, load_stream_meta
-from jetspark.backend.base import HandleBase
 from jetspark.errors import (
     ClosedError,
     CorruptStoreError,
@@ -75,6 +72,8 @@ from jetspark.errors import (
     StoreIOError,
     api_error,
 )
+from jetspark.protocol import headers as H
+from jetspark.protocol import subjects as subj
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -148,8 +147,7 @@ class JetStream(HandleBase):
             missing = [n for n in ("store.json", "streams/") if not (self.path / n).exists()]
             reason = f"the directory holds no {' and no '.join(missing)}"
         raise StoreError(
-            f"no jetspark store at {self.path}: {reason}; jetspark.connect(path) (create=True, "
-            "the default) or `jetspark stream add` creates one",
+            f"no jetspark store at {self.path}: {reason}; jetspark.connect(path) (create=True, the default) or `jetspark stream add` creates one",
             self.path,
         )
 
@@ -192,16 +190,15 @@ class JetStream(HandleBase):
             if any(not p.name.startswith(".") for p in (self.path / "streams").iterdir()):
                 # A new id would lose the memory streams' data (it names their area): report it.
                 raise CorruptStoreError(
-                    f"{meta} and its mirror {meta.name}{metafile.MIRROR_SUFFIX} are missing, but "
-                    f"{self.path / 'streams'} holds streams: the store's id is lost", path=str(meta)
+                    f"{meta} and its mirror {meta.name}{metafile.MIRROR_SUFFIX} are missing, but {self.path / 'streams'} holds streams: the store's id is lost",
+                    path=str(meta),
                 ) from None
             doc = {"id": uuid.uuid4().hex, "format": STORE_FORMAT}
             metafile.save(meta, doc, fsync=self._fsync)
         except CorruptStoreError:
             if _legacy_store_doc(meta):
                 raise StoreError(
-                    f"{self.path} was written by an older jetspark (store format 1, no checksums); "
-                    f"this version reads format {STORE_FORMAT}", path=str(meta)
+                    f"{self.path} was written by an older jetspark (store format 1, no checksums); this version reads format {STORE_FORMAT}", path=str(meta)
                 ) from None
             raise
         if not isinstance(doc.get("id"), str) or doc.get("format") != STORE_FORMAT:
@@ -381,7 +378,7 @@ class JetStream(HandleBase):
             if config.storage == StorageType.MEMORY:
                 shutil.rmtree(data_dir, ignore_errors=True)
             if isinstance(exc, StoreIOError) and exc.path.startswith(str(tmp)):
-                raise type(exc)(exc.errno, exc.strerror, str(home) + exc.path[len(str(tmp)):], exc.action) from exc
+                raise type(exc)(exc.errno, exc.strerror, str(home) + exc.path[len(str(tmp)) :], exc.action) from exc
             raise
         if self._fsync:
             metafile.fsync_dir(home.parent)
@@ -622,7 +619,6 @@ class JetStream(HandleBase):
             self._stream(stream).delete_msg(seq)
             return True
 
-
     # ------------------------------------------------------------------ bulk paths for Spark
 
     def read_batches(
@@ -668,7 +664,6 @@ class JetStream(HandleBase):
         when = V.when(when)
         with self._lock:
             return bulk.seq_for_time(self._stream(stream), when)
-
 
     # ------------------------------------------------------------------ consumers
 
@@ -825,7 +820,9 @@ class JetStream(HandleBase):
                     st.consumers.release(np.arange(old + 1, c.ack_floor_stream_seq + 1, dtype=np.int64))
                 return SequenceInfo(consumer_seq=c.ack_floor_consumer_seq, stream_seq=c.ack_floor_stream_seq)
 
-    def ordered_consumer(self, stream: str, subjects: Optional[Sequence[str]] = None, start_seq: Optional[int] = None, end_seq: Optional[int] = None, batch_size: int = 4096) -> Iterator[Msg]:
+    def ordered_consumer(
+        self, stream: str, subjects: Optional[Sequence[str]] = None, start_seq: Optional[int] = None, end_seq: Optional[int] = None, batch_size: int = 4096
+    ) -> Iterator[Msg]:
         """Read a (filtered) range in order with no acks, like nats-py's ordered consumer.
 
         Messages carry metadata (stream and consumer sequences, num_pending);

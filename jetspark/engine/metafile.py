@@ -65,9 +65,9 @@ def encode(doc: dict, gen: int) -> bytes:
 
 def decode(raw: bytes) -> tuple[int, dict]:
     """(generation, document) of a file's content; ValueError saying what is wrong."""
-    if len(raw) <= _HEAD or raw[: len(_PREFIX)] != _PREFIX or raw[_HEAD - 1: _HEAD] != b'"':
+    if len(raw) <= _HEAD or raw[: len(_PREFIX)] != _PREFIX or raw[_HEAD - 1 : _HEAD] != b'"':
         raise ValueError("has no checksum header" if raw else "is empty")
-    digits = raw[len(_PREFIX): _HEAD - 1]
+    digits = raw[len(_PREFIX) : _HEAD - 1]
     if not set(digits) <= _HEX:
         raise ValueError("has a damaged checksum field")
     if zlib.crc32(raw[_HEAD:]) != int(digits, 16):
@@ -112,9 +112,7 @@ def load(path, *, fsync: bool = False) -> dict:
     if not good:
         if all(p.endswith("is missing") for p in problems):
             raise FileNotFoundError(errno.ENOENT, f"neither {path} nor its mirror {copies[1].name} exists", str(path))
-        raise CorruptStoreError(
-            f"{path} is damaged and has no intact copy: {'; '.join(problems)}", path=str(path)
-        )
+        raise CorruptStoreError(f"{path} is damaged and has no intact copy: {'; '.join(problems)}", path=str(path))
     best = max(good, key=lambda f: f[0])  # the first of equals: the primary
     for p, f, problem in zip(copies, found, problems):
         if f is not None and f[2] == best[2]:

@@ -8,9 +8,7 @@ import zlib
 
 import numpy as np
 
-IDX_DTYPE = np.dtype(
-    [("ts", "<i8"), ("doff", "<u8"), ("hoff", "<u8"), ("dlen", "<u4"), ("hlen", "<u4"), ("sid", "<u4"), ("crc", "<u4")]
-)
+IDX_DTYPE = np.dtype([("ts", "<i8"), ("doff", "<u8"), ("hoff", "<u8"), ("dlen", "<u4"), ("hlen", "<u4"), ("sid", "<u4"), ("crc", "<u4")])
 ENTRY = struct.Struct("<qQQIIII")
 ENTRY_SIZE = ENTRY.size
 assert ENTRY_SIZE == IDX_DTYPE.itemsize == 40
@@ -37,9 +35,8 @@ def record_checks(raw, size: int) -> np.ndarray:
     mv = memoryview(raw)
     starts = range(0, n * size, size)
     got = np.fromiter(map(zlib.crc32, map(mv.__getitem__, map(slice, starts, range(size - 4, n * size, size)))), dtype=np.uint32, count=n)
-    want = np.frombuffer(raw, dtype=np.uint8)[: n * size].reshape(n, size)[:, size - 4:].copy().view("<u4").ravel()
+    want = np.frombuffer(raw, dtype=np.uint8)[: n * size].reshape(n, size)[:, size - 4 :].copy().view("<u4").ravel()
     return got == want
-
 
 
 def msgid_hash(msg_id: str) -> bytes:

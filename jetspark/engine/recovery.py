@@ -76,8 +76,7 @@ def repair_tail(s: StreamStorage) -> None:
             return
         cut = int(intact[-1]) + 1 if len(intact) else a
         if (bad < cut).any():
-            log.warning("stream data in %s: %d damaged record(s) before sequence %d; reads of them raise CorruptStoreError",
-                        s.dir, int((bad < cut).sum()), cut)
+            log.warning("stream data in %s: %d damaged record(s) before sequence %d; reads of them raise CorruptStoreError", s.dir, int((bad < cut).sum()), cut)
         if cut <= h.last_seq:
             truncate_after(s, cut - 1)
 

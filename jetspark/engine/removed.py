@@ -61,7 +61,7 @@ class RemovedSet:
             if pos + OPS_RECORD.size > len(raw):
                 raise CorruptStoreError(f"{self.journals.path('ops')}: truncated record at {pos0 + pos}", self.journals.path("ops"))
             n, crc = OPS_RECORD.unpack_from(raw, pos)
-            body = raw[pos + OPS_RECORD.size: pos + OPS_RECORD.size + 16 * n]
+            body = raw[pos + OPS_RECORD.size : pos + OPS_RECORD.size + 16 * n]
             if len(body) != 16 * n or zlib.crc32(body) != crc:
                 raise CorruptStoreError(f"{self.journals.path('ops')}: record at {pos0 + pos} fails its checksum", self.journals.path("ops"))
             out.extend((int(a), int(b)) for a, b in np.frombuffer(body, dtype="<u8").reshape(-1, 2))
@@ -101,7 +101,7 @@ class RemovedSet:
             lo = max(a, self.base)
             if lo <= b:
                 self._reach(b)
-                self.bitmap[lo - self.base: b - self.base + 1] = True
+                self.bitmap[lo - self.base : b - self.base + 1] = True
 
     def _reach(self, seq: int) -> None:
         need = seq - self.base + 1
@@ -131,7 +131,7 @@ class RemovedSet:
         hi = min(b - self.base + 1, len(self.bitmap))
         if hi > lo:
             start = max(lo, 0)
-            out[start - lo: hi - lo] = self.bitmap[start:hi]
+            out[start - lo : hi - lo] = self.bitmap[start:hi]
         return out
 
     def is_removed(self, seq: int) -> bool:
@@ -148,7 +148,7 @@ class RemovedSet:
             lo = seq - self.base
             if lo >= len(bitmap):
                 return seq
-            chunk = bitmap[lo: lo + (1 << 16)]
+            chunk = bitmap[lo : lo + (1 << 16)]
             free = np.flatnonzero(~chunk)
             if len(free):
                 return min(seq + int(free[0]), last + 1)

@@ -78,9 +78,27 @@ class StreamHeader:
 def pack_slot(h: StreamHeader) -> bytes:
     """A header slot's bytes, its checksum last."""
     raw = SLOT.pack(
-        h.commit, h.first_seq, h.last_seq, h.last_ts, h.msgs, h.bytes, h.num_subjects, h.ops_len,
-        h.subj_len, h.dedup_len, h.cfg_gen, h.deleted, h.held, h.cons_gen, h.ranges_len, h.jgen, len(h.last_id), h.last_id,
-        h.tail_dcrc, h.tail_hcrc, h.tail_icrc,
+        h.commit,
+        h.first_seq,
+        h.last_seq,
+        h.last_ts,
+        h.msgs,
+        h.bytes,
+        h.num_subjects,
+        h.ops_len,
+        h.subj_len,
+        h.dedup_len,
+        h.cfg_gen,
+        h.deleted,
+        h.held,
+        h.cons_gen,
+        h.ranges_len,
+        h.jgen,
+        len(h.last_id),
+        h.last_id,
+        h.tail_dcrc,
+        h.tail_hcrc,
+        h.tail_icrc,
     )
     return raw + CRC.pack(zlib.crc32(raw))
 
@@ -124,8 +142,8 @@ class HeaderFile:
         mm = mmap.mmap(self.fd, STATE_SIZE)
         try:
             for off in SLOT_OFF:
-                mm[off:off + SLOT.size + 4] = pack_slot(StreamHeader())
-            mm[ACTIVE_OFF:ACTIVE_OFF + 8] = ACTIVE[0]
+                mm[off : off + SLOT.size + 4] = pack_slot(StreamHeader())
+            mm[ACTIVE_OFF : ACTIVE_OFF + 8] = ACTIVE[0]
             mm[0:8] = MAGIC  # last: a header without its magic is not one
         finally:
             mm.close()
@@ -143,16 +161,16 @@ class HeaderFile:
 
     def read_slot(self, i: int) -> Optional[StreamHeader]:
         off = SLOT_OFF[i]
-        return unpack_slot(self.mm[off:off + SLOT.size + 4])
+        return unpack_slot(self.mm[off : off + SLOT.size + 4])
 
     def write_slot(self, i: int, h: StreamHeader) -> None:
         off = SLOT_OFF[i]
-        self.mm[off:off + SLOT.size + 4] = pack_slot(h)
+        self.mm[off : off + SLOT.size + 4] = pack_slot(h)
 
     def read(self) -> StreamHeader:
         """The committed header (from the mirror when the live slot is damaged)."""
         for _ in range(1000):
-            active = int.from_bytes(self.mm[ACTIVE_OFF:ACTIVE_OFF + 8], "little")
+            active = int.from_bytes(self.mm[ACTIVE_OFF : ACTIVE_OFF + 8], "little")
             h = self.read_slot(active & 1)
             if h is not None:
                 return h
@@ -188,10 +206,10 @@ class HeaderFile:
         mm = self.mm
         active = mm[ACTIVE_OFF] & 1
         off = SLOT_OFF[1 - active]
-        mm[off:off + len(raw)] = raw
-        mm[ACTIVE_OFF:ACTIVE_OFF + 8] = ACTIVE[1 - active]
+        mm[off : off + len(raw)] = raw
+        mm[ACTIVE_OFF : ACTIVE_OFF + 8] = ACTIVE[1 - active]
         off = SLOT_OFF[active]
-        mm[off:off + len(raw)] = raw
+        mm[off : off + len(raw)] = raw
         if flush:
             mm.flush()
 

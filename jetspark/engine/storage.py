@@ -156,11 +156,7 @@ class StreamStorage:
                     path.unlink(missing_ok=True)
 
     def _has_data(self) -> bool:
-        return (
-            any((self.dir / "blk").glob("*.idx"))
-            or bool(os.fstat(self.subject_table.fd).st_size)
-            or self.journals.any_data()
-        )
+        return any((self.dir / "blk").glob("*.idx")) or bool(os.fstat(self.subject_table.fd).st_size) or self.journals.any_data()
 
     def _reset_caches(self) -> None:
         self.header = StreamHeader(commit=-1)
@@ -311,7 +307,10 @@ class StreamStorage:
                 # created after our last look was dropped again before we listed the blocks
                 # (a fast writer, small blocks).  Start over from a fresh header.
                 self._reset_caches()
-                raise FilesMoved(f"{self.dir / 'blk'}: sequences {lo}..{h.last_seq} are not all in the blocks listed ({cause or 'unwritten index entries'})", self.dir / "blk") from cause
+                raise FilesMoved(
+                    f"{self.dir / 'blk'}: sequences {lo}..{h.last_seq} are not all in the blocks listed ({cause or 'unwritten index entries'})",
+                    self.dir / "blk",
+                ) from cause
             live = ~self.removed.mask(lo, h.last_seq)
             subject_stats.add(self.stats_by_subject, e["sid"][live], np.arange(lo, h.last_seq + 1, dtype=np.int64)[live])
 
@@ -431,13 +430,10 @@ class StreamStorage:
             verify(self, blk, lo, hi, data, e)
             hdr = blk.read_hdrs(h0, int(e["hoff"][-1]) + int(e["hlen"][-1]) - h0)
             if not hdr:
-                out.extend(
-                    (names[sid] if sid != SID_NONE else "", b"", data[doff - d0: doff - d0 + dlen], ts)
-                    for ts, doff, _, dlen, _, sid, _ in e.tolist()
-                )
+                out.extend((names[sid] if sid != SID_NONE else "", b"", data[doff - d0 : doff - d0 + dlen], ts) for ts, doff, _, dlen, _, sid, _ in e.tolist())
             else:
                 out.extend(
-                    (names[sid] if sid != SID_NONE else "", hdr[hoff - h0: hoff - h0 + hlen], data[doff - d0: doff - d0 + dlen], ts)
+                    (names[sid] if sid != SID_NONE else "", hdr[hoff - h0 : hoff - h0 + hlen], data[doff - d0 : doff - d0 + dlen], ts)
                     for ts, doff, hoff, dlen, hlen, sid, _ in e.tolist()
                 )
         return out
@@ -607,6 +603,7 @@ class StreamStorage:
         b.count = n
         b.dlen = int(e["doff"]) + int(e["dlen"])
         b.hlen = int(e["hoff"]) + int(e["hlen"])
+
     def append(self, subject: str, hdr: bytes, data: bytes, ts: int) -> int:
         """Store one message at last_seq + 1; returns its sequence."""
         if self.stats_by_subject is None:
@@ -626,14 +623,14 @@ class StreamStorage:
             if doff + n <= blk.dcap:
                 if doff + n > blk.dalloc:
                     blk.reserve_data(doff + n)
-                blk.dmm[doff:doff + n] = data
+                blk.dmm[doff : doff + n] = data
             else:
                 diskio.pwrite(blk.dfd, data, doff, f"{blk.path}.dat")  # a message larger than the block's capacity
         if hdr:
             diskio.pwrite(blk.hfd, hdr, hoff, f"{blk.path}.hdr")
         crc = zlib.crc32(data) ^ (_rotl1(zlib.crc32(hdr)) if hdr else 0) ^ _mix(seq, ts, sid)
         entry = ENTRY.pack(ts, doff, hoff, n, len(hdr), sid, crc)
-        blk.imm[ioff:ioff + ENTRY_SIZE] = entry
+        blk.imm[ioff : ioff + ENTRY_SIZE] = entry
         h.tail_dcrc = zlib.crc32(data, h.tail_dcrc)
         if hdr:
             h.tail_hcrc = zlib.crc32(hdr, h.tail_hcrc)
@@ -677,24 +674,29 @@ class StreamStorage:
             blk = self._tail_block(seq, int(dlens[pos]), int(hlens[pos]))
             room = BLOCK_MAX_MSGS - blk.count
             # How many fit in this block's byte budget.
-            cum = np.cumsum(dlens[pos:pos + room])
+            cum = np.cumsum(dlens[pos : pos + room])
             fit = int(np.searchsorted(cum, BLOCK_MAX_BYTES - blk.dlen, side="right")) or 1
             k = min(room, fit, n - pos)
             d0, d1 = int(data_offsets[pos]), int(data_offsets[pos + k])
             h0, h1 = int(hdr_offsets[pos]), int(hdr_offsets[pos + k])
             e = np.zeros(k, dtype=IDX_DTYPE)
             e["ts"] = ts
-            e["doff"] = blk.dlen + (data_offsets[pos:pos + k] - d0)
-            e["hoff"] = blk.hlen + (hdr_offsets[pos:pos + k] - h0)
-            e["dlen"] = dlens[pos:pos + k]
-            e["hlen"] = hlens[pos:pos + k]
-            e["sid"] = sids[pos:pos + k]
+            e["doff"] = blk.dlen + (data_offsets[pos : pos + k] - d0)
+            e["hoff"] = blk.hlen + (hdr_offsets[pos : pos + k] - h0)
+            e["dlen"] = dlens[pos : pos + k]
+            e["hlen"] = hlens[pos : pos + k]
+            e["sid"] = sids[pos : pos + k]
             mv = memoryview(data)
             hv = memoryview(hdr)
             e["crc"] = record_crcs(
-                np.arange(seq, seq + k, dtype=np.uint64), e["ts"], e["sid"],
-                hdr, hdr_offsets[pos:pos + k + 1], data, data_offsets[pos:pos + k + 1],
-                None if hdr_crcs is None else hdr_crcs[pos:pos + k],
+                np.arange(seq, seq + k, dtype=np.uint64),
+                e["ts"],
+                e["sid"],
+                hdr,
+                hdr_offsets[pos : pos + k + 1],
+                data,
+                data_offsets[pos : pos + k + 1],
+                None if hdr_crcs is None else hdr_crcs[pos : pos + k],
             )
             if d1 > d0:
                 diskio.pwrite(blk.dfd, mv[d0:d1], blk.dlen, f"{blk.path}.dat")
@@ -702,7 +704,7 @@ class StreamStorage:
                 diskio.pwrite(blk.hfd, hv[h0:h1], blk.hlen, f"{blk.path}.hdr")
             eb = e.tobytes()
             diskio.pwrite(blk.ifd, eb, (seq - blk.first) * ENTRY_SIZE, f"{blk.path}.idx")
-            self._chain(blk, k, mv, data_offsets[pos:pos + k + 1], hv, hdr_offsets[pos:pos + k + 1], eb)
+            self._chain(blk, k, mv, data_offsets[pos : pos + k + 1], hv, hdr_offsets[pos : pos + k + 1], eb)
             blk.dlen += d1 - d0
             blk.hlen += h1 - h0
             pos += k
@@ -734,10 +736,10 @@ class StreamStorage:
         i = 0
         while i < k:
             j = min(k, i + CHECK_EVERY - blk.count % CHECK_EVERY)
-            h.tail_dcrc = zlib.crc32(data[d[i]:d[j]], h.tail_dcrc)
+            h.tail_dcrc = zlib.crc32(data[d[i] : d[j]], h.tail_dcrc)
             if hd[j] > hd[i]:
-                h.tail_hcrc = zlib.crc32(hdr[hd[i]:hd[j]], h.tail_hcrc)
-            h.tail_icrc = zlib.crc32(entries[i * ENTRY_SIZE:j * ENTRY_SIZE], h.tail_icrc)
+                h.tail_hcrc = zlib.crc32(hdr[hd[i] : hd[j]], h.tail_hcrc)
+            h.tail_icrc = zlib.crc32(entries[i * ENTRY_SIZE : j * ENTRY_SIZE], h.tail_icrc)
             blk.count += j - i
             if not blk.count % CHECK_EVERY and blk.sfd >= 0:
                 self._checkpoint(blk, blk.count // CHECK_EVERY - 1)
@@ -873,10 +875,25 @@ class StreamStorage:
             self.pending_unlink.append(self.blocks.pop(0))
             self.block_firsts.pop(0)
 
+
 def _change_key(h: StreamHeader) -> tuple:
     """The header fields a change moves: equal before and after means nothing to commit."""
-    return (h.commit, h.last_seq, h.ops_len, h.dedup_len, h.subj_len, h.first_seq, h.msgs, h.cfg_gen, h.deleted, h.held,
-            h.last_id, h.cons_gen, h.ranges_len, h.jgen)
+    return (
+        h.commit,
+        h.last_seq,
+        h.ops_len,
+        h.dedup_len,
+        h.subj_len,
+        h.first_seq,
+        h.msgs,
+        h.cfg_gen,
+        h.deleted,
+        h.held,
+        h.last_id,
+        h.cons_gen,
+        h.ranges_len,
+        h.jgen,
+    )
 
 
 class _Locked:

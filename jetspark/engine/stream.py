@@ -79,9 +79,7 @@ class Stream:
         meta = meta if meta is not None else self.load_meta()
         self.config = config_from_json(meta["config"])
         self.created_ns = int(meta["created"])
-        self.storage = StreamStorage(
-            data_dir, home / "lock", memory=self.config.storage == StorageType.MEMORY, fsync=fsync
-        )
+        self.storage = StreamStorage(data_dir, home / "lock", memory=self.config.storage == StorageType.MEMORY, fsync=fsync)
         self._cfg_gen = self.storage.header.cfg_gen
         self.consumers = ConsumerSet(self)
 
@@ -262,10 +260,7 @@ class Stream:
         c = self.config
         cached = self.__dict__.get("_plain_cache")
         if cached is None or cached[0] is not c:
-            ok = (
-                c.retention == RetentionPolicy.LIMITS and not c.sealed and c.discard == DiscardPolicy.OLD
-                and not c.max_age and c.max_msgs_per_subject <= 0
-            )
+            ok = c.retention == RetentionPolicy.LIMITS and not c.sealed and c.discard == DiscardPolicy.OLD and not c.max_age and c.max_msgs_per_subject <= 0
             cached = self._plain_cache = (c, ok)
         return cached[1]
 
@@ -490,8 +485,13 @@ class Stream:
             raise api_error(10037)
         subject, hdr, data, ts = s.read_message(found)
         return RawStreamMsg(
-            subject=subject, seq=found, data=data, hdrs=hdr or None,
-            headers=H.decode(hdr) if hdr else None, stream=self.name, time=ns_to_datetime(ts),
+            subject=subject,
+            seq=found,
+            data=data,
+            hdrs=hdr or None,
+            headers=H.decode(hdr) if hdr else None,
+            stream=self.name,
+            time=ns_to_datetime(ts),
         )
 
     def _next_matching(self, mask: np.ndarray, start: int) -> int:
@@ -527,16 +527,20 @@ class Stream:
         subjects = None
         if subjects_filter:
             count = s.ensure_stats()[0]
-            subjects = {
-                name: int(count[i]) for i, name in enumerate(s.subjects)
-                if count[i] > 0 and subj.matches(subjects_filter, name)
-            } or None
+            subjects = {name: int(count[i]) for i, name in enumerate(s.subjects) if count[i] > 0 and subj.matches(subjects_filter, name)} or None
         state = StreamState(
-            messages=h.msgs, bytes=h.bytes, first_seq=first, last_seq=h.last_seq,
-            consumer_count=consumer_count, first_ts=first_ts,
+            messages=h.msgs,
+            bytes=h.bytes,
+            first_seq=first,
+            last_seq=h.last_seq,
+            consumer_count=consumer_count,
+            first_ts=first_ts,
             last_ts=ns_to_datetime(h.last_ts) if h.last_ts else None,
-            num_subjects=h.num_subjects, num_deleted=max(num_deleted, 0),
-            deleted=deleted, subjects=subjects, lost=s.lost(),
+            num_subjects=h.num_subjects,
+            num_deleted=max(num_deleted, 0),
+            deleted=deleted,
+            subjects=subjects,
+            lost=s.lost(),
         )
         return StreamInfo(config=self.config, state=state, created=ns_to_datetime(self.created_ns))
 

@@ -83,8 +83,7 @@ def catch_up(s: StreamStorage, old: StreamHeader, h: StreamHeader, ranges: list[
     are read.  Raises CorruptStoreError (storage turns it into FilesMoved) when
     the appended tail is not all in the blocks listed.
     """
-    touched = _merge([(max(a, old.first_seq), min(b, old.last_seq)) for a, b in ranges]
-                     + [(old.first_seq, min(h.first_seq - 1, old.last_seq))])
+    touched = _merge([(max(a, old.first_seq), min(b, old.last_seq)) for a, b in ranges] + [(old.first_seq, min(h.first_seq - 1, old.last_seq))])
     before = [(a, b, s.removed.mask(a, b)) for a, b in touched]
     s.removed.apply(ranges)
     for a, b, dead_before in before:

@@ -55,7 +55,7 @@ class SubjectTable:
             if pos + SUBJECT_RECORD.size > len(raw):
                 raise CorruptStoreError(f"{self.path}: truncated record", self.path)
             n, crc = SUBJECT_RECORD.unpack_from(raw, pos)
-            b = raw[pos + SUBJECT_RECORD.size: pos + SUBJECT_RECORD.size + n]
+            b = raw[pos + SUBJECT_RECORD.size : pos + SUBJECT_RECORD.size + n]
             if len(b) != n or zlib.crc32(b) != crc:
                 raise CorruptStoreError(f"{self.path}: record at {pos0 + pos} fails its checksum", self.path)
             s = b.decode()

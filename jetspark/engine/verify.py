@@ -101,7 +101,7 @@ def interval_crcs(blk: Block, lo: int, hi: int, have=None) -> tuple[int, int, in
     if d1 < d0 or h1 < h0:
         raise CorruptStoreError(f"{blk.path}.idx: the index entries of {lo}..{hi} are out of order", f"{blk.path}.idx")
     if have is not None and have[1] <= d0 and d1 - have[1] <= len(have[0]):
-        dcrc = zlib.crc32(have[0][d0 - have[1]:d1 - have[1]])
+        dcrc = zlib.crc32(have[0][d0 - have[1] : d1 - have[1]])
     else:
         dcrc = zlib.crc32(blk.read_data(d0, d1 - d0))
     hcrc = zlib.crc32(blk.read_hdrs(h0, h1 - h0)) if h1 > h0 else 0
@@ -165,6 +165,6 @@ def _bad_in_block(blk: Block, lo: int, hi: int, n_subjects: int) -> np.ndarray:
         for j in k.tolist():
             r = e[j]
             ds, hs = int(r["doff"]) - d0, int(r["hoff"]) - h0
-            crc = record_crc(lo + j, int(r["ts"]), int(r["sid"]), hdr[hs:hs + int(r["hlen"])], data[ds:ds + int(r["dlen"])])
+            crc = record_crc(lo + j, int(r["ts"]), int(r["sid"]), hdr[hs : hs + int(r["hlen"])], data[ds : ds + int(r["dlen"])])
             ok[j] = crc == int(r["crc"])
     return np.concatenate([np.flatnonzero(~ok) + lo, missing]).astype(np.int64)

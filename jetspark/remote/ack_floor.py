@@ -255,7 +255,9 @@ class _Floor:
                 # Neither all its messages nor its closing status: the request may still be
                 # waiting to be served, and the consumer's state would not show it yet; a
                 # next pull counted from that state could take messages past seq.
-                raise self.session.silence(f"a pull of {batch} messages from consumer {self.durable!r} on stream {self.stream!r}", self.session.timeout) from exc
+                raise self.session.silence(
+                    f"a pull of {batch} messages from consumer {self.durable!r} on stream {self.stream!r}", self.session.timeout
+                ) from exc
             for subject, r, _data, hdr in items:
                 if not r:
                     st = status_of(hdr)
@@ -309,7 +311,9 @@ async def _advance(session: Session, stream: str, durable: str, seq: int) -> Seq
                 if call.policy != AckPolicy.NONE and call.max_ack_pending and call.max_ack_pending > 0:
                     room = min(room, call.max_ack_pending - info.num_ack_pending)
                     if room <= 0:
-                        raise call.fail(info, f"max_ack_pending ({call.max_ack_pending}) is taken by {info.num_ack_pending} deliveries past seq that are not acknowledged")
+                        raise call.fail(
+                            info, f"max_ack_pending ({call.max_ack_pending}) is taken by {info.num_ack_pending} deliveries past seq that are not acknowledged"
+                        )
                 # No max_bytes (it would end a pull early with a status of its own): the batch
                 # size alone keeps a pull's deliveries near PULL_MAX_BYTES.
                 await call.pull(max(1, min(room, PULL_BATCH, PULL_MAX_BYTES // call.msg_bytes)))
@@ -317,7 +321,10 @@ async def _advance(session: Session, stream: str, durable: str, seq: int) -> Seq
             after = (info.ack_floor.stream_seq, info.ack_floor.consumer_seq, info.delivered.consumer_seq, info.num_ack_pending)
             stalls = 0 if after != before else stalls + 1
             if stalls >= STALLS:
-                raise call.fail(info, f"the server delivered and acknowledged nothing more (a paused or push consumer?) in {STALLS} rounds ({info.num_pending} matching messages undelivered, {info.num_ack_pending} deliveries ack-pending)")
+                raise call.fail(
+                    info,
+                    f"the server delivered and acknowledged nothing more (a paused or push consumer?) in {STALLS} rounds ({info.num_pending} matching messages undelivered, {info.num_ack_pending} deliveries ack-pending)",
+                )
     finally:
         await call.close()
     return SequenceInfo(consumer_seq=info.ack_floor.consumer_seq, stream_seq=info.ack_floor.stream_seq)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
-
 from jetspark import validate as V
 from jetspark.api import (
     ConsumerConfig,
@@ -31,6 +30,7 @@ from jetspark.api import (
     StreamConfig,
     StreamInfo,
 )
+from jetspark.backend.base import HandleBase
 from jetspark.connect_options import ConnectOptions
 from jetspark.errors import (
     NoStreamResponseError,
@@ -42,7 +42,6 @@ from jetspark.remote import ack_floor as floors
 from jetspark.remote import appends, jsapi, reads, wire
 from jetspark.remote.pull import Msg, PullSubscription
 from jetspark.remote.session import Session
-from jetspark.backend.base import HandleBase
 
 __all__ = ["NatsJetStream"]
 
@@ -288,7 +287,9 @@ class NatsJetStream(HandleBase):
         new ack floor.  Cheapest with ack policy all (one ack per call)."""
         return floors.advance_ack_floor(self._session, stream, durable, V.seq(seq, "seq", optional=False))
 
-    def ordered_consumer(self, stream: str, subjects: Optional[Sequence[str]] = None, start_seq: Optional[int] = None, end_seq: Optional[int] = None, batch_size: int = 4096) -> Iterator[Msg]:
+    def ordered_consumer(
+        self, stream: str, subjects: Optional[Sequence[str]] = None, start_seq: Optional[int] = None, end_seq: Optional[int] = None, batch_size: int = 4096
+    ) -> Iterator[Msg]:
         """Read a (filtered) range in order with no acks, like nats-py's ordered consumer.
 
         Messages carry metadata (stream and consumer sequences, num_pending within
@@ -296,5 +297,3 @@ class NatsJetStream(HandleBase):
         """
         start_seq, end_seq, subjects, batch_size, _ = V.read_args(start_seq, end_seq, subjects, batch_size, False)
         return reads.ordered_consumer(self._session, stream, subjects, start_seq, end_seq, batch_size)
-
-

@@ -49,7 +49,9 @@ def _check_filters(subjects) -> Optional[list[str]]:
     return out or None
 
 
-def read_batches(session: Session, stream: str, start_seq: int, end_seq: Optional[int], *, subjects=None, batch_size: int = 65536, headers: bool = False) -> Iterator[pa.RecordBatch]:
+def read_batches(
+    session: Session, stream: str, start_seq: int, end_seq: Optional[int], *, subjects=None, batch_size: int = 65536, headers: bool = False
+) -> Iterator[pa.RecordBatch]:
     if batch_size <= 0:
         raise BadRequestError(400, 10003, f"batch_size must be positive, not {batch_size}")
     filters = _check_filters(subjects)

@@ -228,9 +228,7 @@ class Session:
             if nc.is_closed:
                 raise ServerConnectionError(f"the connection to {self.url} is closed{self._last_error_text()}")
             if time.monotonic() >= deadline:
-                raise ServerConnectionError(
-                    f"lost the connection to {self.url}{self._last_error_text()}; it did not come back within {timeout:g} s"
-                )
+                raise ServerConnectionError(f"lost the connection to {self.url}{self._last_error_text()}; it did not come back within {timeout:g} s")
             await asyncio.sleep(0.01)
         return nc
 
@@ -326,7 +324,9 @@ class Session:
             if no_responders is not None:
                 raise no_responders() from exc
             raise ServiceUnavailableError(
-                503, 10076, f"jetstream not enabled: nothing at {self.url} answers {'.'.join(subject.split('.')[:3])} requests (is JetStream on, and the domain right?)"
+                503,
+                10076,
+                f"jetstream not enabled: nothing at {self.url} answers {'.'.join(subject.split('.')[:3])} requests (is JetStream on, and the domain right?)",
             ) from exc
         except nerr.TimeoutError as exc:
             raise self.silence(what, timeout) from exc

@@ -81,10 +81,7 @@ def strip_server_metadata(meta: Optional[dict]) -> Optional[dict]:
 def token_ok(name: Any) -> bool:
     """Can ``name`` be one token of an API subject?  (UTF-8 must encode it: the protocol
     line is UTF-8, and a lone surrogate would fail inside nats-py instead of here.)"""
-    return (
-        isinstance(name, str) and bool(name) and name not in ("*", ">") and "." not in name
-        and not _WHITESPACE.intersection(name) and _utf8(name)
-    )
+    return isinstance(name, str) and bool(name) and name not in ("*", ">") and "." not in name and not _WHITESPACE.intersection(name) and _utf8(name)
 
 
 def _utf8(text: str) -> bool:

@@ -23,8 +23,7 @@ class Cli:
     def __call__(self, *args: str, input=None, code: int = 0, env=None) -> Result:
         result = self.runner.invoke(jetspark_cli, [str(a) for a in args], input=input, env=env, catch_exceptions=False)
         assert result.exit_code == code, (
-            f"jetspark {' '.join(map(str, args))} exited {result.exit_code}, expected {code}\n"
-            f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+            f"jetspark {' '.join(map(str, args))} exited {result.exit_code}, expected {code}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
         )
         return result
 

@@ -32,9 +32,21 @@ COMMANDS = list(walk(jetspark_cli))
 LEAVES = [path for path, c in COMMANDS if not isinstance(c, click.Group)]
 # Every command that prints data takes --json.
 READ_COMMANDS = [
-    ("stream", "add"), ("stream", "edit"), ("stream", "info"), ("stream", "ls"), ("stream", "report"), ("stream", "get"),
-    ("stream", "purge"), ("consumer", "add"), ("consumer", "edit"), ("consumer", "info"), ("consumer", "ls"),
-    ("consumer", "next"), ("pub",), ("sub",), ("fetch",),
+    ("stream", "add"),
+    ("stream", "edit"),
+    ("stream", "info"),
+    ("stream", "ls"),
+    ("stream", "report"),
+    ("stream", "get"),
+    ("stream", "purge"),
+    ("consumer", "add"),
+    ("consumer", "edit"),
+    ("consumer", "info"),
+    ("consumer", "ls"),
+    ("consumer", "next"),
+    ("pub",),
+    ("sub",),
+    ("fetch",),
 ]
 
 
@@ -42,7 +54,11 @@ def test_the_issue_s_commands_exist():
     assert set(LEAVES) == {
         *(("stream", c) for c in ("add", "edit", "info", "ls", "rm", "purge", "get", "rmm", "report", "check")),
         *(("consumer", c) for c in ("add", "edit", "info", "ls", "rm", "next")),
-        ("pub",), ("sub",), ("fetch",), ("demo",), ("bench",),
+        ("pub",),
+        ("sub",),
+        ("fetch",),
+        ("demo",),
+        ("bench",),
     }
 
 
@@ -108,9 +124,7 @@ def test_store_comes_from_flag_then_env_then_default(cli, tmp_path, monkeypatch)
 
 def test_a_missing_store_is_not_created(cli):
     r = cli("stream", "ls", code=1)
-    assert r.stderr.strip() == (
-        f"Error: no jetspark store at {cli.store} (choose one with --store or JETSPARK_STORE; `jetspark stream add` creates it)"
-    )
+    assert r.stderr.strip() == (f"Error: no jetspark store at {cli.store} (choose one with --store or JETSPARK_STORE; `jetspark stream add` creates it)")
     cli("pub", "x", "y", code=1)
     assert not cli.store.exists()
 

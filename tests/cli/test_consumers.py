@@ -6,8 +6,26 @@ import pytest
 
 
 def test_add_info_ls(orders):
-    r = orders("consumer", "add", "ORDERS", "NEW", "--filter", "orders.new", "--wait", "45s", "--max-deliver", "5",
-               "--max-pending", "100", "--description", "new orders", "--backoff", "1s,5s", "--metadata", "owner=me")
+    r = orders(
+        "consumer",
+        "add",
+        "ORDERS",
+        "NEW",
+        "--filter",
+        "orders.new",
+        "--wait",
+        "45s",
+        "--max-deliver",
+        "5",
+        "--max-pending",
+        "100",
+        "--description",
+        "new orders",
+        "--backoff",
+        "1s,5s",
+        "--metadata",
+        "owner=me",
+    )
     assert "Consumer ORDERS > NEW added" in r.stdout
     assert "Filter Subject: orders.new" in r.stdout
     assert "Unprocessed Messages: 3" in r.stdout

@@ -11,8 +11,27 @@ import jetspark
 
 
 def test_add_creates_the_store_and_prints_the_stream(cli):
-    r = cli("stream", "add", "ORDERS", "--subjects", "orders.>", "--max-age", "1h30m", "--max-bytes", "10MB", "--dupe-window", "5m",
-            "--max-msgs-per-subject", "10", "--max-msg-size", "1KiB", "--metadata", "team=shop", "--description", "all orders")
+    r = cli(
+        "stream",
+        "add",
+        "ORDERS",
+        "--subjects",
+        "orders.>",
+        "--max-age",
+        "1h30m",
+        "--max-bytes",
+        "10MB",
+        "--dupe-window",
+        "5m",
+        "--max-msgs-per-subject",
+        "10",
+        "--max-msg-size",
+        "1KiB",
+        "--metadata",
+        "team=shop",
+        "--description",
+        "all orders",
+    )
     assert "Stream ORDERS added" in r.stdout
     assert "Maximum Age: 1h30m" in r.stdout
     assert "Maximum Bytes: 10.0 MiB" in r.stdout
@@ -25,9 +44,28 @@ def test_add_creates_the_store_and_prints_the_stream(cli):
 
 def test_add_flags_map_to_the_config(cli):
     info = cli.json(
-        "stream", "add", "Q", "--subjects", "q.a,q.b", "--subjects", "q.c", "--storage", "memory", "--retention", "work",
-        "--discard", "new", "--max-msgs", "100", "--max-consumers", "3", "--deny-delete", "--deny-purge", "--allow-direct",
-        "--first-sequence", "50",
+        "stream",
+        "add",
+        "Q",
+        "--subjects",
+        "q.a,q.b",
+        "--subjects",
+        "q.c",
+        "--storage",
+        "memory",
+        "--retention",
+        "work",
+        "--discard",
+        "new",
+        "--max-msgs",
+        "100",
+        "--max-consumers",
+        "3",
+        "--deny-delete",
+        "--deny-purge",
+        "--allow-direct",
+        "--first-sequence",
+        "50",
     )
     c = info["config"]
     assert c["subjects"] == ["q.a", "q.b", "q.c"]

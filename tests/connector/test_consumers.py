@@ -121,7 +121,13 @@ def test_a_commit_that_cannot_advance_the_floor_fails_the_query(store, spark):
             js.delete_consumer("S", "spark")
 
     df = store.read_stream(consumer="spark", startingOffsets="earliest", maxOffsetsPerTrigger="4")
-    q = df.writeStream.foreachBatch(drop_consumer).trigger(availableNow=True).queryName(unique_name()).option("checkpointLocation", str(store.checkpoint())).start()
+    q = (
+        df.writeStream.foreachBatch(drop_consumer)
+        .trigger(availableNow=True)
+        .queryName(unique_name())
+        .option("checkpointLocation", str(store.checkpoint()))
+        .start()
+    )
     with pytest.raises(Exception) as exc:
         q.awaitTermination()
     if q.isActive:

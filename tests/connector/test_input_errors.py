@@ -5,7 +5,6 @@ wrong and what is accepted, and writes nothing (README "Sink", "Read options")."
 from __future__ import annotations
 
 import os
-
 import shutil
 
 import pytest

@@ -41,11 +41,18 @@ def test_server_restart_mid_query_then_checkpoint_restart_is_exactly_once(spark,
 
         def query(**trigger):
             return (
-                spark.readStream.format("jetstream").option("store", server.url).option("stream", "IN")
-                .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 200).load()
+                spark.readStream.format("jetstream")
+                .option("store", server.url)
+                .option("stream", "IN")
+                .option("startingOffsets", "earliest")
+                .option("maxOffsetsPerTrigger", 200)
+                .load()
                 .selectExpr("'out.x' AS subject", "data")
-                .writeStream.format("jetstream").option("store", server.url)
-                .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(**trigger).start()
+                .writeStream.format("jetstream")
+                .option("store", server.url)
+                .option("checkpointLocation", str(tmp_path / "ckpt"))
+                .trigger(**trigger)
+                .start()
             )
 
         def out_count():

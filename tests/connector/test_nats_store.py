@@ -37,16 +37,21 @@ def test_batch_write_and_read_with_credentials(spark, secured):
 
 
 def test_wrong_credentials_are_a_clear_error(spark, secured):
-    df = (spark.read.format("jetstream").option("store", secured.url)
-          .option("nats.user", "spark").option("nats.password", "wrong").option("stream", "ORDERS").load())
+    df = (
+        spark.read.format("jetstream")
+        .option("store", secured.url)
+        .option("nats.user", "spark")
+        .option("nats.password", "wrong")
+        .option("stream", "ORDERS")
+        .load()
+    )
     with pytest.raises(Exception) as e:
         df.collect()
     assert "authentication failed" in error_text(e.value).lower()
 
 
 def test_nats_options_need_a_nats_store(spark, tmp_path):
-    df = (spark.read.format("jetstream").option("store", str(tmp_path))
-          .option("nats.user", "x").option("stream", "S").load())
+    df = spark.read.format("jetstream").option("store", str(tmp_path)).option("nats.user", "x").option("stream", "S").load()
     with pytest.raises(Exception) as e:
         df.collect()
     assert "are for a nats:// store" in error_text(e.value)

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 import jetspark
 from jetspark import validate as V
 from jetspark.api import ConsumerConfig, StreamConfig
-from jetspark.protocol.arrow import HEADERS_TYPE
 from jetspark.errors import APIError, BadRequestError, JetSparkError
+from jetspark.protocol.arrow import HEADERS_TYPE
 from tests.conftest import KEEPER
 
 STREAM = "BAD"
@@ -863,7 +863,9 @@ def test_connect_options_are_named_when_refused(kwargs, name):
         jetspark.connect("nats://127.0.0.1:1", **kwargs)
 
 
-@pytest.mark.parametrize("url, kwargs", [(5, {}), (b"/tmp/x", {}), (None, {}), ("", {}), ("/tmp/x\0y", {}), ("/tmp/x", dict(clock=5)), ("/tmp/x", dict(sync=1))])
+@pytest.mark.parametrize(
+    "url, kwargs", [(5, {}), (b"/tmp/x", {}), (None, {}), ("", {}), ("/tmp/x\0y", {}), ("/tmp/x", dict(clock=5)), ("/tmp/x", dict(sync=1))]
+)
 def test_connect_arguments_are_named_when_refused(url, kwargs):
     with pytest.raises((TypeError, ValueError)) as err:
         jetspark.connect(url, **kwargs)

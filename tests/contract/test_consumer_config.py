@@ -21,8 +21,11 @@ import pytest
 import jetspark.errors
 from jetspark.api import AckPolicy, ConsumerConfig, DeliverPolicy, ReplayPolicy
 from tests.contract import consumer_support as cs
-from tests.contract.consumer_support import api_error, seqs
-from tests.contract.consumer_support import server_streams_removed  # noqa: F401  (autouse)
+from tests.contract.consumer_support import (
+    api_error,
+    seqs,
+    server_streams_removed,  # noqa: F401  (autouse)
+)
 
 
 def echoed(name: str | None = "D", durable: bool = True, **changes) -> ConsumerConfig:
@@ -98,7 +101,11 @@ DEFAULTS = [
     # ack policy none: no ack_wait, no max_ack_pending unless set
     ("ack none", dict(ack_policy=AckPolicy.NONE), echoed(ack_policy=AckPolicy.NONE, ack_wait=None, max_ack_pending=None)),
     ("ack none, max_ack_pending", dict(ack_policy=AckPolicy.NONE, max_ack_pending=5), echoed(ack_policy=AckPolicy.NONE, ack_wait=None, max_ack_pending=5)),
-    ("ack none, backoff", dict(ack_policy=AckPolicy.NONE, backoff=[0.5], max_deliver=5), echoed(ack_policy=AckPolicy.NONE, ack_wait=0.5, backoff=[0.5], max_deliver=5, max_ack_pending=None)),
+    (
+        "ack none, backoff",
+        dict(ack_policy=AckPolicy.NONE, backoff=[0.5], max_deliver=5),
+        echoed(ack_policy=AckPolicy.NONE, ack_wait=0.5, backoff=[0.5], max_deliver=5, max_ack_pending=None),
+    ),
     ("ack all", dict(ack_policy=AckPolicy.ALL), echoed(ack_policy=AckPolicy.ALL)),
     # ack_wait: kept as given; a backoff forces it to backoff[0]
     ("ack_wait", dict(ack_wait=2.5), echoed(ack_wait=2.5)),
@@ -132,8 +139,16 @@ DEFAULTS = [
     # deliver policies and their start options
     ("deliver last", dict(deliver_policy=DeliverPolicy.LAST), echoed(deliver_policy=DeliverPolicy.LAST)),
     ("deliver new", dict(deliver_policy=DeliverPolicy.NEW), echoed(deliver_policy=DeliverPolicy.NEW)),
-    ("by start seq", dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=2), echoed(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=2)),
-    ("last per subject", dict(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, filter_subject="a.*"), echoed(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, filter_subject="a.*")),
+    (
+        "by start seq",
+        dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=2),
+        echoed(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=2),
+    ),
+    (
+        "last per subject",
+        dict(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, filter_subject="a.*"),
+        echoed(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, filter_subject="a.*"),
+    ),
     # the rest are echoed as given
     ("replay original", dict(replay_policy=ReplayPolicy.ORIGINAL), echoed(replay_policy=ReplayPolicy.ORIGINAL)),
     ("headers_only", dict(headers_only=True), echoed(headers_only=True)),
@@ -223,18 +238,53 @@ BST = "consumer delivery policy is deliver by start time, but "
 INVALID_CONFIGS = [
     ("by_start_sequence without seq", dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE), 10094, BSS + "optional start sequence is not set"),
     ("by_start_sequence seq 0", dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=0), 10094, BSS + "optional start sequence is not set"),
-    ("by_start_sequence with time only", dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_time=_start_time()), 10094, BSS + "optional start sequence is not set"),
-    ("by_start_sequence with both", dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=3, opt_start_time=_start_time()), 10094, BSS + "optional start time is also set"),
+    (
+        "by_start_sequence with time only",
+        dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_time=_start_time()),
+        10094,
+        BSS + "optional start sequence is not set",
+    ),
+    (
+        "by_start_sequence with both",
+        dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=3, opt_start_time=_start_time()),
+        10094,
+        BSS + "optional start time is also set",
+    ),
     ("by_start_time without time", dict(deliver_policy=DeliverPolicy.BY_START_TIME), 10094, BST + "optional start time is not set"),
     ("by_start_time with seq only", dict(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_seq=2), 10094, BST + "optional start time is not set"),
     # sic: "start start sequence"
-    ("by_start_time with both", dict(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_seq=2, opt_start_time=_start_time()), 10094, BST + "optional start start sequence is also set"),
+    (
+        "by_start_time with both",
+        dict(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_seq=2, opt_start_time=_start_time()),
+        10094,
+        BST + "optional start start sequence is also set",
+    ),
     ("all with seq", dict(opt_start_seq=2), 10094, "consumer delivery policy is deliver all, but optional start sequence is also set"),
     ("all with time", dict(opt_start_time=_start_time()), 10094, "consumer delivery policy is deliver all, but optional start time is also set"),
-    ("last with seq", dict(deliver_policy=DeliverPolicy.LAST, opt_start_seq=2), 10094, "consumer delivery policy is deliver last, but optional start sequence is also set"),
-    ("new with time", dict(deliver_policy=DeliverPolicy.NEW, opt_start_time=_start_time()), 10094, "consumer delivery policy is deliver new, but optional start time is also set"),
-    ("last_per_subject without filter", dict(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT), 10094, "consumer delivery policy is deliver last per subject, but optional filter subject is not set"),
-    ("last_per_subject with seq", dict(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, filter_subject="a.*", opt_start_seq=2), 10094, "consumer delivery policy is deliver last per subject, but optional start sequence is also set"),
+    (
+        "last with seq",
+        dict(deliver_policy=DeliverPolicy.LAST, opt_start_seq=2),
+        10094,
+        "consumer delivery policy is deliver last, but optional start sequence is also set",
+    ),
+    (
+        "new with time",
+        dict(deliver_policy=DeliverPolicy.NEW, opt_start_time=_start_time()),
+        10094,
+        "consumer delivery policy is deliver new, but optional start time is also set",
+    ),
+    (
+        "last_per_subject without filter",
+        dict(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT),
+        10094,
+        "consumer delivery policy is deliver last per subject, but optional filter subject is not set",
+    ),
+    (
+        "last_per_subject with seq",
+        dict(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, filter_subject="a.*", opt_start_seq=2),
+        10094,
+        "consumer delivery policy is deliver last per subject, but optional start sequence is also set",
+    ),
     # backoff needs max_deliver >= len(backoff) when max_deliver is set
     ("backoff longer than max_deliver", dict(backoff=[1.0, 2.0, 3.0], max_deliver=2), 10116, "max deliver is required to be > length of backoff values"),
     # filters (docs/semantics.md §2)

@@ -15,12 +15,18 @@ import datetime as dt
 
 import pytest
 
-from jetspark.api import AckPolicy, DeliverPolicy
 from jetspark import errors as jetspark_errors
+from jetspark.api import AckPolicy, DeliverPolicy
 from jetspark.errors import FetchTimeoutError
 from tests.contract import consumer_support as cs
-from tests.contract.consumer_support import counts, eventually, fetch_nothing, meta, seqs
-from tests.contract.consumer_support import server_streams_removed  # noqa: F401  (autouse)
+from tests.contract.consumer_support import (
+    counts,
+    eventually,
+    fetch_nothing,
+    meta,
+    seqs,
+    server_streams_removed,  # noqa: F401  (autouse)
+)
 
 # The stream most tests start from: sequence -> subject (payload b"m<seq>").
 SUBJECTS = {1: "a.1", 2: "a.2", 3: "b.1", 4: "a.1", 5: "b.2", 6: "a.2", 7: "a.1"}
@@ -93,9 +99,7 @@ def test_deliver_policy(js, params, initial, pending, delivered, gets_new):
     if delivered:
         msgs = sub.fetch(10)
         n = len(delivered)
-        assert [meta(m) for m in msgs] == [
-            (SUBJECTS[s], s, i, 1, n - i) for i, s in enumerate(delivered, start=1)
-        ]
+        assert [meta(m) for m in msgs] == [(SUBJECTS[s], s, i, 1, n - i) for i, s in enumerate(delivered, start=1)]
         assert [m.data for m in msgs] == [payload(s) for s in delivered]
         assert seqs(info(js)) == ((n, delivered[-1]), initial[1])
         assert counts(info(js)) == (n, 0, 0, 0)
@@ -650,22 +654,14 @@ def test_headers_only(js):
 # drops pending entries whose message is gone.  Purged messages are never
 # redelivered; a consumer disjoint from the purge subject is untouched.
 PURGES = [
-    ("all", dict(),
-     {"D": ((4, 7), (4, 7), 0, 0), "F": ((1, 7), (1, 7), 0, 0), "G": ((1, 7), (1, 7), 0, 0)}, []),
-    ("seq 3", dict(seq=3),
-     {"D": ((4, 4), (1, 2), 2, 3), "F": ((1, 2), (1, 2), 0, 2), "G": ((1, 3), (0, 2), 1, 1)}, [5, 6, 7]),
-    ("seq 6", dict(seq=6),
-     {"D": ((4, 5), (4, 5), 0, 2), "F": ((1, 5), (1, 5), 0, 1), "G": ((1, 5), (1, 5), 0, 0)}, [6, 7]),
-    ("keep 2", dict(keep=2),
-     {"D": ((4, 5), (4, 5), 0, 2), "F": ((1, 5), (1, 5), 0, 1), "G": ((1, 5), (1, 5), 0, 0)}, [6, 7]),
-    ("subject a.1", dict(subject="a.1"),
-     {"D": ((4, 4), (2, 2), 1, 2), "F": ((1, 7), (1, 7), 0, 0), "G": ((1, 3), (0, 0), 1, 1)}, [5, 6]),
-    ("subject a.*", dict(subject="a.*"),
-     {"D": ((4, 4), (4, 2), 1, 1), "F": ((1, 7), (1, 7), 0, 0), "G": ((1, 3), (0, 0), 1, 1)}, [5]),
-    ("subject b.*", dict(subject="b.*"),
-     {"D": ((4, 4), (3, 0), 2, 2), "F": ((1, 1), (0, 0), 1, 2), "G": ((1, 7), (1, 7), 0, 0)}, [6, 7]),
-    ("subject a.1 below 4", dict(subject="a.1", seq=4),
-     {"D": ((4, 4), (2, 2), 2, 3), "F": ((1, 3), (1, 3), 0, 2), "G": ((1, 3), (0, 0), 1, 1)}, [5, 6, 7]),
+    ("all", dict(), {"D": ((4, 7), (4, 7), 0, 0), "F": ((1, 7), (1, 7), 0, 0), "G": ((1, 7), (1, 7), 0, 0)}, []),
+    ("seq 3", dict(seq=3), {"D": ((4, 4), (1, 2), 2, 3), "F": ((1, 2), (1, 2), 0, 2), "G": ((1, 3), (0, 2), 1, 1)}, [5, 6, 7]),
+    ("seq 6", dict(seq=6), {"D": ((4, 5), (4, 5), 0, 2), "F": ((1, 5), (1, 5), 0, 1), "G": ((1, 5), (1, 5), 0, 0)}, [6, 7]),
+    ("keep 2", dict(keep=2), {"D": ((4, 5), (4, 5), 0, 2), "F": ((1, 5), (1, 5), 0, 1), "G": ((1, 5), (1, 5), 0, 0)}, [6, 7]),
+    ("subject a.1", dict(subject="a.1"), {"D": ((4, 4), (2, 2), 1, 2), "F": ((1, 7), (1, 7), 0, 0), "G": ((1, 3), (0, 0), 1, 1)}, [5, 6]),
+    ("subject a.*", dict(subject="a.*"), {"D": ((4, 4), (4, 2), 1, 1), "F": ((1, 7), (1, 7), 0, 0), "G": ((1, 3), (0, 0), 1, 1)}, [5]),
+    ("subject b.*", dict(subject="b.*"), {"D": ((4, 4), (3, 0), 2, 2), "F": ((1, 1), (0, 0), 1, 2), "G": ((1, 7), (1, 7), 0, 0)}, [6, 7]),
+    ("subject a.1 below 4", dict(subject="a.1", seq=4), {"D": ((4, 4), (2, 2), 2, 3), "F": ((1, 3), (1, 3), 0, 2), "G": ((1, 3), (0, 0), 1, 1)}, [5, 6, 7]),
 ]
 
 

@@ -13,8 +13,16 @@ import pytest
 
 from jetspark.api import AckPolicy, DeliverPolicy, DiscardPolicy, RetentionPolicy, StorageType
 from tests.contract import consumer_support as cs
-from tests.contract.consumer_support import api_error, counts, eventually, fetch_nothing, meta, seqs, state
-from tests.contract.consumer_support import server_streams_removed  # noqa: F401  (autouse)
+from tests.contract.consumer_support import (
+    api_error,
+    counts,
+    eventually,
+    fetch_nothing,
+    meta,
+    seqs,
+    server_streams_removed,  # noqa: F401  (autouse)
+    state,
+)
 
 INTEREST = RetentionPolicy.INTEREST
 WORK_QUEUE = RetentionPolicy.WORK_QUEUE
@@ -276,7 +284,12 @@ def workqueue_stream(js, **config):
 # params -> err_code, description (for a consumer on an otherwise consumer-less work queue)
 WORKQUEUE_INVALID = [
     ("ack none", dict(ack_policy=AckPolicy.NONE), 10084, "consumer in pull mode requires explicit ack policy on workqueue stream"),
-    ("ack none, deliver new", dict(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.NEW), 10084, "consumer in pull mode requires explicit ack policy on workqueue stream"),
+    (
+        "ack none, deliver new",
+        dict(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.NEW),
+        10084,
+        "consumer in pull mode requires explicit ack policy on workqueue stream",
+    ),
     ("ack all", dict(ack_policy=AckPolicy.ALL), 10098, "workqueue stream requires explicit ack"),
     ("deliver new", dict(deliver_policy=DeliverPolicy.NEW), 10101, "consumer must be deliver all on workqueue stream"),
     ("deliver last", dict(deliver_policy=DeliverPolicy.LAST), 10101, "consumer must be deliver all on workqueue stream"),

@@ -12,7 +12,6 @@ import pytest
 from jetspark.api import DiscardPolicy, PubAck
 from jetspark.errors import APIError
 
-
 # ---------------------------------------------------------------- helpers
 
 
@@ -96,6 +95,7 @@ def test_bytes_are_summed_and_released(js):
 
 # ---------------------------------------------------------------- §3.2 max_msg_size
 
+
 # max_msg_size = 20: rejected if hdr > 20 or hdr + payload > 20; the subject is not counted.
 @pytest.mark.parametrize(
     "subject, payload, headers, accepted",
@@ -121,8 +121,13 @@ def test_max_msg_size(js, subject, payload, headers, accepted):
         assert_state(js, "MSZ", messages=2, bytes=seed + size, first_seq=1, last_seq=2)
     else:
         expect_error(
-            js.publish, subject, payload, headers=headers,
-            err_code=10054, code=400, description="message size exceeds maximum allowed",
+            js.publish,
+            subject,
+            payload,
+            headers=headers,
+            err_code=10054,
+            code=400,
+            description="message size exceeds maximum allowed",
         )
         # nothing stored, no sequence consumed
         assert_state(js, "MSZ", messages=1, bytes=seed, first_seq=1, last_seq=1, num_subjects=1)
@@ -249,8 +254,11 @@ def test_discard_new_single_message_larger_than_max_bytes(js):
 
 def test_discard_new_per_subject(js):
     js.add_stream(
-        name="NEW", subjects=["n.>"], discard=DiscardPolicy.NEW,
-        max_msgs_per_subject=2, discard_new_per_subject=True,
+        name="NEW",
+        subjects=["n.>"],
+        discard=DiscardPolicy.NEW,
+        max_msgs_per_subject=2,
+        discard_new_per_subject=True,
     )
     assert js.publish("n.a", b"x") == PubAck(stream="NEW", seq=1)
     assert js.publish("n.a", b"x") == PubAck(stream="NEW", seq=2)
@@ -264,8 +272,12 @@ def test_discard_new_per_subject(js):
 
 def test_discard_new_per_subject_is_checked_before_max_msgs(js):
     js.add_stream(
-        name="NEW", subjects=["n.>"], discard=DiscardPolicy.NEW,
-        max_msgs=3, max_msgs_per_subject=2, discard_new_per_subject=True,
+        name="NEW",
+        subjects=["n.>"],
+        discard=DiscardPolicy.NEW,
+        max_msgs=3,
+        max_msgs_per_subject=2,
+        discard_new_per_subject=True,
     )
     for subject in ["n.a", "n.a", "n.b"]:
         js.publish(subject, b"x")

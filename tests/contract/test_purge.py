@@ -10,9 +10,6 @@ import pytest
 
 from jetspark.errors import APIError
 
-
-
-
 # The stream every table row starts from: sequence -> subject.
 SUBJECTS = {1: "a.1", 2: "a.2", 3: "b.1", 4: "a.1", 5: "b.2", 6: "a.2", 7: "a.1", 8: "b.1"}
 ALL = (1, 2, 3, 4, 5, 6, 7, 8)
@@ -48,15 +45,15 @@ PURGES = [
     (dict(seq=4), (4, 5, 6, 7, 8), 4, 8, {"a.1": 2, "a.2": 1, "b.1": 1, "b.2": 1}),
     (dict(seq=1), ALL, 1, 8, ALL_SUBJECTS),
     (dict(seq=8), (8,), 8, 8, {"b.1": 1}),
-    (dict(seq=9), (), 9, 8, None),                 # N = last + 1: all
-    (dict(seq=20), (), 20, 19, None),              # N > last + 1: first = N, last = N - 1
-    (dict(seq=0), (), 9, 8, None),                 # 0 is "not set": all
+    (dict(seq=9), (), 9, 8, None),  # N = last + 1: all
+    (dict(seq=20), (), 20, 19, None),  # N > last + 1: first = N, last = N - 1
+    (dict(seq=0), (), 9, 8, None),  # 0 is "not set": all
     # keep: the newest K messages
     (dict(keep=3), (6, 7, 8), 6, 8, {"a.1": 1, "a.2": 1, "b.1": 1}),
     (dict(keep=1), (8,), 8, 8, {"b.1": 1}),
     (dict(keep=8), ALL, 1, 8, ALL_SUBJECTS),
     (dict(keep=20), ALL, 1, 8, ALL_SUBJECTS),
-    (dict(keep=0), (), 9, 8, None),                # 0 is "not set": all
+    (dict(keep=0), (), 9, 8, None),  # 0 is "not set": all
     # filter: every message matching the subject filter
     (dict(subject="a.1"), (2, 3, 5, 6, 8), 2, 8, {"a.2": 2, "b.1": 2, "b.2": 1}),
     (dict(subject="a.*"), (3, 5, 8), 3, 8, {"b.1": 2, "b.2": 1}),

@@ -21,8 +21,14 @@ import pytest
 from jetspark.api import AckPolicy, DeliverPolicy, RetentionPolicy
 from jetspark.errors import MsgNotFoundError
 from tests.contract import consumer_support as cs
-from tests.contract.consumer_support import api_error, eventually, fetch_nothing, seqs, state
-from tests.contract.consumer_support import server_streams_removed  # noqa: F401  (autouse)
+from tests.contract.consumer_support import (
+    api_error,
+    eventually,
+    fetch_nothing,
+    seqs,
+    server_streams_removed,  # noqa: F401  (autouse)
+    state,
+)
 
 SUBJECTS = ["a.>", "b.>"]
 

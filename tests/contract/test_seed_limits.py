@@ -17,9 +17,6 @@ import pytest
 from jetspark.api import DiscardPolicy
 from jetspark.errors import APIError
 
-
-
-
 PUBLISHES = [
     "events.page_loaded",
     "events.mouse_clicked",
@@ -86,9 +83,7 @@ def test_limits_stream_seed(js):
     assert_six_messages(js, info.state)
 
     # max_age=0.1 s: the duplicate window (default 2 min) shrinks to max_age.
-    updated = js.update_stream(
-        name="events", subjects=["events.*"], max_msgs=10, max_bytes=300, max_age=0.1
-    )
+    updated = js.update_stream(name="events", subjects=["events.*"], max_msgs=10, max_bytes=300, max_age=0.1)
     assert (updated.config.max_msgs, updated.config.max_bytes, updated.config.max_age) == (10, 300, 0.1)
     assert updated.config.duplicate_window == 0.1
     assert_six_messages(js, updated.state)

@@ -12,9 +12,6 @@ import pytest
 
 from jetspark.errors import APIError
 
-
-
-
 # The order stream used throughout: sequence -> (subject, payload, headers).
 ORDERS = {
     1: ("o.eu.new", b"m1", None),
@@ -206,14 +203,14 @@ def test_num_deleted_and_deleted_details_follow_each_delete(js):
 
     # delete seq -> messages, first_seq, last_seq, num_subjects, deleted (interior gaps)
     steps = [
-        (3, 7, 1, 8, 4, [3]),     # interior
+        (3, 7, 1, 8, 4, [3]),  # interior
         (8, 6, 1, 8, 4, [3, 8]),  # last: last_seq stays 8, the gap counts
         (1, 5, 2, 8, 4, [3, 8]),  # first: first moves to the next existing message
-        (2, 4, 4, 8, 4, [8]),     # first again: skips the deleted 3
+        (2, 4, 4, 8, 4, [8]),  # first again: skips the deleted 3
         (6, 3, 4, 8, 3, [6, 8]),
         (4, 2, 5, 8, 2, [6, 8]),
-        (5, 1, 7, 8, 1, [8]),     # skips the deleted 6
-        (7, 0, 9, 8, 0, None),    # empty: first = last + 1, nothing deleted
+        (5, 1, 7, 8, 1, [8]),  # skips the deleted 6
+        (7, 0, 9, 8, 0, None),  # empty: first = last + 1, nothing deleted
     ]
     for seq, messages, first_seq, last_seq, num_subjects, deleted in steps:
         assert js.delete_msg("ORDERS", seq) is True
@@ -243,14 +240,14 @@ def test_num_deleted_and_deleted_details_follow_each_delete(js):
 SUBJECTS_FILTERS = [
     (">", {"o.eu.new": 3, "o.us.new": 2, "o.eu.paid": 1, "o.us": 1, "o.eu": 1}),
     ("o.>", {"o.eu.new": 3, "o.us.new": 2, "o.eu.paid": 1, "o.us": 1, "o.eu": 1}),
-    ("o.eu.new", {"o.eu.new": 3}),             # a literal subject
-    ("o.eu", {"o.eu": 1}),                     # literal: not its children
-    ("o.*", {"o.us": 1, "o.eu": 1}),           # * is exactly one token
+    ("o.eu.new", {"o.eu.new": 3}),  # a literal subject
+    ("o.eu", {"o.eu": 1}),  # literal: not its children
+    ("o.*", {"o.us": 1, "o.eu": 1}),  # * is exactly one token
     ("*.*", {"o.us": 1, "o.eu": 1}),
     ("o.eu.*", {"o.eu.new": 3, "o.eu.paid": 1}),
     ("o.eu.>", {"o.eu.new": 3, "o.eu.paid": 1}),  # > needs at least one token
     ("o.*.new", {"o.eu.new": 3, "o.us.new": 2}),
-    ("o.xx", None),                            # nothing matches: no subjects map
+    ("o.xx", None),  # nothing matches: no subjects map
     ("o.*.*.*", None),
 ]
 
@@ -334,42 +331,78 @@ def _purge(**request):
 # and above last_seq differ by store: the file store answers 10057, the
 # memory store 10043.  An interior sequence already deleted is 10043 on both.
 DELETE_ERRORS = {
-    "interior-already-deleted": (_delete(5), 5, {
-        "file": (10043, 400, "sequence 5 not found"),
-        "memory": (10043, 400, "sequence 5 not found"),
-    }),
-    "last-already-deleted": (_delete(8), 8, {
-        "file": (10043, 400, "sequence 8 not found"),
-        "memory": (10043, 400, "sequence 8 not found"),
-    }),
-    "first-already-deleted": (_delete(1), 1, {
-        "file": (10057, 500, "no message found"),
-        "memory": (10043, 400, "sequence 1 not found"),
-    }),
-    "below-first-after-purge": (_purge(seq=4), 2, {
-        "file": (10057, 500, "no message found"),
-        "memory": (10043, 400, "sequence 2 not found"),
-    }),
-    "seq-0": (_nothing, 0, {
-        "file": (10057, 500, "no message found"),
-        "memory": (10043, 400, "sequence 0 not found"),
-    }),
-    "last-seq-of-purged-stream": (_purge(), 8, {
-        "file": (10057, 500, "no message found"),
-        "memory": (10043, 400, "sequence 8 not found"),
-    }),
-    "above-last": (_nothing, 9, {
-        "file": (10057, 500, "stream store EOF"),
-        "memory": (10043, 400, "sequence 9 not found"),
-    }),
-    "far-above-last": (_nothing, 100, {
-        "file": (10057, 500, "stream store EOF"),
-        "memory": (10043, 400, "sequence 100 not found"),
-    }),
-    "next-seq-of-purged-stream": (_purge(), 9, {
-        "file": (10057, 500, "stream store EOF"),
-        "memory": (10043, 400, "sequence 9 not found"),
-    }),
+    "interior-already-deleted": (
+        _delete(5),
+        5,
+        {
+            "file": (10043, 400, "sequence 5 not found"),
+            "memory": (10043, 400, "sequence 5 not found"),
+        },
+    ),
+    "last-already-deleted": (
+        _delete(8),
+        8,
+        {
+            "file": (10043, 400, "sequence 8 not found"),
+            "memory": (10043, 400, "sequence 8 not found"),
+        },
+    ),
+    "first-already-deleted": (
+        _delete(1),
+        1,
+        {
+            "file": (10057, 500, "no message found"),
+            "memory": (10043, 400, "sequence 1 not found"),
+        },
+    ),
+    "below-first-after-purge": (
+        _purge(seq=4),
+        2,
+        {
+            "file": (10057, 500, "no message found"),
+            "memory": (10043, 400, "sequence 2 not found"),
+        },
+    ),
+    "seq-0": (
+        _nothing,
+        0,
+        {
+            "file": (10057, 500, "no message found"),
+            "memory": (10043, 400, "sequence 0 not found"),
+        },
+    ),
+    "last-seq-of-purged-stream": (
+        _purge(),
+        8,
+        {
+            "file": (10057, 500, "no message found"),
+            "memory": (10043, 400, "sequence 8 not found"),
+        },
+    ),
+    "above-last": (
+        _nothing,
+        9,
+        {
+            "file": (10057, 500, "stream store EOF"),
+            "memory": (10043, 400, "sequence 9 not found"),
+        },
+    ),
+    "far-above-last": (
+        _nothing,
+        100,
+        {
+            "file": (10057, 500, "stream store EOF"),
+            "memory": (10043, 400, "sequence 100 not found"),
+        },
+    ),
+    "next-seq-of-purged-stream": (
+        _purge(),
+        9,
+        {
+            "file": (10057, 500, "stream store EOF"),
+            "memory": (10043, 400, "sequence 9 not found"),
+        },
+    ),
 }
 
 
@@ -390,10 +423,13 @@ def test_delete_msg_on_a_new_stream(js):
     before = full_state(js, "S")
     with pytest.raises(APIError) as excinfo:
         js.delete_msg("S", 1)
-    assert_api_error(excinfo, *{
-        "file": (10057, 500, "stream store EOF"),
-        "memory": (10043, 400, "sequence 1 not found"),
-    }[js.storage])
+    assert_api_error(
+        excinfo,
+        *{
+            "file": (10057, 500, "stream store EOF"),
+            "memory": (10043, 400, "sequence 1 not found"),
+        }[js.storage],
+    )
     assert full_state(js, "S") == before
 
 
@@ -447,7 +483,7 @@ LAST_BY_SUBJECT = [
     ("o.eu.new", 8),
     ("o.us.new", 7),
     ("o.eu.paid", 3),
-    ("o.*", 6),        # wildcards: the last message matching
+    ("o.*", 6),  # wildcards: the last message matching
     ("o.us.*", 7),
     ("o.*.paid", 3),
     ("o.>", 8),
@@ -489,7 +525,7 @@ def test_get_last_msg_skips_deleted_messages(js):
 # (next_by_subj, seq) -> seq of the message returned: the first match at or
 # after seq (None: 10037).  Seq 0 or no seq with a subject starts at the beginning.
 NEXT_BY_SUBJECT = [
-    ("o.eu.new", 1, 1),   # at seq itself
+    ("o.eu.new", 1, 1),  # at seq itself
     ("o.eu.new", 2, 4),
     ("o.eu.new", 5, 8),
     ("o.eu.new", 0, 1),
@@ -499,7 +535,7 @@ NEXT_BY_SUBJECT = [
     ("o.>", 6, 6),
     ("*.*.paid", 1, 3),
     ("o.eu.paid", 4, None),  # only an earlier match
-    ("o.eu.new", 9, None),   # past the end
+    ("o.eu.new", 9, None),  # past the end
     ("o.xx", 1, None),
 ]
 

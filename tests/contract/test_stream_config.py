@@ -233,7 +233,12 @@ INVALID_CONFIGS = [
     ("rollup without purge", {"deny_purge": True, "allow_rollup_hdrs": True}, 10052, "roll-ups require the purge permission"),
     ("dnps without discard new", {"discard_new_per_subject": True}, 10052, "discard new per subject requires discard new policy to be set"),
     ("dnps without per-subject limit", {"discard_new_per_subject": True, "discard": "new"}, 10052, "discard new per subject requires max msgs per subject > 0"),
-    ("dnps with per-subject limit 0", {"discard_new_per_subject": True, "discard": "new", "max_msgs_per_subject": 0}, 10052, "discard new per subject requires max msgs per subject > 0"),
+    (
+        "dnps with per-subject limit 0",
+        {"discard_new_per_subject": True, "discard": "new", "max_msgs_per_subject": 0},
+        10052,
+        "discard new per subject requires max msgs per subject > 0",
+    ),
     ("created sealed", {"sealed": True}, 10052, "stream configuration for create can not be sealed"),
     # --- unknown enum values / wrong types: the request does not decode
     ("retention foo", {"retention": "foo"}, 10025, "invalid JSON"),
@@ -544,9 +549,7 @@ def test_sealed_stream_cannot_be_unsealed(js):
 def test_sealed_stream_config_can_still_be_updated(js):
     js.add_stream(name="S", subjects=["a"])
     js.update_stream(name="S", subjects=["a"], sealed=True)
-    info = js.update_stream(
-        name="S", subjects=["a", "b"], sealed=True, deny_delete=True, deny_purge=True, description="x", max_msgs=3
-    )
+    info = js.update_stream(name="S", subjects=["a", "b"], sealed=True, deny_delete=True, deny_purge=True, description="x", max_msgs=3)
     assert info.config == defaults(
         js,
         subjects=["a", "b"],

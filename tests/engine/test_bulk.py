@@ -35,11 +35,15 @@ def test_a_row_refused_by_the_store_stores_nothing_of_the_batch(js):
     # Rows checked before anything is stored are refused alike by every backend
     # (tests/contract/test_bulk.py); here the second row's expected last sequence only
     # holds after the first is stored, and still nothing is.
-    headers = pa.table({
-        "subject": ["s.a", "s.a"], "data": [b"1", b"2"],
-        "headers": pa.array([[("Nats-Expected-Last-Sequence", ["0"])], [("Nats-Expected-Last-Sequence", ["0"])]],
-                            pa.map_(pa.string(), pa.list_(pa.string()))),
-    })
+    headers = pa.table(
+        {
+            "subject": ["s.a", "s.a"],
+            "data": [b"1", b"2"],
+            "headers": pa.array(
+                [[("Nats-Expected-Last-Sequence", ["0"])], [("Nats-Expected-Last-Sequence", ["0"])]], pa.map_(pa.string(), pa.list_(pa.string()))
+            ),
+        }
+    )
     with pytest.raises(jetspark.BadRequestError) as e:
         js.publish_batch(headers)  # the second row expects 0 but would follow seq 1
     assert e.value.err_code == 10071 and "row 1 of the batch" in str(e.value.__notes__)

@@ -461,14 +461,28 @@ def _crash_and_recover(store, procs, storage, kill, compact_bytes=0):
 @pytest.mark.parametrize(
     "kill",
     [
-        "fetch", "plain",
-        ("fetch", "recorded"), ("fetch", "torn"), ("sync", "recorded"), ("sync", "torn"),
-        3, 150, 250, 400,
+        "fetch",
+        "plain",
+        ("fetch", "recorded"),
+        ("fetch", "torn"),
+        ("sync", "recorded"),
+        ("sync", "torn"),
+        3,
+        150,
+        250,
+        400,
     ],
     ids=[
-        "idle-after-fetch", "idle-after-plain-ack",
-        "in-fetch-recorded", "in-fetch-torn", "in-ack-sync-recorded", "in-ack-sync-torn",
-        "running-3", "running-150", "running-250", "running-400",
+        "idle-after-fetch",
+        "idle-after-plain-ack",
+        "in-fetch-recorded",
+        "in-fetch-torn",
+        "in-ack-sync-recorded",
+        "in-ack-sync-torn",
+        "running-3",
+        "running-150",
+        "running-250",
+        "running-400",
     ],
 )
 def test_consumer_state_survives_sigkill(store, procs, storage, kill):
@@ -608,9 +622,7 @@ def _wq_worker(store, barrier):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "retention, storage", [("limits", "file"), ("workqueue", "memory"), ("workqueue", "file")]
-)
+@pytest.mark.parametrize("retention, storage", [("limits", "file"), ("workqueue", "memory"), ("workqueue", "file")])
 def test_workers_sharing_a_durable_get_each_message_once(store, procs, retention, storage):
     with jetspark.connect(store) as js:
         js.add_stream(name=STREAM, subjects=["cp.>"], storage=storage, retention=retention)
@@ -987,6 +999,7 @@ def test_advance_ack_floor_and_fetch_release_together(store, procs, storage):
     assert sorted(s for s, _ in got) == list(range(1, INT_TOTAL + 1)) and all(n == 1 for _, n in got)
 
     with jetspark.connect(store, clock=clock) as js:
+
         def stored():
             st = js.stream_info(STREAM, deleted_details=True).state
             live = set(range(st.first_seq, st.last_seq + 1)) - set(st.deleted or [])

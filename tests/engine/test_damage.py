@@ -66,10 +66,7 @@ def everything(js, name="S"):
             continue  # removed (a repair drops damaged records)
         got.append((m.seq, m.subject, m.data, dict(m.headers or {})))
     table = pa.Table.from_batches(list(js.read_batches(name, 1, headers=True)))
-    rows = [
-        (q, s, d, {k: v[0] for k, v in (h or [])})
-        for q, s, d, h in zip(*(table.column(c).to_pylist() for c in ("seq", "subject", "data", "headers")))
-    ]
+    rows = [(q, s, d, {k: v[0] for k, v in (h or [])}) for q, s, d, h in zip(*(table.column(c).to_pylist() for c in ("seq", "subject", "data", "headers")))]
     ordered = [(m.metadata.sequence.stream, m.subject, m.data, dict(m.headers or {})) for m in js.ordered_consumer(name)]
     assert got == rows == ordered
     return got
@@ -119,12 +116,13 @@ def pristine_big(tmp_path_factory):
     with jetspark.connect(path) as js:
         js.add_stream(name="S", subjects=["s.>"])
         n = 2 * 4096 + 100
-        table = pa.table({
-            "subject": [f"s.{i % 5}" for i in range(n)],
-            "data": [b"big-%06d" % i for i in range(n)],
-            "headers": pa.array([[("k", [f"v{i}"])] if i % 4 == 0 else None for i in range(n)],
-                                type=pa.map_(pa.string(), pa.list_(pa.string()))),
-        })
+        table = pa.table(
+            {
+                "subject": [f"s.{i % 5}" for i in range(n)],
+                "data": [b"big-%06d" % i for i in range(n)],
+                "headers": pa.array([[("k", [f"v{i}"])] if i % 4 == 0 else None for i in range(n)], type=pa.map_(pa.string(), pa.list_(pa.string()))),
+            }
+        )
         js.publish_batch(table, stream="S")
         return path, everything(js)
 
@@ -235,8 +233,8 @@ def test_a_lost_header_is_an_error_never_an_empty_stream_and_repair_rebuilds_it(
         os.truncate(state, 100)
     else:
         raw = bytearray(state.read_bytes())
-        raw[SLOT_OFF[0]:SLOT_OFF[0] + 30] = b"\xee" * 30
-        raw[SLOT_OFF[1]:SLOT_OFF[1] + 30] = b"\xee" * 30
+        raw[SLOT_OFF[0] : SLOT_OFF[0] + 30] = b"\xee" * 30
+        raw[SLOT_OFF[1] : SLOT_OFF[1] + 30] = b"\xee" * 30
         state.write_bytes(bytes(raw))
     with jetspark.connect(tmp_path) as js:
         with pytest.raises(CorruptStoreError, match="state") as err:

@@ -27,8 +27,8 @@ import pytest
 
 import jetspark
 from jetspark.engine import handle as engine_handle
-from jetspark.protocol import headers as H
 from jetspark.errors import MsgNotFoundError
+from jetspark.protocol import headers as H
 
 ROOT = Path(__file__).resolve().parents[2]
 STREAM = "D"
@@ -118,7 +118,10 @@ def _start_publisher(children, store: Path, sync: str = "os", block_msgs: int = 
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.Popen(
         [sys.executable, "-c", code, str(store), sync, str(block_msgs)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env=env,
     )
     children.append(p)
     return p
@@ -233,9 +236,18 @@ def _build_state(store: str, conn) -> None:
     js = jetspark.connect(store)
     # F: limits that remove from the middle (per subject) and from the head (max_msgs), rollups, deletes.
     js.add_stream(
-        name="F", subjects=["f.>"], storage="file", description="file stream", metadata={"team": "a"},
-        max_msgs=300, max_bytes=1 << 20, max_msgs_per_subject=40, max_age=3600.0, max_msg_size=4096,
-        duplicate_window=600.0, allow_rollup_hdrs=True,
+        name="F",
+        subjects=["f.>"],
+        storage="file",
+        description="file stream",
+        metadata={"team": "a"},
+        max_msgs=300,
+        max_bytes=1 << 20,
+        max_msgs_per_subject=40,
+        max_age=3600.0,
+        max_msg_size=4096,
+        duplicate_window=600.0,
+        allow_rollup_hdrs=True,
     )
     # M: memory, discard new.
     js.add_stream(name="M", subjects=["m.*"], storage="memory", max_msgs=150, discard="new", duplicate_window=300.0)
@@ -256,7 +268,7 @@ def _build_state(store: str, conn) -> None:
             pass  # discard new: the stream is full
     js.delete_msg("M", 7)
     js.purge_stream("M", subject="m.3", keep=4)
-    for i in range(5):
+    for _ in range(5):
         js.publish("p.x", b"p")
     js.purge_stream("P", seq=50)
     infos, msgs = _snapshot(js)

@@ -469,7 +469,7 @@ def test_ops_compaction_with_work_queue_out_of_order_acks(store, storage_type, m
         rng.shuffle(msgs)
         todo, held = held + msgs[10:], msgs[:10]
         for i in range(0, len(todo), 7):
-            for m in todo[i:i + 7]:
+            for m in todo[i : i + 7]:
                 m.ack()
                 live.discard(m.metadata.sequence.stream)
             js.stream_info(STREAM)  # applies the acks

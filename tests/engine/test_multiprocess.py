@@ -35,7 +35,7 @@ pytestmark = pytest.mark.timeout(120)
 
 def wpayload(wid: int, i: int) -> bytes:
     """Writer ``wid``'s ``i``-th payload: fixed length, so a stream's bytes are messages x one size."""
-    return (b"w%d:%08d:" % (wid, i)).ljust(PAYLOAD_LEN, b"abcdefghij"[i % 10: i % 10 + 1])
+    return (b"w%d:%08d:" % (wid, i)).ljust(PAYLOAD_LEN, b"abcdefghij"[i % 10 : i % 10 + 1])
 
 
 def parse(data: bytes) -> tuple[int, int]:

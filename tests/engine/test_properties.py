@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import jetspark
-from jetspark.protocol import headers as H
 from jetspark.engine import storage
-from jetspark.protocol import subjects as S
 from jetspark.errors import APIError
+from jetspark.protocol import headers as H
+from jetspark.protocol import subjects as S
 
 # ---------------------------------------------------------------- subjects
 
@@ -136,7 +136,7 @@ class LimitsStream(RuleBasedStateMachine):
         payloads = [b"b%d" % i for i in range(n)]
         ack = self.js.publish_batch(pa.table({"subject": [subject] * n, "data": payloads}))
         assert ack.seqs.to_pylist() == list(range(self.last + 1, self.last + n + 1))
-        for i, p in enumerate(payloads):
+        for p in payloads:
             self.last += 1
             self.msgs.append((self.last, subject, p))
             self._enforce(subject)
@@ -208,7 +208,5 @@ def small_blocks(monkeypatch):
 
 
 def test_a_limits_stream_agrees_with_its_model(small_blocks):
-    LimitsStream.TestCase.settings = settings(
-        max_examples=100, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-    )
+    LimitsStream.TestCase.settings = settings(max_examples=100, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     LimitsStream.TestCase().runTest()

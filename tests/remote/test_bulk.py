@@ -99,8 +99,6 @@ def test_advance_ack_floor_in_rounds_of_max_ack_pending(js, name, policy):
     assert js.stream_info(s).state.messages == 0
 
 
-
-
 # ---------------------------------------------------------------------- robustness
 
 

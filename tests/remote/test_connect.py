@@ -10,10 +10,10 @@ import warnings
 import pytest
 
 import jetspark
+from jetspark.connect_options import redact_url, split_servers
 from jetspark.engine.handle import JetStream
 from jetspark.errors import AuthenticationError, ClosedError, ServerConnectionError
 from jetspark.remote import ConnectOptions, NatsJetStream
-from jetspark.connect_options import redact_url, split_servers
 from tests.servers import free_port
 
 pytestmark = pytest.mark.server
@@ -120,7 +120,23 @@ def test_tls_with_a_ca_and_a_client_certificate(start_server, tmp_path):
     (tmp_path / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     for who in ("server", "client"):
         ossl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{who}.key", "-out", f"{who}.csr", "-subj", f"/CN={who}")
-        ossl("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", f"{who}.pem", "-days", "2", "-extfile", "san.cnf")
+        ossl(
+            "x509",
+            "-req",
+            "-in",
+            f"{who}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{who}.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "san.cnf",
+        )
     p = lambda f: str(tmp_path / f)  # noqa: E731
     s = start_server("--tlsverify", "--tlscert", p("server.pem"), "--tlskey", p("server.key"), "--tlscacert", p("ca.pem"))
     with jetspark.connect(s.url, tls_ca=p("ca.pem"), tls_cert=p("client.pem"), tls_key=p("client.key"), timeout=3) as js:

@@ -74,7 +74,9 @@ def test_fetch_and_acks(js, stream):
     assert (md.stream, md.consumer, md.sequence.stream, md.sequence.consumer, md.num_delivered, md.num_pending) == (stream, "W", 2, 1, 1, 4)
     for m in msgs:
         m.ack()  # fire-and-forget; confirmed before the next call
-    assert js.consumer_info(stream, "W").ack_floor == SequenceInfo(consumer_seq=3, stream_seq=6, last_active=js.consumer_info(stream, "W").ack_floor.last_active)
+    assert js.consumer_info(stream, "W").ack_floor == SequenceInfo(
+        consumer_seq=3, stream_seq=6, last_active=js.consumer_info(stream, "W").ack_floor.last_active
+    )
     rest = sub.fetch(batch=10, timeout=1)
     assert [m.metadata.sequence.stream for m in rest] == [8, 10]
     rest[0].ack_sync()

@@ -30,7 +30,14 @@ def test_stream_lifecycle(js, name):
     info = js.add_stream(name=s, subjects=[f"{s}.>"], max_age=3600.0, storage="memory", metadata={"team": "data"})
     assert isinstance(info, StreamInfo)
     c = info.config
-    assert (c.name, c.subjects, c.max_age, c.storage, c.retention, c.duplicate_window) == (s, [f"{s}.>"], 3600.0, StorageType.MEMORY, RetentionPolicy.LIMITS, 120.0)
+    assert (c.name, c.subjects, c.max_age, c.storage, c.retention, c.duplicate_window) == (
+        s,
+        [f"{s}.>"],
+        3600.0,
+        StorageType.MEMORY,
+        RetentionPolicy.LIMITS,
+        120.0,
+    )
     assert c.metadata == {"team": "data"}  # the server's _nats.* keys are not the user's
     assert info.created.tzinfo is not None and info.state.messages == 0
     assert js.add_stream(StreamConfig(name=s, subjects=[f"{s}.>"], max_age=3600.0, storage=StorageType.MEMORY, metadata={"team": "data"})).config == c
