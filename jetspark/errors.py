@@ -25,6 +25,8 @@
     ├── OptionError (ValueError)              Spark connector: an option is missing or not accepted
     ├── DataLossError                         Spark connector: retention removed messages before
     │                                         the query read them (failOnDataLoss=true)
+    ├── SinkRegistryError                     Spark connector: the sink's registry of committed
+    │                                         micro-batches cannot answer or record a commit
     └── AckFloorError                         advance_ack_floor could not bring the consumer's ack
                                               floor to the requested sequence (``reason`` says why)
 
@@ -57,6 +59,7 @@ __all__ = [
     "ServerConnectionError",
     "ServerError",
     "ServiceUnavailableError",
+    "SinkRegistryError",
     "StoreError",
     "StoreFullError",
     "StoreIOError",
@@ -305,3 +308,8 @@ class AckFloorError(JetSparkError):
 
     def __reduce__(self):
         return (type(self), (self.stream, self.consumer, self.seq, self.floor, self.reason))
+
+
+class SinkRegistryError(JetSparkError):
+    """The streaming sink's registry of committed micro-batches (the connector's
+    ``JETSPARK_SINKS`` stream) cannot answer or record a commit."""

@@ -48,9 +48,9 @@ from jetspark import validate as V
 from jetspark.api import RetentionPolicy, StorageType, StreamConfig
 from jetspark.errors import (
     APIError,
-    JetSparkError,
     MsgNotFoundError,
     NoStreamResponseError,
+    SinkRegistryError,
     StreamNotFoundError,
 )
 from jetspark.protocol import subjects as subj
@@ -68,10 +68,6 @@ COMMIT_ROUNDS = 64
 
 _PLAIN = re.compile(r"[A-Za-z0-9-]{1,128}")
 _MAX_ENCODED = 96  # UTF-8 bytes base64url-encoded as they are (128 characters); longer ids are hashed
-
-
-class SinkRegistryError(JetSparkError):
-    """The registry of committed micro-batches cannot answer or record a commit."""
 
 
 def registry_config() -> StreamConfig:

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 import jetspark
 from jetspark.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from jetspark.connector import registry
-from jetspark.connector.registry import REGISTRY_STREAM, SinkRegistryError
-from jetspark.errors import BadRequestError, NoStreamResponseError
+from jetspark.connector.registry import REGISTRY_STREAM
+from jetspark.errors import BadRequestError, NoStreamResponseError, SinkRegistryError
 from jetspark.protocol import subjects as subj
 from tests.conftest import KEEPER, drop_streams
 from tests.servers import NatsServer
