@@ -10,6 +10,8 @@ added to one backend only, or an argument accepted by one only, fails here.
 from __future__ import annotations
 
 import inspect
+import pathlib
+import re
 
 import pytest
 
@@ -152,3 +154,17 @@ def test_an_object_missing_a_verb_is_not_a_jetstream_api():
 
     assert isinstance(handle_without(), JetStreamAPI)
     assert not isinstance(handle_without("advance_ack_floor"), JetStreamAPI)
+
+
+CONTRACT_SUITE = pathlib.Path(__file__).resolve().parent / "contract"
+
+
+@pytest.mark.parametrize("protocol", [JetStreamAPI, PullSubscriptionAPI, MsgAPI], ids=lambda p: p.__name__)
+def test_the_contract_suite_calls_every_declared_verb(protocol):
+    """Every verb the Protocols declare is called somewhere in tests/contract, whose tests run
+    on every backend: a verb added to the contract without a contract test fails here."""
+    source = "\n".join(path.read_text() for path in sorted(CONTRACT_SUITE.glob("test_*.py")))
+    verbs = [name for name, value in vars(protocol).items() if callable(value) and not name.startswith("_")]
+    assert verbs, f"{protocol.__name__} declares no verbs"
+    untested = [verb for verb in verbs if not re.search(rf"\.{verb}\(", source)]
+    assert not untested, f"{protocol.__name__} verbs no test in tests/contract calls: {untested}"
