@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import threading
@@ -111,17 +112,6 @@ def _errors():
 # ---------------------------------------------------------------- nats-py <-> jetspark dataclasses
 
 
-def _enum(cls, value):
-    """A jetspark enum member as nats-py's member of the same value; anything else as it is (the server judges it)."""
-    if isinstance(value, Enum):
-        return cls(value.value)
-    return value
-
-
-def _jenum(cls, value):
-    return None if value is None else cls(value.value if isinstance(value, Enum) else value)
-
-
 def _parse_time(value: Optional[str]) -> Optional[dt.datetime]:
     """The server's RFC 3339 time (nanoseconds) as an aware UTC datetime; the zero time is None."""
     if not value or value == _ZERO_TIME:
@@ -140,62 +130,38 @@ def _user_metadata(meta: Optional[dict]) -> Optional[dict]:
     return meta or None
 
 
-def to_nats_stream_config(c: api.StreamConfig) -> napi.StreamConfig:
-    # Unset fields stay unset (None) rather than taking nats-py's client-side defaults,
-    # so the server fills them in as it does for any client that leaves them out.
-    return napi.StreamConfig(
-        name=c.name,
-        description=c.description,
-        subjects=c.subjects,
-        retention=_enum(napi.RetentionPolicy, c.retention),
-        max_consumers=c.max_consumers,
-        max_msgs=c.max_msgs,
-        max_bytes=c.max_bytes,
-        discard=_enum(napi.DiscardPolicy, c.discard),
-        discard_new_per_subject=c.discard_new_per_subject,
-        max_age=c.max_age,
-        max_msgs_per_subject=c.max_msgs_per_subject,
-        max_msg_size=c.max_msg_size,
-        storage=_enum(napi.StorageType, c.storage),
-        num_replicas=c.num_replicas,
-        no_ack=c.no_ack,
-        duplicate_window=c.duplicate_window,
-        sealed=c.sealed,
-        deny_delete=c.deny_delete,
-        deny_purge=c.deny_purge,
-        allow_rollup_hdrs=c.allow_rollup_hdrs,
-        allow_direct=c.allow_direct,
-        first_seq=c.first_seq,
-        metadata=c.metadata,
-    )
+# Enum-valued config fields and the name of their enum, the same in jetspark.api and nats-py.
+_ENUM_FIELDS = {
+    "retention": "RetentionPolicy",
+    "discard": "DiscardPolicy",
+    "storage": "StorageType",
+    "deliver_policy": "DeliverPolicy",
+    "ack_policy": "AckPolicy",
+    "replay_policy": "ReplayPolicy",
+}
 
 
-def stream_config(c: napi.StreamConfig) -> api.StreamConfig:
-    return api.StreamConfig(
-        name=c.name,
-        description=c.description,
-        subjects=c.subjects,
-        retention=_jenum(api.RetentionPolicy, c.retention),
-        max_consumers=c.max_consumers,
-        max_msgs=c.max_msgs,
-        max_bytes=c.max_bytes,
-        discard=_jenum(api.DiscardPolicy, c.discard),
-        discard_new_per_subject=c.discard_new_per_subject,
-        max_age=c.max_age,
-        max_msgs_per_subject=c.max_msgs_per_subject,
-        max_msg_size=c.max_msg_size,
-        storage=_jenum(api.StorageType, c.storage),
-        num_replicas=c.num_replicas,
-        no_ack=c.no_ack,
-        duplicate_window=c.duplicate_window,
-        sealed=c.sealed,
-        deny_delete=c.deny_delete,
-        deny_purge=c.deny_purge,
-        allow_rollup_hdrs=c.allow_rollup_hdrs,
-        allow_direct=c.allow_direct,
-        first_seq=c.first_seq,
-        metadata=_user_metadata(c.metadata),
-    )
+def _config(c, cls):
+    """A config converted field by field between jetspark.api and nats-py's ``nats.js.api``
+    (``cls`` is the target class; both declare the same fields, checked by reading every
+    jetspark field from ``c``).  Enums become the target's member of the same value; a
+    value that is no enum member goes as it is, so the server judges it.  Unset fields
+    stay None: the server fills them in as for any client that leaves them out."""
+    to_nats = cls.__module__ != api.__name__
+    target = napi if to_nats else api
+    values = {}
+    for f in dataclasses.fields(getattr(api, cls.__name__)):
+        v = getattr(c, f.name)
+        if f.name in _ENUM_FIELDS and v is not None:
+            enum = getattr(target, _ENUM_FIELDS[f.name])
+            if isinstance(v, Enum):
+                v = enum(v.value)
+            elif not to_nats:
+                v = enum(v)
+        elif f.name == "metadata" and not to_nats:
+            v = _user_metadata(v)
+        values[f.name] = v
+    return cls(**values)
 
 
 def stream_info(info: napi.StreamInfo, raw_state: dict) -> api.StreamInfo:
@@ -215,57 +181,7 @@ def stream_info(info: napi.StreamInfo, raw_state: dict) -> api.StreamInfo:
         subjects=s.subjects,
         lost=None if s.lost is None else {"msgs": s.lost.msgs, "bytes": s.lost.bytes},
     )
-    return api.StreamInfo(config=stream_config(info.config), state=state, created=info.created, did_create=info.did_create)
-
-
-def to_nats_consumer_config(c: api.ConsumerConfig) -> napi.ConsumerConfig:
-    return napi.ConsumerConfig(
-        name=c.name,
-        durable_name=c.durable_name,
-        description=c.description,
-        deliver_policy=_enum(napi.DeliverPolicy, c.deliver_policy),
-        opt_start_seq=c.opt_start_seq,
-        opt_start_time=c.opt_start_time,
-        ack_policy=_enum(napi.AckPolicy, c.ack_policy),
-        ack_wait=c.ack_wait,
-        max_deliver=c.max_deliver,
-        backoff=c.backoff,
-        filter_subject=c.filter_subject,
-        filter_subjects=c.filter_subjects,
-        replay_policy=_enum(napi.ReplayPolicy, c.replay_policy),
-        max_waiting=c.max_waiting,
-        max_ack_pending=c.max_ack_pending,
-        headers_only=c.headers_only,
-        inactive_threshold=c.inactive_threshold,
-        num_replicas=c.num_replicas,
-        mem_storage=c.mem_storage,
-        metadata=c.metadata,
-    )
-
-
-def consumer_config(c: napi.ConsumerConfig) -> api.ConsumerConfig:
-    return api.ConsumerConfig(
-        name=c.name,
-        durable_name=c.durable_name,
-        description=c.description,
-        deliver_policy=_jenum(api.DeliverPolicy, c.deliver_policy),
-        opt_start_seq=c.opt_start_seq,
-        opt_start_time=c.opt_start_time,
-        ack_policy=_jenum(api.AckPolicy, c.ack_policy),
-        ack_wait=c.ack_wait,
-        max_deliver=c.max_deliver,
-        backoff=c.backoff,
-        filter_subject=c.filter_subject,
-        filter_subjects=c.filter_subjects,
-        replay_policy=_jenum(api.ReplayPolicy, c.replay_policy),
-        max_waiting=c.max_waiting,
-        max_ack_pending=c.max_ack_pending,
-        headers_only=c.headers_only,
-        inactive_threshold=c.inactive_threshold,
-        num_replicas=c.num_replicas,
-        mem_storage=c.mem_storage,
-        metadata=_user_metadata(c.metadata),
-    )
+    return api.StreamInfo(config=_config(info.config, api.StreamConfig), state=state, created=info.created, did_create=info.did_create)
 
 
 def sequence_info(s: Optional[napi.SequenceInfo]) -> api.SequenceInfo:
@@ -278,7 +194,7 @@ def consumer_info(info: napi.ConsumerInfo) -> api.ConsumerInfo:
     return api.ConsumerInfo(
         name=info.name,
         stream_name=info.stream_name,
-        config=consumer_config(info.config),
+        config=_config(info.config, api.ConsumerConfig),
         created=info.created,
         delivered=sequence_info(info.delivered),
         ack_floor=sequence_info(info.ack_floor),
@@ -487,7 +403,7 @@ class OracleJS:
         return stream_info(info, raw["state"])
 
     def _stream_request(self, verb: str, config: api.StreamConfig) -> api.StreamInfo:
-        nconfig = to_nats_stream_config(config)
+        nconfig = _config(config, napi.StreamConfig)
         if _name_ok(config.name):
             call = self._js.add_stream if verb == "CREATE" else self._js.update_stream
             return self._stream_info(self._run(call(nconfig)))
@@ -601,7 +517,7 @@ class OracleJS:
         config = api.with_params(api.ConsumerConfig, config, params)
         names = [n for n in (config.name, config.durable_name) if n is not None]
         if _name_ok(stream) and all(_name_ok(n) for n in names):
-            return consumer_info(self._run(self._js.add_consumer(stream, to_nats_consumer_config(config))))
+            return consumer_info(self._run(self._js.add_consumer(stream, _config(config, napi.ConsumerConfig))))
         return self._consumer_request(stream, config, None)
 
     def create_consumer(self, stream: str, config: Optional[api.ConsumerConfig] = None, **params) -> api.ConsumerInfo:
@@ -616,7 +532,7 @@ class OracleJS:
         # nats-py's add_consumer sends no action and refuses names a subject cannot
         # carry; this sends nats-py's own serialisation of the config, on the subject
         # nats-py would choose, and a name the subject cannot carry in the body only.
-        nconfig = to_nats_consumer_config(config)
+        nconfig = _config(config, napi.ConsumerConfig)
         req: dict = {"stream_name": stream, "config": nconfig.as_dict()}
         if action:
             req["action"] = action
@@ -651,7 +567,7 @@ class OracleJS:
     ) -> PullSubscription:
         """nats-py's pull_subscribe: bind ``durable`` if it exists, else create it (or an
         ephemeral) filtered on ``subject`` unless ``config`` sets filter_subjects."""
-        nconfig = to_nats_consumer_config(config) if config is not None else None
+        nconfig = _config(config, napi.ConsumerConfig) if config is not None else None
         try:
             sub = self._run(self._js.pull_subscribe(subject, durable=durable, stream=stream, config=nconfig))
         except nats.js.errors.NotFoundError as exc:
