@@ -110,8 +110,24 @@ def test_the_extras_are_really_backend_only():
 
 def test_the_handles_share_one_base():
     assert issubclass(JetStream, HandleBase) and issubclass(NatsJetStream, HandleBase)
-    for verb in ("pull_subscribe", "pull_subscribe_bind", "ack_floor", "get_last_msg", "add_consumer", "publish_batch"):
+    # Verbs whose argument checks are the same on both backends are written once, in HandleBase:
+    # both accept and refuse exactly the same arguments (tests/contract/test_bad_input.py).
+    once = (
+        "add_stream", "update_stream", "stream_info", "purge_stream", "get_msg", "get_last_msg", "delete_msg",
+        "publish_batch", "read_batches", "seq_for_bytes", "seq_for_time", "advance_ack_floor", "ack_floor",
+        "ordered_consumer", "add_consumer", "create_consumer", "update_consumer", "pull_subscribe", "pull_subscribe_bind",
+    )  # fmt: skip
+    for verb in once:
         assert JetStream.__dict__.get(verb) is None and NatsJetStream.__dict__.get(verb) is None, f"{verb} is written once, in HandleBase"
+
+
+def test_every_verb_shows_its_contract():
+    """help(js.verb) shows the contract declared in jetspark.backend, on either handle."""
+    for cls in (JetStream, NatsJetStream):
+        for name, declared in vars(JetStreamAPI).items():
+            if not name.startswith("_") and callable(declared):
+                assert getattr(cls, name).__doc__, f"{cls.__name__}.{name} has no docstring"
+    assert JetStream.read_batches.__doc__ == JetStreamAPI.read_batches.__doc__
 
 
 def _check_live_objects(js) -> None:

@@ -14,16 +14,23 @@ the backend for what differs, through these hooks:
   ``jetspark.validate.batch_table`` returns it, for a named stream;
 - ``_subscription(stream, consumer)``: the backend's pull subscription on an
   existing consumer;
+- ``_stream_info``, ``_purge_stream``, ``_get_msg``, ``_delete_msg``,
+  ``_read_batches``, ``_seq_for_bytes``, ``_seq_for_time``,
+  ``_advance_ack_floor``, ``_ordered_consumer``: the verb of that name with
+  its arguments already checked (``jetspark.validate``), so both backends
+  accept and refuse exactly the same arguments, before doing anything;
 - and the verbs of ``jetspark.backend.JetStreamAPI`` not defined here.
 
-The contract of every verb is its docstring in ``jetspark.backend``.  This
-module imports neither backend (tests/test_imports.py).
+The contract of every verb is its docstring in ``jetspark.backend``; a verb
+without a docstring of its own gets that one, so ``help(js.read_batches)``
+shows the contract.  This module imports neither backend
+(tests/test_imports.py).
 """
 
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from jetspark import validate as V
 from jetspark.api import (
@@ -35,6 +42,7 @@ from jetspark.api import (
     StreamConfig,
     StreamInfo,
 )
+from jetspark.backend import JetStreamAPI
 from jetspark.errors import (
     BadRequestError,
     ConsumerNotFoundError,
@@ -46,7 +54,7 @@ from jetspark.protocol import subjects as subj
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from jetspark.backend import PullSubscriptionAPI
+    from jetspark.backend import MsgAPI, PullSubscriptionAPI
 
 __all__ = ["HandleBase", "new_consumer_name"]
 
@@ -58,6 +66,10 @@ def new_consumer_name() -> str:
 
 class HandleBase:
     """The verbs both backends implement alike (see the module docstring)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _document(cls)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -75,10 +87,24 @@ class HandleBase:
     def update_stream(self, config: Optional[StreamConfig] = None, **params: Any) -> StreamInfo:
         return self._update_stream(V.stream_config(config, params))
 
+    def stream_info(self, name: str, subjects_filter: Optional[str] = None, deleted_details: bool = False) -> StreamInfo:
+        V.filter_subject(subjects_filter, "subjects_filter")
+        V.boolean(deleted_details, "deleted_details", api=True)
+        return self._stream_info(name, subjects_filter, deleted_details)
+
+    def purge_stream(self, name: str, subject: Optional[str] = None, seq: Optional[int] = None, keep: Optional[int] = None) -> bool:
+        return self._purge_stream(name, *V.purge_args(subject, seq, keep))
+
     # ------------------------------------------------------------------ messages
+
+    def get_msg(self, stream: str, seq: Optional[int] = None, last_by_subj: Optional[str] = None, next_by_subj: Optional[str] = None) -> RawStreamMsg:
+        return self._get_msg(stream, *V.get_msg_args(seq, last_by_subj, next_by_subj))
 
     def get_last_msg(self, stream: str, subject: str) -> RawStreamMsg:
         return self.get_msg(stream, last_by_subj=subject)
+
+    def delete_msg(self, stream: str, seq: int) -> bool:
+        return self._delete_msg(stream, V.seq(seq, "seq", api=True, optional=False, hi=V.UINT64_MAX))
 
     def publish_batch(self, data: Any, stream: Optional[str] = None, msg_id_prefix: Optional[str] = None, msg_id_start: int = 0) -> BatchAck:
         table = V.batch_table(data, msg_id_prefix, msg_id_start)
@@ -97,6 +123,34 @@ class HandleBase:
             return self.find_stream_name_by_subject(first)
         except StreamNotFoundError:
             raise NoStreamResponseError(first) from None
+
+    # ------------------------------------------------------------------ bulk verbs
+
+    def read_batches(
+        self,
+        stream: str,
+        start_seq: int = 1,
+        end_seq: Optional[int] = None,
+        subjects: Optional[Sequence[str]] = None,
+        batch_size: int = 65536,
+        headers: bool = False,
+    ) -> Iterator["pa.RecordBatch"]:
+        return self._read_batches(stream, *V.read_args(start_seq, end_seq, subjects, batch_size, headers))
+
+    def seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:
+        return self._seq_for_bytes(stream, *V.seq_for_bytes_args(lo, hi, max_bytes))
+
+    def seq_for_time(self, stream: str, when: Any) -> int:
+        return self._seq_for_time(stream, V.when(when))
+
+    def advance_ack_floor(self, stream: str, durable: str, seq: int) -> SequenceInfo:
+        return self._advance_ack_floor(stream, durable, V.seq(seq, "seq", optional=False))
+
+    def ordered_consumer(
+        self, stream: str, subjects: Optional[Sequence[str]] = None, start_seq: Optional[int] = None, end_seq: Optional[int] = None, batch_size: int = 4096
+    ) -> Iterator["MsgAPI"]:
+        start_seq, end_seq, subjects, batch_size, _ = V.read_args(start_seq, end_seq, subjects, batch_size, False)
+        return self._ordered_consumer(stream, subjects, start_seq, end_seq, batch_size)
 
     # ------------------------------------------------------------------ consumers
 
@@ -137,3 +191,14 @@ class HandleBase:
 
     def ack_floor(self, stream: str, durable: str) -> SequenceInfo:
         return self.consumer_info(stream, durable).ack_floor
+
+
+def _document(cls: type) -> None:
+    """Give each verb of ``cls`` that has no docstring the contract's (``jetspark.backend``)."""
+    for name, declared in vars(JetStreamAPI).items():
+        verb = cls.__dict__.get(name)
+        if not name.startswith("_") and callable(verb) and not verb.__doc__:
+            verb.__doc__ = declared.__doc__
+
+
+_document(HandleBase)

@@ -36,7 +36,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Optional
 
 import numpy as np
 
@@ -526,9 +526,7 @@ class JetStream(HandleBase):
         self._remove_stream_files(trash)
         return True
 
-    def stream_info(self, name: str, subjects_filter: Optional[str] = None, deleted_details: bool = False) -> StreamInfo:
-        V.filter_subject(subjects_filter, "subjects_filter")
-        V.boolean(deleted_details, "deleted_details", api=True)
+    def _stream_info(self, name: str, subjects_filter: Optional[str], deleted_details: bool) -> StreamInfo:
         with self._lock:
             return self._stream(name).info(subjects_filter=subjects_filter, deleted_details=deleted_details)
 
@@ -556,8 +554,7 @@ class JetStream(HandleBase):
                 raise api_error(10059)
             return st.name
 
-    def purge_stream(self, name: str, subject: Optional[str] = None, seq: Optional[int] = None, keep: Optional[int] = None) -> bool:
-        subject, seq, keep = V.purge_args(subject, seq, keep)
+    def _purge_stream(self, name: str, subject: Optional[str], seq: Optional[int], keep: Optional[int]) -> bool:
         with self._lock:
             self._stream(name).purge(subject=subject, seq=seq, keep=keep)
             return True
@@ -608,34 +605,20 @@ class JetStream(HandleBase):
                 return st.publish_plain(subject, payload)
             return st.publish(subject, payload, H.encode(headers))
 
-    def get_msg(self, stream: str, seq: Optional[int] = None, last_by_subj: Optional[str] = None, next_by_subj: Optional[str] = None) -> RawStreamMsg:
-        seq, last_by_subj, next_by_subj = V.get_msg_args(seq, last_by_subj, next_by_subj)
+    def _get_msg(self, stream: str, seq: Optional[int], last_by_subj: Optional[str], next_by_subj: Optional[str]) -> RawStreamMsg:
         with self._lock:
             return self._stream(stream).get_msg(seq=seq, last_by_subj=last_by_subj, next_by_subj=next_by_subj)
 
-    def delete_msg(self, stream: str, seq: int) -> bool:
-        seq = V.seq(seq, "seq", api=True, optional=False, hi=V.UINT64_MAX)
+    def _delete_msg(self, stream: str, seq: int) -> bool:
         with self._lock:
             self._stream(stream).delete_msg(seq)
             return True
 
     # ------------------------------------------------------------------ bulk paths for Spark
 
-    def read_batches(
-        self,
-        stream: str,
-        start_seq: int = 1,
-        end_seq: Optional[int] = None,
-        subjects: Optional[Sequence[str]] = None,
-        batch_size: int = 65536,
-        headers: bool = False,
-    ) -> Iterator["pa.RecordBatch"]:
-        """Messages with start_seq <= seq <= end_seq (inclusive, optionally filtered by
-        subjects, wildcards allowed) as Arrow batches with the columns
-        stream, subject, seq, timestamp, data (and headers when asked)."""
+    def _read_batches(self, stream: str, start_seq: int, end_seq: Optional[int], subjects, batch_size: int, headers: bool) -> Iterator["pa.RecordBatch"]:
         from jetspark.engine import bulk
 
-        start_seq, end_seq, subjects, batch_size, headers = V.read_args(start_seq, end_seq, subjects, batch_size, headers)
         with self._lock:
             st = self._stream(stream)
         return bulk.read_batches(st, start_seq, end_seq, subjects=subjects, batch_size=batch_size, headers=headers)
@@ -648,20 +631,15 @@ class JetStream(HandleBase):
         with self._lock:
             return bulk.publish_batch(self._stream(stream), table, msg_id_prefix, msg_id_start)
 
-    def seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:
-        """The last sequence in lo..hi such that the messages lo..it hold at most ``max_bytes``
-        (counted as ``bytes`` is; at least lo, so a read always moves)."""
+    def _seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:
         from jetspark.engine import bulk
 
-        lo, hi, max_bytes = V.seq_for_bytes_args(lo, hi, max_bytes)
         with self._lock:
             return bulk.seq_for_bytes(self._stream(stream), lo, hi, max_bytes)
 
-    def seq_for_time(self, stream: str, when) -> int:
-        """The first sequence stored at or after ``when`` (a datetime, or ns since the epoch)."""
+    def _seq_for_time(self, stream: str, when) -> int:
         from jetspark.engine import bulk
 
-        when = V.when(when)
         with self._lock:
             return bulk.seq_for_time(self._stream(stream), when)
 
@@ -805,11 +783,9 @@ class JetStream(HandleBase):
 
     # ------------------------------------------------------------------ for the Spark connector
 
-    def advance_ack_floor(self, stream: str, durable: str, seq: int) -> SequenceInfo:
-        """Acknowledge everything the durable consumer matches up to stream sequence ``seq``
-        (AckAll semantics, as if delivered and acked), releasing it on interest and
-        work-queue streams; returns the new ack floor."""
-        seq = V.seq(seq, "seq", optional=False)
+    def _advance_ack_floor(self, stream: str, durable: str, seq: int) -> SequenceInfo:
+        # Everything the consumer matches up to seq counts as delivered and acknowledged
+        # (ack-all semantics), released at once on interest and work-queue streams.
         with self._lock:
             st = self._stream(stream)
             with st.locked():
@@ -820,17 +796,9 @@ class JetStream(HandleBase):
                     st.consumers.release(np.arange(old + 1, c.ack_floor_stream_seq + 1, dtype=np.int64))
                 return SequenceInfo(consumer_seq=c.ack_floor_consumer_seq, stream_seq=c.ack_floor_stream_seq)
 
-    def ordered_consumer(
-        self, stream: str, subjects: Optional[Sequence[str]] = None, start_seq: Optional[int] = None, end_seq: Optional[int] = None, batch_size: int = 4096
-    ) -> Iterator[Msg]:
-        """Read a (filtered) range in order with no acks, like nats-py's ordered consumer.
-
-        Messages carry metadata (stream and consumer sequences, num_pending);
-        their ack methods do nothing.
-        """
+    def _ordered_consumer(self, stream: str, subjects, start_seq: Optional[int], end_seq: Optional[int], batch_size: int) -> Iterator[Msg]:
         from jetspark.engine import bulk
 
-        start_seq, end_seq, subjects, batch_size, _ = V.read_args(start_seq, end_seq, subjects, batch_size, False)
         with self._lock:
             st = self._stream(stream)
             st.refresh()

@@ -18,7 +18,7 @@ throughput matters.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional
 
 from jetspark import validate as V
 from jetspark.api import (
@@ -117,9 +117,7 @@ class NatsJetStream(HandleBase):
     def delete_stream(self, name: str) -> bool:
         return self._request(self._stream_subject("DELETE", name), what=f"delete_stream {name!r}")["success"]
 
-    def stream_info(self, name: str, subjects_filter: Optional[str] = None, deleted_details: bool = False) -> StreamInfo:
-        V.filter_subject(subjects_filter, "subjects_filter")
-        V.boolean(deleted_details, "deleted_details", api=True)
+    def _stream_info(self, name: str, subjects_filter: Optional[str], deleted_details: bool) -> StreamInfo:
         return self._run(jsapi.stream_info(self._session, name, subjects_filter, deleted_details), what=f"stream_info {name!r}")
 
     def streams_info(self) -> list[StreamInfo]:
@@ -137,8 +135,7 @@ class NatsJetStream(HandleBase):
             raise api_error(10059)
         return streams[0]
 
-    def purge_stream(self, name: str, subject: Optional[str] = None, seq: Optional[int] = None, keep: Optional[int] = None) -> bool:
-        subject, seq, keep = V.purge_args(subject, seq, keep)
+    def _purge_stream(self, name: str, subject: Optional[str], seq: Optional[int], keep: Optional[int]) -> bool:
         req: dict = {}
         if subject:
             req["filter"] = subject
@@ -178,8 +175,7 @@ class NatsJetStream(HandleBase):
             raise error_from_response(resp["error"])
         return PubAck.from_response(resp)
 
-    def get_msg(self, stream: str, seq: Optional[int] = None, last_by_subj: Optional[str] = None, next_by_subj: Optional[str] = None) -> RawStreamMsg:
-        seq, last_by_subj, next_by_subj = V.get_msg_args(seq, last_by_subj, next_by_subj)
+    def _get_msg(self, stream: str, seq: Optional[int], last_by_subj: Optional[str], next_by_subj: Optional[str]) -> RawStreamMsg:
         req: dict = {}
         if seq is not None:
             req["seq"] = seq
@@ -190,29 +186,14 @@ class NatsJetStream(HandleBase):
         m = self._request(self._stream_subject("MSG.GET", stream), req, what=f"get_msg from {stream!r}")["message"]
         return wire.raw_msg_from_wire(stream, m)
 
-    def delete_msg(self, stream: str, seq: int) -> bool:
-        seq = V.seq(seq, "seq", api=True, optional=False, hi=V.UINT64_MAX)
+    def _delete_msg(self, stream: str, seq: int) -> bool:
         return self._request(self._stream_subject("MSG.DELETE", stream), {"seq": seq, "no_erase": True}, what=f"delete_msg {seq} from {stream!r}")["success"]
 
     # ------------------------------------------------------------------ bulk paths for Spark
 
-    def read_batches(
-        self,
-        stream: str,
-        start_seq: int = 1,
-        end_seq: Optional[int] = None,
-        subjects: Optional[Sequence[str]] = None,
-        batch_size: int = 65536,
-        headers: bool = False,
-    ) -> Iterator["pa.RecordBatch"]:  # noqa: F821
-        """Messages with start_seq <= seq <= end_seq (inclusive, optionally filtered by
-        subjects, wildcards allowed) as Arrow batches with the engine's columns
-        stream, subject, seq, timestamp, data (and headers when asked).
-
-        Without ``end_seq`` the read stops at the stream's last sequence when the
-        call is made.  The server streams the range to an ephemeral, ack-less pull
-        consumer (deleted at the end), in large pipelined pull requests."""
-        start_seq, end_seq, subjects, batch_size, headers = V.read_args(start_seq, end_seq, subjects, batch_size, headers)
+    def _read_batches(self, stream: str, start_seq: int, end_seq: Optional[int], subjects, batch_size: int, headers: bool):
+        # The server streams the range to an ephemeral, ack-less pull consumer (deleted at
+        # the end) in large pipelined pull requests; a work-queue stream is read with gets.
         return reads.read_batches(self._session, stream, start_seq, end_seq, subjects=subjects, batch_size=batch_size, headers=headers)
 
     def _publish_batch(self, table, stream: str, msg_id_prefix: Optional[str], msg_id_start: int):
@@ -227,16 +208,11 @@ class NatsJetStream(HandleBase):
             table = table.append_column("msg_id", ids)
         return appends.publish_batch(self._session, table, stream)
 
-    def seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:
-        """The last sequence in lo..hi such that the messages lo..it hold at most ``max_bytes``
-        (counted as the server counts a stream's bytes; at least lo, so a read always moves)."""
-        lo, hi, max_bytes = V.seq_for_bytes_args(lo, hi, max_bytes)
+    def _seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:
         return reads.seq_for_bytes(self._session, stream, lo, hi, max_bytes)
 
-    def seq_for_time(self, stream: str, when) -> int:
-        """The first sequence stored at or after ``when`` (a datetime, or ns since the epoch);
-        last_seq + 1 if none."""
-        return reads.seq_for_time(self._session, stream, V.when(when))
+    def _seq_for_time(self, stream: str, when) -> int:
+        return reads.seq_for_time(self._session, stream, when)
 
     # ------------------------------------------------------------------ consumers
 
@@ -280,20 +256,9 @@ class NatsJetStream(HandleBase):
 
     # ------------------------------------------------------------------ for the Spark connector
 
-    def advance_ack_floor(self, stream: str, durable: str, seq: int) -> SequenceInfo:
-        """Acknowledge what the durable consumer matches up to stream sequence ``seq``
-        by fetching exactly those messages and acknowledging them (the last one under
-        ack policy all), releasing them on interest and work-queue streams; returns the
-        new ack floor.  Cheapest with ack policy all (one ack per call)."""
-        return floors.advance_ack_floor(self._session, stream, durable, V.seq(seq, "seq", optional=False))
+    def _advance_ack_floor(self, stream: str, durable: str, seq: int) -> SequenceInfo:
+        # How: jetspark/remote/ack_floor.py.
+        return floors.advance_ack_floor(self._session, stream, durable, seq)
 
-    def ordered_consumer(
-        self, stream: str, subjects: Optional[Sequence[str]] = None, start_seq: Optional[int] = None, end_seq: Optional[int] = None, batch_size: int = 4096
-    ) -> Iterator[Msg]:
-        """Read a (filtered) range in order with no acks, like nats-py's ordered consumer.
-
-        Messages carry metadata (stream and consumer sequences, num_pending within
-        the range); their ack methods do nothing.
-        """
-        start_seq, end_seq, subjects, batch_size, _ = V.read_args(start_seq, end_seq, subjects, batch_size, False)
+    def _ordered_consumer(self, stream: str, subjects, start_seq: Optional[int], end_seq: Optional[int], batch_size: int) -> Iterator[Msg]:
         return reads.ordered_consumer(self._session, stream, subjects, start_seq, end_seq, batch_size)
