@@ -29,10 +29,8 @@ as its traceback.
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
-import shutil
 import signal
 import traceback
 from collections import Counter
@@ -42,7 +40,6 @@ import pytest
 import jetspark
 from jetspark import AckPolicy, ConsumerConfig, DeliverPolicy, FetchTimeoutError
 from jetspark.api import ns_to_datetime
-from jetspark.engine import handle as engine_handle
 from jetspark.errors import MsgNotFoundError
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -99,29 +96,6 @@ def _result(conn, proc):
     assert status == "ok", f"child {proc.name} failed:\n{value}"
     assert proc.exitcode == 0, proc.exitcode
     return value
-
-
-@pytest.fixture
-def store(tmp_path):
-    path = tmp_path / "store"
-    yield path
-    # Tests delete their streams (which cleans /dev/shm); this catches failures.
-    try:
-        store_id = json.loads((path / "store.json").read_text())["id"]
-    except FileNotFoundError:
-        return
-    shutil.rmtree(engine_handle._SHM / f"jetspark-{store_id}", ignore_errors=True)
-
-
-@pytest.fixture
-def procs():
-    """multiprocessing children to SIGKILL if a test leaves them running."""
-    started: list = []
-    yield started
-    for p in started:
-        if p.is_alive():
-            p.kill()
-        p.join()
 
 
 def _start(procs, target, *args):

@@ -14,10 +14,8 @@ they share the payload/subject/header functions with the checks.
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +24,6 @@ from pathlib import Path
 import pytest
 
 import jetspark
-from jetspark.engine import handle as engine_handle
 from jetspark.errors import MsgNotFoundError
 from jetspark.protocol import headers as H
 
@@ -81,36 +78,6 @@ def _publish_forever(store: str, sync: str, block_msgs: str) -> None:
 
 
 # ---------------------------------------------------------------- fixtures and helpers
-
-
-def _shm_dir(store: Path) -> Path | None:
-    try:
-        store_id = json.loads((store / "store.json").read_text())["id"]
-    except FileNotFoundError:
-        return None
-    return engine_handle._SHM / f"jetspark-{store_id}"
-
-
-@pytest.fixture
-def store(tmp_path):
-    path = tmp_path / "store"
-    yield path
-    # Memory streams live in /dev/shm: tests delete their streams, this catches failures
-    # (and the per-store directory that delete_stream leaves behind).
-    shm = _shm_dir(path)
-    if shm is not None:
-        shutil.rmtree(shm, ignore_errors=True)
-
-
-@pytest.fixture
-def children():
-    """Popen objects to SIGKILL if a test leaves them running."""
-    procs: list = []
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
 
 
 def _start_publisher(children, store: Path, sync: str = "os", block_msgs: int = 0) -> subprocess.Popen:

@@ -13,7 +13,6 @@ chosen point of a compaction, so the crash lands exactly there.
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import random
@@ -33,7 +32,6 @@ from hypothesis import strategies as st
 import jetspark
 from jetspark import AckPolicy, ConsumerConfig
 from jetspark.engine import dedup, journals, storage
-from jetspark.engine import handle as engine_handle
 from jetspark.engine.records import RANGE
 from jetspark.protocol import headers as H
 from tests.conftest import FakeClock
@@ -80,17 +78,6 @@ def ids_table(subject: str, start: int, n: int) -> pa.Table:
         "data": [b"%d" % i for i in range(start, start + n)],
         "msg_id": [f"id-{i}" for i in range(start, start + n)],
     })  # fmt: skip
-
-
-@pytest.fixture
-def store(tmp_path):
-    path = tmp_path / "store"
-    yield path
-    try:
-        store_id = json.loads((path / "store.json").read_text())["id"]
-    except FileNotFoundError:
-        return
-    shutil.rmtree(engine_handle._SHM / f"jetspark-{store_id}", ignore_errors=True)
 
 
 # ---------------------------------------------------------------- 1. a long run stays bounded
@@ -351,16 +338,6 @@ def _publish_ids_forever(store: str, stop_at: str) -> None:
             os._exit(3)
         os.write(1, b"%d\n" % seq)
         seq += 1
-
-
-@pytest.fixture
-def children():
-    procs: list = []
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
 
 
 def _run_child_until_killed(children, store: Path, stop_at: str, kill_after: int) -> tuple[list[int], str]:

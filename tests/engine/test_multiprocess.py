@@ -8,11 +8,9 @@ a failure shows the child's traceback.
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import random
-import shutil
 import signal
 import time
 import traceback
@@ -21,7 +19,6 @@ from collections import Counter
 import pytest
 
 import jetspark
-from jetspark.engine import handle as engine_handle
 from jetspark.errors import MsgNotFoundError
 
 STREAM = "MP"
@@ -155,28 +152,6 @@ def assert_gapless(seqs: list[int], total: int) -> None:
 
 
 # ---------------------------------------------------------------- fixtures
-
-
-@pytest.fixture
-def store(tmp_path):
-    path = tmp_path / "store"
-    yield path
-    try:
-        store_id = json.loads((path / "store.json").read_text())["id"]
-    except FileNotFoundError:
-        return
-    shutil.rmtree(engine_handle._SHM / f"jetspark-{store_id}", ignore_errors=True)
-
-
-@pytest.fixture
-def procs():
-    """multiprocessing children to SIGKILL if a test leaves them running."""
-    started: list = []
-    yield started
-    for p in started:
-        if p.is_alive():
-            p.kill()
-        p.join()
 
 
 def _start(procs, ctx, target, *args):
