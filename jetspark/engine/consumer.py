@@ -240,20 +240,7 @@ class Consumer:
         error the in-memory state goes back to what the log holds, and StoreIOError /
         StoreFullError (naming the log) is raised: the call changed nothing."""
         arr = items if isinstance(items, np.ndarray) else np.array(items or [], dtype=_ITEM)
-        body = (
-            struct.pack(
-                "<BIqqqqq",
-                op,
-                len(arr),
-                self.delivered_consumer_seq,
-                self.next_stream_seq,
-                self.ack_floor_consumer_seq,
-                self.ack_floor_stream_seq,
-                self.last_active,
-            )
-            + arr.tobytes()
-        )
-        rec = struct.pack("<II", 8 + len(body), zlib.crc32(body)) + body
+        rec = self._record(op, arr)
         compact = self._pos and self._pos + len(rec) > COMPACT_BYTES
         try:
             if compact:
@@ -267,11 +254,15 @@ class Consumer:
             self._revert()
             raise err from exc
 
+    def _record(self, op: int, arr: np.ndarray) -> bytes:
+        """One log record: the op, the consumer's sequences and ``arr``'s items, with a CRC-32."""
+        head = (op, len(arr), self.delivered_consumer_seq, self.next_stream_seq, self.ack_floor_consumer_seq, self.ack_floor_stream_seq, self.last_active)
+        body = struct.pack("<BIqqqqq", *head) + arr.tobytes()
+        return struct.pack("<II", 8 + len(body), zlib.crc32(body)) + body
+
     def _append(self, rec: bytes) -> None:
         try:
-            done = 0
-            while done < len(rec):
-                done += os.pwrite(self._fd, rec[done:], self._pos + done)
+            diskio.pwrite(self._fd, rec, self._pos, self.log_path)
         except OSError:
             try:
                 os.ftruncate(self._fd, self._pos)  # cut the torn bytes (shrinking needs no space)
@@ -291,21 +282,7 @@ class Consumer:
 
     def compact(self) -> None:
         """Rewrite the log as one snapshot; other processes reopen it on the cons_gen bump."""
-        arr = np.array(self._snapshot_items(), dtype=_ITEM)
-        body = (
-            struct.pack(
-                "<BIqqqqq",
-                SNAPSHOT,
-                len(arr),
-                self.delivered_consumer_seq,
-                self.next_stream_seq,
-                self.ack_floor_consumer_seq,
-                self.ack_floor_stream_seq,
-                self.last_active,
-            )
-            + arr.tobytes()
-        )
-        rec = struct.pack("<II", 8 + len(body), zlib.crc32(body)) + body
+        rec = self._record(SNAPSHOT, np.array(self._snapshot_items(), dtype=_ITEM))
         fsync = self.stream.storage.fsync
         tmp = self.home / "log.tmp"
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
