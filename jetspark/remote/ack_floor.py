@@ -45,7 +45,7 @@ from jetspark.errors import AckFloorError, MsgNotFoundError
 from jetspark.protocol import subjects as subj
 from jetspark.remote import jsapi
 from jetspark.remote.fastpath import RawInbox, status_of
-from jetspark.remote.puller import GET_WINDOW, PULL_BATCH, PULL_MAX_BYTES, count_from
+from jetspark.remote.puller import GET_WINDOW, PULL_BATCH, PULL_MAX_BYTES, count_from, reply_offset
 from jetspark.remote.session import PROGRESS, Session
 
 log = logging.getLogger("jetspark.remote")
@@ -269,8 +269,7 @@ class _Floor:
                         ended = True
                     continue
                 got += 1
-                t = r.split(b".")
-                sseq = int(t[(2 if len(t) == 9 else 4) + 3])
+                sseq = int(r.split(b".")[reply_offset(r) + 3])
                 if sseq > self.seq:
                     late.append(r.decode())
                     continue

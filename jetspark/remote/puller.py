@@ -69,7 +69,7 @@ class Chunk:
         return len(self.seqs)
 
 
-def _reply_offset(reply: bytes) -> int:
+def reply_offset(reply: bytes) -> int:
     """Index of the stream token in a delivery's reply subject: 2 (v1, 9 tokens) or 4 (v2)."""
     n = reply.count(b".") + 1
     if n == 9:
@@ -178,7 +178,7 @@ class Puller:
                     await self._status(hdr)
                     continue
                 if self.off is None:
-                    self.off = _reply_offset(reply)
+                    self.off = reply_offset(reply)
                 t = reply.split(b".")
                 o = self.off
                 sseq = int(t[o + 3])

@@ -15,7 +15,7 @@ from typing import Iterator, Optional
 import numpy as np
 import pyarrow as pa
 
-from jetspark.api import RetentionPolicy, StorageType, StreamInfo, datetime_to_ns
+from jetspark.api import StorageType, StreamInfo, datetime_to_ns
 from jetspark.errors import BadRequestError, JetSparkError, MsgNotFoundError
 from jetspark.protocol import headers as H
 from jetspark.protocol import subjects as subj
@@ -26,7 +26,6 @@ from jetspark.remote.puller import (
     PULL_BATCH,
     Chunk,
     GetRead,
-    RangeRead,
     count_from,
     range_reader,
 )
@@ -66,14 +65,19 @@ def _read_gen(session, info, lo, hi, filters, batch_size, headers) -> Iterator[p
         return
     stream = info.config.name
     reader = range_reader(session, info, lo, hi, filters, keep_headers=headers)
-    what = f"read_batches of {stream!r}"
+    for chunk in _chunks(session, reader, batch_size, f"read_batches of {stream!r}"):
+        yield _to_batch(stream, chunk, headers)
+
+
+def _chunks(session: Session, reader, batch_size: int, what: str, opened=None) -> Iterator[Chunk]:
+    """A range reader's chunks until the range is read; the reader is closed at the end, also
+    when the caller stops early.  ``opened(reader)`` runs once it is open."""
     try:
         session.run(reader.open(), what=what)
-        while True:
-            chunk = session.run(reader.next_chunk(batch_size), what=what, timeout=PROGRESS)
-            if not len(chunk):
-                break
-            yield _to_batch(stream, chunk, headers)
+        if opened is not None:
+            opened(reader)
+        while chunk := session.run(reader.next_chunk(batch_size), what=what, timeout=PROGRESS):
+            yield chunk
     finally:
         if not session.closed:
             try:
@@ -125,60 +129,37 @@ def _to_batch(stream: str, chunk: Chunk, headers: bool) -> pa.RecordBatch:
 def ordered_consumer(session: Session, stream: str, subjects, start_seq, end_seq, batch_size: int) -> Iterator[Msg]:
     filters = _check_filters(subjects)
     info = _stream_info(session, stream)
-    state = info.state
-    lo = max(int(start_seq or 1), state.first_seq, 1)
-    hi = state.last_seq if end_seq is None else min(int(end_seq), state.last_seq)
-    if info.config.retention == RetentionPolicy.WORK_QUEUE:
-        return _ordered_gets(session, stream, lo, hi, filters, max(int(batch_size), 1))
-    return _ordered_gen(session, stream, lo, hi, filters, max(int(batch_size), 1), state.last_seq)
+    lo = max(int(start_seq or 1), info.state.first_seq, 1)
+    hi = info.state.last_seq if end_seq is None else min(int(end_seq), info.state.last_seq)
+    return _ordered_gen(session, info, lo, hi, filters, max(int(batch_size), 1))
 
 
-def _ordered_gen(session, stream, lo, hi, filters, batch_size, last_seq) -> Iterator[Msg]:
+def _ordered_gen(session, info, lo, hi, filters, batch_size) -> Iterator[Msg]:
     if lo > hi:
         return
-    reader = RangeRead(session, stream, lo, hi, filters, keep_headers=True)
-    what = f"ordered_consumer on {stream!r}"
-    try:
-        session.run(reader.open(), what=what)
-        after = session.run(count_from(session, stream, hi + 1, filters), what=what) if hi < last_seq and reader.pending_at_start else 0
-        total = reader.pending_at_start - after
-        cseq = 0
-        while True:
-            chunk = session.run(reader.next_chunk(batch_size), what=what, timeout=PROGRESS)
-            if not len(chunk):
-                break
-            for subject, data, reply, hdr, sseq, ts in zip(chunk.subjects, chunk.datas, chunk.replies, chunk.headers, chunk.seqs, chunk.times):
-                cseq += 1
-                meta = (stream, "", 1, sseq, cseq, ts, max(total - cseq, 0), None)
-                yield Msg(None, subject.decode(), data, H.decode(hdr) if hdr else None, reply.decode(), meta)
-    finally:
-        if not session.closed:
-            try:
-                session.run(reader.close(), what=what, settle=False)
-            except JetSparkError:
-                pass
-
-
-def _ordered_gets(session, stream, lo, hi, filters, batch_size) -> Iterator[Msg]:
-    """An ordered read of a work-queue stream: the server admits no ack-less consumer there
-    (10084) and none beside a durable over the same subjects (10100), so it reads with plain
-    gets, as range reads do (``puller.GetRead``).  A first pass counts the matching messages,
-    for ``num_pending`` within the range; messages the durable's acks remove meanwhile are
-    skipped by the second."""
-    if lo > hi:
-        return
+    stream = info.config.name
     what = f"ordered_consumer on {stream!r}"
     total = 0
-    counter = GetRead(session, stream, lo, hi, filters)
-    while chunk := session.run(counter.next_chunk(batch_size), what=what, timeout=PROGRESS):
-        total += len(chunk)
-    reader = GetRead(session, stream, lo, hi, filters)
+
+    def count(reader) -> None:
+        # num_pending counts down the messages in the range.  A reader consumer knows how
+        # many it matches from lo on; less what lies past hi.  A work-queue stream, read with
+        # gets (puller.GetRead), has no consumer to ask: a first pass counts them.
+        nonlocal total
+        if isinstance(reader, GetRead):
+            total = sum(len(c) for c in _chunks(session, GetRead(session, stream, lo, hi, filters), batch_size, what))
+        else:
+            after = session.run(count_from(session, stream, hi + 1, filters), what=what) if hi < info.state.last_seq and reader.pending_at_start else 0
+            total = reader.pending_at_start - after
+
     cseq = 0
-    while chunk := session.run(reader.next_chunk(batch_size), what=what, timeout=PROGRESS):
-        for subject, data, hdr, sseq, ts in zip(chunk.subjects, chunk.datas, chunk.headers, chunk.seqs, chunk.times):
+    reader = range_reader(session, info, lo, hi, filters, keep_headers=True)
+    for chunk in _chunks(session, reader, batch_size, what, opened=count):
+        replies = chunk.replies or [b""] * len(chunk)  # gets have no delivery subjects
+        for subject, data, reply, hdr, sseq, ts in zip(chunk.subjects, chunk.datas, replies, chunk.headers, chunk.seqs, chunk.times):
             cseq += 1
             meta = (stream, "", 1, sseq, cseq, ts, max(total - cseq, 0), None)
-            yield Msg(None, subject.decode(), data, H.decode(hdr) if hdr else None, "", meta)
+            yield Msg(None, subject.decode(), data, H.decode(hdr) if hdr else None, reply.decode(), meta)
 
 
 # ====================================================================== seq_for_time / seq_for_bytes
