@@ -189,6 +189,19 @@ def message_table(n: int, prefix: str):
     return pa.table({"subject": subject, "data": payloads(n)})
 
 
+def read_rate(js, stream: str, n: int) -> float:
+    """Messages per second of one ``read_batches(stream, 1, n)`` pass, checked to return n rows."""
+    import gc
+
+    gc.collect()
+    t = time.perf_counter()
+    rows = sum(b.num_rows for b in js.read_batches(stream, 1, n))
+    dt = time.perf_counter() - t
+    if rows != n:
+        raise AssertionError(f"read_batches returned {rows} rows for {n} sequences of {stream}")
+    return n / dt
+
+
 def publish_table(js, table, stream: str, rows_per_call: int) -> None:
     for off in range(0, table.num_rows, rows_per_call):
         chunk = table.slice(off, rows_per_call)

@@ -67,6 +67,7 @@ from _common import (  # noqa: E402  (the helpers every benchmark shares)
     print_table,
     publish_table,
     rate,
+    read_rate,
     read_text,
     run_rows,
     spread,
@@ -453,25 +454,14 @@ class Bench:
         js = self.js
         self.ensure_big(n)
 
-        def one_pass() -> float:
-            gc.collect()
-            t = time.perf_counter()
-            rows = 0
-            for batch in js.read_batches("BIG", 1, n):
-                rows += batch.num_rows
-            dt = time.perf_counter() - t
-            if rows != n:
-                raise AssertionError(f"read_batches returned {rows} rows for {n} sequences")
-            return n / dt
-
         first = next(iter(js.read_batches("BIG", 1, 10)))
         want = ["stream", "subject", "seq", "timestamp", "data"]
         if first.schema.names[:5] != want:
             raise AssertionError(f"read_batches columns {first.schema.names}, expected {want}")
-        cold = one_pass()
+        cold = read_rate(js, "BIG", n)
         warm = []
         for r in range(self.sizes.read_reps):
-            warm.append(one_pass())
+            warm.append(read_rate(js, "BIG", n))
             log(f"3 read_batches warm {r + 1}/{self.sizes.read_reps}: {rate(warm[-1])}")
 
         anc = self.anchor_pull_fetch()
@@ -503,20 +493,11 @@ class Bench:
         name = f"range read, first pass of a new handle (checksums verified), {n:,} msgs"
         self.ensure_big(n)
 
-        def one_pass(js) -> float:
-            gc.collect()
-            t = time.perf_counter()
-            rows = sum(b.num_rows for b in js.read_batches("BIG", 1, n))
-            dt = time.perf_counter() - t
-            if rows != n:
-                raise AssertionError(f"read_batches returned {rows} rows for {n} sequences")
-            return n / dt
-
         first, warm = [], []
         for r in range(self.sizes.read_reps):
             with jetspark.connect(self.store) as js:
-                first.append(one_pass(js))
-                warm.append(one_pass(js))
+                first.append(read_rate(js, "BIG", n))
+                warm.append(read_rate(js, "BIG", n))
             log(f"3b first read {r + 1}/{self.sizes.read_reps}: {rate(first[-1])}, then warm {rate(warm[-1])}")
         f, w = statistics.median(first), statistics.median(warm)
         return [

@@ -110,13 +110,7 @@ class Bench:
             raise AssertionError("READ was not filled")
 
         def ours() -> float:
-            gc.collect()
-            t = time.perf_counter()
-            rows = sum(b.num_rows for b in js.read_batches("READ", 1, n))
-            dt = time.perf_counter() - t
-            if rows != n:
-                raise AssertionError(f"read_batches gave {rows} of {n} rows")
-            return n / dt
+            return be.read_rate(js, "READ", n)
 
         async def drain() -> float:
             sub = await njs.pull_subscribe(
