@@ -54,6 +54,7 @@ from nats.js import api as napi
 from jetspark import api
 from jetspark.errors import (
     FetchTimeoutError,
+    MsgNotFoundError,
     NoStreamResponseError,
     api_error,
     error_from_response,
@@ -581,3 +582,17 @@ class OracleJS:
     def pull_subscribe_bind(self, consumer: Optional[str] = None, stream: Optional[str] = None, durable: Optional[str] = None) -> PullSubscription:
         sub = self._run(self._js.pull_subscribe_bind(consumer=consumer, stream=stream, durable=durable))
         return PullSubscription(self, sub, stream, durable or consumer)
+
+
+def stored(js, stream: str) -> dict:
+    """seq -> RawStreamMsg of every message ``stream`` holds, read one by one with get_msg
+    (through any handle: the oracle, or an engine handle as its own plain reference)."""
+    state = js.stream_info(stream).state
+    out = {}
+    for seq in range(state.first_seq, state.last_seq + 1):
+        try:
+            out[seq] = js.get_msg(stream, seq)
+        except MsgNotFoundError:
+            pass
+    assert len(out) == state.messages
+    return out

@@ -17,8 +17,8 @@ import pyarrow as pa
 import pytest
 
 from jetspark import AckPolicy, RetentionPolicy, StorageType
-from jetspark.errors import MsgNotFoundError
 from jetspark.protocol.arrow import HEADERS_TYPE
+from tests.oracle import stored as oracle_stored
 
 pytestmark = pytest.mark.cluster
 
@@ -47,16 +47,7 @@ def make_stream(js, kind, n: int = N, headers: bool = True) -> None:
 
 
 def stored(oracle) -> dict:
-    """seq -> RawStreamMsg of every message the stream holds, as nats-py reads them."""
-    state = oracle.stream_info(S).state
-    out = {}
-    for seq in range(state.first_seq, state.last_seq + 1):
-        try:
-            out[seq] = oracle.get_msg(S, seq)
-        except MsgNotFoundError:
-            pass
-    assert len(out) == state.messages
-    return out
+    return oracle_stored(oracle, S)
 
 
 def read(js, *args, **kw) -> list[dict]:

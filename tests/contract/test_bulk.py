@@ -21,12 +21,12 @@ from jetspark import AckPolicy, RetentionPolicy
 from jetspark.api import BatchAck, datetime_to_ns
 from jetspark.errors import (
     BadRequestError,
-    MsgNotFoundError,
     NoStreamResponseError,
     StreamNotFoundError,
 )
 from jetspark.protocol.arrow import HEADERS_TYPE, schema
 from tests.oracle import OracleJS
+from tests.oracle import stored as oracle_stored
 
 S = "B"
 
@@ -47,16 +47,7 @@ def plain(jetspark_backend):
 
 
 def stored(plain, stream: str = S) -> dict:
-    """seq -> RawStreamMsg of every message the stream holds, read one by one with get_msg."""
-    state = plain.stream_info(stream).state
-    out = {}
-    for seq in range(state.first_seq, state.last_seq + 1):
-        try:
-            out[seq] = plain.get_msg(stream, seq)
-        except MsgNotFoundError:
-            pass
-    assert len(out) == state.messages
-    return out
+    return oracle_stored(plain, stream)
 
 
 def concat(batches) -> pa.Table | None:
