@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -499,37 +497,9 @@ def test_a_log_shrinking_under_a_reader_is_damage(tmp_path):
 
 
 @pytest.fixture
-def tiny_fs(tmp_path):
-    """A 1 MiB tmpfs, and a function filling it up (``fill()``) and freeing it (``free()``)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs to fill up needs root")
-    mnt = tmp_path / "fs"
-    mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield _Disk(mnt)
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=True)
-
-
-class _Disk:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.filler = root / "filler"
-
-    def fill(self) -> None:
-        with open(self.filler, "ab", buffering=0) as f:
-            for size in (1 << 16, 4096, 1):
-                try:
-                    while True:
-                        f.write(b"\0" * size)
-                except OSError as exc:
-                    assert exc.errno == errno.ENOSPC
-
-    def free(self) -> None:
-        self.filler.unlink()
+def tiny_fs(tmpfs):
+    """A 1 MiB tmpfs to fill up and free (tests/engine/conftest.py)."""
+    return tmpfs("1m")
 
 
 def _full(err, path: Path) -> None:

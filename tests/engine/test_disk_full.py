@@ -8,7 +8,6 @@ SIGBUS fails the test with the signal's name instead of taking the test run down
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -26,17 +25,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def tiny_disk(tmp_path):
-    """An 8 MiB tmpfs, unmounted afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs to fill needs root (CI runs as root)")
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], check=True)
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+def tiny_disk(tmpfs):
+    """An 8 MiB tmpfs (tests/engine/conftest.py)."""
+    return tmpfs("8m")
 
 
 def run_child(code: str, store) -> list[str]:
@@ -50,24 +41,6 @@ def run_child(code: str, store) -> list[str]:
     return proc.stdout.split()
 
 
-def fill(disk, keep: int = 0) -> None:
-    """Take every free byte of the disk but ``keep``, in a file ``free`` later deletes."""
-    with open(disk / "filler", "wb") as f:
-        chunk = b"\0" * (64 << 10)
-        try:
-            while True:
-                f.write(chunk)
-                f.flush()
-        except OSError:
-            pass
-    if keep:
-        os.truncate(disk / "filler", max(0, os.path.getsize(disk / "filler") - keep))
-
-
-def free(disk) -> None:
-    os.unlink(disk / "filler")
-
-
 def payloads(js, stream):
     return [m.data for m in (js.get_msg(stream, q) for q in range(1, js.stream_info(stream).state.last_seq + 1))]
 
@@ -77,7 +50,7 @@ def test_single_publishes_fill_the_disk_with_a_typed_error_and_lose_nothing(tiny
     js = jetspark.connect(store)
     js.add_stream(name="S", subjects=["s.>"])
     js.close()
-    fill(tiny_disk, keep=300 << 10)
+    tiny_disk.fill(keep=300 << 10)
     out = run_child(
         """
         n = 0
@@ -94,7 +67,7 @@ def test_single_publishes_fill_the_disk_with_a_typed_error_and_lose_nothing(tiny
     )
     acked = int(out[0])
     assert acked > 0 and out[1] == "StoreFullError"
-    free(tiny_disk)
+    tiny_disk.free()
     js = jetspark.connect(store)
     info = js.stream_info("S")
     assert (info.state.first_seq, info.state.last_seq, info.state.messages) == (1, acked, acked)
@@ -112,13 +85,13 @@ def test_full_disk_error_comes_back_on_every_try_and_the_handle_keeps_working(ti
     js = jetspark.connect(store)
     js.add_stream(name="S", subjects=["s.>"])
     js.publish("s.a", b"first")
-    fill(tiny_disk)
+    tiny_disk.fill()
     for _ in range(3):  # the same handle, the same clear error, nothing half-stored
         with pytest.raises(StoreFullError) as err:
             js.publish("s.b", b"x" * (2 << 20))
         assert "No space left" in str(err.value) and str(tiny_disk) in str(err.value)
         assert js.stream_info("S").state.messages == 1
-    free(tiny_disk)
+    tiny_disk.free()
     assert js.publish("s.b", b"y" * (2 << 20)).seq == 2
     assert js.get_msg("S", 2).data == b"y" * (2 << 20)
 
@@ -132,7 +105,7 @@ def test_a_batch_is_all_or_nothing_when_the_disk_fills_mid_batch(tiny_disk, kind
     if kind == "interest":
         js.add_consumer("S", durable_name="C", ack_policy="explicit")
     js.close()
-    fill(tiny_disk, keep=1 << 20)
+    tiny_disk.fill(keep=1 << 20)
     out = run_child(
         f"""
         kind = {kind!r}
@@ -157,7 +130,7 @@ def test_a_batch_is_all_or_nothing_when_the_disk_fills_mid_batch(tiny_disk, kind
     )
     acked = int(out[0])
     assert acked > 0
-    free(tiny_disk)
+    tiny_disk.free()
     js = jetspark.connect(store)
     st = js.stream_info("S").state
     assert (st.messages, st.last_seq) == (acked, acked), "a batch was stored in part"
@@ -174,7 +147,7 @@ def test_publish_with_headers_and_msg_ids_fills_the_disk_cleanly(tiny_disk):
     js = jetspark.connect(store)
     js.add_stream(name="S", subjects=["s.>"], duplicate_window=60)
     js.close()
-    fill(tiny_disk, keep=400 << 10)
+    tiny_disk.fill(keep=400 << 10)
     out = run_child(
         """
         n = 0
@@ -188,7 +161,7 @@ def test_publish_with_headers_and_msg_ids_fills_the_disk_cleanly(tiny_disk):
         store,
     )
     acked = int(out[0])
-    free(tiny_disk)
+    tiny_disk.free()
     js = jetspark.connect(store)
     assert js.stream_info("S").state.messages == acked
     # Dedup saw every acknowledged id, and none that was refused.
@@ -204,12 +177,12 @@ def test_consumer_acks_on_a_full_disk_fail_loudly_and_recover(tiny_disk):
     js.add_stream(name="S", subjects=["s.>"], retention="workqueue")
     js.publish_batch(pa.table({"subject": ["s.x"] * 200, "data": [b"m%d" % i for i in range(200)]}), stream="S")
     sub = js.pull_subscribe("s.>", durable="W", stream="S")
-    fill(tiny_disk)
+    tiny_disk.fill()
     with pytest.raises(StoreFullError):
         for _ in range(200):  # deliveries and acks append to the consumer's log until the disk refuses
             for m in sub.fetch(10, timeout=1):
                 m.ack_sync()
-    free(tiny_disk)
+    tiny_disk.free()
     left = js.stream_info("S").state.messages
     assert left > 0
     # What was delivered but whose ack the disk refused is redelivered after ack_wait, as
@@ -233,12 +206,12 @@ def test_a_new_stream_on_a_full_disk_is_refused_and_leaves_the_store_usable(tiny
     js = jetspark.connect(store)
     js.add_stream(name="OLD", subjects=["old.>"])
     js.publish("old.a", b"kept")
-    fill(tiny_disk)
+    tiny_disk.fill()
     with pytest.raises(StoreFullError):
         for i in range(100):  # the first few may still fit in the filesystem's slack
             js.add_stream(name=f"N{i}", subjects=[f"n{i}.>"])
             js.publish(f"n{i}.x", b"x" * 4096)
-    free(tiny_disk)
+    tiny_disk.free()
     assert js.get_msg("OLD", 1).data == b"kept"
     name = f"AFTER{uuid.uuid4().hex[:6]}"
     js.add_stream(name=name, subjects=["after.>"])
