@@ -55,19 +55,43 @@ def read_batches(
 ) -> Iterator[pa.RecordBatch]:
     """Stored messages with start_seq <= seq <= end_seq, in sequence order, as Arrow batches.
 
-    The arguments are checked and the range fixed when this is called, as on the nats://
-    backend: without ``end_seq`` the read stops at the last sequence of that moment
-    (tests/contract/test_bulk.py)."""
-    if batch_size <= 0:
-        raise BadRequestError(400, 10003, f"batch_size must be positive, not {batch_size}")
-    for f in subjects or ():
-        if not subj.is_valid(f):
-            raise BadRequestError(400, 10003, f"invalid subject filter {f!r}")
+    The arguments come checked (HandleBase.read_batches); the range is fixed when this is
+    called, as on the nats:// backend: without ``end_seq`` the read stops at the last
+    sequence of that moment (tests/contract/test_bulk.py)."""
     stream.refresh()
+    lo, hi = clamp(stream, start_seq, end_seq)
+    return _read_range(stream, lo, hi, subjects, batch_size, headers)
+
+
+def clamp(stream: Stream, start_seq: Optional[int], end_seq: Optional[int]) -> tuple[int, int]:
+    """start_seq..end_seq within what the stream holds (lo > hi: nothing)."""
     s = stream.storage
     lo = max(int(start_seq or 1), s.header.first_seq)
     hi = s.header.last_seq if end_seq is None else min(int(end_seq), s.header.last_seq)
-    return _read_range(stream, lo, hi, subjects, batch_size, headers)
+    return lo, hi
+
+
+def count_range(stream: Stream, lo: int, hi: int, subjects: Optional[Sequence[str]]) -> int:
+    """How many stored messages in lo..hi match ``subjects``: from the index and the removed
+    sequences alone, no payload read."""
+    s = stream.storage
+    mask = subject_mask(stream, subjects)
+    n = 0
+    for _blk, a, b in s.block_spans(lo, hi):
+        for seq in range(a, b + 1, 1 << 16):
+            end = min(b, seq + (1 << 16) - 1)
+            keep = _kept(s, s.entries(seq, end)["sid"], seq, end, mask)
+            n += int(keep.sum())
+    return n
+
+
+def _kept(s, sids: np.ndarray, a: int, b: int, mask: Optional[np.ndarray]) -> np.ndarray:
+    """Which of sequences a..b are stored and match the subject mask (None: all subjects)."""
+    keep = ~s.dead_mask(a, b) & (sids != SID_NONE)
+    if mask is not None:
+        safe = np.where(sids == SID_NONE, len(mask) - 1, np.minimum(sids, len(mask) - 1)).astype(np.int64)
+        keep &= mask[safe]
+    return keep
 
 
 def _read_range(stream: Stream, lo: int, hi: int, subjects, batch_size: int, headers: bool) -> Iterator[pa.RecordBatch]:
@@ -99,10 +123,7 @@ def _read_range(stream: Stream, lo: int, hi: int, subjects, batch_size: int, hea
 def _batch(stream, blk, e, a, b, mask, names, name, headers) -> Optional[pa.RecordBatch]:
     s = stream.storage
     sids = e["sid"]
-    keep = ~s.dead_mask(a, b) & (sids != SID_NONE)
-    if mask is not None:
-        safe = np.where(sids == SID_NONE, len(mask) - 1, np.minimum(sids, len(mask) - 1)).astype(np.int64)
-        keep &= mask[safe]
+    keep = _kept(s, sids, a, b, mask)
     n_keep = int(keep.sum())
     if n_keep == 0:
         return None

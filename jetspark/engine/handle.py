@@ -802,9 +802,8 @@ class JetStream(HandleBase):
         with self._lock:
             st = self._stream(stream)
             st.refresh()
-            lo = max(start_seq or 1, st.storage.header.first_seq)
-            hi = st.storage.header.last_seq if end_seq is None else min(end_seq, st.storage.header.last_seq)
-            total = sum(b.num_rows for b in bulk.read_batches(st, lo, hi, subjects=subjects, batch_size=1 << 16)) if lo <= hi else 0
+            lo, hi = bulk.clamp(st, start_seq, end_seq)
+            total = bulk.count_range(st, lo, hi, subjects) if lo <= hi else 0
         return _ordered(self, st, lo, hi, subjects, batch_size, total)
 
 
