@@ -194,10 +194,6 @@ class StreamStorage:
 
     # ------------------------------------------------------------------ commit
 
-    def read_header(self) -> StreamHeader:
-        """The committed header, read from the shared mapping now."""
-        return self.header_file.read()
-
     def _commit(self) -> None:
         """Publish ``self.header`` (see state_header.HeaderFile.publish)."""
         h = self.header
