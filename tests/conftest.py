@@ -10,7 +10,11 @@ clock, and really waits on the server.
 
 from __future__ import annotations
 
+import errno
+import os
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -181,3 +185,58 @@ def jetspark_backend(request, tmp_path):
 @pytest.fixture
 def js(backend):
     return backend
+
+
+# ---------------------------------------------------------------- a full disk
+
+
+class Disk:
+    """A small mounted filesystem (``tmpfs``): ``disk / "store"`` is a path on it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.filler = root / "filler"
+
+    def __truediv__(self, name: str) -> Path:
+        return self.root / name
+
+    def __str__(self) -> str:
+        return str(self.root)
+
+    def fill(self, keep: int = 0) -> None:
+        """Take every free byte but ``keep``, in a file ``free()`` deletes."""
+        with open(self.filler, "ab", buffering=0) as f:
+            for size in (1 << 16, 4096, 1):
+                try:
+                    while True:
+                        f.write(b"\0" * size)
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC, exc
+        if keep:
+            os.truncate(self.filler, max(0, os.path.getsize(self.filler) - keep))
+
+    def free(self) -> None:
+        self.filler.unlink()
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """``tmpfs(size)``: a tmpfs of that size (``"8m"``) under the test's tmp dir, to fill
+    (``fill(keep=0)``) and free (``free()``); unmounted afterwards.  Mounting needs root, as
+    CI runs; elsewhere the test is skipped, saying why."""
+    mounted: list[Path] = []
+
+    def mount(size: str) -> Disk:
+        if os.geteuid() != 0:
+            pytest.skip("mounting a tmpfs to fill needs root (CI runs as root)")
+        root = tmp_path / f"disk{len(mounted)}"
+        root.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(root)], capture_output=True, text=True)
+        if done.returncode:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounted.append(root)
+        return Disk(root)
+
+    yield mount
+    for root in mounted:
+        subprocess.run(["umount", "-l", str(root)], check=False)

@@ -18,7 +18,7 @@ import jetspark
 from jetspark.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from jetspark.connector import registry
 from jetspark.connector.registry import REGISTRY_STREAM
-from jetspark.errors import BadRequestError, NoStreamResponseError, SinkRegistryError
+from jetspark.errors import BadRequestError, NoStreamResponseError, SinkRegistryError, StoreFullError
 from jetspark.protocol import subjects as subj
 from tests.conftest import KEEPER, drop_streams
 from tests.servers import NatsServer
@@ -327,3 +327,32 @@ def test_a_query_recorded_in_the_legacy_bucket_is_not_written_twice(store):
     js.publish("$KV.jetspark_sinks.bad", b"?")
     with pytest.raises(SinkRegistryError, match="KV_jetspark_sinks message"):
         registry.last_batch(js, "bad")
+
+
+# ---------------------------------------------------------------------- a full disk
+
+
+def test_a_commit_on_a_full_disk_fails_loudly_and_keeps_the_last_entry(tmpfs):
+    # The registry stream is a stream like any other: a full disk refuses the commit with the
+    # store's typed error (nothing half written), the entry stays at the previous batch, and
+    # the same handle commits once space is freed.
+    disk = tmpfs("4m")
+    url = str(disk / "store")
+    js = jetspark.connect(url)
+    try:
+        registry.commit_batch(js, "q", 1)
+        disk.fill()
+        with pytest.raises(StoreFullError) as err:
+            for batch in range(2, 10_000):  # until the reserved tail of the block runs out
+                registry.commit_batch(js, "q", batch)
+        refused = batch
+        assert str(disk) in err.value.filename
+        assert registry.last_batch(js, "q") == refused - 1
+        disk.free()
+        registry.commit_batch(js, "q", refused)
+        assert registry.last_batch(js, "q") == refused
+    finally:
+        js.close()
+    with jetspark.connect(url) as again:
+        assert registry.last_batch(again, "q") == refused
+        assert again.stream_info(REGISTRY_STREAM).state.messages == 1
