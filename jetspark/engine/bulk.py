@@ -392,35 +392,11 @@ def _dedup_range(stream: Stream, id_range: tuple[str, int], n: int):
 
 
 def id_header_blocks(prefix: str, numbers: np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray]:
-    """The header blocks ``NATS/1.0\\r\\nNats-Msg-Id: <prefix><n>\\r\\n\\r\\n`` for ascending
-    numbers, back to back, and their offsets: built as rows of bytes, one NumPy array
-    per digit count, rather than one string per message."""
-    head = b"NATS/1.0\r\nNats-Msg-Id: " + prefix.encode()
-    tail = b"\r\n\r\n"
-    numbers = np.asarray(numbers, dtype=np.int64)
-    digits = np.ones(len(numbers), dtype=np.int64)
-    for power in range(1, 19):
-        digits += numbers >= 10**power
-    parts, widths, crcs = [], [], []
-    for d in np.unique(digits).tolist():  # ascending numbers: each digit count is one run
-        n = numbers[digits == d]
-        width = len(head) + d + len(tail)
-        values = np.empty((len(n), d), dtype=np.int64)
-        for j in range(d):
-            values[:, j] = (n // 10 ** (d - 1 - j)) % 10
-        rows = np.empty((len(n), width), dtype=np.uint8)
-        rows[:, : len(head)] = np.frombuffer(head, dtype=np.uint8)
-        rows[:, len(head) : len(head) + d] = 48 + values
-        rows[:, len(head) + d :] = np.frombuffer(tail, dtype=np.uint8)
-        parts.append(rows.ravel())
-        widths.append(np.full(len(n), width, dtype=np.int64))
-        crcs.append(template_crcs(head, tail, values))
-    offsets = np.zeros(len(numbers) + 1, dtype=np.int64)
-    if len(numbers):
-        np.cumsum(np.concatenate(widths), out=offsets[1:])
-    if not parts:
-        return b"", offsets, np.zeros(0, dtype=np.uint32)
-    return np.concatenate(parts).tobytes(), offsets, np.concatenate(crcs)
+    """The Nats-Msg-Id header blocks of ``numbers`` (protocol.headers.msg_id_blocks), their
+    offsets, and each block's CRC-32 from the digits (records.template_crcs)."""
+    crcs: list[np.ndarray] = []
+    blocks, offsets = H.msg_id_blocks(prefix, numbers, lambda head, tail, digits: crcs.append(template_crcs(head, tail, digits)))
+    return blocks, offsets, (np.concatenate(crcs) if crcs else np.zeros(0, dtype=np.uint32))
 
 
 def _id_bytes(msg_id: str) -> bytes:

@@ -20,14 +20,12 @@ import pyarrow as pa
 from jetspark import validate as V
 from jetspark.api import BatchAck, PubAck
 from jetspark.errors import (
-    BadRequestError,
     JetSparkError,
     NoStreamResponseError,
     api_error,
     error_from_response,
 )
 from jetspark.protocol import headers as H
-from jetspark.protocol import subjects as subj
 from jetspark.remote import jsapi
 from jetspark.remote.fastpath import RawInbox, raw_writer, status_of
 from jetspark.remote.reads import from_numpy
@@ -37,20 +35,11 @@ from jetspark.remote.session import PROGRESS, Session
 PUBLISH_CHUNK = 1024
 
 
-def publish_batch(session: Session, table: pa.Table, stream: Optional[str]) -> BatchAck:
-    """``table`` as ``jetspark.validate.batch_table`` returns it (subject string, data binary)."""
+def publish_batch(session: Session, table: pa.Table, stream: str, msg_ids: Optional[tuple[str, int]] = None) -> BatchAck:
+    """``table`` as ``jetspark.validate.batch_table`` returns it (subject string, data binary);
+    ``msg_ids=(prefix, start)``: row i gets the Nats-Msg-Id ``f"{prefix}{start + i}"``."""
     n = table.num_rows
     subjects = table.column("subject")
-    if stream is None:
-        if n == 0:
-            raise BadRequestError(400, 10003, "publish_batch of an empty table needs stream=")
-        first = subjects[0].as_py()
-        if not subj.is_valid(first) or not V.publish_subject_ok(first):
-            raise NoStreamResponseError(first)
-        names = session.run(jsapi.streams_with_subject(session, first), what=f"find_stream_name_by_subject {first!r}")
-        if not names:
-            raise NoStreamResponseError(first)
-        stream = names[0]
     info = session.run(jsapi.stream_info(session, stream), what=f"stream_info {stream!r}")
     c = info.config
     if n == 0:
@@ -64,13 +53,20 @@ def publish_batch(session: Session, table: pa.Table, stream: Optional[str]) -> B
     hdr_list = hdr_col.to_pylist() if hdr_col is not None and hdr_col.null_count < n else None
     id_list = id_col.to_pylist() if id_col is not None and id_col.null_count < n else None
     blocks: Optional[list[bytes]] = None
-    if hdr_list is not None or id_list is not None:
+    if msg_ids is not None and hdr_list is None:
+        # The Spark sink's case: the id blocks built at once, as the engine stores them.
+        buf, offsets = H.msg_id_blocks(msg_ids[0], np.arange(msg_ids[1], msg_ids[1] + n, dtype=np.int64))
+        blocks = [buf[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+    elif hdr_list is not None or id_list is not None or msg_ids is not None:
         blocks = []
         for i in range(n):
             h = V.row_headers(hdr_list[i], i) if hdr_list else {}
-            msg_id = V.row_msg_id(id_list[i], i) if id_list else None
+            if id_list:
+                msg_id = V.row_msg_id(id_list[i], i)
+            else:
+                msg_id = None if msg_ids is None else f"{msg_ids[0]}{msg_ids[1] + i}"
             if msg_id is not None:
-                h["Nats-Msg-Id"] = msg_id
+                h[H.MSG_ID] = msg_id
             blocks.append(H.encode(h) if h else b"")
     max_payload = session.max_payload
     lens = np.fromiter(map(len, datas), dtype=np.int64, count=n)

@@ -199,14 +199,9 @@ class NatsJetStream(HandleBase):
     def _publish_batch(self, table, stream: str, msg_id_prefix: Optional[str], msg_id_start: int):
         """Pipelined publishes, awaiting every PubAck.  Unlike the engine it is not all
         or nothing: a refused row raises its error (with a note naming the row) and rows
-        the server accepted stay stored.  The ids of ``msg_id_prefix`` go as a msg_id
-        column (a server deduplicates them one by one)."""
-        import pyarrow as pa
-
-        if msg_id_prefix is not None:
-            ids = pa.array([f"{msg_id_prefix}{msg_id_start + i}" for i in range(table.num_rows)], pa.string())
-            table = table.append_column("msg_id", ids)
-        return appends.publish_batch(self._session, table, stream)
+        the server accepted stay stored.  A server deduplicates the ids of
+        ``msg_id_prefix`` one by one."""
+        return appends.publish_batch(self._session, table, stream, None if msg_id_prefix is None else (msg_id_prefix, msg_id_start))
 
     def _seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:
         return reads.seq_for_bytes(self._session, stream, lo, hi, max_bytes)

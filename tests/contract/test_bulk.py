@@ -207,6 +207,24 @@ def test_publish_batch_generated_msg_ids(js, plain):
     assert ack.duplicate.to_pylist() == [False, True, False] and ack.seqs.to_pylist() == [12, 11, 13]
 
 
+@pytest.mark.parametrize("with_headers", [False, True], ids=["ids-only", "ids-and-headers"])
+def test_publish_batch_generated_msg_ids_across_digit_counts(js, plain, with_headers):
+    # Ids 98..102 change their digit count in the middle; with a headers column each row's
+    # headers and its generated id share one header block.
+    js.add_stream(name=S, subjects=["b.>"])
+    cols = {"subject": ["b.a"] * 5, "data": [b"%d" % i for i in range(5)]}
+    if with_headers:
+        cols["headers"] = pa.array([[("K", [str(i)])] if i % 2 else None for i in range(5)], HEADERS_TYPE)
+    ack = js.publish_batch(pa.table(cols), msg_id_prefix="d.", msg_id_start=98, stream=S)
+    assert ack.seqs.to_pylist() == [1, 2, 3, 4, 5] and not any(ack.duplicate.to_pylist())
+    for i in range(5):
+        want = {"Nats-Msg-Id": f"d.{98 + i}"}
+        if with_headers and i % 2:
+            want["K"] = str(i)
+        assert plain.get_msg(S, i + 1).headers == want
+    assert js.publish("b.a", b"x", headers={"Nats-Msg-Id": "d.100"}).duplicate is True
+
+
 BAD_ROWS = [
     # (the second row, what it breaks)
     ({"subject": "c.a"}, "not captured by the stream"),
