@@ -33,6 +33,18 @@ def test_connect_dispatches_on_the_url(server, tmp_path):
         assert "KEEPER" in js.stream_names()
 
 
+def test_connect_takes_a_connect_options(server):
+    # The Spark connector opens a nats:// store from string options this way (one place
+    # chooses the backend: jetspark.connect).
+    options = jetspark.ConnectOptions.from_strings(server.url, {"timeout": "2.5", "name": "from-strings"})
+    with jetspark.connect(options) as js:
+        assert isinstance(js, NatsJetStream) and js.timeout == 2.5
+        assert "KEEPER" in js.stream_names()
+    for extra in ({"timeout": 3}, {"clock": lambda: 0}, {"sync": "os"}, {"create": False}):
+        with pytest.raises(TypeError, match="takes no other arguments"):
+            jetspark.connect(options, **extra)
+
+
 def test_connect_refuses_options_of_the_other_backend(server, tmp_path):
     with pytest.raises(TypeError, match="embedded engine"):
         jetspark.connect(server.url, sync="fsync")
