@@ -23,6 +23,7 @@ from jetspark.engine.records import SID_NONE, _runs, msgid_hash, template_crcs
 from jetspark.engine.stream import Stream, _id_key
 from jetspark.errors import BadRequestError, api_error
 from jetspark.protocol import headers as H
+from jetspark.protocol import msg_ids
 from jetspark.protocol import subjects as subj
 from jetspark.protocol.arrow import HEADERS_TYPE, schema
 
@@ -392,10 +393,10 @@ def _dedup_range(stream: Stream, id_range: tuple[str, int], n: int):
 
 
 def id_header_blocks(prefix: str, numbers: np.ndarray) -> tuple[bytes, np.ndarray, np.ndarray]:
-    """The Nats-Msg-Id header blocks of ``numbers`` (protocol.headers.msg_id_blocks), their
+    """The Nats-Msg-Id header blocks of ``numbers`` (protocol.msg_ids.blocks), their
     offsets, and each block's CRC-32 from the digits (records.template_crcs)."""
     crcs: list[np.ndarray] = []
-    blocks, offsets = H.msg_id_blocks(prefix, numbers, lambda head, tail, digits: crcs.append(template_crcs(head, tail, digits)))
+    blocks, offsets = msg_ids.blocks(prefix, numbers, lambda head, tail, digits: crcs.append(template_crcs(head, tail, digits)))
     return blocks, offsets, (np.concatenate(crcs) if crcs else np.zeros(0, dtype=np.uint32))
 
 

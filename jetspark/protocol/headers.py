@@ -6,9 +6,7 @@ The stored and counted form is the whole block exactly as a NATS client
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Optional
-
-import numpy as np
+from typing import Mapping, Optional
 
 _PREFIX = b"NATS/1.0\r\n"
 
@@ -67,36 +65,3 @@ def lookup(block: bytes, key: str) -> Optional[str]:
     start = i + len(needle)
     end = block.find(b"\r\n", start)
     return block[start:end].decode("utf-8", "replace").strip()
-
-
-def msg_id_blocks(prefix: str, numbers: np.ndarray, on_run: Optional[Callable[[bytes, bytes, np.ndarray], None]] = None) -> tuple[bytes, np.ndarray]:
-    """The header blocks ``NATS/1.0\\r\\nNats-Msg-Id: <prefix><n>\\r\\n\\r\\n`` for ascending
-    ``numbers``, back to back, and their offsets (len(numbers) + 1): built as rows of bytes,
-    one NumPy array per digit count, rather than one string per message.  ``on_run(head,
-    tail, digits)`` sees each run of one digit count (digits: rows x d digit values), e.g.
-    to checksum the blocks the same way."""
-    head = (_PREFIX.decode() + MSG_ID + ": " + prefix).encode()
-    tail = b"\r\n\r\n"
-    numbers = np.asarray(numbers, dtype=np.int64)
-    digits = np.ones(len(numbers), dtype=np.int64)
-    for power in range(1, 19):
-        digits += numbers >= 10**power
-    parts, widths = [], []
-    for d in np.unique(digits).tolist():  # ascending numbers: each digit count is one run
-        n = numbers[digits == d]
-        width = len(head) + d + len(tail)
-        values = np.empty((len(n), d), dtype=np.int64)
-        for j in range(d):
-            values[:, j] = (n // 10 ** (d - 1 - j)) % 10
-        rows = np.empty((len(n), width), dtype=np.uint8)
-        rows[:, : len(head)] = np.frombuffer(head, dtype=np.uint8)
-        rows[:, len(head) : len(head) + d] = 48 + values
-        rows[:, len(head) + d :] = np.frombuffer(tail, dtype=np.uint8)
-        parts.append(rows.ravel())
-        widths.append(np.full(len(n), width, dtype=np.int64))
-        if on_run is not None:
-            on_run(head, tail, values)
-    offsets = np.zeros(len(numbers) + 1, dtype=np.int64)
-    if len(numbers):
-        np.cumsum(np.concatenate(widths), out=offsets[1:])
-    return (np.concatenate(parts).tobytes() if parts else b""), offsets

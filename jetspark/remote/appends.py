@@ -26,6 +26,7 @@ from jetspark.errors import (
     error_from_response,
 )
 from jetspark.protocol import headers as H
+from jetspark.protocol.msg_ids import blocks as msg_id_blocks
 from jetspark.remote import jsapi
 from jetspark.remote.fastpath import RawInbox, raw_writer, status_of
 from jetspark.remote.reads import from_numpy
@@ -55,7 +56,7 @@ def publish_batch(session: Session, table: pa.Table, stream: str, msg_ids: Optio
     blocks: Optional[list[bytes]] = None
     if msg_ids is not None and hdr_list is None:
         # The Spark sink's case: the id blocks built at once, as the engine stores them.
-        buf, offsets = H.msg_id_blocks(msg_ids[0], np.arange(msg_ids[1], msg_ids[1] + n, dtype=np.int64))
+        buf, offsets = msg_id_blocks(msg_ids[0], np.arange(msg_ids[1], msg_ids[1] + n, dtype=np.int64))
         blocks = [buf[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
     elif hdr_list is not None or id_list is not None or msg_ids is not None:
         blocks = []
