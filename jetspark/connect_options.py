@@ -21,7 +21,7 @@ from jetspark import validate as V
 __all__ = ["ConnectOptions", "redact_url"]
 
 _SECRET_FIELDS = ("password", "token", "nkeys_seed_str")
-_FLOAT_FIELDS = ("timeout", "connect_timeout", "reconnect_time_wait")
+_FLOAT_FIELDS = ("timeout", "connect_timeout", "reconnect_time_wait", "retry_budget")
 _INT_FIELDS = ("max_reconnect_attempts", "publish_window")
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:@/,]*)(?::(?P<pw>[^@/,]*))?@")
 
@@ -75,6 +75,11 @@ class ConnectOptions:
       nats-py reconnects in the background; calls made meanwhile wait up to
       ``timeout`` for it.
     - ``publish_window``: how many publishes ``publish_batch`` keeps in flight.
+    - ``retry_budget``: seconds a call keeps retrying while the server cannot
+      answer for a while (a cluster electing a leader after a node is lost, a
+      freshly started cluster, a reconnect); default 30, longer than an
+      election; 0 turns retries off.  Only calls that are safe to repeat are
+      retried (docs/semantics.md, "Retries").
     """
 
     servers: tuple[str, ...]
@@ -96,6 +101,7 @@ class ConnectOptions:
     max_reconnect_attempts: int = 60
     reconnect_time_wait: float = 1.0
     publish_window: int = 16384
+    retry_budget: float = 30.0
 
     def __post_init__(self) -> None:
         if isinstance(self.servers, str):

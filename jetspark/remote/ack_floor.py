@@ -61,7 +61,9 @@ DETAILS_MAX = 100_000
 
 
 def advance_ack_floor(session: Session, stream: str, durable: str, seq: int) -> SequenceInfo:
-    return session.run(_advance(session, stream, durable, seq), what=f"advance_ack_floor of {durable!r} on {stream!r}", timeout=PROGRESS)
+    # Acknowledging is idempotent: through a leader election the call starts over from the
+    # consumer's state on the server (jetspark.remote.retry).
+    return session.run_retrying(lambda: _advance(session, stream, durable, seq), what=f"advance_ack_floor of {durable!r} on {stream!r}", timeout=PROGRESS)
 
 
 def _filters(info: ConsumerInfo) -> Optional[list[str]]:

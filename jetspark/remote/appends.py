@@ -41,7 +41,7 @@ def publish_batch(session: Session, table: pa.Table, stream: str, msg_ids: Optio
     ``msg_ids=(prefix, start)``: row i gets the Nats-Msg-Id ``f"{prefix}{start + i}"``."""
     n = table.num_rows
     subjects = table.column("subject")
-    info = session.run(jsapi.stream_info(session, stream), what=f"stream_info {stream!r}")
+    info = session.run_retrying(lambda: jsapi.stream_info(session, stream), what=f"stream_info {stream!r}")
     c = info.config
     if n == 0:
         return BatchAck(c.name, pa.array([], pa.int64()), pa.array([], pa.bool_()))

@@ -34,9 +34,12 @@ from jetspark.backend.base import HandleBase
 from jetspark.connect_options import ConnectOptions
 from jetspark.errors import (
     NoStreamResponseError,
+    RequestTimeoutError,
+    ServerConnectionError,
     api_error,
     error_from_response,
 )
+from jetspark.protocol import headers as H
 from jetspark.protocol import subjects as subj
 from jetspark.remote import ack_floor as floors
 from jetspark.remote import appends, jsapi, reads, wire
@@ -69,11 +72,13 @@ class NatsJetStream(HandleBase):
     def _closed(self) -> bool:
         return self._session.closed
 
-    def _run(self, coro, *, what: str, timeout: Optional[float] = None) -> Any:
-        return self._session.run(coro, what=what, timeout=timeout)
+    def _run(self, make, *, what: str) -> Any:
+        """``make()``'s coroutine run on the session, repeated through a leader election
+        (jetspark.remote.retry): for calls that only read."""
+        return self._session.run_retrying(make, what=what)
 
-    def _request(self, subject: str, payload: Any = None, *, what: str) -> dict:
-        return self._session.call(subject, payload, what=what)
+    def _request(self, subject: str, payload: Any = None, *, what: str, idempotent: bool = True) -> dict:
+        return self._session.call(subject, payload, what=what, idempotent=idempotent)
 
     def _stream_subject(self, verb: str, name: Any) -> str:
         return self._session.stream_subject(verb, name)
@@ -115,17 +120,17 @@ class NatsJetStream(HandleBase):
             raise api_error(10052, err="stream name is required and can not contain '.', '*', '>', '\\', '/'")
 
     def delete_stream(self, name: str) -> bool:
-        return self._request(self._stream_subject("DELETE", name), what=f"delete_stream {name!r}")["success"]
+        return self._request(self._stream_subject("DELETE", name), what=f"delete_stream {name!r}", idempotent=False)["success"]
 
     def _stream_info(self, name: str, subjects_filter: Optional[str], deleted_details: bool) -> StreamInfo:
-        return self._run(jsapi.stream_info(self._session, name, subjects_filter, deleted_details), what=f"stream_info {name!r}")
+        return self._run(lambda: jsapi.stream_info(self._session, name, subjects_filter, deleted_details), what=f"stream_info {name!r}")
 
     def streams_info(self) -> list[StreamInfo]:
-        items = self._run(self._session.paged(f"{self._api}.STREAM.LIST", "streams", None, what="streams_info"), what="streams_info")
+        items = self._run(lambda: self._session.paged(f"{self._api}.STREAM.LIST", "streams", None, what="streams_info"), what="streams_info")
         return sorted((wire.stream_info_from_wire(s) for s in items), key=lambda i: i.config.name)
 
     def stream_names(self) -> list[str]:
-        return sorted(self._run(self._session.paged(f"{self._api}.STREAM.NAMES", "streams", None, what="stream_names"), what="stream_names"))
+        return sorted(self._run(lambda: self._session.paged(f"{self._api}.STREAM.NAMES", "streams", None, what="stream_names"), what="stream_names"))
 
     def find_stream_name_by_subject(self, subject: str) -> str:
         if not isinstance(subject, str) or not subj.is_valid(subject):
@@ -143,7 +148,7 @@ class NatsJetStream(HandleBase):
             req["seq"] = seq
         if keep is not None:
             req["keep"] = keep
-        return self._request(self._stream_subject("PURGE", name), req or None, what=f"purge_stream {name!r}")["success"]
+        return self._request(self._stream_subject("PURGE", name), req or None, what=f"purge_stream {name!r}", idempotent=False)["success"]
 
     # ------------------------------------------------------------------ messages
 
@@ -156,7 +161,27 @@ class NatsJetStream(HandleBase):
         V.publish_subject(subject)
         if not subj.is_valid(subject):
             raise NoStreamResponseError(subject)  # empty tokens: no stream can capture it
-        return self._run(self._apublish(subject, payload, hdrs), what=f"publish to {subject!r}")
+        # Repeated through a leader election: always when no stream leader took it (no
+        # responders, while a stream captures the subject), and when it went unanswered only
+        # with a Nats-Msg-Id (the stream stores it once).
+        return self._session.run_retrying(
+            lambda: self._apublish(subject, payload, hdrs),
+            what=f"publish to {subject!r}",
+            idempotent=bool(hdrs) and H.MSG_ID in hdrs,
+            also=lambda err: isinstance(err, NoStreamResponseError) and self._captured(subject),
+        )
+
+    def _captured(self, subject: str) -> bool:
+        """Whether a stream captures ``subject`` (so a publish nobody answered met a stream
+        without a leader); True when that cannot be learnt either."""
+        try:
+            got = self._session.run(
+                self._session.api(f"{self._api}.STREAM.NAMES", {"subject": subject}, what="finding the stream of a subject"),
+                what="finding the stream of a subject",
+            )
+        except (RequestTimeoutError, ServerConnectionError):
+            return True
+        return bool(got.get("streams"))
 
     async def _apublish(self, subject: str, payload: bytes, headers: Optional[dict]) -> PubAck:
         session = self._session
@@ -187,7 +212,9 @@ class NatsJetStream(HandleBase):
         return wire.raw_msg_from_wire(stream, m)
 
     def _delete_msg(self, stream: str, seq: int) -> bool:
-        return self._request(self._stream_subject("MSG.DELETE", stream), {"seq": seq, "no_erase": True}, what=f"delete_msg {seq} from {stream!r}")["success"]
+        return self._request(
+            self._stream_subject("MSG.DELETE", stream), {"seq": seq, "no_erase": True}, what=f"delete_msg {seq} from {stream!r}", idempotent=False
+        )["success"]
 
     # ------------------------------------------------------------------ bulk paths for Spark
 
@@ -231,10 +258,13 @@ class NatsJetStream(HandleBase):
             subject = f"{self._api}.CONSUMER.DURABLE.CREATE.{stream}.{config.durable_name}"
         else:
             subject = f"{self._api}.CONSUMER.CREATE.{stream}"
-        return wire.consumer_info_from_wire(self._request(subject, req, what=f"{action or 'add'}_consumer on {stream!r}"))
+        # Creating a named consumer of a given config twice is creating it once; an unnamed
+        # (ephemeral) one would be a second consumer.
+        what = f"{action or 'add'}_consumer on {stream!r}"
+        return wire.consumer_info_from_wire(self._request(subject, req, what=what, idempotent=bool(name)))
 
     def delete_consumer(self, stream: str, consumer: str) -> bool:
-        return self._request(self._consumer_subject("DELETE", stream, consumer), what=f"delete_consumer {consumer!r}")["success"]
+        return self._request(self._consumer_subject("DELETE", stream, consumer), what=f"delete_consumer {consumer!r}", idempotent=False)["success"]
 
     def consumer_info(self, stream: str, consumer: str) -> ConsumerInfo:
         return wire.consumer_info_from_wire(self._request(self._consumer_subject("INFO", stream, consumer), what=f"consumer_info {consumer!r}"))
@@ -243,7 +273,7 @@ class NatsJetStream(HandleBase):
         if not wire.token_ok(stream):
             raise api_error(10059)
         subject = f"{self._api}.CONSUMER.LIST.{stream}"
-        items = self._run(self._session.paged(subject, "consumers", None, what=f"consumers_info of {stream!r}"), what=f"consumers_info of {stream!r}")
+        items = self._run(lambda: self._session.paged(subject, "consumers", None, what=f"consumers_info of {stream!r}"), what=f"consumers_info of {stream!r}")
         return sorted((wire.consumer_info_from_wire(c) for c in items), key=lambda i: i.name)
 
     def _subscription(self, stream: str, consumer: str) -> PullSubscription:

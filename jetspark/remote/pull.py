@@ -171,7 +171,7 @@ class PullSubscription:
             await inbox.close()
 
     def consumer_info(self) -> ConsumerInfo:
-        return self._session.run(jsapi.consumer_info(self._session, self.stream, self.consumer), what=f"consumer_info {self.consumer!r}")
+        return self._session.run_retrying(lambda: jsapi.consumer_info(self._session, self.stream, self.consumer), what=f"consumer_info {self.consumer!r}")
 
     def unsubscribe(self) -> None:
         """Settle outstanding acks (there is no standing subscription: each fetch has its own inbox)."""

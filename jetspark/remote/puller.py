@@ -279,13 +279,17 @@ async def create_reader_consumer(session: Session, stream: str, start: int, filt
     return name, int(resp.get("num_pending", 0))
 
 
-async def delete_consumer_quietly(session: Session, stream: str, name: str) -> None:
-    """Delete a reader's consumer, waiting for the answer but not failing (its inactive_threshold
-    removes it anyway)."""
+async def delete_consumer_quietly(session: Session, stream: str, name: str, *, wait: bool = True) -> None:
+    """Delete a reader's consumer, waiting for the answer (unless ``wait`` is false: a
+    consumer that stopped answering) but not failing: its inactive_threshold removes it anyway."""
     if not session.connected:
         return
+    subject = f"{session.api_prefix}.CONSUMER.DELETE.{stream}.{name}"
     try:
-        await session.api(f"{session.api_prefix}.CONSUMER.DELETE.{stream}.{name}", what=f"deleting reader consumer {name!r}")
+        if wait:
+            await session.api(subject, what=f"deleting reader consumer {name!r}")
+        else:
+            await (await session.ready()).publish(subject, b"")
     except Exception:  # noqa: BLE001 - gone already, or the connection is: either way it goes
         pass
 
@@ -312,9 +316,11 @@ class RangeRead:
         self.puller: Optional[Puller] = None
         self.pending_at_start = 0
         self.restarts = 0
+        self.returned = lo - 1  # the last sequence a returned chunk held
 
     async def open(self, start: Optional[int] = None) -> None:
         start = self.lo if start is None else start
+        self.consumer = None
         self.consumer, pending = await create_reader_consumer(self.session, self.stream, start, self.filters, headers_only=self.headers_only)
         if start == self.lo:
             self.pending_at_start = pending
@@ -326,6 +332,12 @@ class RangeRead:
         await self.puller.start()
 
     async def next_chunk(self, max_msgs: int) -> Chunk:
+        chunk = await self._next_chunk(max_msgs)
+        if len(chunk):
+            self.returned = chunk.seqs[-1]
+        return chunk
+
+    async def _next_chunk(self, max_msgs: int) -> Chunk:
         while True:
             chunk = await self.puller.next_chunk(max_msgs)
             if len(chunk) or not self.puller.done:
@@ -335,6 +347,19 @@ class RangeRead:
             if not self.puller.gap:
                 return chunk
             await self._restart()
+
+    async def resume(self) -> None:
+        """Go on after the last chunk returned, on a fresh consumer (the old one, or the node
+        holding it, stopped answering: a chunk that failed part-way is read again)."""
+        log.info("range read of %r: resuming after seq %d on a new consumer", self.stream, self.returned)
+        if self.puller is not None:
+            await self.puller.close()
+        if self.consumer is not None:
+            await delete_consumer_quietly(self.session, self.stream, self.consumer, wait=False)
+        if self.returned >= self.hi:
+            self.puller.done, self.puller.gap = True, False
+            return
+        await self.open(self.returned + 1)
 
     async def _restart(self) -> None:
         last = self.puller.last_sseq
@@ -376,10 +401,15 @@ class GetRead:
         self.next = lo
         self.hi = hi
         self.filters = filters
+        self.returned_next = lo  # where the chunk after the last one returned starts
         self._subject = session.stream_subject("MSG.GET", stream)
 
     async def open(self) -> None:
         pass
+
+    async def resume(self) -> None:
+        """Go on after the last chunk returned (a chunk that failed part-way is read again)."""
+        self.next = self.returned_next
 
     async def close(self) -> None:
         pass
@@ -404,6 +434,7 @@ class GetRead:
                 out.headers.append(base64.b64decode(m["hdrs"]) if m.get("hdrs") else None)
                 out.seqs.append(int(m["seq"]))
                 out.times.append(wire.time_to_ns(m["time"]))
+        self.returned_next = self.next
         return out
 
 

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+from contextlib import closing
 from typing import Iterator, Optional
 
 import numpy as np
@@ -29,11 +30,12 @@ from jetspark.remote.puller import (
     count_from,
     range_reader,
 )
+from jetspark.remote.retry import Retrier
 from jetspark.remote.session import PROGRESS, Session
 
 
 def _stream_info(session: Session, stream: str) -> StreamInfo:
-    return session.run(jsapi.stream_info(session, stream), what=f"stream_info {stream!r}")
+    return session.run_retrying(lambda: jsapi.stream_info(session, stream), what=f"stream_info {stream!r}")
 
 
 def _check_filters(subjects) -> Optional[list[str]]:
@@ -71,12 +73,30 @@ def _read_gen(session, info, lo, hi, filters, batch_size, headers) -> Iterator[p
 
 def _chunks(session: Session, reader, batch_size: int, what: str, opened=None) -> Iterator[Chunk]:
     """A range reader's chunks until the range is read; the reader is closed at the end, also
-    when the caller stops early.  ``opened(reader)`` runs once it is open."""
+    when the caller stops early.  ``opened(reader)`` runs once it is open.
+
+    Through a leader election or a lost node (the reader's consumer placed on a node that
+    is gone, its pulls unanswered) the read goes on where the last chunk ended, on a
+    fresh consumer (``reader.resume``), within the session's retry budget."""
+    retrier = Retrier(session.retry_budget, what)
     try:
-        session.run(reader.open(), what=what)
+        session.run_retrying(reader.open, what=what)
         if opened is not None:
             opened(reader)
-        while chunk := session.run(reader.next_chunk(batch_size), what=what, timeout=PROGRESS):
+        resume = False
+        while True:
+            try:
+                if resume:
+                    session.run(reader.resume(), what=what)
+                    resume = False
+                chunk = session.run(reader.next_chunk(batch_size), what=what, timeout=PROGRESS)
+            except JetSparkError as err:
+                retrier.failed(err)
+                resume = True
+                continue
+            retrier.succeeded()
+            if not chunk:
+                return
             yield chunk
     finally:
         if not session.closed:
@@ -149,7 +169,8 @@ def _ordered_gen(session, info, lo, hi, filters, batch_size) -> Iterator[Msg]:
         if isinstance(reader, GetRead):
             total = sum(len(c) for c in _chunks(session, GetRead(session, stream, lo, hi, filters), batch_size, what))
         else:
-            after = session.run(count_from(session, stream, hi + 1, filters), what=what) if hi < info.state.last_seq and reader.pending_at_start else 0
+            beyond = hi < info.state.last_seq and reader.pending_at_start
+            after = session.run_retrying(lambda: count_from(session, stream, hi + 1, filters), what=what) if beyond else 0
             total = reader.pending_at_start - after
 
     cseq = 0
@@ -177,7 +198,7 @@ def seq_for_time(session: Session, stream: str, when) -> int:
             info = await jsapi.stream_info(session, stream)
             return info.state.last_seq + 1
 
-    return session.run(find(), what=f"seq_for_time on {stream!r}", timeout=2 * session.timeout)
+    return session.run_retrying(find, what=f"seq_for_time on {stream!r}", timeout=2 * session.timeout)
 
 
 def _msg_size(storage: StorageType, subject: bytes, hdr_len: int, data_len: int) -> int:
@@ -211,19 +232,11 @@ def seq_for_bytes(session: Session, stream: str, lo: int, hi: int, max_bytes: in
     reader = range_reader(session, info, lo, hi, None, keep_headers=True, headers_only=True)
     what = f"seq_for_bytes on {stream!r}"
     total = 0
-    try:
-        session.run(reader.open(), what=what)
-        while True:
-            chunk = session.run(reader.next_chunk(PULL_BATCH), what=what, timeout=PROGRESS)
-            if not len(chunk):
-                return hi
+    with closing(_chunks(session, reader, PULL_BATCH, what)) as chunks:
+        for chunk in chunks:
             for subject, data, hdr, seq in zip(chunk.subjects, chunk.datas, chunk.headers, chunk.seqs):
                 sizes = _headers_only_sizes(hdr) if reader.headers_only else (len(hdr or b""), len(data))
                 total += _msg_size(storage, subject, *sizes)
                 if total > max_bytes:
                     return max(seq - 1, lo)
-    finally:
-        try:
-            session.run(reader.close(), what=what, settle=False)
-        except JetSparkError:
-            pass
+    return hi

@@ -48,6 +48,7 @@ from jetspark.errors import (
 from jetspark.remote import wire
 from jetspark.remote.fastpath import Client, subscribe_raw
 from jetspark.remote.loop import Loop, LoopTimeout
+from jetspark.remote.retry import NotSentError, retrying
 
 __all__ = ["Session"]
 
@@ -79,6 +80,7 @@ class Session:
         self.url = options.display_url
         self.timeout = float(options.timeout)
         self.api_prefix = options.api_prefix  # "$JS.API", or a domain's / prefix's
+        self.retry_budget = float(options.retry_budget)
         # Tests set it to run the bulk paths through nats-py's public subscription API
         # instead of the raw fast path (jetspark.remote.fastpath).
         self.public_path = False
@@ -228,7 +230,7 @@ class Session:
             if nc.is_closed:
                 raise ServerConnectionError(f"the connection to {self.url} is closed{self._last_error_text()}")
             if time.monotonic() >= deadline:
-                raise ServerConnectionError(f"lost the connection to {self.url}{self._last_error_text()}; it did not come back within {timeout:g} s")
+                raise NotSentError(f"lost the connection to {self.url}{self._last_error_text()}; it did not come back within {timeout:g} s")
             await asyncio.sleep(0.01)
         return nc
 
@@ -298,6 +300,13 @@ class Session:
                 raise
             raise err from exc
 
+    def run_retrying(self, make: Callable[[], Any], *, what: str, idempotent: bool = True, timeout: Optional[float] = None,
+                     also: Optional[Callable[[JetSparkError], bool]] = None) -> Any:  # fmt: skip
+        """``run(make())``, repeated while the server cannot answer for a while (a leader
+        election, a cold cluster), within ``retry_budget`` (jetspark.remote.retry): every
+        call made with ``idempotent=False`` raises on no answer, saying it may have been applied."""
+        return retrying(lambda: self.run(make(), what=what, timeout=timeout), budget=self.retry_budget, what=what, idempotent=idempotent, also=also)
+
     async def request(self, subject: str, data: bytes, *, what: str, timeout: Optional[float] = None, headers: Optional[dict] = None,
                       no_responders: Optional[Callable[[], JetSparkError]] = None):  # fmt: skip
         """``nc.request``'s reply message.  A subject the user's permissions deny is a
@@ -340,9 +349,9 @@ class Session:
             raise error_from_response(resp["error"])
         return resp
 
-    def call(self, subject: str, payload: Any = None, *, what: str) -> dict:
-        """``api`` from a synchronous caller."""
-        return self.run(self.api(subject, payload, what=what), what=what)
+    def call(self, subject: str, payload: Any = None, *, what: str, idempotent: bool = True) -> dict:
+        """``api`` from a synchronous caller, retried as ``run_retrying`` says."""
+        return self.run_retrying(lambda: self.api(subject, payload, what=what), what=what, idempotent=idempotent)
 
     async def paged(self, subject: str, key: str, payload: Optional[dict], *, what: str) -> list:
         """Every item of a paged API list (``key`` of each page)."""

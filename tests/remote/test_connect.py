@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 import warnings
 
+import pyarrow as pa
 import pytest
 
 import jetspark
@@ -171,7 +173,7 @@ def test_nobody_listening_is_a_clear_error_within_the_timeout():
 
 def test_a_server_that_dies_gives_clear_errors_within_the_timeout(start_server):
     s = start_server()
-    js = jetspark.connect(s.url, timeout=1)
+    js = jetspark.connect(s.url, timeout=1, retry_budget=0)  # no retries: see the next test
     js.add_stream(name="D", subjects=["d.>"])
     js.publish("d.x", b"1")
     s.stop()
@@ -187,9 +189,38 @@ def test_a_server_that_dies_gives_clear_errors_within_the_timeout(start_server):
         js.stream_names()
 
 
+def test_a_server_that_stays_away_is_retried_for_the_retry_budget(start_server):
+    s = start_server()
+    js = jetspark.connect(s.url, timeout=0.5, retry_budget=2)
+    js.add_stream(name="D", subjects=["d.>"])
+    s.stop()
+    # Idempotent or not: while the connection is down nothing reaches the server.
+    for call in (lambda: js.stream_info("D"), lambda: js.publish("d.x", b"2"), lambda: js.purge_stream("D")):
+        with pytest.raises(ServerConnectionError, match=r"did not come back within 0.5 s \(tried [2-9] times over [0-9.]+ s, the retry_budget"):
+            call()
+    js.close()
+
+
+def test_a_call_made_while_the_server_restarts_waits_for_it(start_server):
+    s = start_server()
+    js = jetspark.connect(s.url, timeout=1, reconnect_time_wait=0.2)  # retry_budget: 30 s by default
+    js.add_stream(name="R", subjects=["r.>"])
+    js.publish("r.x", b"1")
+    s.kill()
+    restart = threading.Timer(1.5, s.start)  # same port, same store
+    restart.start()
+    try:
+        assert js.stream_info("R").state.messages == 1  # made while the server is down
+        assert js.publish("r.x", b"2").seq == 2
+        assert [r["data"] for r in pa.Table.from_batches(list(js.read_batches("R"))).to_pylist()] == [b"1", b"2"]
+    finally:
+        restart.join()
+        js.close()
+
+
 def test_the_handle_recovers_when_the_server_comes_back(start_server):
     s = start_server()
-    js = jetspark.connect(s.url, timeout=1, reconnect_time_wait=0.2)
+    js = jetspark.connect(s.url, timeout=1, reconnect_time_wait=0.2, retry_budget=0)
     js.add_stream(name="R", subjects=["r.>"])
     js.publish("r.x", b"1")
     s.kill()

@@ -1,0 +1,123 @@
+"""Calls made while the cluster cannot answer (a leader election after a SIGKILL, a node
+the meta leader still counts online, a cold cluster) are retried within the handle's
+``retry_budget`` (jetspark/remote/retry.py) and answer exactly as without the fault."""
+
+from __future__ import annotations
+
+import logging
+
+import pyarrow as pa
+import pytest
+
+import jetspark
+from jetspark import AckPolicy
+from jetspark.errors import RequestTimeoutError
+from tests.cluster.conftest import TIMEOUT
+from tests.oracle import stored
+from tests.servers import NatsCluster
+
+pytestmark = pytest.mark.cluster
+
+S = "ELECT"
+# Short per-request timeouts, so that a request to a dead leader is given up on (and
+# retried) quickly; the budget is what lets the calls through an election.
+FAST = dict(timeout=2.0, retry_budget=60.0)
+
+
+def rows(start: int, n: int) -> pa.Table:
+    return pa.table({
+        "subject": [f"el.{q % 3}" for q in range(start, start + n)],
+        "data": [b"d%d" % q for q in range(start, start + n)],
+        "msg_id": [f"id-{q}" for q in range(start, start + n)],
+    })  # fmt: skip
+
+
+@pytest.fixture
+def stream(cluster):
+    """S (R3) on el.>, durable 'spark', seqs 1..300."""
+    with jetspark.connect(cluster.url, timeout=TIMEOUT) as js:
+        js.add_stream(name=S, subjects=["el.>"], num_replicas=3)
+        js.add_consumer(S, durable_name="spark", ack_policy=AckPolicy.EXPLICIT)
+        js.publish_batch(rows(1, 300), stream=S)
+    try:
+        yield
+    finally:
+        with jetspark.connect(cluster.url, timeout=TIMEOUT) as js:
+            if S in js.stream_names():
+                js.delete_stream(S)
+
+
+def expected(lo: int, hi: int) -> list:
+    return [(q, f"el.{q % 3}", b"d%d" % q) for q in range(lo, hi + 1)]
+
+
+def got(table_or_batches) -> list:
+    t = pa.Table.from_batches(list(table_or_batches)) if not isinstance(table_or_batches, pa.Table) else table_or_batches
+    return [(r["seq"], r["subject"], r["data"]) for r in t.to_pylist()]
+
+
+def test_every_verb_through_the_stream_leaders_election(cluster, stream):
+    leader = cluster.stream_leader(S)
+    with jetspark.connect(cluster.url, **FAST) as js:
+        assert js.stream_info(S).state.last_seq == 300  # connected before the kill
+        cluster.kill(leader)
+        try:
+            # Made at once: the stream has no leader until the two left elect one.
+            assert js.stream_info(S).state.messages == 300
+            assert js.get_msg(S, 7).data == b"d7"
+            assert js.publish("el.0", b"new", headers={"Nats-Msg-Id": "x-1"}).seq == 301
+            assert js.publish("el.1", b"plain").seq == 302  # no responders, then a leader: retried
+            assert got(js.read_batches(S, 1, 300, batch_size=64)) == expected(1, 300)
+            assert js.seq_for_bytes(S, 1, 302, 10**9) == 302
+            assert js.advance_ack_floor(S, "spark", 150).stream_seq == 150
+            assert js.consumer_info(S, "spark").num_pending == 152
+            assert [m.metadata.sequence.stream for m in js.ordered_consumer(S, start_seq=299)] == [299, 300, 301, 302]
+        finally:
+            cluster.restart(leader)
+        assert js.publish("el.0", b"new", headers={"Nats-Msg-Id": "x-1"}).duplicate
+
+
+def test_reader_consumers_placed_on_a_dead_node_are_replaced(cluster, stream, caplog):
+    """A SIGKILLed node stays "online" to the meta leader, which keeps placing the range
+    readers' (R1) consumers on it one time in three: those never answer, and the read
+    starts over on a fresh consumer.  Reads go on until that has happened at least once."""
+    victim = next(i for i in range(cluster.size) if i not in {cluster.leader(), cluster.stream_leader(S)})
+    caplog.set_level(logging.INFO, logger="jetspark.remote")
+    with jetspark.connect(",".join(cluster.node_url(i) for i in range(cluster.size) if i != victim), **FAST) as js:
+        cluster.kill(victim)
+        try:
+            for _ in range(30):  # P(no reader placed on the dead node in 30) = (2/3)**30 ~ 5e-6
+                assert got(js.read_batches(S, 101, 250, batch_size=50)) == expected(101, 250)
+                if any("retrying" in r.getMessage() for r in caplog.records):
+                    break
+            else:
+                pytest.fail("no read met the dead node: the retry path was not exercised")
+            assert {q: m.data for q, m in stored(js, S).items()} == {q: b"d%d" % q for q in range(1, 301)}  # get_msg, retried too
+        finally:
+            cluster.restart(victim)
+
+
+def test_a_budget_of_zero_fails_at_once_and_says_why(cluster, stream):
+    leader = cluster.stream_leader(S)
+    with jetspark.connect(cluster.url, timeout=1.0, retry_budget=0) as js:
+        js.stream_info(S)
+        cluster.kill(leader)
+        try:
+            with pytest.raises(RequestTimeoutError, match="purge_stream .* may have taken effect .* leader election"):
+                js.purge_stream(S)
+        finally:
+            cluster.restart(leader)
+    with jetspark.connect(cluster.url, timeout=TIMEOUT) as js:
+        assert js.stream_info(S).state.messages in (0, 300)  # it may or may not have: as the error said
+
+
+def test_the_first_requests_to_a_cold_cluster(tmp_path):
+    """A cluster whose nodes are listening but whose meta leader may not be elected yet."""
+    cold = NatsCluster(base=str(tmp_path)).start(ready=False)
+    try:
+        with jetspark.connect(cold.url, **FAST) as js:
+            js.add_stream(name="COLD", subjects=["cold.>"], num_replicas=3)
+            assert js.publish_batch(rows(1, 20).set_column(0, "subject", pa.array(["cold.a"] * 20)), stream="COLD").seqs.to_pylist() == list(range(1, 21))
+            assert [r["data"] for r in pa.Table.from_batches(list(js.read_batches("COLD"))).to_pylist()] == [b"d%d" % q for q in range(1, 21)]
+    finally:
+        cold.stop()
