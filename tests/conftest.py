@@ -46,27 +46,31 @@ class RealClock:
 class Backend:
     """Forwards to a JetStream API, defaulting ``storage`` to the backend's kind."""
 
-    def __init__(self, js, kind: str, storage: str, clock, url: str | None = None) -> None:
+    def __init__(self, js, kind: str, storage: str, clock, url: str | None = None, replicas: int = 1) -> None:
         self._js = js
         self.kind = kind
         self.storage = storage
         self.clock = clock
         self.url = url  # the nats-server's, for a second client (the oracle) on the same streams
+        self.replicas = replicas  # streams made through add_stream: R3 on the cluster backends
 
     @property
     def is_server(self) -> bool:
         """A real nats-server answers: through jetspark's nats:// backend or the oracle."""
         return self.kind in ("nats", "oracle")
 
-    def add_stream(self, config=None, **params):
+    def _defaults(self, config, params: dict) -> dict:
         if (config is None or config.storage is None) and "storage" not in params:
             params["storage"] = self.storage
-        return self._js.add_stream(config, **params)
+        if self.replicas > 1 and (config is None or config.num_replicas in (None, 1)) and "num_replicas" not in params:
+            params["num_replicas"] = self.replicas
+        return params
+
+    def add_stream(self, config=None, **params):
+        return self._js.add_stream(config, **self._defaults(config, params))
 
     def update_stream(self, config=None, **params):
-        if (config is None or config.storage is None) and "storage" not in params:
-            params["storage"] = self.storage
-        return self._js.update_stream(config, **params)
+        return self._js.update_stream(config, **self._defaults(config, params))
 
     def msg_bytes(self, subject: str, payload: bytes, hdr: bytes = b"") -> int:
         """The server's per-message byte accounting (docs/semantics.md §3.1)."""
@@ -130,10 +134,16 @@ def store_path(tmp_path):
 BACKENDS = ["engine-file", "engine-memory", "nats-file", "nats-memory", "oracle-file", "oracle-memory"]
 # The backends that implement jetspark's own verbs (read_batches, publish_batch, ...).
 JETSPARK_BACKENDS = ["engine-file", "engine-memory", "nats-file", "nats-memory"]
+# The session's 3-node cluster with R3 file streams: modules that touch replication
+# (retention, consumers, bulk verbs) add them with ``with_cluster`` (issue: the cluster).
+CLUSTER_BACKENDS = ["nats-cluster", "oracle-cluster"]
+# Requests on a replicated stream wait for raft (a new stream's or consumer's leader
+# election, a quorum's write): slower than on one server when the machine is loaded.
+CLUSTER_TIMEOUT = 15.0
 
 
-def _open(kind: str, url: str):
-    return OracleJS(url) if kind == "oracle" else jetspark.connect(url)
+def _open(kind: str, url: str, timeout: float = 5.0):
+    return OracleJS(url, timeout=timeout) if kind == "oracle" else jetspark.connect(url, timeout=timeout)
 
 
 def _backend(request, tmp_path):
@@ -141,7 +151,16 @@ def _backend(request, tmp_path):
     jetspark's own nats:// backend (jetspark.connect("nats://...")); oracle-*: the same
     server through nats-py's public API (tests/oracle.py), which decides what is right."""
     kind, storage = request.param.split("-")
-    if kind == "engine":
+    if storage == "cluster":
+        url = request.getfixturevalue("cluster").url
+        js = _open(kind, url, CLUSTER_TIMEOUT)
+        try:
+            yield Backend(js, kind, "file", RealClock(), url, replicas=3)
+        finally:
+            for name in js.stream_names():
+                js.delete_stream(name)
+            js.close()
+    elif kind == "engine":
         clock = FakeClock()
         js = jetspark.connect(tmp_path / "store", clock=clock)
         yield Backend(js, kind, storage, clock)
@@ -185,6 +204,18 @@ def jetspark_backend(request, tmp_path):
 @pytest.fixture
 def js(backend):
     return backend
+
+
+def with_cluster(backends: list[str]):
+    """A module's ``backend``/``jetspark_backend`` fixture over ``backends`` and the cluster's:
+    ``backend = with_cluster(BACKENDS)`` in the module."""
+    params = backends + [b for b in CLUSTER_BACKENDS if b != "oracle-cluster" or "oracle-file" in backends]
+
+    @pytest.fixture(params=params)
+    def fixture(request, tmp_path):
+        yield from _backend(request, tmp_path)
+
+    return fixture
 
 
 # ---------------------------------------------------------------- a full disk

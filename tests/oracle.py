@@ -367,11 +367,12 @@ class PullSubscription:
 class OracleJS:
     """jetspark's synchronous JetStream verbs, answered by nats-server through nats-py."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, timeout: float = _TIMEOUT) -> None:
         self._loop = _Loop()
+        self.timeout = timeout
         # Several servers (one cluster) comma-separated, as jetspark.connect takes them.
         self._nc = self._loop.run(nats.connect([u.strip() for u in url.split(",")]))
-        self._js = self._nc.jetstream(timeout=_TIMEOUT)
+        self._js = self._nc.jetstream(timeout=timeout)
 
     def close(self) -> None:
         self._loop.run(self._nc.close())
@@ -390,7 +391,7 @@ class OracleJS:
     def _raw(self, subject: str, payload: Any = None) -> dict:
         """A raw $JS.API request, for what nats-py cannot say."""
         data = b"" if payload is None else json.dumps(payload).encode()
-        msg = self._loop.run(self._nc.request(subject, data, timeout=_TIMEOUT))
+        msg = self._loop.run(self._nc.request(subject, data, timeout=self.timeout))
         resp = json.loads(msg.data)
         if "error" in resp:
             raise error_from_response(resp["error"])

@@ -89,6 +89,7 @@ class _Floor:
         self.inbox: Optional[RawInbox] = None
         self.inbox_prefix = ""
         self.requests = 0
+        self.received = 0  # the highest stream sequence this call was delivered
         self.tried_last = False
         self.msg_bytes = 1  # the stream's mean message size: pulls ask for about PULL_MAX_BYTES
 
@@ -272,6 +273,7 @@ class _Floor:
                     continue
                 got += 1
                 sseq = int(r.split(b".")[reply_offset(r) + 3])
+                self.received = max(self.received, sseq)
                 if sseq > self.seq:
                     late.append(r.decode())
                     continue
@@ -294,6 +296,17 @@ class _Floor:
             inbox, self.inbox = self.inbox, None
             await inbox.close()
 
+    async def consumer_info(self) -> ConsumerInfo:
+        """The consumer's state once it counts every delivery this call received.  On a
+        cluster an info answered right after a pull can predate its deliveries (seen under
+        ack policy none); a count made from it would pull past seq."""
+        deadline = asyncio.get_running_loop().time() + self.session.timeout
+        while True:
+            info = await jsapi.consumer_info(self.session, self.stream, self.durable)
+            if info.delivered.stream_seq >= self.received or asyncio.get_running_loop().time() > deadline:
+                return info
+            await asyncio.sleep(0.01)
+
 
 async def _advance(session: Session, stream: str, durable: str, seq: int) -> SequenceInfo:
     info = await jsapi.consumer_info(session, stream, durable)
@@ -303,7 +316,7 @@ async def _advance(session: Session, stream: str, durable: str, seq: int) -> Seq
         while not await call.reached(info):
             before = (info.ack_floor.stream_seq, info.ack_floor.consumer_seq, info.delivered.consumer_seq, info.num_ack_pending)
             if call.policy != AckPolicy.NONE and await call.settle_pending(info):
-                info = await jsapi.consumer_info(session, stream, durable)
+                info = await call.consumer_info()
                 if await call.reached(info):
                     break
             count = await call.undelivered(info)
@@ -318,7 +331,7 @@ async def _advance(session: Session, stream: str, durable: str, seq: int) -> Seq
                 # No max_bytes (it would end a pull early with a status of its own): the batch
                 # size alone keeps a pull's deliveries near PULL_MAX_BYTES.
                 await call.pull(max(1, min(room, PULL_BATCH, PULL_MAX_BYTES // call.msg_bytes)))
-            info = await jsapi.consumer_info(session, stream, durable)
+            info = await call.consumer_info()
             after = (info.ack_floor.stream_seq, info.ack_floor.consumer_seq, info.delivered.consumer_seq, info.num_ack_pending)
             stalls = 0 if after != before else stalls + 1
             if stalls >= STALLS:

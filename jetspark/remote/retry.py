@@ -40,8 +40,10 @@ T = TypeVar("T")
 # 10008 "JetStream system temporarily unavailable" (no meta leader yet),
 # 10005 "no suitable peers for placement" (a cold cluster's meta leader has not
 # heard from its peers yet), 10118 / 10119 stream / consumer "is offline"
-# (no leader elected yet).
-TRANSIENT_ERR_CODES = frozenset({10005, 10008, 10118, 10119})
+# (no leader elected yet), 10158 "duplicate message id is in process" (a cluster's
+# answer to a publish whose Nats-Msg-Id an earlier publish is still storing: repeated,
+# it is answered as the duplicate it is).
+TRANSIENT_ERR_CODES = frozenset({10005, 10008, 10118, 10119, 10158})
 
 
 class NotSentError(ServerConnectionError):

@@ -25,10 +25,15 @@ from jetspark.errors import (
     StreamNotFoundError,
 )
 from jetspark.protocol.arrow import HEADERS_TYPE, schema
+from tests.conftest import CLUSTER_TIMEOUT, JETSPARK_BACKENDS, with_cluster
 from tests.oracle import OracleJS
 from tests.oracle import stored as oracle_stored
 
 S = "B"
+
+# The bulk verbs on the 3-node cluster too (R3 streams): where replication changes how
+# pulls, acks and consumers behave.
+jetspark_backend = with_cluster(JETSPARK_BACKENDS)
 
 
 @pytest.fixture
@@ -42,7 +47,7 @@ def plain(jetspark_backend):
     if jetspark_backend.url is None:
         yield jetspark_backend
     else:
-        with OracleJS(jetspark_backend.url) as oracle:
+        with OracleJS(jetspark_backend.url, timeout=CLUSTER_TIMEOUT) as oracle:
             yield oracle
 
 
