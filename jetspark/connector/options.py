@@ -51,6 +51,7 @@ class WriterOptions:
     connection: tuple[tuple[str, str], ...]
     stream: Optional[str]
     subject: Optional[str]
+    registry_replicas: Optional[int] = None  # the sink registry's replicas (None: as many as the cluster allows, up to 3)
 
 
 _READER_KEYS = {
@@ -60,7 +61,7 @@ _READER_KEYS = {
     "checkpointlocation",
 }  # fmt: skip
 # Spark hands writers its own query options too (checkpointLocation, queryName).
-_WRITER_KEYS = {"store", "path", "stream", "subject", "checkpointlocation", "queryname"}
+_WRITER_KEYS = {"store", "path", "stream", "subject", "registryreplicas", "checkpointlocation", "queryname"}
 
 
 def _get(options: Mapping[str, str], key: str) -> Optional[str]:
@@ -213,7 +214,17 @@ def writer_options(options: Mapping[str, str]) -> WriterOptions:
         connection=_connection(options),
         stream=_get(options, "stream") or None,
         subject=_get(options, "subject") or None,
+        registry_replicas=_registry_replicas(options),
     )
+
+
+def _registry_replicas(options: Mapping[str, str]) -> Optional[int]:
+    raw = _get(options, "registryReplicas")
+    if raw is None or raw == "":
+        return None
+    if not raw.strip().isdigit() or not 1 <= int(raw) <= 5:
+        raise OptionError(f"option registryReplicas must be a number of replicas from 1 to 5 (a NATS stream's limit), not {raw!r}")
+    return int(raw)
 
 
 _CANONICAL = {
@@ -222,6 +233,6 @@ _CANONICAL = {
         "store", "path", "stream", "subjects", "subject", "consumer", "startingOffsets", "startingTimestamp",
         "endingOffsets", "maxOffsetsPerTrigger", "maxBytesPerTrigger", "minOffsetsPerTrigger",
         "maxTriggerDelay", "failOnDataLoss", "includeHeaders", "minPartitions", "rowsPerPartition",
-        "checkpointLocation", "queryName",
+        "checkpointLocation", "queryName", "registryReplicas",
     )
 }  # fmt: skip

@@ -15,7 +15,14 @@ headers), so the embedded engine and a nats-server keep it the same way:
   ``stream_names()`` and ``jetspark stream ls`` like any stream.
 - Created by the first commit (a lookup creates nothing), with one
   ``add_stream`` of a fixed config: two creators at once both succeed (a
-  create with an equal config is idempotent).  If a stream of that name
+  create with an equal config is idempotent).  It is replicated like the
+  streams it guards, so that losing a node loses no commit: ``replicas``
+  (the sink's ``registryReplicas`` option) or, by default, 3 on a cluster,
+  fewer on a cluster that has fewer nodes (10005, no suitable peers) and
+  1 on a single server or the engine (10074, replicas > 1 not supported).
+  A registry found with fewer replicas than wanted by a query's first
+  commit is scaled up (``update_stream``; a store that refuses is logged,
+  and the registry used as it is, unless the count was asked for).  If a stream of that name
   exists with another config it is used as long as it captures the
   registry's subjects; a stream whose subjects overlap the registry's
   (e.g. a no-ack stream on ``>``) makes the commit fail naming both.
@@ -40,9 +47,12 @@ headers), so the embedded engine and a nats-server keep it the same way:
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
+import logging
 import re
+from typing import Optional
 
 from jetspark import validate as V
 from jetspark.api import RetentionPolicy, StorageType, StreamConfig
@@ -54,6 +64,8 @@ from jetspark.errors import (
     StreamNotFoundError,
 )
 from jetspark.protocol import subjects as subj
+
+log = logging.getLogger("jetspark.connector")
 
 REGISTRY_STREAM = "JETSPARK_SINKS"
 SUBJECT_PREFIX = "$JETSPARK.sinks."
@@ -70,7 +82,7 @@ _PLAIN = re.compile(r"[A-Za-z0-9-]{1,128}")
 _MAX_ENCODED = 96  # UTF-8 bytes base64url-encoded as they are (128 characters); longer ids are hashed
 
 
-def registry_config() -> StreamConfig:
+def registry_config(replicas: int = 1) -> StreamConfig:
     return StreamConfig(
         name=REGISTRY_STREAM,
         description="jetspark: the last micro-batch each streaming query's sink committed",
@@ -78,7 +90,7 @@ def registry_config() -> StreamConfig:
         retention=RetentionPolicy.LIMITS,
         max_msgs_per_subject=1,
         storage=StorageType.FILE,
-        num_replicas=1,
+        num_replicas=replicas,
     )
 
 
@@ -104,25 +116,34 @@ def last_batch(js, query_id: str) -> int:
     return _read(js, V.query_id(query_id))[0]
 
 
-def commit_batch(js, query_id: str, batch_id: int) -> None:
-    """Record ``batch_id`` as committed for ``query_id``; an older or equal id changes nothing."""
+def commit_batch(js, query_id: str, batch_id: int, replicas: Optional[int] = None) -> None:
+    """Record ``batch_id`` as committed for ``query_id``; an older or equal id changes nothing.
+    ``replicas``: of the registry stream, when this commit creates it (default: up to 3)."""
     query_id = V.query_id(query_id)
     batch_id = V.integer(batch_id, "batch_id", 0, V.INT64_MAX)
     payload = json.dumps({"query": query_id, "batch": batch_id}, ensure_ascii=False).encode()
+    scaled = False
     for _ in range(COMMIT_ROUNDS):
         last, seq, exists = _read(js, query_id)
         if batch_id <= last:
             return
         if not exists:
-            _create(js, query_id)
+            _create(js, replicas)
             continue
+        if seq == 0 and not scaled:
+            # A query's first commit: the registry it finds may predate replication.
+            _scale_up(js, js.stream_info(REGISTRY_STREAM).config, replicas)
+            scaled = True
         try:
-            js.publish(subject(query_id), payload, headers={EXPECTED_LAST_SUBJECT_SEQ: str(seq)}, stream=REGISTRY_STREAM)
+            # The msg id makes the publish safe to repeat (a nats:// handle repeats it through a
+            # leader election): a second copy is a duplicate, or refused as 10071 and read again.
+            headers = {EXPECTED_LAST_SUBJECT_SEQ: str(seq), "Nats-Msg-Id": f"{token(query_id)}:{batch_id}:{seq}"}
+            js.publish(subject(query_id), payload, headers=headers, stream=REGISTRY_STREAM)
             return
         except NoStreamResponseError:
             # The registry went away since the read, or a stream of its name captures
             # other subjects: _create makes it again, or says which.
-            _create(js, query_id)
+            _create(js, replicas)
             continue
         except APIError as exc:
             if exc.err_code != 10071:  # wrong last sequence: another writer got in first; read again
@@ -170,18 +191,18 @@ def _legacy(js, query_id: str) -> int:
     return _decode(msg.data, f"{LEGACY_STREAM} message {msg.seq}")["batch"]
 
 
-def _create(js, query_id: str) -> None:
-    try:
-        js.add_stream(registry_config())
+def _create(js, replicas: Optional[int]) -> None:
+    err = _add(js, replicas)
+    if err is None:
         return
-    except APIError as exc:
-        err = exc
     if err.err_code == 10058:  # the name is taken with another config: usable if it captures our subjects
         try:
-            subjects = js.stream_info(REGISTRY_STREAM).config.subjects or []
+            config = js.stream_info(REGISTRY_STREAM).config
         except StreamNotFoundError:
             return  # deleted meanwhile: the next round creates it
+        subjects = config.subjects or []
         if any(subj.subset(REGISTRY_SUBJECTS, s) for s in subjects):
+            _scale_up(js, config, replicas)
             return
         raise SinkRegistryError(
             f"stream {REGISTRY_STREAM} exists with subjects {subjects}; the Spark sink keeps its committed batches "
@@ -195,3 +216,34 @@ def _create(js, query_id: str) -> None:
             "(10065 subjects overlap); give that stream narrower subjects"
         ) from err
     raise SinkRegistryError(f"the Spark sink cannot create its registry stream {REGISTRY_STREAM}: {err}") from err
+
+
+def _add(js, replicas: Optional[int]) -> Optional[APIError]:
+    """Create the registry with ``replicas`` (default: the most of 3, 2, 1 the store allows);
+    the error that stopped it, if any."""
+    r = replicas or 3
+    while True:
+        try:
+            js.add_stream(registry_config(r))
+            return None
+        except APIError as exc:
+            # Fewer nodes than replicas: 10074 on a single server (and the engine), 10005 on
+            # a smaller cluster.  An explicit count is not lowered.
+            if replicas or r == 1 or exc.err_code not in (10074, 10005):
+                return exc
+            r = 1 if exc.err_code == 10074 else r - 1
+
+
+def _scale_up(js, config: StreamConfig, replicas: Optional[int]) -> None:
+    """An existing registry with fewer replicas than wanted gets them (one made before the
+    registry was replicated, or by hand); a store that refuses is logged, not fatal."""
+    wanted = replicas or 3
+    if (config.num_replicas or 1) >= wanted:
+        return
+    try:
+        js.update_stream(dataclasses.replace(config, num_replicas=wanted))
+        log.info("stream %s now has %d replicas", REGISTRY_STREAM, wanted)
+    except APIError as exc:
+        if replicas:
+            raise SinkRegistryError(f"stream {REGISTRY_STREAM} has {config.num_replicas or 1} replicas and cannot have the {wanted} asked for: {exc}") from exc
+        log.debug("stream %s keeps %d replica(s): %s", REGISTRY_STREAM, config.num_replicas or 1, exc)

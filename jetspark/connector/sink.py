@@ -250,7 +250,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         queries = {m.query_id for m in messages if m is not None}
         js = handle(self.opts.store, self.opts.connection)
         for q in queries:
-            registry.commit_batch(js, q, batchId)
+            registry.commit_batch(js, q, batchId, replicas=self.opts.registry_replicas)
 
     def abort(self, messages, batchId: int) -> None:
         """Rows of an aborted batch stay; the replay's ids make them duplicates."""
