@@ -20,6 +20,7 @@ import pyarrow as pa
 from jetspark import validate as V
 from jetspark.api import BatchAck, PubAck
 from jetspark.errors import (
+    APIError,
     JetSparkError,
     NoStreamResponseError,
     api_error,
@@ -30,6 +31,7 @@ from jetspark.protocol.msg_ids import blocks as msg_id_blocks
 from jetspark.remote import jsapi
 from jetspark.remote.fastpath import RawInbox, raw_writer, status_of
 from jetspark.remote.reads import from_numpy
+from jetspark.remote.retry import TRANSIENT_ERR_CODES, Retrier
 from jetspark.remote.session import PROGRESS, Session
 
 # Rows per protocol write.
@@ -81,22 +83,60 @@ def publish_batch(session: Session, table: pa.Table, stream: str, msg_ids: Optio
             raise err
     subj_bytes = [u.encode() for u in uniq]
     rows = [subj_bytes[k] for k in ids.tolist()]
-    seqs, dups = session.run(_publish_rows(session, rows, datas, blocks), what=f"publish_batch of {n} rows to {stream!r}", timeout=PROGRESS)
+    acks = _Acks(n)
+    what = f"publish_batch of {n} rows to {stream!r}"
+    # Through a leader election: rows the server certainly did not store (no stream leader
+    # answered, a "try again" err_code) are sent again; rows left unanswered only when every
+    # row carries a msg id, which the stream deduplicates (jetspark.remote.retry).
+    with_ids = msg_ids is not None or (id_list is not None and None not in id_list)
+    retrier = Retrier(session.retry_budget, what, idempotent=with_ids)
+    while True:
+        before = int(acks.done.sum())
+        try:
+            session.run(_publish_rows(session, rows, datas, blocks, acks), what=what, timeout=PROGRESS)
+            if acks.done.all():
+                break
+            raise acks.refusal
+        except JetSparkError as err:
+            if int(acks.done.sum()) > before:
+                retrier.succeeded()  # progress: the next failure gets a budget of its own
+            try:
+                # No responders for rows whose subjects the stream takes: its leader is gone.
+                retrier.failed(err, also=lambda e: isinstance(e, NoStreamResponseError))
+            except JetSparkError as final:
+                if not acks.noted:
+                    final.add_note(f"{int(acks.done.sum())} of {n} rows were stored (BatchAck rows with a seq); the others are unknown or not stored")
+                raise
+    seqs, dups = acks.seqs, acks.dups
     return BatchAck(c.name, from_numpy(pa.int64(), seqs), pa.array(dups.tolist(), pa.bool_()) if dups.any() else _false(n))
+
+
+class _Acks:
+    """What the server acknowledged of a batch so far, row by row, across attempts."""
+
+    def __init__(self, n: int) -> None:
+        self.seqs = np.zeros(n, dtype=np.int64)
+        self.dups = np.zeros(n, dtype=bool)
+        self.done = np.zeros(n, dtype=bool)
+        self.refusal: Optional[JetSparkError] = None  # the last "not stored, try again" answer
+        self.noted = False  # the error raised already says how many rows were stored
 
 
 def _false(n: int) -> pa.Array:
     return pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(np.zeros((n + 7) // 8, dtype=np.uint8))])
 
 
-async def _publish_rows(session: Session, subjects: list[bytes], datas: list[bytes], blocks: Optional[list[bytes]]):
-    """Publish every row with reply subject ``<inbox>.<row>``, up to publish_window in flight,
-    and collect every PubAck: (seqs, duplicate flags), or the error of the first refused row."""
+async def _publish_rows(session: Session, subjects: list[bytes], datas: list[bytes], blocks: Optional[list[bytes]], acks: _Acks) -> None:
+    """Publish every row ``acks`` does not hold yet, with reply subject ``<inbox>.<row>``, up to
+    publish_window in flight, and collect their PubAcks into ``acks``.  Raises the error of
+    the first row refused for good; a row refused as "not stored, try again" (no responders,
+    TRANSIENT_ERR_CODES) stops the sending, stays not done, and is ``acks.refusal``."""
     nc = await session.ready()
     n = len(datas)
-    seqs = np.zeros(n, dtype=np.int64)
-    dups = np.zeros(n, dtype=bool)
-    done = np.zeros(n, dtype=bool)
+    todo = np.flatnonzero(~acks.done).tolist()
+    m = len(todo)
+    seqs, dups, done = acks.seqs, acks.dups, acks.done
+    answered = np.zeros(n, dtype=bool)
     inbox_subject = nc.new_inbox()
     prefix = inbox_subject.encode() + b"."
     slen = len(prefix)
@@ -105,22 +145,23 @@ async def _publish_rows(session: Session, subjects: list[bytes], datas: list[byt
     write = raw_writer(nc, public=session.public_path)
     sent = got = 0
     first_error: Optional[tuple[int, BaseException]] = None
+    acks.refusal = None
     timeout = session.timeout
     try:
-        while got < sent or (sent < n and first_error is None):
+        while got < sent or (sent < m and first_error is None and acks.refusal is None):
             # Write as much as the window allows, one protocol write per chunk of rows.
-            while sent < n and first_error is None and sent - got < window:
-                end = min(n, sent + PUBLISH_CHUNK, got + window)
+            while sent < m and first_error is None and acks.refusal is None and sent - got < window:
+                end = min(m, sent + PUBLISH_CHUNK, got + window)
                 if not nc.is_connected:
                     await session.ready(timeout)
                 if write is not None:
                     parts = []
                     if blocks is None:
-                        for i in range(sent, end):
+                        for i in todo[sent:end]:
                             d = datas[i]
                             parts.append(b"PUB %b %b%d %d\r\n%b\r\n" % (subjects[i], prefix, i, len(d), d))
                     else:
-                        for i in range(sent, end):
+                        for i in todo[sent:end]:
                             d, h = datas[i], blocks[i]
                             if h:
                                 parts.append(b"HPUB %b %b%d %d %d\r\n%b%b\r\n" % (subjects[i], prefix, i, len(h), len(h) + len(d), h, d))
@@ -128,7 +169,7 @@ async def _publish_rows(session: Session, subjects: list[bytes], datas: list[byt
                                 parts.append(b"PUB %b %b%d %d\r\n%b\r\n" % (subjects[i], prefix, i, len(d), d))
                     await asyncio.wait_for(write(b"".join(parts)), timeout)
                 else:  # nats-py's public API: one publish per row
-                    for i in range(sent, end):
+                    for i in todo[sent:end]:
                         hdrs = H.decode(blocks[i]) if blocks is not None and blocks[i] else None
                         await nc.publish(subjects[i].decode(), datas[i], reply=f"{inbox_subject}.{i}", headers=hdrs)
                 sent = end
@@ -140,11 +181,11 @@ async def _publish_rows(session: Session, subjects: list[bytes], datas: list[byt
                 raise session.silence(f"PubAcks of publish_batch ({sent - got} outstanding)", timeout) from exc
             for subject, _reply, d, hdr in items:
                 i = int(subject[slen:])
-                if done[i]:
+                if answered[i]:
                     continue
-                done[i] = True
+                answered[i] = True
                 got += 1
-                err: Optional[BaseException] = None
+                err: Optional[JetSparkError] = None
                 j = d.find(b'"seq":')
                 if j >= 0 and b'"error"' not in d:
                     j += 6
@@ -152,29 +193,41 @@ async def _publish_rows(session: Session, subjects: list[bytes], datas: list[byt
                     if k < 0:
                         k = d.find(b"}", j)
                     seqs[i] = int(d[j:k])
+                    done[i] = True
                     if b'"duplicate":' in d and (b'"duplicate": true' in d or b'"duplicate":true' in d):
                         dups[i] = True
-                elif hdr and (status_of(hdr) or (b"",))[0] == b"503":
+                    continue
+                if hdr and (status_of(hdr) or (b"",))[0] == b"503":
                     err = NoStreamResponseError(subjects[i].decode())
-                elif b'"error"' in d:
+                    if acks.refusal is None:  # (the rows were checked against the stream's subjects: its leader is gone)
+                        acks.refusal = err
+                    continue
+                if b'"error"' in d:
                     err = error_from_response(json.loads(d)["error"])
+                    if isinstance(err, APIError) and err.err_code in TRANSIENT_ERR_CODES:
+                        if acks.refusal is None:
+                            acks.refusal = err
+                        continue
                 else:
                     err = JetSparkError(f"unexpected PubAck for row {i}: {d[:200]!r}")
-                if err is not None and (first_error is None or i < first_error[0]):
+                if first_error is None or i < first_error[0]:
                     first_error = (i, err)
     finally:
         await inbox.close()
     if first_error is not None:
         row, err = first_error
-        stored = int((done & (seqs > 0)).sum())
-        err.add_note(f"row {row} of the batch was refused; {stored} of {n} rows were stored, {n - sent} were not sent")
+        stored = int(done.sum())
+        err.add_note(f"row {row} of the batch was refused; {stored} of {n} rows were stored, {m - sent} were not sent")
+        acks.noted = True
         raise err
-    return seqs, dups
 
 
 async def publish_one_raw(session: Session, subject: str, payload: bytes, hdr: bytes) -> PubAck:
     """One publish with a ready header block (repeated keys, which nats-py's header dict
     cannot say), awaiting its PubAck."""
-    seqs, dups = await _publish_rows(session, [subject.encode()], [payload], [hdr])
+    acks = _Acks(1)
+    await _publish_rows(session, [subject.encode()], [payload], [hdr], acks)
+    if not acks.done[0]:
+        raise acks.refusal
     streams = await jsapi.streams_with_subject(session, subject)
-    return PubAck(stream=streams[0] if streams else "", seq=int(seqs[0]), duplicate=True if dups[0] else None)
+    return PubAck(stream=streams[0] if streams else "", seq=int(acks.seqs[0]), duplicate=True if acks.dups[0] else None)

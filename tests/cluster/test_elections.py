@@ -5,6 +5,8 @@ the meta leader still counts online, a cold cluster) are retried within the hand
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 import pyarrow as pa
 import pytest
@@ -121,3 +123,40 @@ def test_the_first_requests_to_a_cold_cluster(tmp_path):
             assert [r["data"] for r in pa.Table.from_batches(list(js.read_batches("COLD"))).to_pylist()] == [b"d%d" % q for q in range(1, 21)]
     finally:
         cold.stop()
+
+
+def test_publish_batch_with_msg_ids_through_a_leader_kill(cluster, stream, caplog):
+    """The stream's leader killed while a batch with msg ids is being published: rows no
+    leader took are sent again, unanswered ones too (the stream deduplicates them), and
+    every row is stored exactly once."""
+    n = 20_000
+    caplog.set_level(logging.INFO, logger="jetspark.remote")
+    leader = cluster.stream_leader(S)
+    killed = threading.Event()
+
+    def kill_once_rows_land() -> None:
+        # The batch is under way once the leader holds rows past the fixture's 300.
+        while not killed.is_set():
+            jsz = cluster.monitor(leader, "/jsz?streams=true") or {}
+            held = [sd["state"]["last_seq"] for acc in jsz.get("account_details") or [] for sd in acc.get("stream_detail") or [] if sd["name"] == S]
+            if held and held[0] > 300 + 1000:
+                cluster.kill(leader)
+                killed.set()
+            time.sleep(0.005)
+
+    table = pa.table({"subject": [f"el.{q % 3}" for q in range(n)], "data": [b"b%d" % q for q in range(n)]})
+    with jetspark.connect(cluster.url, **FAST) as js:
+        killer = threading.Thread(target=kill_once_rows_land, daemon=True)
+        killer.start()
+        try:
+            ack = js.publish_batch(table, stream=S, msg_id_prefix="batch-")
+        finally:
+            killed.set()
+            killer.join()
+            cluster.restart(leader)
+        assert any("publish_batch" in r.getMessage() and "retrying" in r.getMessage() for r in caplog.records), "the kill came too late"
+        seqs = ack.seqs.to_pylist()
+        assert len(set(seqs)) == n and min(seqs) > 300
+        batch = got(js.read_batches(S, 301))
+    assert sorted(data for _, _, data in batch) == sorted(b"b%d" % q for q in range(n))  # each row once
+    assert {seq: data for seq, _, data in batch} == {seqs[q]: b"b%d" % q for q in range(n)}  # where the BatchAck says
