@@ -15,6 +15,12 @@ sides talk to that same server; only the client differs:
    then ``publish_async_completed()``
 2b. as row 2, every row with a ``msg_id`` (``Nats-Msg-Id``), as Spark's sink
    writes (information only)
+3. work-queue read: ``js.read_batches`` of a work-queue stream beside its
+   durable (no reader consumer allowed): batched direct gets on an
+   ``allow_direct`` stream, vs the plain-get path of a stream without it
+   (one MSG.GET per sequence, what every work-queue read did before);
+   target >= 200,000 msg/s; the limits-stream range read of the same
+   messages is shown for scale
 
 100-byte random payloads, file storage.  The machine is shared and noisy:
 each figure is the median of several interleaved repetitions with its
@@ -50,6 +56,7 @@ import jetspark  # noqa: E402
 
 @dataclass(frozen=True)
 class Sizes:
+    wq_msgs: int  # row 3, each side
     read_msgs: int  # row 1, jetspark
     anchor_read_msgs: int  # row 1, nats-py
     read_reps: int
@@ -58,8 +65,8 @@ class Sizes:
     publish_reps: int
 
 
-FULL = Sizes(read_msgs=500_000, anchor_read_msgs=200_000, read_reps=3, publish_msgs=200_000, publish_rows=50_000, publish_reps=3)
-QUICK = Sizes(read_msgs=100_000, anchor_read_msgs=50_000, read_reps=3, publish_msgs=50_000, publish_rows=25_000, publish_reps=2)
+FULL = Sizes(wq_msgs=200_000, read_msgs=500_000, anchor_read_msgs=200_000, read_reps=3, publish_msgs=200_000, publish_rows=50_000, publish_reps=3)
+QUICK = Sizes(wq_msgs=50_000, read_msgs=100_000, anchor_read_msgs=50_000, read_reps=3, publish_msgs=50_000, publish_rows=25_000, publish_reps=2)
 
 
 class Anchor:
@@ -144,6 +151,47 @@ class Bench:
             )
         ]  # fmt: skip
 
+    # ---- row 3 ------------------------------------------------------------------
+
+    def row_work_queue(self) -> list[Row]:
+        from jetspark import AckPolicy, RetentionPolicy
+
+        s, js = self.sizes, self.js
+        n = s.wq_msgs
+        for name, direct in (("WQD", True), ("WQG", False)):
+            js.add_stream(name=name, subjects=[f"{name.lower()}.>"], retention=RetentionPolicy.WORK_QUEUE, allow_direct=direct)
+            js.add_consumer(name, durable_name="spark", ack_policy=AckPolicy.EXPLICIT)
+            for off in range(0, n, 50_000):
+                js.publish_batch(be.message_table(min(50_000, n - off), name.lower()), stream=name)
+        js.add_stream(name="WQL", subjects=["wql.>"])
+        js.publish_batch(be.message_table(min(50_000, n), "wql"), stream="WQL")
+        log(f"3 work-queue streams filled with {n:,} messages")
+        gets = min(n, 20_000)  # the plain-get path is slow: a smaller range
+        be.read_rate(js, "WQD", min(n, 10_000))  # warm-up
+        direct, plain, limits = [], [], []
+        for r in range(s.read_reps):
+            direct.append(be.read_rate(js, "WQD", n))
+            plain.append(be.read_rate(js, "WQG", gets))
+            limits.append(be.read_rate(js, "WQL", min(50_000, n)))
+            log(
+                f"3 work-queue read {r + 1}/{s.read_reps}: direct gets {rate(direct[-1])}, MSG.GET {rate(plain[-1])}, limits stream via a consumer {rate(limits[-1])}"
+            )
+        if [c.name for c in js.consumers_info("WQD")] != ["spark"] or js.stream_info("WQD").state.messages != n:
+            raise AssertionError("the work-queue read created a consumer or removed messages")
+        for name in ("WQD", "WQG", "WQL"):
+            js.delete_stream(name)
+        m, a, lim = statistics.median(direct), statistics.median(plain), statistics.median(limits)
+        return [
+            Row(
+                "3", f"work-queue read: js.read_batches(wq stream, 1, {n:,}), allow_direct", rate(m), rate(a) + " (one MSG.GET per seq)",
+                f"{m / a:.2f}x", ">= 200,000 msg/s", verdict([(m >= 200_000, "< 200,000 msg/s")]),
+                f"direct {spread(direct)}; MSG.GET {spread(plain)}; limits stream via a reader consumer {rate(lim)} ({m / lim:.2f}x of it)",
+                [f"a work-queue stream with its durable (no second consumer allowed): batched direct gets of {n:,} msgs on an allow_direct "
+                 f"stream, vs the plain gets of a stream without allow_direct over {gets:,} msgs; for scale, the range read of a limits "
+                 f"stream through a reader consumer; {s.read_reps} interleaved repetitions."],
+            )
+        ]  # fmt: skip
+
     # ---- rows 2 and 2b ------------------------------------------------------------
 
     def row_publish(self) -> list[Row]:
@@ -218,14 +266,14 @@ def print_table(rows: list[Row]) -> None:
     be.print_table(rows, anchor="nats-py anchor (median)", value="jetspark nats:// (median)")
 
 
-SECTIONS = ("1", "2")
+SECTIONS = ("1", "2", "3")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
     parser.add_argument("--dir", type=Path, default=None, help="where the nats-server data goes (default: the system temp dir)")
-    parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated rows to run (1: range read, 2: batch append)")
+    parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated rows to run (1: range read, 2: batch append, 3: work-queue read)")
     args = parser.parse_args(argv)
     only = [x.strip() for x in args.only.split(",") if x.strip()]
     unknown = sorted(set(only) - set(SECTIONS))
@@ -248,7 +296,9 @@ def main(argv=None) -> int:
             base, "jetspark nats:// backend benchmark", f"{be.PAYLOAD_SIZE}-byte payloads, file storage; both sides on one local nats-server", sizes, args.quick
         )
         bench = Bench(sizes, base)
-        errors += be.run_rows([("1", "range read", bench.row_read), ("2", "batch append", bench.row_publish)], only, rows)
+        errors += be.run_rows(
+            [("1", "range read", bench.row_read), ("2", "batch append", bench.row_publish), ("3", "work-queue read", bench.row_work_queue)], only, rows
+        )
         header.append(f"- load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print("\n".join(header))
         print()

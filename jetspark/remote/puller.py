@@ -23,7 +23,6 @@ from typing import Optional, Sequence
 
 from nats.nuid import NUID
 
-from jetspark.api import RetentionPolicy
 from jetspark.errors import ConsumerNotFoundError, JetSparkError, MsgNotFoundError
 from jetspark.protocol import subjects as subj
 from jetspark.remote import jsapi, wire
@@ -436,10 +435,3 @@ class GetRead:
                 out.times.append(wire.time_to_ns(m["time"]))
         self.returned_next = self.next
         return out
-
-
-def range_reader(session: Session, info, lo: int, hi: int, filters, *, keep_headers: bool, headers_only: bool = False):
-    """The reader for a range of ``info``'s stream: an ephemeral consumer, or plain gets on a work-queue stream."""
-    if info.config.retention == RetentionPolicy.WORK_QUEUE:
-        return GetRead(session, info.config.name, lo, hi, filters)
-    return RangeRead(session, info.config.name, lo, hi, filters, keep_headers=keep_headers, headers_only=headers_only)

@@ -16,19 +16,20 @@ from typing import Iterator, Optional
 import numpy as np
 import pyarrow as pa
 
-from jetspark.api import StorageType, StreamInfo, datetime_to_ns
+from jetspark.api import RetentionPolicy, StorageType, StreamInfo, datetime_to_ns
 from jetspark.errors import BadRequestError, JetSparkError, MsgNotFoundError
 from jetspark.protocol import headers as H
 from jetspark.protocol import subjects as subj
 from jetspark.protocol.arrow import HEADERS_TYPE, schema
 from jetspark.remote import jsapi, wire
+from jetspark.remote.direct import DirectRead
 from jetspark.remote.pull import Msg
 from jetspark.remote.puller import (
     PULL_BATCH,
     Chunk,
     GetRead,
+    RangeRead,
     count_from,
-    range_reader,
 )
 from jetspark.remote.retry import Retrier
 from jetspark.remote.session import PROGRESS, Session
@@ -60,6 +61,17 @@ def read_batches(
     lo = max(int(start_seq or 1), info.state.first_seq, 1)
     hi = info.state.last_seq if end_seq is None else min(int(end_seq), info.state.last_seq)
     return _read_gen(session, info, lo, hi, filters, batch_size, headers)
+
+
+def range_reader(session: Session, info: StreamInfo, lo: int, hi: int, filters, *, keep_headers: bool, headers_only: bool = False):
+    """The reader for a range of ``info``'s stream: an ephemeral consumer (puller.RangeRead);
+    on a work-queue stream, which takes none, batched direct gets where the stream allows
+    them (direct.DirectRead), plain gets otherwise (puller.GetRead)."""
+    if info.config.retention == RetentionPolicy.WORK_QUEUE:
+        if info.config.allow_direct:
+            return DirectRead(session, info.config.name, lo, hi, filters)
+        return GetRead(session, info.config.name, lo, hi, filters)
+    return RangeRead(session, info.config.name, lo, hi, filters, keep_headers=keep_headers, headers_only=headers_only)
 
 
 def _read_gen(session, info, lo, hi, filters, batch_size, headers) -> Iterator[pa.RecordBatch]:
@@ -164,10 +176,10 @@ def _ordered_gen(session, info, lo, hi, filters, batch_size) -> Iterator[Msg]:
     def count(reader) -> None:
         # num_pending counts down the messages in the range.  A reader consumer knows how
         # many it matches from lo on; less what lies past hi.  A work-queue stream, read with
-        # gets (puller.GetRead), has no consumer to ask: a first pass counts them.
+        # gets (direct.DirectRead, puller.GetRead), has no consumer to ask: a first pass counts them.
         nonlocal total
-        if isinstance(reader, GetRead):
-            total = sum(len(c) for c in _chunks(session, GetRead(session, stream, lo, hi, filters), batch_size, what))
+        if not isinstance(reader, RangeRead):
+            total = sum(len(c) for c in _chunks(session, range_reader(session, info, lo, hi, filters, keep_headers=False), batch_size, what))
         else:
             beyond = hi < info.state.last_seq and reader.pending_at_start
             after = session.run_retrying(lambda: count_from(session, stream, hi + 1, filters), what=what) if beyond else 0

@@ -137,23 +137,25 @@ def test_the_bulk_paths_without_the_fast_path(js, name):
     assert js.seq_for_bytes(s, 1, 501, js.stream_info(s).state.bytes - 1) == 500
 
 
-def test_a_work_queue_stream_is_read_without_a_consumer(js, engine, name):
+@pytest.mark.parametrize("direct", [True, False], ids=["allow_direct", "msg_get"])
+def test_a_work_queue_stream_is_read_without_a_consumer(js, engine, name, direct):
     # The server allows no second consumer over a work-queue durable's subjects, nor one
-    # without acks (10084): read_batches and seq_for_bytes read such a stream with plain
-    # gets, which skip what is gone and apply the subject filters themselves.
+    # without acks (10084): read_batches and seq_for_bytes read such a stream with batched
+    # direct gets (allow_direct) or plain gets, which skip what is gone.
     s = name()
     for h in (js, engine):
-        h.add_stream(name=s, subjects=[f"{s}.>"], retention=RetentionPolicy.WORK_QUEUE)
+        h.add_stream(name=s, subjects=[f"{s}.>"], retention=RetentionPolicy.WORK_QUEUE, allow_direct=direct)
         h.add_consumer(s, durable_name="spark", ack_policy=AckPolicy.EXPLICIT)
         h.publish_batch(table(s, 600), stream=s)
         assert h.advance_ack_floor(s, "spark", 100).stream_seq == 100  # 1..100 acknowledged: gone
         h.delete_msg(s, 300)
-    for filters in (None, [f"{s}.1"]):
+    for filters in (None, [f"{s}.1"], [f"{s}.*"], [f"{s}.0", f"{s}.2"]):
         got = concat(js.read_batches(s, start_seq=1, end_seq=500, subjects=filters, batch_size=128))
         want = concat(engine.read_batches(s, start_seq=1, end_seq=500, subjects=filters, batch_size=128))
         for col in ("subject", "seq", "data"):
             assert got.column(col).equals(want.column(col)), (filters, col)
-    assert got.column("seq")[0].as_py() == 101 and 300 not in concat(js.read_batches(s)).column("seq").to_pylist()
+    everything = concat(js.read_batches(s)).column("seq").to_pylist()
+    assert everything[0] == 101 and 300 not in everything and len(everything) == 499
     state = js.stream_info(s).state
     assert js.seq_for_bytes(s, 101, 600, state.bytes - 1) == 599
     assert [c.name for c in js.consumers_info(s)] == ["spark"]  # no reader consumer came and went
@@ -338,3 +340,42 @@ def test_a_floor_the_server_will_not_deliver_to_raises(js, name, policy):
     assert (exc.value.stream, exc.value.consumer, exc.value.seq, exc.value.floor) == (s, "spark", 10, 5)
     assert "spark" in str(exc.value) and js.ack_floor(s, "spark").stream_seq == 5
     assert js.consumer_info(s, "spark").delivered.stream_seq == 5
+
+
+def test_direct_reads_keep_each_messages_own_headers_and_split_large_batches(js, name):
+    # A direct get adds its own headers (Nats-Sequence, Nats-Subject, ...) to each message's:
+    # read_batches returns what a reader consumer returns from a limits stream of the same messages.
+    from jetspark.remote import direct
+
+    wq, limits = name(), name()
+    big = b"x" * 1_000_000  # a batch's max_bytes (DIRECT_MAX_BYTES) ends it early
+    for s, retention in ((wq, RetentionPolicy.WORK_QUEUE), (limits, RetentionPolicy.LIMITS)):
+        js.add_stream(name=s, subjects=[f"{s}.>"], retention=retention, allow_direct=True)
+        js.publish(f"{s}.a", b"plain")
+        js.publish(f"{s}.a", b"with", headers={"k": "v", "Nats-Msg-Id": "m1"})
+        js.publish(f"{s}.b", b"repeated", headers={"k": ["1", "2"]})
+        js.publish_batch(pa.table({"subject": [f"{s}.c"] * 40, "data": [big] * 40}), stream=s)
+    js.add_consumer(wq, durable_name="spark", ack_policy=AckPolicy.EXPLICIT)
+    got, want = concat(js.read_batches(wq, headers=True)), concat(js.read_batches(limits, headers=True))
+    assert got.column("seq").to_pylist() == list(range(1, 44))
+    for col in ("seq", "data", "headers"):
+        assert got.column(col).equals(want.column(col)), col
+    assert got.column("headers")[0].as_py() is None and dict(got.column("headers")[1].as_py()) == {"k": ["v"], "Nats-Msg-Id": ["m1"]}
+    assert direct.DIRECT_MAX_BYTES < 40 * len(big)
+    assert js.stream_info(wq).state.messages == 43 and [c.name for c in js.consumers_info(wq)] == ["spark"]
+
+
+@pytest.mark.parametrize(
+    "block, own",
+    [
+        (b"NATS/1.0\r\nNats-Stream: S\r\nNats-Subject: a.b\r\nNats-Sequence: 7\r\nNats-Time-Stamp: T\r\n\r\n", None),
+        (
+            b"NATS/1.0\r\nk: v\r\nk: w\r\nNats-Stream: S\r\nNats-Subject: a.b\r\nNats-Sequence: 7\r\nNats-Time-Stamp: T\r\nNats-Num-Pending: 3\r\nNats-Last-Sequence: 6\r\n\r\n",
+            b"NATS/1.0\r\nk: v\r\nk: w\r\n\r\n",
+        ),
+    ],
+)
+def test_strip_direct_headers(block, own):
+    from jetspark.remote.direct import strip_direct_headers
+
+    assert strip_direct_headers(block) == (own, b"a.b", 7, b"T")
