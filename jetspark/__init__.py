@@ -14,10 +14,12 @@ import typing
 
 from jetspark.api import (
     AckPolicy,
+    ClusterInfo,
     ConsumerConfig,
     ConsumerInfo,
     DeliverPolicy,
     DiscardPolicy,
+    PeerInfo,
     PubAck,
     RawStreamMsg,
     ReplayPolicy,
@@ -68,6 +70,7 @@ __all__ = [
     "AuthenticationError",
     "BadRequestError",
     "ClosedError",
+    "ClusterInfo",
     "ConnectOptions",
     "ConsumerConfig",
     "ConsumerInfo",
@@ -82,6 +85,7 @@ __all__ = [
     "NoStreamResponseError",
     "NotFoundError",
     "OptionError",
+    "PeerInfo",
     "PermissionDeniedError",
     "PubAck",
     "RawStreamMsg",

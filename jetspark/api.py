@@ -25,11 +25,13 @@ if TYPE_CHECKING:
 __all__ = [
     "AckPolicy",
     "BatchAck",
+    "ClusterInfo",
     "ConsumerConfig",
     "ConsumerInfo",
     "DeliverPolicy",
     "DiscardPolicy",
     "MsgMetadata",
+    "PeerInfo",
     "PubAck",
     "RawStreamMsg",
     "ReplayPolicy",
@@ -180,11 +182,42 @@ class StreamState(Base):
 
 
 @dataclass(kw_only=True)
+class PeerInfo(Base):
+    """One replica of a stream or consumer, as its leader sees it (nats-py ``PeerInfo``):
+    ``current`` (caught up), ``offline``, ``active`` (ns since it was last heard from),
+    ``lag`` (operations behind)."""
+
+    name: Optional[str] = None
+    current: Optional[bool] = None
+    offline: Optional[bool] = None
+    active: Optional[int] = None
+    lag: Optional[int] = None
+
+
+@dataclass(kw_only=True)
+class ClusterInfo(Base):
+    """Where a stream or consumer lives (nats-py ``ClusterInfo``): the cluster's ``name``,
+    the ``leader`` server, the other ``replicas``.  A single nats-server reports only the
+    leader (itself) for a stream and nothing for a consumer; so does the engine, whose
+    leader is ``ENGINE_NAME``."""
+
+    leader: Optional[str] = None
+    name: Optional[str] = None
+    replicas: Optional[List[PeerInfo]] = None
+    leader_since: Optional[_dt.datetime] = None
+
+
+# The leader the embedded engine names in StreamInfo.cluster, as a single server names itself.
+ENGINE_NAME = "jetspark-engine"
+
+
+@dataclass(kw_only=True)
 class StreamInfo(Base):
     config: StreamConfig
     state: StreamState
     created: Optional[_dt.datetime] = None
     did_create: Optional[bool] = None
+    cluster: Optional["ClusterInfo"] = None
 
 
 @dataclass(kw_only=True)
@@ -261,6 +294,7 @@ class ConsumerInfo(Base):
     num_redelivered: int = 0
     num_waiting: int = 0
     num_pending: int = 0
+    cluster: Optional["ClusterInfo"] = None
 
 
 def with_params(cls, config, params: dict):

@@ -182,7 +182,16 @@ def stream_info(info: napi.StreamInfo, raw_state: dict) -> api.StreamInfo:
         subjects=s.subjects,
         lost=None if s.lost is None else {"msgs": s.lost.msgs, "bytes": s.lost.bytes},
     )
-    return api.StreamInfo(config=_config(info.config, api.StreamConfig), state=state, created=info.created, did_create=info.did_create)
+    return api.StreamInfo(
+        config=_config(info.config, api.StreamConfig), state=state, created=info.created, did_create=info.did_create, cluster=cluster_info(info.cluster)
+    )
+
+
+def cluster_info(c: Optional[napi.ClusterInfo]) -> Optional[api.ClusterInfo]:
+    if c is None:
+        return None
+    peers = None if c.replicas is None else [api.PeerInfo(name=p.name, current=p.current, offline=p.offline, active=p.active, lag=p.lag) for p in c.replicas]
+    return api.ClusterInfo(leader=c.leader, name=c.name, replicas=peers, leader_since=c.leader_since)
 
 
 def sequence_info(s: Optional[napi.SequenceInfo]) -> api.SequenceInfo:
@@ -203,6 +212,7 @@ def consumer_info(info: napi.ConsumerInfo) -> api.ConsumerInfo:
         num_redelivered=info.num_redelivered or 0,
         num_waiting=info.num_waiting or 0,
         num_pending=info.num_pending or 0,
+        cluster=cluster_info(info.cluster),
     )
 
 

@@ -296,6 +296,23 @@ class NatsCluster:
         finally:
             await nc.close()
 
+    def _why_not_ready(self) -> str:
+        live = [i for i in range(self.size) if self.alive(i)]
+        metas = {self.names[i]: ((self.monitor(i, "/jsz") or {}).get("meta_cluster") or {}).get("leader") for i in live}
+        health = {self.names[i]: self.monitor(i, "/healthz") for i in live}
+        streams = {}
+        for i in live:
+            for acc in (self.monitor(i, "/jsz?streams=true") or {}).get("account_details") or []:
+                for sd in acc.get("stream_detail") or []:
+                    st = sd.get("state") or {}
+                    streams.setdefault(sd["name"], {})[self.names[i]] = (
+                        st.get("messages"),
+                        st.get("first_seq"),
+                        st.get("last_seq"),
+                        (sd.get("cluster") or {}).get("leader"),
+                    )
+        return f"meta leaders seen {metas}; health {health}; stream replicas (messages, first, last, leader) {streams}"
+
     def wait_ready(self, within: float = 60) -> None:
         deadline = time.monotonic() + within
         while not self._ready():
@@ -303,7 +320,7 @@ class NatsCluster:
                 if i not in self.down and proc is not None and proc.poll() is not None:
                     raise RuntimeError(f"cluster node {self.names[i]} exited with {proc.returncode}; its log ends: {self.log_tail(i)}")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the cluster in {self.root} was not ready within {within:g} s")
+                raise RuntimeError(f"the cluster in {self.root} was not ready within {within:g} s: {self._why_not_ready()}")
             time.sleep(0.05)
 
     def leader(self) -> int:

@@ -10,6 +10,7 @@ from jetspark.api import ConsumerConfig, ConsumerInfo
 from jetspark.cli.context import needs_store
 from jetspark.cli.messages import ack_options, deliver
 from jetspark.cli.output import (
+    cluster_pairs,
     emit_json,
     fmt_ago,
     fmt_count,
@@ -165,7 +166,9 @@ def render_consumer_info(info: ConsumerInfo) -> str:
         ("Waiting Pulls", fmt_count(info.num_waiting)),
     ]
     head = f"Information for Consumer {info.stream_name} > {info.name}" + (f" created {fmt_time(info.created)}" if info.created else "")
-    return "\n".join([head, "", "Configuration:", "", kv_block(config), "", "State:", "", kv_block(state)])
+    cluster = cluster_pairs(info.cluster)
+    middle = ["Cluster Information:", "", kv_block(cluster), ""] if cluster else []
+    return "\n".join([head, "", "Configuration:", "", kv_block(config), "", *middle, "State:", "", kv_block(state)])
 
 
 # ---------------------------------------------------------------------- commands

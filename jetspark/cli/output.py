@@ -27,6 +27,7 @@ from jetspark.cli.parse import format_duration, format_size
 __all__ = [
     "Progress",
     "body_fields",
+    "cluster_pairs",
     "emit_json",
     "emit_json_line",
     "fmt_age",
@@ -41,6 +42,7 @@ __all__ = [
     "plural",
     "progress",
     "progress_options",
+    "replicas_text",
     "rfc3339",
     "table",
     "wants_progress",
@@ -160,6 +162,33 @@ def fmt_age(seconds: Optional[float]) -> str:
 
 def fmt_date(when: Optional[_dt.datetime]) -> str:
     return "-" if when is None else f"{when.astimezone(_dt.timezone.utc):%Y-%m-%d %H:%M:%S}"
+
+
+def cluster_pairs(cluster) -> list[tuple[str, Any]]:
+    """The "Cluster Information" lines of ``nats stream info`` / ``consumer info`` for a
+    ``ClusterInfo`` (empty when there is no cluster to show: a lone server, the engine)."""
+    if cluster is None or (cluster.name is None and not cluster.replicas):
+        return []
+    pairs: list[tuple[str, Any]] = [("Name", cluster.name), ("Leader", cluster.leader)]
+    for peer in sorted(cluster.replicas or [], key=lambda p: p.name or ""):
+        parts = [peer.name or "?", "current" if peer.current else "outdated"]
+        if peer.offline:
+            parts.append("OFFLINE")
+        if peer.active is not None:
+            parts.append(f"seen {peer.active / 1e9:.2f}s ago")
+        if peer.lag:
+            parts.append(f"{peer.lag:,} operations behind")
+        pairs.append(("Replica", ", ".join(parts)))
+    return pairs
+
+
+def replicas_text(cluster) -> str:
+    """``n1*, n2, n3`` (the leader starred), as ``nats stream report`` lists a stream's replicas."""
+    if cluster is None or (cluster.name is None and not cluster.replicas):
+        return ""
+    names = [f"{cluster.leader}*"] if cluster.leader else []
+    names += [(p.name or "?") + ("!" if p.offline else "") for p in sorted(cluster.replicas or [], key=lambda p: p.name or "")]
+    return ", ".join(names)
 
 
 def fmt_ago(when: Optional[_dt.datetime], now: Optional[_dt.datetime] = None) -> str:

@@ -16,6 +16,7 @@ from jetspark.cli.context import needs_store
 from jetspark.cli.messages import print_body, write_bytes
 from jetspark.cli.output import (
     body_fields,
+    cluster_pairs,
     emit_json,
     fmt_age,
     fmt_ago,
@@ -28,6 +29,7 @@ from jetspark.cli.output import (
     plural,
     progress,
     progress_options,
+    replicas_text,
     rfc3339,
     table,
 )
@@ -228,7 +230,10 @@ def render_stream_info(info: StreamInfo) -> str:
     if s.lost:
         state.append(("Lost", json.dumps(s.lost, default=str)))
     out = [f"Information for Stream {c.name}" + (f" created {fmt_time(info.created)}" if info.created else ""), ""]
-    out += ["Configuration:", "", kv_block(config), "", "State:", "", kv_block(state)]
+    out += ["Configuration:", "", kv_block(config), ""]
+    if cluster_pairs(info.cluster):
+        out += ["Cluster Information:", "", kv_block(cluster_pairs(info.cluster)), ""]
+    out += ["State:", "", kv_block(state)]
     if s.subjects:
         width = max(len(k) for k in s.subjects)
         out += ["", "Subjects:", ""]
@@ -437,6 +442,7 @@ def report(js, sort: str, as_json: bool):
                 "deleted": s.num_deleted,
                 "subjects": s.num_subjects,
                 "consumers": s.consumer_count,
+                "replicas": replicas_text(i.cluster),
             }
         )
     if sort == "name":
@@ -449,6 +455,7 @@ def report(js, sort: str, as_json: bool):
     if not rows:
         click.echo("No streams defined")
         return
+    clustered = any(r["replicas"] for r in rows)  # a Replicas column, as nats stream report, on a cluster
     body = [
         (
             r["stream"],
@@ -462,11 +469,13 @@ def report(js, sort: str, as_json: bool):
             fmt_count(r["deleted"]),
             fmt_count(r["subjects"]),
         )
+        + ((r["replicas"],) if clustered else ())
         for r in rows
     ]
     click.echo(
         table(
-            ["Stream", "Storage", "Retention", "Consumers", "Messages", "Bytes", "First Seq", "Last Seq", "Deleted", "Subjects"],
+            ["Stream", "Storage", "Retention", "Consumers", "Messages", "Bytes", "First Seq", "Last Seq", "Deleted", "Subjects"]
+            + (["Replicas"] if clustered else []),
             body,
             right=(3, 4, 5, 6, 7, 8, 9),
             title=f"Stream report ({plural(len(rows), 'stream')})",

@@ -536,7 +536,8 @@ class JetStream(HandleBase):
             self._sync_registry()
             for name, err in sorted(self._broken.items()):
                 log.warning("streams_info leaves out the damaged stream %r: %s", name, err)
-            return [self._streams[n].info() for n in sorted(self._streams)]
+            # As a lone nats-server's STREAM.LIST: no cluster field (its STREAM.INFO has one).
+            return [self._streams[n].info().evolve(cluster=None) for n in sorted(self._streams)]
 
     def stream_names(self) -> list[str]:
         """Every stream's name, the damaged ones' too (their name is taken)."""

@@ -15,6 +15,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from jetspark.api import (
+    ENGINE_NAME,
+    ClusterInfo,
     DiscardPolicy,
     PubAck,
     RawStreamMsg,
@@ -542,7 +544,7 @@ class Stream:
             subjects=subjects,
             lost=s.lost(),
         )
-        return StreamInfo(config=self.config, state=state, created=ns_to_datetime(self.created_ns))
+        return StreamInfo(config=self.config, state=state, created=ns_to_datetime(self.created_ns), cluster=ClusterInfo(leader=ENGINE_NAME))
 
 
 class _StreamLock:

@@ -130,6 +130,19 @@ def stream_info_from_wire(d: dict) -> api.StreamInfo:
         state=stream_state_from_wire(d["state"]),
         created=parse_time(d.get("created")),
         did_create=d.get("did_create"),
+        cluster=cluster_info_from_wire(d.get("cluster")),
+    )
+
+
+def cluster_info_from_wire(d: Optional[dict]) -> Optional[api.ClusterInfo]:
+    if not d:
+        return None
+    peers = d.get("replicas")
+    return api.ClusterInfo(
+        leader=d.get("leader"),
+        name=d.get("name"),
+        replicas=None if peers is None else [api.PeerInfo.from_response(p) for p in peers],
+        leader_since=parse_time(d.get("leader_since")),
     )
 
 
@@ -186,6 +199,7 @@ def consumer_info_from_wire(d: dict) -> api.ConsumerInfo:
         num_redelivered=d.get("num_redelivered", 0),
         num_waiting=d.get("num_waiting", 0),
         num_pending=d.get("num_pending", 0),
+        cluster=cluster_info_from_wire(d.get("cluster")),
     )
 
 

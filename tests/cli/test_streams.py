@@ -290,3 +290,9 @@ def test_check_reports_damage_and_repair_keeps_the_intact_messages(cli):
     assert report["ok"] and report["lost"] == [3] and report["messages"] == 4
     assert report["problems"][0]["seqs"] == [3] and report["problems"][0]["repaired"]
     assert "OK, 4 messages checked" in cli("stream", "check", "S").stdout
+
+
+def test_no_cluster_block_or_replicas_column_on_the_engine(orders):
+    # (On a cluster: tests/cluster/test_cluster_info.py.)
+    assert "Cluster Information" not in orders("stream", "info", "ORDERS").stdout
+    assert "Replicas" not in orders("stream", "report").stdout

@@ -616,3 +616,19 @@ def test_get_msg_on_a_missing_stream(js):
     with pytest.raises(APIError) as excinfo:
         js.get_last_msg("NOPE", "o.eu")
     assert_api_error(excinfo, 10059, 404, "stream not found")
+
+
+def test_cluster_info_of_a_lone_server(js):
+    """A single nats-server names only itself, as the leader of a stream (in its info, not
+    in its stream list), and reports no cluster for a consumer; the engine does the same as "jetspark-engine"
+    (jetspark.api.ENGINE_NAME).  A cluster's answer: tests/cluster/test_cluster_info.py."""
+    import jetspark.api
+
+    js.add_stream(name="CI", subjects=["ci.>"])
+    js.add_consumer("CI", durable_name="D")
+    cluster = js.stream_info("CI").cluster
+    assert cluster is not None and cluster.leader and cluster.name is None and not cluster.replicas
+    if js.kind == "engine":
+        assert cluster.leader == jetspark.api.ENGINE_NAME
+    assert js.consumer_info("CI", "D").cluster is None
+    assert [i.cluster for i in js.streams_info()] == [None]
