@@ -600,7 +600,7 @@ def stored(js, stream: str) -> dict:
     (through any handle: the oracle, or an engine handle as its own plain reference)."""
     state = js.stream_info(stream).state
     out = {}
-    for seq in range(state.first_seq, state.last_seq + 1):
+    for seq in range(max(state.first_seq, 1), state.last_seq + 1):  # (an empty stream: first_seq 0)
         try:
             out[seq] = js.get_msg(stream, seq)
         except MsgNotFoundError:

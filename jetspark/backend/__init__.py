@@ -361,7 +361,12 @@ class JetStreamAPI(Protocol):
 
         The engine stores a batch all or nothing.  A server stores row by row:
         a row it refuses raises its error (with a note naming the row) and the rows
-        before it stay stored, so give rows ids to make a retry safe."""
+        before it stay stored, so give rows ids to make a retry safe.  Either way
+        the error raised carries ``batch_ack``: a ``BatchAck`` of the input rows
+        whose seq is that row's stream sequence when the row is known to be stored,
+        0 otherwise (all 0 on the engine), and a note says how many were stored.
+        Through a cluster's leader election a server's batch is retried (rows not
+        stored, and with ids every row not acknowledged; docs/semantics.md §8)."""
         ...
 
     def seq_for_time(self, stream: str, when: Any) -> int:

@@ -46,6 +46,7 @@ from jetspark.backend import JetStreamAPI
 from jetspark.errors import (
     BadRequestError,
     ConsumerNotFoundError,
+    JetSparkError,
     NoStreamResponseError,
     StreamNotFoundError,
 )
@@ -110,7 +111,16 @@ class HandleBase:
         table = V.batch_table(data, msg_id_prefix, msg_id_start)
         if stream is None:
             stream = self._stream_of_batch(table)
-        return self._publish_batch(table, stream, msg_id_prefix, int(msg_id_start))
+        try:
+            return self._publish_batch(table, stream, msg_id_prefix, int(msg_id_start))
+        except JetSparkError as err:
+            if getattr(err, "batch_ack", None) is None:
+                # Refused before anything was stored (the engine's batches are all or nothing).
+                import pyarrow as pa
+
+                n = table.num_rows
+                err.batch_ack = BatchAck(stream, pa.array([0] * n, pa.int64()), pa.array([False] * n, pa.bool_()))
+            raise
 
     def _stream_of_batch(self, table: "pa.Table") -> str:
         """The stream ``publish`` of the first row's subject would reach."""

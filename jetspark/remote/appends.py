@@ -105,7 +105,8 @@ def publish_batch(session: Session, table: pa.Table, stream: str, msg_ids: Optio
                 retrier.failed(err, also=lambda e: isinstance(e, NoStreamResponseError))
             except JetSparkError as final:
                 if not acks.noted:
-                    final.add_note(f"{int(acks.done.sum())} of {n} rows were stored (BatchAck rows with a seq); the others are unknown or not stored")
+                    final.add_note(f"{int(acks.done.sum())} of {n} rows were stored (see the error's batch_ack); the others are unknown or not stored")
+                final.batch_ack = BatchAck(c.name, from_numpy(pa.int64(), acks.seqs), pa.array(acks.dups.tolist(), pa.bool_()))
                 raise
     seqs, dups = acks.seqs, acks.dups
     return BatchAck(c.name, from_numpy(pa.int64(), seqs), pa.array(dups.tolist(), pa.bool_()) if dups.any() else _false(n))

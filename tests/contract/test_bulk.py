@@ -20,6 +20,7 @@ import jetspark
 from jetspark import AckPolicy, RetentionPolicy
 from jetspark.api import BatchAck, datetime_to_ns
 from jetspark.errors import (
+    APIError,
     BadRequestError,
     NoStreamResponseError,
     StreamNotFoundError,
@@ -502,3 +503,18 @@ def test_ordered_consumer_on_a_work_queue_stream_beside_its_durable(js, plain, s
     assert plain.stream_info(S).state.messages == 11
     assert [c.name for c in plain.consumers_info(S)] == ["d"]
     assert plain.consumer_info(S, "d").num_pending == 11
+
+
+def test_a_batch_refused_part_way_says_which_rows_were_stored(js, plain):
+    # A refusal only the store can make while storing (discard new at max_msgs): the
+    # engine stores nothing (all or nothing), a server the rows before the refused one;
+    # either way the error's batch_ack says which rows are stored, and where.
+    js.add_stream(name=S, subjects=["b.>"], max_msgs=5, discard="new")
+    table = pa.table({"subject": [f"b.{i}" for i in range(8)], "data": [b"d%d" % i for i in range(8)]})
+    with pytest.raises(APIError) as err:
+        js.publish_batch(table, stream=S)
+    assert err.value.err_code == 10077
+    seqs = err.value.batch_ack.seqs.to_pylist()
+    kept = {q: m.data for q, m in stored(plain).items()}
+    assert {q: b"d%d" % i for i, q in enumerate(seqs) if q} == kept
+    assert seqs == ([0] * 8 if js.kind == "engine" else [1, 2, 3, 4, 5, 0, 0, 0])
