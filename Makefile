@@ -1,6 +1,7 @@
 # jetspark developer tasks.
 #
 #   make demo    the Spark pipeline demo (jetspark demo)
+#   make demo-cluster   the same pipeline on a local 3-node NATS cluster, a node killed midway
 #   make test    the linter and formatter check (make lint), then the test suite (pytest over tests/)
 #   make lint    ruff format --check and ruff check over the repository (pyproject.toml [tool.ruff])
 #   make bench   the benchmark scripts in benchmarks/ (see benchmarks/README.md)
@@ -34,10 +35,11 @@ STAMP := $(VENV)/.installed
 # Prerequisites run in order: the Java check comes before anything else.
 .NOTPARALLEL:
 .DEFAULT_GOAL := help
-.PHONY: help demo test lint bench venv clean check-java
+.PHONY: help demo demo-cluster test lint bench venv clean check-java
 
 help:
 	@echo "make demo    run the Spark pipeline demo (DEMO_ARGS='--seconds N --rate R --store DIR')"
+	@echo "make demo-cluster  the demo on a local 3-node NATS cluster, one node killed and restarted midway"
 	@echo "make test    run make lint, then the test suite (PYTEST_ARGS='...', TESTS=tests/...)"
 	@echo "make lint    check formatting and lint with ruff (fix: .venv/bin/ruff format . && .venv/bin/ruff check --fix .)"
 	@echo "make bench   run the scripts in benchmarks/ (BENCH_ARGS=--quick for a short run)"
@@ -46,6 +48,9 @@ help:
 
 demo: check-java $(STAMP)
 	$(VENV)/bin/jetspark demo $(DEMO_ARGS)
+
+demo-cluster: check-java $(STAMP)
+	$(VENV_PY) scripts/demo_cluster.py $(DEMO_ARGS)
 
 # pytest exits 5 when it collected no tests; that is a failure here, and says so.
 test: check-java $(STAMP) lint

@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import jetspark
 from jetspark import ConsumerNotFoundError, StreamNotFoundError
@@ -59,7 +59,9 @@ EVENT_SCHEMA = "order_id string, event string, region string, customer string, i
 SINK_SCHEMA = "subject string, data string, msg_id string"
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, *, on_publishing: Optional[Callable[[Publisher], None]] = None) -> int:
+    """The demo; ``on_publishing(publisher)`` runs once the publisher has started (make
+    demo-cluster kills and restarts a node from there: scripts/demo_cluster.py)."""
     args = _parse_args(argv)
     t0 = time.monotonic()
     print(f"jetspark {jetspark.__version__} demo: shop events -> Spark -> revenue per region and micro-batch")
@@ -74,7 +76,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ctrl_c = _CtrlC(interrupted)
     status = 0
     try:
-        _reset_streams(js)
+        _reset_streams(js, args.replicas)
         print("starting Spark (local[2]) ...", flush=True)
         with _quiet_jvm_startup():
             spark = jetspark.local_session("jetspark-demo", **{"spark.ui.showConsoleProgress": "false"})
@@ -88,6 +90,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         )
         monitor.header()
         publisher.start()
+        if on_publishing is not None:
+            on_publishing(publisher)
         # The UI loop: wait on the query a little at a time, print each finished batch.
         while publisher.is_alive() and not interrupted.is_set():
             if query.awaitTermination(0.25):
@@ -145,6 +149,7 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--rate", type=_positive(int), default=2000, metavar="R", help="events published per second (default 2000)")
     parser.add_argument("--trigger", type=_positive(float), default=1.0, metavar="S", help="micro-batch trigger interval in seconds (default 1)")
     parser.add_argument("--seed", type=int, default=7, help="random seed of the event generator (default 7)")
+    parser.add_argument("--replicas", type=_positive(int), default=1, metavar="N", help="replicas of EVENTS and METRICS on a NATS cluster (default 1)")
     return parser.parse_args(argv)
 
 
@@ -161,7 +166,7 @@ def _positive(kind):
     return parse
 
 
-def _reset_streams(js) -> None:
+def _reset_streams(js, replicas: int = 1) -> None:
     for name in (EVENTS, METRICS):
         try:
             old = js.stream_info(name)
@@ -169,8 +174,8 @@ def _reset_streams(js) -> None:
             continue
         print(f"deleting {name} from an earlier run ({old.state.messages:,} messages)")
         js.delete_stream(name)
-    js.add_stream(name=EVENTS, subjects=["orders.>"], duplicate_window=120.0)
-    js.add_stream(name=METRICS, subjects=["metrics.>"])
+    js.add_stream(name=EVENTS, subjects=["orders.>"], duplicate_window=120.0, num_replicas=replicas)
+    js.add_stream(name=METRICS, subjects=["metrics.>"], num_replicas=replicas)
 
 
 # ---------------------------------------------------------------------- the Spark query
