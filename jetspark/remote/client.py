@@ -173,7 +173,11 @@ class NatsJetStream(HandleBase):
 
     def _captured(self, subject: str) -> bool:
         """Whether a stream captures ``subject`` (so a publish nobody answered met a stream
-        without a leader); True when that cannot be learnt either."""
+        without a leader); True when that cannot be learnt either.  A subject with '*' or '>'
+        tokens is published as literal tokens, but STREAM.NAMES would read it as a wildcard
+        filter: such a publish is not repeated."""
+        if any(t in ("*", ">") for t in subject.split(".")):
+            return False
         try:
             got = self._session.run(
                 self._session.api(f"{self._api}.STREAM.NAMES", {"subject": subject}, what="finding the stream of a subject"),
