@@ -20,6 +20,7 @@ from jetspark.api import AckPolicy, DeliverPolicy
 from jetspark.errors import FetchTimeoutError
 from tests.contract import consumer_support as cs
 from tests.contract.consumer_support import (
+    before_acks,
     counts,
     eventually,
     fetch_nothing,
@@ -92,7 +93,7 @@ DELIVER = [
 def test_deliver_policy(js, params, initial, pending, delivered, gets_new):
     add_stream(js)
     created = js.add_consumer("S", durable_name="D", **params)
-    assert seqs(created) == initial
+    assert seqs(created) == before_acks(js, initial)
     assert counts(created) == (0, 0, pending, 0)
     sub = js.pull_subscribe_bind(stream="S", durable="D")
 
@@ -101,11 +102,11 @@ def test_deliver_policy(js, params, initial, pending, delivered, gets_new):
         n = len(delivered)
         assert [meta(m) for m in msgs] == [(SUBJECTS[s], s, i, 1, n - i) for i, s in enumerate(delivered, start=1)]
         assert [m.data for m in msgs] == [payload(s) for s in delivered]
-        assert seqs(info(js)) == ((n, delivered[-1]), initial[1])
+        assert seqs(info(js)) == ((n, delivered[-1]), before_acks(js, initial)[1])
         assert counts(info(js)) == (n, 0, 0, 0)
     else:
         fetch_nothing(sub)
-        assert seqs(info(js)) == initial
+        assert seqs(info(js)) == before_acks(js, initial)
 
     assert js.publish("a.1", b"new").seq == 8
     eventually(js, lambda: info(js).num_pending, 1 if gets_new else 0)
@@ -118,10 +119,14 @@ def test_deliver_policy(js, params, initial, pending, delivered, gets_new):
 # params -> delivered after a fetch that found nothing, then after one more
 # (unmatched) publish and fetch, by storage
 NOTHING_MATCHES = [
-    ("all", dict(filter_subject="c.1"), {"file": [(0, 0), (0, 0)], "memory": [(0, 7), (0, 8)]}),
-    ("last", dict(deliver_policy=LAST, filter_subject="c.1"), {"file": [(0, 0), (0, 0)], "memory": [(0, 7), (0, 8)]}),
-    ("all, filters", dict(filter_subjects=["c.1", "c.2"]), {"file": [(0, 0), (0, 0)], "memory": [(0, 7), (0, 8)]}),
-    ("by_start_sequence", dict(deliver_policy=BY_SEQ, opt_start_seq=3, filter_subject="c.1"), {"file": [(0, 2), (0, 2)], "memory": [(0, 2), (0, 2)]}),
+    ("all", dict(filter_subject="c.1"), {"file": [(0, 0), (0, 0)], "memory": [(0, 7), (0, 8)], "cluster": [(0, 7), (0, 7)]}),
+    ("last", dict(deliver_policy=LAST, filter_subject="c.1"), {"file": [(0, 0), (0, 0)], "memory": [(0, 7), (0, 8)], "cluster": [(0, 7), (0, 7)]}),
+    ("all, filters", dict(filter_subjects=["c.1", "c.2"]), {"file": [(0, 0), (0, 0)], "memory": [(0, 7), (0, 8)], "cluster": [(0, 7), (0, 7)]}),
+    (
+        "by_start_sequence",
+        dict(deliver_policy=BY_SEQ, opt_start_seq=3, filter_subject="c.1"),
+        {"file": [(0, 2), (0, 2)], "memory": [(0, 2), (0, 2)], "cluster": [(0, 7), (0, 7)]},
+    ),
 ]
 
 
@@ -132,19 +137,22 @@ def test_filter_matching_nothing(js, params, after):
     A storage difference of nats-server: after a pull that found nothing, the
     memory store reports delivered.stream_seq = last_seq (it skipped to the
     end) while the file store leaves it at start - 1 (unless the start was
-    given as a sequence); ack_floor stays.
+    given as a sequence); ack_floor stays.  A replicated consumer (the cluster)
+    skips to the last_seq it saw at the pull, whatever its start.
     """
     add_stream(js)
     created = js.add_consumer("S", durable_name="D", **params)
     start = params.get("opt_start_seq", 1)
-    assert seqs(created) == ((0, start - 1), (0, start - 1))
+    floor = before_acks(js, ((0, start - 1), (0, start - 1)))[1]
+    assert seqs(created) == ((0, start - 1), floor)
     assert counts(created) == (0, 0, 0, 0)
     sub = js.pull_subscribe_bind(stream="S", durable="D")
     fetch_nothing(sub)
-    assert seqs(info(js)) == (after[js.storage][0], (0, start - 1))
+    storage = "cluster" if js.replicas > 1 else js.storage
+    assert seqs(info(js)) == (after[storage][0], floor)
     js.publish("a.1", b"x")
     fetch_nothing(sub)
-    assert seqs(info(js)) == (after[js.storage][1], (0, start - 1))
+    assert seqs(info(js)) == (after[storage][1], floor)
     assert counts(info(js)) == (0, 0, 0, 0)
 
 
@@ -163,7 +171,7 @@ def test_deliver_by_start_time(js, seq, offset, initial, delivered):
     add_stream(js, spaced=True)
     start = js.get_msg("S", seq).time + offset
     created = js.add_consumer("S", durable_name="D", deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=start)
-    assert seqs(created) == initial
+    assert seqs(created) == before_acks(js, initial)
     assert created.num_pending == len(delivered)
     sub = js.pull_subscribe_bind(stream="S", durable="D")
     if delivered:
@@ -201,7 +209,7 @@ def test_deliver_policy_start_edges(js, kind, params, initial, pending):
     else:
         cs.add_stream(js, name="S", subjects=["a.*", "b.*"], **({"first_seq": 10} if kind == "first_seq" else {}))
     created = js.add_consumer("S", durable_name="D", **params)
-    assert seqs(created) == initial
+    assert seqs(created) == before_acks(js, initial)
     assert created.num_pending == pending
     # The pending messages (no gaps here), then the next one published.
     next_seq = js.publish("a.1", b"next").seq
@@ -508,6 +516,7 @@ def test_nak_with_delay(js):
 
 
 def test_backoff_and_max_deliver(js):
+    cs.not_on_the_cluster(js, "a replicated consumer's delivered stream seq moves to the last seq at a pull that finds nothing, or not, run to run")
     add_stream(js)
     # Deliveries of an unacked message at t = 0, +0.2 (backoff[0]), +0.5 (backoff[1]);
     # max_deliver 3 ends it.  ack_wait is forced to backoff[0].
@@ -558,7 +567,7 @@ def test_max_deliver_one(js):
     # 3 is past its only delivery: never redelivered, no longer pending.
     fetch_nothing(sub)
     i = info(js)
-    assert seqs(i) == ((2, 5), (0, 0))
+    assert seqs(i) == (((2, 7) if js.replicas > 1 else (2, 5)), (0, 0))
     assert counts(i) == (0, 0, 0, 0)
     # The reported floor catches up at the next ack.
     js.publish("b.3", b"x")
@@ -667,6 +676,7 @@ PURGES = [
 
 @pytest.mark.parametrize("purge, expected, next_for_d", [row[1:] for row in PURGES], ids=[row[0] for row in PURGES])
 def test_purge_moves_consumers(js, purge, expected, next_for_d):
+    cs.not_on_the_cluster(js, "a replicated consumer's floor after a subject purge is (0, 0), (1, 1) or (2, 2), run to run")
     add_stream(js)
     d = consumer(js, "D")
     f = consumer(js, "F", filter_subject="a.1")
@@ -722,6 +732,7 @@ MAX_BYTES = [(100, 0), (150, 1), (250, 1), (300, 2), (1000, 6)]
 
 @pytest.mark.parametrize("max_bytes, expected", MAX_BYTES, ids=[str(m) for m, _ in MAX_BYTES])
 def test_fetch_max_bytes(js, max_bytes, expected):
+    cs.not_on_the_cluster(js, "a replicated consumer's pull with max_bytes below ~1000 delivers what fits, or nothing, run to run")
     cs.add_stream(js, name="S", subjects=["a.*"])
     for _ in range(5):
         js.publish("a.1", b"x" * 100)
@@ -756,3 +767,8 @@ def test_inactive_threshold_removes_idle_consumers(js):
     eventually(js, lambda: ([c.name for c in js.consumers_info("S")], js.stream_info("S").state.consumer_count), (["KEEP"], 1))
     with pytest.raises(jetspark_errors.ConsumerNotFoundError):
         js.consumer_info("S", "IDLE")
+
+
+from tests.conftest import BACKENDS, with_cluster  # noqa: E402
+
+backend = with_cluster(BACKENDS)
