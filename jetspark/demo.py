@@ -83,7 +83,9 @@ def main(argv: Optional[Sequence[str]] = None, *, on_publishing: Optional[Callab
         # After the session: PySpark installs a handler of its own, which cancels jobs in the
         # middle of a call into the JVM and makes a mess of the terminal.
         ctrl_c.install()
+        _warm_up(spark)
         query = _start_query(spark, args.store, checkpoint, args.trigger)
+        _first_trigger(query, interrupted)
         print(
             f"query reads {EVENTS} with durable consumer {CONSUMER}, writes {METRICS}; "
             f"trigger every {args.trigger:g}s   (Spark ready after {time.monotonic() - t0:.1f}s)\n"
@@ -130,11 +132,39 @@ def main(argv: Optional[Sequence[str]] = None, *, on_publishing: Optional[Callab
     try:
         if status in (0, 130):
             _summary(js, publisher, monitor, time.monotonic() - t0)
+            _next_steps(args.store)
     except StreamNotFoundError:
         pass  # interrupted before the streams were made: nothing to sum up
     finally:
         js.close()
     return status
+
+
+def _warm_up(spark) -> None:
+    """Start Spark's Python workers (one per core) and compile a first Arrow job, so the
+    query's first micro-batch is not the one that pays for them."""
+    spark.range(0, 4, numPartitions=2).mapInArrow(_passthrough, "id long").collect()
+
+
+def _passthrough(batches):
+    yield from batches
+
+
+def _first_trigger(query, interrupted: threading.Event) -> None:
+    """Wait until the query has run its first trigger (no data yet): its source and sink
+    have started, so the publisher's first events make the first micro-batch."""
+    while query.lastProgress is None and query.isActive and not interrupted.is_set():
+        query.awaitTermination(0.05)
+
+
+def _next_steps(store: str) -> None:
+    """What to try next, as commands to paste (the CLI works on the same store)."""
+    cli = "jetspark" if shutil.which("jetspark") else f"{sys.executable} -m jetspark.cli"
+    where = f"--server {store}" if store.startswith(("nats://", "tls://")) else f"--store {store}"
+    print("\nnext")
+    print(f"  {cli} {where} stream report")
+    print(f"  {cli} {where} consumer info {EVENTS} {CONSUMER}")
+    print(f"  {cli} {where} sub 'metrics.>' --last-per-subject --no-follow")
 
 
 def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -335,8 +365,8 @@ def _summary(js, publisher: "Publisher", monitor: Monitor, elapsed: float) -> No
     else:
         print(f"  consumer           {CONSUMER}: ack floor {floor:,}")
     if floor is not None and floor < (monitor.last_end or 0):
-        # Spark calls the source's commit(end) for a batch when it plans the next batch.
-        print(f"                     (Spark commits a batch when it plans the next one: a new query on {CONSUMER} would start at seq {floor + 1:,})")
+        # The source releases a batch when Spark asks for offsets after committing it.
+        print(f"                     (the last batch was not yet released: a new query on {CONSUMER} would start at seq {floor + 1:,})")
     print(f"  {METRICS:<18} {met.messages:,} messages ({monitor.written:,} rows written by the sink)")
     totals = _revenue_totals(js)
     if totals:

@@ -109,6 +109,14 @@ def _open_store(opts) -> None:
     handle(opts.store, opts.connection)
 
 
+# Spark refuses a batch read of a Python data source that takes filters (ours does: subject,
+# seq and timestamp ranges are read exactly) unless this is on: DATA_SOURCE_PUSHDOWN_DISABLED.
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
 def register(spark) -> None:
-    """Make ``format("jetstream")`` available in this Spark session."""
+    """Make ``format("jetstream")`` available in this Spark session, and switch on the
+    filter pushdown its batch reads need (``PUSHDOWN_CONF``, a session setting)."""
     spark.dataSource.register(JetStreamDataSource)
+    if str(spark.conf.get(PUSHDOWN_CONF, "false")).lower() != "true":
+        spark.conf.set(PUSHDOWN_CONF, "true")

@@ -3,9 +3,9 @@
 An offset is the last stream sequence processed: ``{"stream": "ORDERS",
 "seq": 1234}``.  A micro-batch (start, end] is split into sequence-range
 partitions, each read with the API's Arrow range read, so any batch re-reads
-identically after a failure.  With a ``consumer``, ``commit(end)`` advances
-that durable consumer's ack floor to ``end``: interest and work-queue
-retention then remove exactly what Spark has durably processed.
+identically after a failure.  With a ``consumer``, the durable consumer's ack
+floor follows what Spark has durably processed: interest and work-queue
+retention then remove exactly that, within one trigger (see ``latestOffset``).
 """
 
 from __future__ import annotations
@@ -220,6 +220,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"then release what Spark has processed"
             )
         self._resume: Optional[int] = None
+        self._initial: Optional[int] = None  # the offset initialOffset gave (no batch ended there)
+        self._released = -1  # the highest seq this reader advanced the consumer's ack floor to
         if opts.consumer:
             self._resume = self._bind_consumer(js, retention)
 
@@ -254,6 +256,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             seq = self._resume
         else:
             seq = _start_seq(js, self.opts) - 1
+        self._initial = seq
         return {"stream": self.opts.stream, "seq": seq}
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -272,6 +275,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = int(start["seq"])
+        # Spark plans a batch from ``start`` only once the batch that ended there is in the
+        # checkpoint's commit log (MicroBatchExecution: the run loop commits a batch, then
+        # constructs the next from its end; on restart a batch not yet committed is run
+        # again before any new offset is asked for).  So the consumer can be advanced to
+        # ``start`` now, a trigger before Spark's own ``commit(start)``, which comes only
+        # when a next batch is planned; a trigger that finds no new data releases the last
+        # batch too.  ``start`` as initialOffset gave it ended no batch: nothing to release.
+        if begin != self._initial:
+            self._release(begin)
         end = self._latest()
         if end <= begin:
             return start
@@ -313,14 +325,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_range(partition)
 
     def commit(self, end: dict) -> None:
-        """Advance the consumer's ack floor to the batch's end.  A commit that cannot take
-        effect fails the query (Spark stops it with this error): left unsaid, the stream
-        would keep (interest, work queue) or hand out again what the query has processed."""
-        if not self.opts.consumer:
+        """Spark's commit of a batch's end: usually released already by ``latestOffset``."""
+        self._release(int(end["seq"]))
+
+    def _release(self, seq: int) -> None:
+        """Advance the consumer's ack floor to ``seq``, a batch end in the checkpoint.  A
+        release that cannot take effect fails the query (Spark stops it with this error):
+        left unsaid, the stream would keep (interest, work queue) or hand out again what the
+        query has processed."""
+        if not self.opts.consumer or seq <= self._released:
             return
-        seq = int(end["seq"])
         try:
             handle(self.opts.store, self.opts.connection).advance_ack_floor(self.opts.stream, self.opts.consumer, seq)
         except JetSparkError as exc:
             log.error("commit of stream %r up to seq %d: the ack floor of consumer %r did not advance: %s", self.opts.stream, seq, self.opts.consumer, exc)
             raise
+        self._released = seq

@@ -79,6 +79,22 @@ def test_store_as_load_path(filled, spark):
     assert seqs(df) == list(range(1, N + 1))
 
 
+def test_register_makes_batch_reads_work_in_a_session_of_ones_own(filled, spark):
+    # A session not made by local_session(): the pushdown setting is off, as Spark ships it.
+    import jetspark
+    from jetspark.connector import PUSHDOWN_CONF
+
+    spark.conf.unset(PUSHDOWN_CONF)
+    try:
+        with pytest.raises(Exception, match="DATA_SOURCE_PUSHDOWN_DISABLED"):
+            spark.read.format("jetstream").option("stream", "S").load(filled.path).count()
+        jetspark.register(spark)
+        assert spark.conf.get(PUSHDOWN_CONF) == "true"
+        assert seqs(spark.read.format("jetstream").option("stream", "S").load(filled.path)) == list(range(1, N + 1))
+    finally:
+        spark.conf.set(PUSHDOWN_CONF, "true")
+
+
 def test_empty_stream_reads_no_rows(store):
     store.js.add_stream(name="S", subjects=["e.>"])
     df = store.read()

@@ -83,7 +83,7 @@ def test_a_node_killed_under_a_running_query(spark, cluster, streams, tmp_path, 
     got = spark.read.format("jetstream").option("store", url).option("stream", OUT).load().selectExpr("CAST(data AS STRING) AS data")
     want = spark.createDataFrame([(f"m{i:04d}",) for i in range(3 * PHASE)], "data STRING")
     assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
-    # Spark's commits moved the durable past the kill, exactly to a batch's end: Spark
-    # commits a batch's offsets when it plans the next, so the last batch is not yet.
+    # The releases moved the durable past the kill, exactly to a batch's end (the last
+    # batch's is released at the next trigger, which processAllAvailable may not wait for).
     info = js.consumer_info(SRC, DURABLE)
     assert info.ack_floor.stream_seq in range(2 * PHASE, 3 * PHASE + 1, 100) and info.num_ack_pending == 0

@@ -31,22 +31,21 @@ def test_commits_advance_the_ack_floor_and_release_messages(store, retention):
     # Commits ack cumulatively; a work-queue stream takes explicit-ack consumers only.
     policy = AckPolicy.EXPLICIT if retention == "workqueue" else AckPolicy.ALL
     assert info.config.durable_name == "spark" and info.config.ack_policy == policy
-    # Spark commits a batch's source offsets when it starts the next batch, so the
-    # consumer trails the checkpoint by at most one batch: after batches ending at
-    # 4, 8 and 10 the floor is 8.  The last batch (9..10) is processed and in the
-    # checkpoint, but committed to the consumer only by the next batch (next run).
-    assert floor(store.js) == 8
+    # The source advances the consumer to a batch's end once the batch is in the
+    # checkpoint (Spark then asks it for the next offsets): the availableNow run's last
+    # trigger, which finds nothing new, releases the last batch (9..10) too.
+    assert floor(store.js) == 10
     # Retention removes exactly what was committed, never what Spark has not committed.
-    assert store.js.stream_info("S").state.messages == (10 if retention == "limits" else 2)
+    assert store.js.stream_info("S").state.messages == (10 if retention == "limits" else 0)
 
     store.publish(["c.a", "c.b"], 3, start=10)
     q = run_to_out(store, read(), store.checkpoint())
     assert batch_sizes(q) == [3] and q.new_seqs == [11, 12, 13]
-    assert floor(store.js) == 10  # batch 11..13 committed 9..10 as it started
+    assert floor(store.js) == 13
     state = store.js.stream_info("S").state
-    assert state.messages == (13 if retention == "limits" else 3)
+    assert state.messages == (13 if retention == "limits" else 0)
     if retention != "limits":
-        assert state.first_seq == 11
+        assert state.first_seq == 14
 
 
 def test_consumer_with_subject_filter(store):
@@ -57,22 +56,22 @@ def test_consumer_with_subject_filter(store):
     assert q.new_seqs == [1, 3, 4, 6, 7, 9]
     info = store.js.consumer_info("S", "spark")
     assert info.config.filter_subjects == ["c.a", "c.c"]
-    # The first batch (1..5) committed: the floor is its last message the consumer
-    # matches (4; 5 is c.b), as a server acking what it delivered reports.
-    assert info.ack_floor.stream_seq == 4
+    # Both batches (1..5, 6..9) released: the floor is the last message the consumer
+    # matches (9), as a server acking what it delivered reports.
+    assert info.ack_floor.stream_seq == 9
 
 
 def test_new_query_without_checkpoint_resumes_from_the_ack_floor(store, spark):
     store.js.add_stream(name="S", subjects=["c.>"])
     store.publish("c.a", 10)
-    # A first query with a checkpoint: batches end at 4, 8, 10; the consumer's floor is 8.
+    # A first query with a checkpoint: batches end at 4, 8, 10; the consumer's floor is 10.
     run_to_out(store, store.read_stream(consumer="spark", startingOffsets="earliest", maxOffsetsPerTrigger="4"), store.checkpoint())
-    assert floor(store.js) == 8
+    assert floor(store.js) == 10
+    store.publish("c.a", 2, start=10)
     # A new query (no checkpoint: the memory sink's is temporary) with the same consumer
-    # starts after the floor, whatever startingOffsets says: 9..10 are read again, since
-    # their batch was never committed to the consumer.
+    # starts after the floor, whatever startingOffsets says.
     q = run_available_now(store.read_stream(consumer="spark", startingOffsets="earliest"))
-    assert sorted(r.seq for r in spark.table(q.name).collect()) == [9, 10]
+    assert sorted(r.seq for r in spark.table(q.name).collect()) == [11, 12]
 
 
 def test_existing_consumer_floor_set_by_hand(store, spark):
@@ -102,14 +101,14 @@ def test_workqueue_commits_release_only_what_the_consumer_matches(store):
     read = store.read_stream(consumer="spark", subjects="c.a", startingOffsets="earliest", maxOffsetsPerTrigger="4")
     q = run_to_out(store, read, store.checkpoint())
     assert q.new_seqs == [1, 3, 5, 7, 9]
-    # Batches end at 4, 8 and 10; the commit of 8 acks c.a up to it: the floor is 7.
-    assert floor(store.js) == 7
-    assert [seq for b in store.js.read_batches("S") for seq in b.column("seq").to_pylist()] == [2, 4, 6, 8, 9, 10]
+    # Batches end at 4, 8 and 10, each released: c.a up to 10 is acked, the floor is 9.
+    assert floor(store.js) == 9
+    assert [seq for b in store.js.read_batches("S") for seq in b.column("seq").to_pylist()] == [2, 4, 6, 8, 10]
 
 
 def test_a_commit_that_cannot_advance_the_floor_fails_the_query(store, spark):
-    """The consumer is deleted while a batch runs: the commit of that batch (when Spark
-    starts the next) cannot take effect, and the query stops with the error."""
+    """The consumer is deleted while a batch runs: the release of that batch (when Spark
+    asks for the next offsets) cannot take effect, and the query stops with the error."""
     from tests.connector.support import unique_name
 
     store.js.add_stream(name="S", subjects=["c.>"])
