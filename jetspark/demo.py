@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import random
 import re
@@ -76,13 +77,14 @@ def main(argv: Optional[Sequence[str]] = None, *, on_publishing: Optional[Callab
     ctrl_c = _CtrlC(interrupted)
     status = 0
     try:
+        # A Ctrl-C only sets the flag, checked between steps: raised inside a call into the
+        # JVM, KeyboardInterrupt leaves py4j logging tracebacks.
+        ctrl_c.install()
         _reset_streams(js, args.replicas)
         print("starting Spark (local[2]) ...", flush=True)
-        with _quiet_jvm_startup():
-            spark = jetspark.local_session("jetspark-demo", **{"spark.ui.showConsoleProgress": "false"})
-        # After the session: PySpark installs a handler of its own, which cancels jobs in the
-        # middle of a call into the JVM and makes a mess of the terminal.
-        ctrl_c.install()
+        spark = _start_spark(ctrl_c)
+        if interrupted.is_set():
+            raise KeyboardInterrupt
         _warm_up(spark)
         query = _start_query(spark, args.store, checkpoint, args.trigger)
         _first_trigger(query, interrupted)
@@ -110,7 +112,7 @@ def main(argv: Optional[Sequence[str]] = None, *, on_publishing: Optional[Callab
             query.processAllAvailable()
             monitor.show(query)
     except KeyboardInterrupt:
-        print("-- interrupted: stopping")
+        ctrl_c.announce()
         status = 130
     except Exception as exc:  # noqa: BLE001 - the demo reports any failure in one line and cleans up
         print(f"\nthe demo failed: {type(exc).__name__}: {_first_line(exc)}")
@@ -140,6 +142,22 @@ def main(argv: Optional[Sequence[str]] = None, *, on_publishing: Optional[Callab
     return status
 
 
+def _start_spark(ctrl_c: "_CtrlC"):
+    """The Spark session.  While it starts, PySpark's own SIGINT handler is in place (it
+    installs one: cancel the jobs, raise KeyboardInterrupt), and py4j logs an interrupted
+    call with a traceback; the root logger is silenced meanwhile (a real failure raises,
+    and the demo prints it in one line), and the demo's handler is put back afterwards."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.CRITICAL)
+    try:
+        with _quiet_jvm_startup():
+            return jetspark.local_session("jetspark-demo", **{"spark.ui.showConsoleProgress": "false"})
+    finally:
+        root.setLevel(level)
+        ctrl_c.install()
+
+
 def _warm_up(spark) -> None:
     """Start Spark's Python workers (one per core) and compile a first Arrow job, so the
     query's first micro-batch is not the one that pays for them."""
@@ -159,7 +177,13 @@ def _first_trigger(query, interrupted: threading.Event) -> None:
 
 def _next_steps(store: str) -> None:
     """What to try next, as commands to paste (the CLI works on the same store)."""
-    cli = "jetspark" if shutil.which("jetspark") else f"{sys.executable} -m jetspark.cli"
+    beside = os.path.join(os.path.dirname(sys.executable), "jetspark")  # a venv's script, not on PATH
+    if shutil.which("jetspark"):
+        cli = "jetspark"
+    elif os.path.exists(beside):
+        cli = os.path.relpath(beside) if not os.path.relpath(beside).startswith("..") else beside
+    else:
+        cli = f"{sys.executable} -m jetspark.cli"
     where = f"--server {store}" if store.startswith(("nats://", "tls://")) else f"--store {store}"
     print("\nnext")
     print(f"  {cli} {where} stream report")
@@ -246,7 +270,10 @@ def _revenue_per_region(batches):
     import pyarrow.compute as pc
     from pyspark import TaskContext
 
-    table = pa.Table.from_batches(list(batches))
+    batches = list(batches)
+    if not batches:
+        return  # an empty micro-batch (Spark runs the first one even without new data)
+    table = pa.Table.from_batches(batches)
     if table.num_rows == 0:
         return
     ctx = TaskContext.get()
@@ -510,6 +537,8 @@ class _CtrlC:
 
     def __init__(self, flag: threading.Event) -> None:
         self.flag = flag
+        self.log_level: Optional[int] = None
+        _MUTED.clear()
         self.active = threading.current_thread() is threading.main_thread()
         self.original = signal.getsignal(signal.SIGINT) if self.active else None
 
@@ -520,11 +549,25 @@ class _CtrlC:
     def restore(self) -> None:
         if self.active and self.original is not None:
             signal.signal(signal.SIGINT, self.original)
+        if self.log_level is not None:
+            logging.getLogger().setLevel(self.log_level)
 
     def _handle(self, signum, frame) -> None:
         if self.flag.is_set():
             raise KeyboardInterrupt
         self.flag.set()
+        self.announce()
+
+    def announce(self) -> None:
+        """Say it once; from then on the demo is stopping, and what Spark's JVM and its
+        Python processes (in the terminal's process group, so they got the Ctrl-C too) or
+        py4j write about being interrupted is noise: it is dropped."""
+        self.flag.set()
+        if not _MUTED.is_set():
+            _MUTED.set()
+            self.log_level = logging.getLogger().level
+            logging.getLogger().setLevel(logging.CRITICAL)  # py4j logs interrupted calls
+            print("-- interrupted: stopping", flush=True)
 
 
 # What the JVM prints on stderr while it starts, whatever log4j says: a JDK notice about
@@ -534,6 +577,10 @@ _JVM_CHATTER = (
     b"Setting default log level to",
     b"To adjust logging level use sc.setLogLevel",
 )
+
+
+# Set once the demo is interrupted: the JVM's stderr (and its children's) is dropped.
+_MUTED = threading.Event()
 
 
 @contextlib.contextmanager
@@ -569,9 +616,9 @@ def _forward_stderr(read_fd: int, out_fd: int) -> None:
             pending += chunk
             *lines, pending = pending.split(b"\n")
             for line in lines:
-                if not line.startswith(_JVM_CHATTER):
+                if not line.startswith(_JVM_CHATTER) and not _MUTED.is_set():
                     os.write(out_fd, line + b"\n")
-        if pending and not pending.startswith(_JVM_CHATTER):
+        if pending and not pending.startswith(_JVM_CHATTER) and not _MUTED.is_set():
             os.write(out_fd, pending)
 
 
