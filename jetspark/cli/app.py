@@ -28,7 +28,7 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
     metavar="PATH",
     help="Directory of the embedded store.",
 )
-@click.option("--server", metavar="URL", help="A NATS server (nats://host:port[,nats://host2:port]) instead of the embedded store.")
+@click.option("-s", "--server", metavar="URL", help="A NATS server (nats://host:port[,nats://host2:port]) instead of the embedded store.")
 @click.option("--debug", is_flag=True, help="Show the full traceback of an error.")
 @click.version_option(jetspark.__version__, "--version", prog_name="jetspark")
 @click.pass_context
