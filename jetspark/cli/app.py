@@ -7,6 +7,7 @@ from typing import Optional, Sequence
 import click
 
 import jetspark
+from jetspark.cli import tools
 from jetspark.cli.consumers import consumer
 from jetspark.cli.context import DEFAULT_STORE, Group, State
 from jetspark.cli.messages import fetch, pub, sub
@@ -18,7 +19,15 @@ __all__ = ["cli", "main"]
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-@click.group(cls=Group, context_settings=CONTEXT_SETTINGS)
+class Root(Group):
+    """The top group: ``bench`` is offered only where its script is (a source checkout; an
+    installed wheel has no benchmarks/)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [n for n in super().list_commands(ctx) if n != "bench" or tools.BENCH_SCRIPT.is_file()]
+
+
+@click.group(cls=Root, context_settings=CONTEXT_SETTINGS)
 @click.option(
     "--store",
     envvar="JETSPARK_STORE",

@@ -244,6 +244,10 @@ def test_bench_without_the_script(cli, tmp_path, monkeypatch):
     monkeypatch.setattr(tools, "BENCH_SCRIPT", tmp_path / "nowhere" / "bench_engine.py")
     r = cli("bench", code=1)
     assert "benchmark script not found" in r.stderr and "source checkout" in r.stderr
+    # Where the script is not (an installed wheel), --help does not offer bench.
+    assert "bench" not in cli("--help").stdout
+    monkeypatch.undo()
+    assert "bench" in cli("--help").stdout
 
 
 def test_bench_script_location():
