@@ -7,8 +7,9 @@
 #   make bench   the benchmark scripts in benchmarks/ (see benchmarks/README.md)
 #
 # Each checks for Java 17+ first, then bootstraps the virtualenv itself:
-# it is created if missing and `pip install -e '.[dev]'` runs again only when
-# pyproject.toml is newer than the stamp $(VENV)/.installed.
+# it is created if missing and `pip install -e '.[dev]'` (make demo: only
+# `pip install -e .`, the runtime dependencies) runs again only when
+# pyproject.toml is newer than the stamp $(VENV)/.installed (.installed-runtime).
 #
 # Variables:
 #   PYTHON=python3       interpreter that creates the venv (3.10+)
@@ -31,6 +32,8 @@ JAVA ?= $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
 VENV_PY := $(VENV)/bin/python
 VENV_CFG := $(VENV)/pyvenv.cfg
 STAMP := $(VENV)/.installed
+# make demo needs only the runtime dependencies (no test tools, no nats-server).
+RUNTIME_STAMP := $(VENV)/.installed-runtime
 
 # Prerequisites run in order: the Java check comes before anything else.
 .NOTPARALLEL:
@@ -46,7 +49,7 @@ help:
 	@echo "make venv    create $(VENV) and install jetspark with its dev extras"
 	@echo "make clean   remove caches and build output (keeps $(VENV))"
 
-demo: check-java $(STAMP)
+demo: check-java $(RUNTIME_STAMP)
 	$(VENV)/bin/jetspark demo $(DEMO_ARGS)
 
 demo-cluster: check-java $(STAMP)
@@ -78,6 +81,10 @@ venv: $(STAMP)
 # Reinstall when pyproject.toml changes or the venv is (re)created.
 $(STAMP): pyproject.toml $(VENV_CFG)
 	$(VENV_PY) -m pip install --disable-pip-version-check -e '.[dev]'
+	@touch $@ $(RUNTIME_STAMP)
+
+$(RUNTIME_STAMP): pyproject.toml $(VENV_CFG)
+	$(VENV_PY) -m pip install --disable-pip-version-check -e .
 	@touch $@
 
 $(VENV_CFG):

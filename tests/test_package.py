@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import inspect
+import os
 import pickle
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +75,43 @@ def test_engine_never_imports_spark():
     code = "import jetspark, jetspark.engine.handle, jetspark.engine.bulk, sys; print('pyspark' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_the_wheel_works_like_a_checkout(tmp_path):
+    """The wheel carries what the package needs (Spark's settings and log4j config as package
+    data, the LICENSE) and works outside the source tree: the CLI (without ``bench``, whose
+    script lives in the checkout), the demo's help, and a store made, written and read.
+    Installed with ``--target`` beside the venv's dependencies (no download)."""
+    import zipfile
+
+    root = Path(__file__).resolve().parents[1]
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(root)],
+        check=True, capture_output=True, cwd=tmp_path,
+    )  # fmt: skip
+    (wheel,) = dist.glob("jetspark-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {"jetspark/connector/conf/spark-defaults.conf", "jetspark/connector/conf/log4j2.properties"} <= set(names)
+    assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE") for n in names)
+    assert not any(n.startswith(("benchmarks/", "tests/")) for n in names)
+
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)], check=True, capture_output=True)
+    away = tmp_path / "elsewhere"
+    away.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site)}
+
+    def run(*args: str) -> str:
+        return subprocess.run([sys.executable, *args], cwd=away, env=env, capture_output=True, text=True, check=True).stdout
+
+    where = run("-c", "import jetspark, jetspark.connector.session as s; print(jetspark.__file__); print(s.spark_conf()['spark.driver.extraJavaOptions'])")
+    package, log4j = where.splitlines()
+    assert package.startswith(str(site)) and log4j.endswith(f"file:{site}/jetspark/connector/conf/log4j2.properties")
+    helptext = run("-m", "jetspark.cli", "--help")
+    assert "stream" in helptext and "bench" not in helptext
+    assert "--seconds" in run("-m", "jetspark.demo", "--help")
+    store = str(tmp_path / "store")
+    run("-m", "jetspark.cli", "--store", store, "stream", "add", "S", "--subjects", "s.>")
+    run("-m", "jetspark.cli", "--store", store, "pub", "s.a", "hello {{Count}}", "--count", "2")
+    assert run("-m", "jetspark.cli", "--store", store, "sub", "s.>", "--no-follow", "--raw").split("\n")[:2] == ["hello 1", "hello 2"]

@@ -7,6 +7,7 @@ from typing import Optional, Sequence
 import click
 
 import jetspark
+from jetspark.cli import tools
 from jetspark.cli.consumers import consumer
 from jetspark.cli.context import DEFAULT_STORE, Group, State
 from jetspark.cli.messages import fetch, pub, sub
@@ -18,7 +19,15 @@ __all__ = ["cli", "main"]
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-@click.group(cls=Group, context_settings=CONTEXT_SETTINGS)
+class Root(Group):
+    """The top group: ``bench`` is offered only where its script is (a source checkout; an
+    installed wheel has no benchmarks/)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [n for n in super().list_commands(ctx) if n != "bench" or tools.BENCH_SCRIPT.is_file()]
+
+
+@click.group(cls=Root, context_settings=CONTEXT_SETTINGS)
 @click.option(
     "--store",
     envvar="JETSPARK_STORE",
@@ -28,7 +37,7 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
     metavar="PATH",
     help="Directory of the embedded store.",
 )
-@click.option("--server", metavar="URL", help="A NATS server (nats://host:port[,nats://host2:port]) instead of the embedded store.")
+@click.option("-s", "--server", metavar="URL", help="A NATS server (nats://host:port[,nats://host2:port]) instead of the embedded store.")
 @click.option("--debug", is_flag=True, help="Show the full traceback of an error.")
 @click.version_option(jetspark.__version__, "--version", prog_name="jetspark")
 @click.pass_context

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from jetspark.api import ConsumerConfig, ConsumerInfo
-from jetspark.cli.context import needs_store
+from jetspark.cli.context import Commands, needs_store
 from jetspark.cli.messages import ack_options, deliver
 from jetspark.cli.output import (
     cluster_pairs,
@@ -33,7 +33,7 @@ from jetspark.cli.parse import (
 __all__ = ["consumer"]
 
 
-@click.group()
+@click.group(cls=Commands)
 def consumer():
     """Manage consumers and read from them.
 
@@ -101,6 +101,13 @@ def _changes(params: dict[str, Any]) -> dict[str, Any]:
             out["backoff"] = [parse_duration(b) for b in split_list([params["backoff"]])]
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--backoff") from None
+        wait = out.get("ack_wait")
+        if wait is not None and out["backoff"] and wait != out["backoff"][0]:
+            # JetStream sets the ack wait to the first backoff delay: say that --wait is not used.
+            click.echo(
+                f"Warning: --backoff sets the ack wait to its first delay ({format_duration(out['backoff'][0])}); --wait {format_duration(wait)} is not used",
+                err=True,
+            )
     if params.get("metadata"):
         meta = {}
         for item in params["metadata"]:
@@ -260,7 +267,7 @@ def info(js, stream_name: str, name: str, as_json: bool):
 @output_options
 @needs_store()
 def ls(js, stream_name: str, names_only: bool, as_json: bool):
-    """List a stream's consumers.
+    """List a stream's consumers (`consumer list` works too).
 
     \b
     Example:

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import click
 
 import jetspark
-from jetspark.errors import APIError, JetSparkError
+from jetspark.errors import APIError, ConsumerNotFoundError, JetSparkError, StreamNotFoundError
 
 __all__ = ["DEFAULT_STORE", "Group", "State", "describe_error", "pass_state"]
 
@@ -122,6 +122,20 @@ class Group(click.Group):
             raise click.ClickException(describe_error(exc)) from exc
 
 
+class Commands(click.Group):
+    """A command group that takes ``list`` for ``ls``, as the ``nats`` CLI does."""
+
+    ALIASES = {"list": "ls"}
+
+    def get_command(self, ctx: click.Context, name: str):
+        return super().get_command(ctx, self.ALIASES.get(name, name))
+
+    def resolve_command(self, ctx: click.Context, args):
+        # The alias runs under its command's own name (help and errors say ``ls``).
+        _, cmd, rest = super().resolve_command(ctx, args)
+        return (cmd.name if cmd is not None else None), cmd, rest
+
+
 def needs_store(create: bool = False) -> Callable:
     """Pass the JetStream handle as the command's first argument."""
 
@@ -129,8 +143,34 @@ def needs_store(create: bool = False) -> Callable:
         @pass_state
         @functools.wraps(fn)
         def wrapper(state: State, *args, **kwargs):
-            return fn(state.js(create=create), *args, **kwargs)
+            js = state.js(create=create)
+            try:
+                return fn(js, *args, **kwargs)
+            except (StreamNotFoundError, ConsumerNotFoundError) as exc:
+                if state.debug:
+                    raise
+                raise click.ClickException(_not_found(js, exc, kwargs)) from exc
 
         return wrapper
 
     return deco
+
+
+def _not_found(js, exc: APIError, params: dict) -> str:
+    """A stream or consumer not found, named (the server's description names neither), with
+    what there is instead: ``stream 'ORDRES' not found (err_code 10059); streams: ORDERS``."""
+    stream = params.get("stream_name") or params.get("name")
+    if isinstance(exc, ConsumerNotFoundError):
+        consumer = params.get("consumer") or params.get("name")
+        text = f"consumer {consumer!r} not found on stream {stream!r} (err_code {exc.err_code})"
+        try:
+            names = [c.name for c in js.consumers_info(stream)]
+        except Exception:  # noqa: BLE001 - the listing only helps; the error stands without it
+            return text
+        return f"{text}; consumers: {', '.join(sorted(names)) or 'none'}"
+    text = f"stream {stream!r} not found (err_code {exc.err_code})" if stream else describe_error(exc)
+    try:
+        names = js.stream_names()
+    except Exception:  # noqa: BLE001
+        return text
+    return f"{text}; streams: {', '.join(sorted(names)) or 'none'}"

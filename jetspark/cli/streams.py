@@ -12,7 +12,7 @@ from typing import Any, Optional
 import click
 
 from jetspark.api import RawStreamMsg, StreamConfig, StreamInfo
-from jetspark.cli.context import needs_store
+from jetspark.cli.context import Commands, needs_store
 from jetspark.cli.messages import print_body, write_bytes
 from jetspark.cli.output import (
     body_fields,
@@ -48,7 +48,7 @@ _RETENTION = {"limits": "limits", "interest": "interest", "workqueue": "workqueu
 _STORAGE = {"file": "file", "memory": "memory"}
 
 
-@click.group()
+@click.group(cls=Commands)
 def stream():
     """Manage streams.
 
@@ -376,7 +376,7 @@ def _seq_list(seqs, show: int = 10) -> str:
 @output_options
 @needs_store()
 def ls(js, names_only: bool, as_json: bool):
-    """List the streams.
+    """List the streams (`stream list` works too).
 
     \b
     Example:

@@ -13,11 +13,12 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+# Package data (pyproject.toml): in a wheel as in a checkout.
+CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
 def spark_conf(conf_dir: Optional[Path] = None) -> dict[str, str]:
-    """The settings jetspark needs, then conf/spark-defaults.conf on top."""
+    """The settings jetspark needs, then jetspark/connector/conf/spark-defaults.conf on top."""
     conf = {
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,

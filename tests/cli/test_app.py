@@ -135,6 +135,9 @@ def test_server_runs_the_commands_on_a_real_nats_server(cli, nats_server):
     cli("--server", url, "pub", "cli.x", "hello", "--count", "3")
     info = cli.json("--server", url, "stream", "info", "CLI_S")
     assert info["state"]["messages"] == 3
+    assert cli("-s", url, "stream", "ls", "--names").stdout.split() == ["CLI_S"]  # -s, as with nats
+    r = cli("-s", url, "stream", "info", "NOPE", code=1)
+    assert r.stderr.strip() == "Error: stream 'NOPE' not found (err_code 10059); streams: CLI_S"
     cli("--server", url, "stream", "rm", "CLI_S", "-f")
     # The demo and the benchmarks run on the embedded engine only.
     r = cli("--server", url, "demo", code=1)
@@ -146,10 +149,20 @@ def test_an_unreachable_server_is_one_clear_line(cli):
     assert r.stderr.startswith("Error: ") and len(r.stderr.strip().splitlines()) == 1
 
 
+def test_list_is_ls_as_with_nats(cli):
+    cli("stream", "add", "S", "--subjects", "s.>")
+    cli("consumer", "add", "S", "C")
+    assert cli("stream", "list", "--names").stdout == cli("stream", "ls", "--names").stdout == "S\n"
+    assert cli("consumer", "list", "S", "--names").stdout == "C\n"
+    assert cli.json("stream", "list") == cli.json("stream", "ls")
+    r = cli("stream", "list", "--bogus", code=2)
+    assert "stream ls [OPTIONS]" in r.stderr  # the alias runs as ls
+
+
 def test_errors_are_one_line_and_debug_shows_the_traceback(cli):
     cli("stream", "add", "S")
     r = cli("stream", "info", "NOPE", code=1)
-    assert r.stderr == "Error: stream not found (err_code 10059)\n"
+    assert r.stderr == "Error: stream 'NOPE' not found (err_code 10059); streams: S\n"
     assert r.stdout == ""
     from click.testing import CliRunner
 
@@ -231,6 +244,10 @@ def test_bench_without_the_script(cli, tmp_path, monkeypatch):
     monkeypatch.setattr(tools, "BENCH_SCRIPT", tmp_path / "nowhere" / "bench_engine.py")
     r = cli("bench", code=1)
     assert "benchmark script not found" in r.stderr and "source checkout" in r.stderr
+    # Where the script is not (an installed wheel), --help does not offer bench.
+    assert "bench" not in cli("--help").stdout
+    monkeypatch.undo()
+    assert "bench" in cli("--help").stdout
 
 
 def test_bench_script_location():

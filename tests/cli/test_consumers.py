@@ -27,6 +27,7 @@ def test_add_info_ls(orders):
         "owner=me",
     )
     assert "Consumer ORDERS > NEW added" in r.stdout
+    assert r.stderr == "Warning: --backoff sets the ack wait to its first delay (1s); --wait 45s is not used\n"
     assert "Filter Subject: orders.new" in r.stdout
     assert "Unprocessed Messages: 3" in r.stdout
     info = orders.json("consumer", "info", "ORDERS", "NEW")
@@ -46,6 +47,12 @@ def test_add_info_ls(orders):
     assert "Consumers of ORDERS" in text
     assert any(line.split()[:1] == ["NEW"] for line in text.splitlines())
     assert orders.json("stream", "info", "ORDERS")["state"]["consumer_count"] == 2
+    # Last Delivery: none yet, then how long ago (the engine's as a server's).
+    assert [line.split()[-1] for line in text.splitlines() if line.startswith("NEW ")] == ["-"]
+    orders("consumer", "next", "ORDERS", "NEW")
+    text = orders("consumer", "ls", "ORDERS").stdout
+    (last,) = [line.split()[-2:] for line in text.splitlines() if line.startswith("NEW ")]
+    assert last[1] == "ago" and last[0].endswith("s") and last[0][:-1].isdigit()
 
 
 @pytest.mark.parametrize(
@@ -75,7 +82,7 @@ def test_add_errors(orders):
     r = orders("consumer", "add", "ORDERS", "C", "--max-deliver", "3", code=1)
     assert r.stderr.strip() == "Error: consumer already exists (err_code 10148)"
     r = orders("consumer", "add", "NOPE", "C", code=1)
-    assert r.stderr.strip() == "Error: stream not found (err_code 10059)"
+    assert r.stderr.strip() == "Error: stream 'NOPE' not found (err_code 10059); streams: ORDERS"
     r = orders("consumer", "add", "ORDERS", "D", "--deliver", "whenever", code=2)
     assert "invalid start 'whenever'" in r.stderr
     orders("stream", "add", "WQ", "--subjects", "wq.>", "--retention", "workqueue")
@@ -91,7 +98,7 @@ def test_edit(orders):
     c = orders.json("consumer", "info", "ORDERS", "C")["config"]
     assert (c["max_deliver"], c["description"], c["filter_subject"], c["ack_policy"]) == (7, "edited", "orders.*", "explicit")
     r = orders("consumer", "edit", "ORDERS", "NOPE", "--max-deliver", "3", code=1)
-    assert r.stderr.strip() == "Error: consumer not found (err_code 10014)"
+    assert r.stderr.strip() == "Error: consumer 'NOPE' not found on stream 'ORDERS' (err_code 10014); consumers: C"
 
 
 def test_edit_prints_the_new_config(orders):
@@ -145,7 +152,7 @@ def test_fetch(orders):
     assert "no message from consumer 'C'" in r.stderr
     assert orders.json("consumer", "info", "ORDERS", "C")["ack_floor"]["stream_seq"] == 5
     r = orders("fetch", "ORDERS", "NOPE", code=1)
-    assert r.stderr.strip() == "Error: consumer not found (err_code 10014)"
+    assert r.stderr.strip() == "Error: consumer 'NOPE' not found on stream 'ORDERS' (err_code 10014); consumers: C"
 
 
 def test_fetch_no_ack_on_a_workqueue(cli):
@@ -165,4 +172,7 @@ def test_rm(orders):
     assert orders("consumer", "rm", "ORDERS", "C", "-f").stdout.strip() == "Deleted consumer ORDERS > C"
     assert orders.json("consumer", "ls", "ORDERS") == []
     assert orders("consumer", "ls", "ORDERS").stdout.strip() == "No consumers defined on ORDERS"
-    assert orders("consumer", "rm", "ORDERS", "C", "-f", code=1).stderr.strip() == "Error: consumer not found (err_code 10014)"
+    assert (
+        orders("consumer", "rm", "ORDERS", "C", "-f", code=1).stderr.strip()
+        == "Error: consumer 'C' not found on stream 'ORDERS' (err_code 10014); consumers: none"
+    )

@@ -191,7 +191,7 @@ def test_get_errors(orders):
     assert r.stderr.strip() == "Error: no message found (err_code 10037)"
     assert "one of the two" in orders("stream", "get", "ORDERS", code=2).stderr
     assert "one of the two" in orders("stream", "get", "ORDERS", "1", "--last-for", "x", code=2).stderr
-    assert orders("stream", "get", "NOPE", "1", code=1).stderr.strip() == "Error: stream not found (err_code 10059)"
+    assert orders("stream", "get", "NOPE", "1", code=1).stderr.strip() == "Error: stream 'NOPE' not found (err_code 10059); streams: ORDERS"
 
 
 @pytest.mark.parametrize(
@@ -249,7 +249,7 @@ def test_rm(orders):
     assert orders.json("stream", "ls", "--names") == ["ORDERS"]
     orders("stream", "rm", "ORDERS", input="y\n")
     assert orders.json("stream", "ls", "--names") == []
-    assert orders("stream", "rm", "ORDERS", "-f", code=1).stderr.strip() == "Error: stream not found (err_code 10059)"
+    assert orders("stream", "rm", "ORDERS", "-f", code=1).stderr.strip() == "Error: stream 'ORDERS' not found (err_code 10059); streams: none"
 
 
 def test_invalid_values_are_usage_errors(cli):
