@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import sys
 from typing import Optional, Sequence
 
 import click
@@ -39,9 +41,15 @@ class Root(Group):
 )
 @click.option("-s", "--server", metavar="URL", help="A NATS server (nats://host:port[,nats://host2:port]) instead of the embedded store.")
 @click.option("--debug", is_flag=True, help="Show the full traceback of an error.")
+@click.option("-v", "--verbose", count=True, help="Log what jetspark does to stderr: -v at INFO, -vv at DEBUG.")
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    help="The jetspark loggers' level (overrides -v; default: warnings and errors only).",
+)
 @click.version_option(jetspark.__version__, "--version", prog_name="jetspark")
 @click.pass_context
-def cli(ctx: click.Context, store: str, server: Optional[str], debug: bool):
+def cli(ctx: click.Context, store: str, server: Optional[str], debug: bool, verbose: int, log_level: Optional[str]):
     """jetspark: streams with NATS JetStream semantics in a directory, from the command line.
 
     Commands and flags follow the `nats` CLI.  Durations read like 500ms,
@@ -55,7 +63,26 @@ def cli(ctx: click.Context, store: str, server: Optional[str], debug: bool):
       jetspark pub orders.new '{"id": {{Count}}}' --count 10
       jetspark sub 'orders.>' --no-follow
     """
+    level = log_level.upper() if log_level else ("DEBUG" if verbose >= 2 else "INFO" if verbose else None)
+    configure_logging(level)
     ctx.obj = State(store=store, server=server, debug=debug)
+
+
+def configure_logging(level: Optional[str]) -> None:
+    """Send the ``jetspark`` loggers (``jetspark`` the engine, ``jetspark.remote`` the nats://
+    backend, ``jetspark.connector`` Spark's side) to stderr at ``level``; None leaves them
+    to Python's default (warnings and errors).  One handler, replaced by each invocation."""
+    root = logging.getLogger("jetspark")
+    for h in [h for h in root.handlers if getattr(h, "jetspark_cli", False)]:
+        root.removeHandler(h)
+    if level is None:
+        root.setLevel(logging.NOTSET)
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.jetspark_cli = True
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(level)
 
 
 for command in (stream, consumer, pub, sub, fetch, demo, bench):

@@ -107,6 +107,7 @@ class JetStream(HandleBase):
             except OSError as exc:
                 raise StoreError(f"cannot create store directory {self.path}: {exc}", self.path) from exc
         self._open_store()
+        log.debug("opened store %s (sync=%s)", self.path, sync)
 
     def _open_store(self) -> None:
         if not self._create:
@@ -266,6 +267,8 @@ class JetStream(HandleBase):
         config = config_from_json(meta["config"])
         st = Stream(home, self._data_dir(home, config, meta["uid"]), self.clock, self._fsync, meta=meta)
         st.uid = meta["uid"]
+        h = st.storage.header
+        log.debug("opened stream %s: %d messages, seq %d..%d", name, h.msgs, h.first_seq, h.last_seq)
         return st
 
     def _damaged(self, name: str) -> Optional[StoreError]:

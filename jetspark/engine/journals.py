@@ -179,6 +179,7 @@ class Journals:
         self.fds[kind] = nfd
         self.gens[kind] = gen
         h.jgen = self.jgen = gen
+        log.debug("stream data in %s: compacted the %s journal (generation %d)", self.dir, kind, gen)
         return True
 
     def clean(self) -> None:

@@ -9,6 +9,7 @@ operation: there is no background thread.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -35,6 +36,8 @@ from jetspark.engine.storage import StreamStorage
 from jetspark.errors import CorruptStoreError, api_error
 from jetspark.protocol import headers as H
 from jetspark.protocol import subjects as subj
+
+log = logging.getLogger("jetspark")
 
 _NS = 1_000_000_000
 
@@ -149,7 +152,9 @@ class Stream:
         s = self.storage
         cutoff = self.clock() - int(self.config.max_age * _NS)
         end = self.seq_at_time(cutoff + 1) - 1  # last seq with ts <= cutoff
-        self.remove_range(s.header.first_seq, end)
+        first = s.header.first_seq
+        n = self.remove_range(first, end)
+        log.debug("stream %s: max_age removed %d messages (seq %d..%d)", self.name, n, first, end)
 
     def seq_at_time(self, ts_ns: int) -> int:
         """The first sequence whose timestamp is >= ts_ns (last_seq + 1 if none)."""
@@ -193,8 +198,12 @@ class Stream:
                     excess -= 1
         if c.discard == DiscardPolicy.OLD:
             if c.max_msgs > 0 and h.msgs > c.max_msgs:
-                self._remove_oldest(h.msgs - c.max_msgs)
+                excess = h.msgs - c.max_msgs
+                if excess > 1:  # (not the steady state at the limit: one in, one out)
+                    log.debug("stream %s: max_msgs %d removes the %d oldest messages", self.name, c.max_msgs, excess)
+                self._remove_oldest(excess)
             if c.max_bytes > 0 and h.bytes > c.max_bytes:
+                log.debug("stream %s: max_bytes %d removes the oldest messages", self.name, c.max_bytes)
                 self._trim_bytes(c.max_bytes)
 
     def _remove_oldest(self, n: int) -> None:

@@ -85,6 +85,7 @@ class Session:
         # instead of the raw fast path (jetspark.remote.fastpath).
         self.public_path = False
         self.closed = False
+        self._closing = False  # close() has begun: the disconnect that follows is expected
         self._abandoned: list = []  # (loop, connection) pairs a forked child left to its parent
         self._start()
 
@@ -182,7 +183,10 @@ class Session:
             log.debug("nats connection to %s: %s", self.url, _describe(exc))
 
     async def _on_disconnected(self) -> None:
-        log.info("disconnected from %s", self.url)
+        if self.closed or self._closing:  # an ordinary close says nothing at INFO
+            log.debug("disconnected from %s (closed)", self.url)
+        else:
+            log.info("disconnected from %s", self.url)
 
     async def _on_reconnected(self) -> None:
         log.info("reconnected to %s", self.url)
@@ -469,6 +473,7 @@ class Session:
     def close(self) -> None:
         if self.closed:
             return
+        self._closing = True
         try:
             if os.getpid() == self._pid and self.loop.alive:
                 try:

@@ -159,6 +159,25 @@ def test_list_is_ls_as_with_nats(cli):
     assert "stream ls [OPTIONS]" in r.stderr  # the alias runs as ls
 
 
+def test_verbose_and_log_level_show_the_jetspark_loggers(cli):
+    cli("stream", "add", "S", "--subjects", "s.>", "--max-msgs", "2")
+    assert cli("stream", "ls", "--names").stderr == ""  # default: warnings and errors only
+    r = cli("-vv", "pub", "s.a", "x", "--count", "5")
+    assert "DEBUG jetspark: opened store " in r.stderr and "DEBUG jetspark: opened stream S: 0 messages" in r.stderr
+    r = cli("--log-level", "DEBUG", "stream", "info", "S")
+    assert "DEBUG jetspark: opened stream S: 2 messages, seq 4..5" in r.stderr
+    r = cli("-v", "stream", "info", "S")
+    assert "DEBUG" not in r.stderr  # -v is INFO
+    assert cli("stream", "info", "S").stderr == ""  # the next invocation is quiet again
+
+
+def test_an_ordinary_close_of_a_server_connection_logs_nothing_at_info(cli, nats_server):
+    r = cli("-v", "--server", nats_server.url, "stream", "ls", "--names")
+    assert "disconnected" not in r.stderr and "INFO" not in r.stderr
+    r = cli("-vv", "--server", nats_server.url, "stream", "ls", "--names")
+    assert "DEBUG jetspark.remote: disconnected from" in r.stderr and "(closed)" in r.stderr
+
+
 def test_errors_are_one_line_and_debug_shows_the_traceback(cli):
     cli("stream", "add", "S")
     r = cli("stream", "info", "NOPE", code=1)
