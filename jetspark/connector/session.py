@@ -44,12 +44,22 @@ def spark_conf(conf_dir: Optional[Path] = None) -> dict[str, str]:
 
 
 def local_session(app_name: str = "jetspark", master: str = "local[2]", **extra: str):
-    """Build (or get) a local SparkSession with the jetstream format registered."""
+    """Build (or get) a local SparkSession with the jetstream format registered.
+
+    Under Spark Connect (``SPARK_REMOTE`` set, e.g. ``sc://host:15002`` or ``local[2]``)
+    it is a Connect session instead: Spark's own settings belong to the server then
+    (its Python must have jetspark installed), and only the format is registered, with
+    the session setting its batch reads need (README "Spark Connect")."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
     from jetspark.connector import register
+
+    if os.environ.get("SPARK_REMOTE"):
+        spark = SparkSession.builder.appName(app_name).getOrCreate()
+        register(spark)
+        return spark
 
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in {**spark_conf(), **extra}.items():
