@@ -12,7 +12,7 @@ import jetspark
 from jetspark.cli import tools
 from jetspark.cli.consumers import consumer
 from jetspark.cli.context import DEFAULT_STORE, Group, State
-from jetspark.cli.messages import fetch, pub, sub
+from jetspark.cli.messages import fetch, pub, sub, view
 from jetspark.cli.streams import stream
 from jetspark.cli.tools import bench, demo
 
@@ -41,6 +41,7 @@ class Root(Group):
 )
 @click.option("-s", "--server", metavar="URL", help="A NATS server (nats://host:port[,nats://host2:port]) instead of the embedded store.")
 @click.option("--debug", is_flag=True, help="Show the full traceback of an error.")
+@click.option("--trace", is_flag=True, help="Print each API call the command makes and its answer (to stderr).")
 @click.option("-v", "--verbose", count=True, help="Log what jetspark does to stderr: -v at INFO, -vv at DEBUG.")
 @click.option(
     "--log-level",
@@ -49,7 +50,7 @@ class Root(Group):
 )
 @click.version_option(jetspark.__version__, "--version", prog_name="jetspark")
 @click.pass_context
-def cli(ctx: click.Context, store: str, server: Optional[str], debug: bool, verbose: int, log_level: Optional[str]):
+def cli(ctx: click.Context, store: str, server: Optional[str], debug: bool, trace: bool, verbose: int, log_level: Optional[str]):
     """jetspark: streams with NATS JetStream semantics in a directory, from the command line.
 
     Commands and flags follow the `nats` CLI.  Durations read like 500ms,
@@ -65,7 +66,7 @@ def cli(ctx: click.Context, store: str, server: Optional[str], debug: bool, verb
     """
     level = log_level.upper() if log_level else ("DEBUG" if verbose >= 2 else "INFO" if verbose else None)
     configure_logging(level)
-    ctx.obj = State(store=store, server=server, debug=debug)
+    ctx.obj = State(store=store, server=server, debug=debug, trace=trace)
 
 
 def configure_logging(level: Optional[str]) -> None:
@@ -87,6 +88,7 @@ def configure_logging(level: Optional[str]) -> None:
 
 for command in (stream, consumer, pub, sub, fetch, demo, bench):
     cli.add_command(command)
+stream.add_command(view)  # (it prints messages as sub does: its code is with sub's)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

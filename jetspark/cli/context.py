@@ -30,10 +30,11 @@ DEFAULT_STORE = "./jetspark-data"
 class State:
     """Global options plus the lazily opened JetStream handle."""
 
-    def __init__(self, store: str, server: Optional[str], debug: bool) -> None:
+    def __init__(self, store: str, server: Optional[str], debug: bool, trace: bool = False) -> None:
         self.store = store
         self.server = server
         self.debug = debug
+        self.trace = trace
         self._js = None
 
     def js(self, create: bool = False):
@@ -51,6 +52,8 @@ class State:
             if not create and not (path / "store.json").exists():
                 raise click.ClickException(f"no jetspark store at {self.store} (choose one with --store or JETSPARK_STORE; `jetspark stream add` creates it)")
             self._js = jetspark.connect(str(path))
+        if self.trace and not isinstance(self._js, Traced):
+            self._js = Traced(self._js)
         return self._js
 
     def check_backend(self) -> None:
@@ -64,6 +67,36 @@ class State:
         js, self._js = self._js, None
         if js is not None:
             js.close()
+
+
+class Traced:
+    """A JetStream handle that prints each call and its answer to stderr (``--trace``): the
+    API requests a command makes, on the engine as on a server (secrets never appear: the
+    results' reprs hide them)."""
+
+    LIMIT = 400  # characters of an answer shown
+
+    def __init__(self, js) -> None:
+        self._js = js
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._js, name)
+        if not callable(attr) or name.startswith("_") or name == "close":
+            return attr
+
+        def call(*args, **kwargs):
+            shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items() if v is not None])
+            click.echo(f">>> {name}({shown})", err=True)
+            try:
+                out = attr(*args, **kwargs)
+            except Exception as exc:
+                click.echo(f"<<< {type(exc).__name__}: {describe_error(exc)}", err=True)
+                raise
+            text = repr(out)
+            click.echo(f"<<< {text[: self.LIMIT]}{' ...' if len(text) > self.LIMIT else ''}", err=True)
+            return out
+
+        return call
 
 
 pass_state = click.make_pass_decorator(State)

@@ -299,22 +299,7 @@ def sub(
         next_seq = 1
 
     def show(m: dict) -> None:
-        if as_json:
-            emit_json_line(
-                {
-                    "stream": m["stream"],
-                    "seq": m["seq"],
-                    "subject": m["subject"],
-                    "time": rfc3339(m["time"]) if m["time"] else None,
-                    "headers": m["headers"] or {},
-                    **body_fields(m["data"]),
-                }
-            )
-        elif raw:
-            _write_raw(m["data"])
-        else:
-            click.echo(f"[{m['stream']} #{m['seq']}] {m['subject']} @ {_stamp(m['time'])}", nl=False)
-            print_body(m["data"], m["headers"])
+        show_message(m, raw=raw, as_json=as_json)
 
     try:
         for m in first:
@@ -345,6 +330,79 @@ def sub(
                 pause = 0.01
     except KeyboardInterrupt:
         return
+
+
+def show_message(m: dict, *, raw: bool, as_json: bool) -> None:
+    """One message as ``sub`` and ``stream view`` print it: a JSON line, the raw body, or a
+    header line and the body."""
+    if as_json:
+        emit_json_line(
+            {
+                "stream": m["stream"],
+                "seq": m["seq"],
+                "subject": m["subject"],
+                "time": rfc3339(m["time"]) if m["time"] else None,
+                "headers": m["headers"] or {},
+                **body_fields(m["data"]),
+            }
+        )
+    elif raw:
+        _write_raw(m["data"])
+    else:
+        click.echo(f"[{m['stream']} #{m['seq']}] {m['subject']} @ {_stamp(m['time'])}", nl=False)
+        print_body(m["data"], m["headers"])
+
+
+@click.command("view")
+@click.argument("name")
+@click.argument("size", type=click.IntRange(min=1), default=10, required=False)
+@click.option("--id", "start_seq", type=click.IntRange(min=1), help="Start at this stream sequence.")
+@click.option("--since", type=DURATION, help="Start with messages stored this long ago, e.g. 1h.")
+@click.option("--subject", help="Only messages on this subject (wildcards allowed).")
+@click.option("--raw", is_flag=True, help="Print only message bodies, one per line.")
+@output_options
+@needs_store()
+def view(js, name: str, size: int, start_seq: Optional[int], since: Optional[float], subject: Optional[str], raw: bool, as_json: bool):
+    """View a stream's messages, a page of SIZE (default 10) at a time.
+
+    On a terminal it asks before each next page; otherwise (a pipe, a file)
+    it prints every page.  Nothing is recorded in the store.
+
+    \b
+    Example:
+      jetspark stream view ORDERS
+      jetspark stream view ORDERS 50 --since 1h --subject 'orders.new'
+      jetspark stream view ORDERS --id 1000 --raw
+    """
+    if start_seq is not None and since is not None:
+        raise click.UsageError("--id and --since cannot be combined")
+    info = js.stream_info(name)
+    if start_seq is not None:
+        next_seq = start_seq
+    elif since is not None:
+        next_seq = js.seq_for_time(name, _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(seconds=since))
+    else:
+        next_seq = info.state.first_seq or 1
+    ask = sys.stdin.isatty() and sys.stdout.isatty() and not as_json
+    filters = [subject] if subject else None
+    shown = 0
+    while True:
+        page = []
+        for batch in js.read_batches(name, next_seq, None, subjects=filters, batch_size=size, headers=True):
+            page.extend(batch.to_pylist())
+            if len(page) >= size:
+                break
+        page = page[:size]
+        for row in page:
+            show_message(_from_row(row), raw=raw, as_json=as_json)
+        shown += len(page)
+        if len(page) < size:
+            if not shown and not as_json:
+                click.echo(f"No messages in {name}" + (f" on {subject}" if subject else ""), err=True)
+            return
+        next_seq = page[-1]["seq"] + 1
+        if ask and not click.confirm("Next page?", default=True):
+            return
 
 
 def _last_seq(js, stream_name: str, subject: str) -> int:

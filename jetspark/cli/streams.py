@@ -52,7 +52,7 @@ _STORAGE = {"file": "file", "memory": "memory"}
 def stream():
     """Manage streams.
 
-    add, edit, info, ls, rm, purge, get, rmm, report.
+    add, edit, info, ls, rm, purge, get, view, rmm, report, check.
 
     \b
     Example:

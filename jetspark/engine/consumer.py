@@ -420,12 +420,7 @@ class Consumer:
             stream_name=self.stream.name,
             config=self.config,
             created=ns_to_datetime(self.created_ns),
-            # The consumer's last pull stands for its last delivery (the log keeps one time).
-            delivered=SequenceInfo(
-                consumer_seq=self.delivered_consumer_seq,
-                stream_seq=max(self.next_stream_seq - 1, 0),
-                last_active=ns_to_datetime(self.last_active) if self.delivered_consumer_seq and self.last_active else None,
-            ),
+            delivered=SequenceInfo(consumer_seq=self.delivered_consumer_seq, stream_seq=max(self.next_stream_seq - 1, 0)),
             ack_floor=SequenceInfo(consumer_seq=self.ack_floor_consumer_seq, stream_seq=self.ack_floor_stream_seq),
             num_ack_pending=len(self.pending),
             num_redelivered=self.num_redelivered(),

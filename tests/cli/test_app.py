@@ -38,6 +38,7 @@ READ_COMMANDS = [
     ("stream", "ls"),
     ("stream", "report"),
     ("stream", "get"),
+    ("stream", "view"),
     ("stream", "purge"),
     ("consumer", "add"),
     ("consumer", "edit"),
@@ -52,7 +53,7 @@ READ_COMMANDS = [
 
 def test_the_issue_s_commands_exist():
     assert set(LEAVES) == {
-        *(("stream", c) for c in ("add", "edit", "info", "ls", "rm", "purge", "get", "rmm", "report", "check")),
+        *(("stream", c) for c in ("add", "edit", "info", "ls", "rm", "purge", "get", "view", "rmm", "report", "check")),
         *(("consumer", c) for c in ("add", "edit", "info", "ls", "rm", "next")),
         ("pub",),
         ("sub",),
@@ -176,6 +177,17 @@ def test_an_ordinary_close_of_a_server_connection_logs_nothing_at_info(cli, nats
     assert "disconnected" not in r.stderr and "INFO" not in r.stderr
     r = cli("-vv", "--server", nats_server.url, "stream", "ls", "--names")
     assert "DEBUG jetspark.remote: disconnected from" in r.stderr and "(closed)" in r.stderr
+
+
+def test_trace_prints_each_call_and_its_answer(cli, nats_server):
+    cli("stream", "add", "S", "--subjects", "s.>")
+    r = cli("--trace", "pub", "s.a", "hi")
+    assert r.stderr.splitlines() == [">>> publish('s.a', b'hi')", "<<< PubAck(stream='S', seq=1, domain=None, duplicate=None)"]
+    assert "Published 2 bytes to s.a" in r.stdout  # the output itself is unchanged
+    r = cli("--trace", "stream", "info", "NOPE", code=1)
+    assert ">>> stream_info('NOPE')\n<<< StreamNotFoundError: stream not found (err_code 10059)" in r.stderr
+    r = cli("--trace", "--server", nats_server.url, "stream", "ls", "--names")
+    assert r.stderr.startswith(">>> streams_info()\n<<< [")
 
 
 def test_errors_are_one_line_and_debug_shows_the_traceback(cli):

@@ -180,6 +180,21 @@ def test_get(orders):
     assert orders.json("stream", "get", "ORDERS", "-S", "orders.*.new")["seq"] == 4
 
 
+def test_view(orders):
+    # Not on a terminal: every page, in order (on one, it asks before each next page).
+    assert orders("stream", "view", "ORDERS", "2", "--raw").stdout.splitlines() == ['{"id": 1}', '{"id": 2}', '{"id": 3}', "eu", "shipped"]
+    assert [m["seq"] for m in orders.json_lines("stream", "view", "ORDERS", "--id", "4")] == [4, 5]
+    assert [m["seq"] for m in orders.json_lines("stream", "view", "ORDERS", "--subject", "orders.*.new")] == [4]
+    assert [m["seq"] for m in orders.json_lines("stream", "view", "ORDERS", "--since", "1h")] == [1, 2, 3, 4, 5]
+    text = orders("stream", "view", "ORDERS", "1").stdout
+    assert "[ORDERS #4] orders.eu.new @ " in text and "Region: eu" in text
+    r = orders("stream", "view", "ORDERS", "--subject", "orders.none")
+    assert r.stdout == "" and r.stderr == "No messages in ORDERS on orders.none\n"
+    assert "cannot be combined" in orders("stream", "view", "ORDERS", "--id", "1", "--since", "1h", code=2).stderr
+    r = orders("stream", "view", "NOPE", code=1)
+    assert "stream 'NOPE' not found" in r.stderr
+
+
 def test_get_binary_body_in_json(orders):
     orders("pub", "orders.bin", "--force-stdin", input=b"\xff\x00\xfe")
     msg = orders.json("stream", "get", "ORDERS", "--last-for", "orders.bin")
