@@ -310,6 +310,9 @@ def sub(
         pause = 0.01
         while True:
             got = False
+            # Read before the range: a message stored after this read is past ``last`` and is
+            # read next time (taken after the read, it could skip one published meanwhile).
+            last = js.stream_info(stream_name).state.last_seq
             for batch in js.read_batches(stream_name, next_seq, None, subjects=filters, batch_size=min(count or 4096, 4096), headers=True):
                 got = True
                 for row in batch.to_pylist():
@@ -319,8 +322,9 @@ def sub(
                     if count is not None and seen >= count:
                         return
             if not got:
-                # A filtered read may skip ahead without returning a row: resume after what is stored.
-                next_seq = max(next_seq, js.stream_info(stream_name).state.last_seq + 1)
+                # A filtered read may skip ahead without returning a row: resume after what
+                # was stored when it began.
+                next_seq = max(next_seq, last + 1)
                 if not follow:
                     return
                 # The engine has no way to wait for a publish, so a follower polls, backing off to 0.25 s.

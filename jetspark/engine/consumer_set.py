@@ -41,8 +41,13 @@ log = logging.getLogger("jetspark")
 
 
 def dir_name(name: str) -> str:
-    """A consumer's directory: its name, unless too long for one (255 bytes)."""
-    return name if len(name.encode()) <= 255 else uuid.uuid5(uuid.NAMESPACE_URL, name).hex
+    """A consumer's directory: its name, unless too long for one (255 bytes).  A name UTF-8
+    cannot encode (a lone surrogate) names no consumer: add_consumer refuses it."""
+    try:
+        size = len(name.encode())
+    except UnicodeEncodeError:
+        raise api_error(10014) from None
+    return name if size <= 255 else uuid.uuid5(uuid.NAMESPACE_URL, name).hex
 
 
 class ConsumerSet:

@@ -73,12 +73,13 @@ def test_a_node_killed_under_a_running_query(spark, cluster, streams, tmp_path, 
             publish(js, 1)  # retried through the election too
             query.processAllAvailable()
         finally:
-            cluster.restart(victim)
-        publish(js, 2)
+            cluster.restart(victim, ready=False)
+        publish(js, 2)  # while the node rejoins and catches up
         query.processAllAvailable()
         assert query.exception() is None
     finally:
         query.stop()
+        cluster.wait_ready()  # the next test gets the whole cluster back
 
     got = spark.read.format("jetstream").option("store", url).option("stream", OUT).load().selectExpr("CAST(data AS STRING) AS data")
     want = spark.createDataFrame([(f"m{i:04d}",) for i in range(3 * PHASE)], "data STRING")

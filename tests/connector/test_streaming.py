@@ -47,26 +47,43 @@ def ten(store):
     return store
 
 
-@pytest.mark.parametrize(
-    "limits, sizes",
-    [
-        ({"maxOffsetsPerTrigger": "4"}, [4, 4, 2]),
-        ({"maxOffsetsPerTrigger": "1000"}, [10]),
-        ({"maxBytesPerTrigger": "3 messages"}, [3, 3, 3, 1]),
-        ({"maxBytesPerTrigger": "3.5 messages"}, [3, 3, 3, 1]),
-        # Smaller than one message: each batch still takes one, so the query moves.
-        ({"maxBytesPerTrigger": "1"}, [1] * 10),
-        # Several limits at once: each batch honours all of them.
-        ({"maxOffsetsPerTrigger": "4", "maxBytesPerTrigger": "2 messages"}, [2] * 5),
-        # availableNow ends the query, however far below the minimum the rest is;
-        # what is there when it starts is read, the last batch below the minimum.
-        ({"minOffsetsPerTrigger": "4"}, [10]),
-        ({"minOffsetsPerTrigger": "40", "maxTriggerDelay": "1h"}, [10]),
-        ({"minOffsetsPerTrigger": "3", "maxOffsetsPerTrigger": "7"}, [7, 3]),
-    ],
-    ids=lambda v: "+".join(f"{k}={x}" for k, x in v.items()).replace(" ", "") if isinstance(v, dict) else str(len(v)),
-)
-def test_read_limits(ten, spark, limits, sizes):
+# The source applies the limits from the stream's state; only maxBytesPerTrigger asks the
+# store something of its own (seq_for_bytes), so the count limits run on the engine alone.
+COUNT_LIMITS = [
+    ({"maxOffsetsPerTrigger": "4"}, [4, 4, 2]),
+    ({"maxOffsetsPerTrigger": "1000"}, [10]),
+    # availableNow ends the query, however far below the minimum the rest is;
+    # what is there when it starts is read, the last batch below the minimum.
+    ({"minOffsetsPerTrigger": "4"}, [10]),
+    ({"minOffsetsPerTrigger": "40", "maxTriggerDelay": "1h"}, [10]),
+    ({"minOffsetsPerTrigger": "3", "maxOffsetsPerTrigger": "7"}, [7, 3]),
+]
+BYTE_LIMITS = [
+    ({"maxBytesPerTrigger": "3 messages"}, [3, 3, 3, 1]),
+    ({"maxBytesPerTrigger": "3.5 messages"}, [3, 3, 3, 1]),
+    # Smaller than one message: each batch still takes one, so the query moves.
+    ({"maxBytesPerTrigger": "1"}, [1] * 10),
+    # Several limits at once: each batch honours all of them.
+    ({"maxOffsetsPerTrigger": "4", "maxBytesPerTrigger": "2 messages"}, [2] * 5),
+]
+
+
+def _limits_id(v):
+    return "+".join(f"{k}={x}" for k, x in v.items()).replace(" ", "") if isinstance(v, dict) else str(len(v))
+
+
+@pytest.mark.parametrize("store", ["engine"], indirect=True)
+@pytest.mark.parametrize("limits, sizes", COUNT_LIMITS, ids=_limits_id)
+def test_count_read_limits(ten, spark, limits, sizes):
+    check_read_limits(ten, spark, limits, sizes)
+
+
+@pytest.mark.parametrize("limits, sizes", BYTE_LIMITS, ids=_limits_id)
+def test_byte_read_limits(ten, spark, limits, sizes):
+    check_read_limits(ten, spark, limits, sizes)
+
+
+def check_read_limits(ten, spark, limits, sizes):
     options = {}
     for k, v in limits.items():
         if v.endswith("messages"):
