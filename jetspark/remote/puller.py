@@ -300,8 +300,33 @@ async def count_from(session: Session, stream: str, start: int, filters: Optiona
     return pending
 
 
+# Times a range read reopens its consumer because the consumer's replica lags the stream.
+STALE_REOPENS = 20
+
+
+async def first_stored(session: Session, stream: str, start: int, filters: Optional[Sequence[str]]) -> Optional[int]:
+    """The first stored sequence >= ``start`` matching ``filters``, as the stream's leader says
+    (STREAM.MSG.GET with next_by_subj, which the leader answers); None if there is none."""
+    best: Optional[int] = None
+    for f in filters or [">"]:
+        try:
+            resp = await session.api(session.stream_subject("MSG.GET", stream), {"seq": start, "next_by_subj": f}, what=f"reading stream {stream!r}")
+        except MsgNotFoundError:
+            continue
+        q = int(resp["message"]["seq"])
+        best = q if best is None else min(best, q)
+    return best
+
+
 class RangeRead:
-    """One range read: creates its consumer, pulls, restarts after a gap, deletes the consumer."""
+    """One range read: creates its consumer, pulls, restarts after a gap, deletes the consumer.
+
+    On a cluster the consumer can sit on a node whose replica of the stream lags the leader
+    (a node catching up after a restart): it then reports nothing pending while the range
+    still holds messages.  A read that ends before ``hi`` therefore asks the stream's leader
+    whether anything matching is stored in the rest of the range, and if so reads on from a
+    new consumer (after a pause, a bounded number of times, then an error): it never returns
+    a range short in silence (tests/connector/test_cluster_streaming.py)."""
 
     def __init__(self, session: Session, stream: str, lo: int, hi: int, filters, *, keep_headers: bool, headers_only: bool = False) -> None:
         self.session = session
@@ -316,6 +341,7 @@ class RangeRead:
         self.pending_at_start = 0
         self.restarts = 0
         self.returned = lo - 1  # the last sequence a returned chunk held
+        self.stale = 0  # reopens after a consumer's replica was found lagging
 
     async def open(self, start: Optional[int] = None) -> None:
         start = self.lo if start is None else start
@@ -344,8 +370,32 @@ class RangeRead:
                     await self._restart()
                 return chunk
             if not self.puller.gap:
+                if await self._short():
+                    continue
                 return chunk
             await self._restart()
+
+    async def _short(self) -> bool:
+        """At the consumer's end: whether the stream's leader holds more of the range (the
+        consumer's replica lags); if so a new consumer reads on from the last delivery."""
+        last = max(self.puller.last_sseq, self.returned)
+        if last >= self.hi:
+            return False
+        q = await first_stored(self.session, self.stream, last + 1, self.filters)
+        if q is None or q > self.hi:
+            return False
+        self.stale += 1
+        if self.stale > STALE_REOPENS:
+            raise JetSparkError(
+                f"range read of stream {self.stream!r}: its consumer's replica stays behind the stream's leader "
+                f"(read up to seq {last}, the leader holds seq {q} <= {self.hi}); a node may still be catching up"
+            )
+        log.warning("range read of %r: the consumer ended at seq %d but the stream's leader holds seq %d; reading on from a new consumer", self.stream, last, q)
+        await self.puller.close()
+        await delete_consumer_quietly(self.session, self.stream, self.consumer)
+        await asyncio.sleep(min(0.05 * 2**self.stale, 1.0))
+        await self.open(last + 1)
+        return True
 
     async def resume(self) -> None:
         """Go on after the last chunk returned, on a fresh consumer (the old one, or the node
