@@ -47,7 +47,7 @@ def demo(state: State, demo_args: tuple[str, ...]):
 
 
 @click.command()
-@click.option("--quick", is_flag=True, help="Small sizes and fewer repetitions (about 15 s instead of 1.5 min).")
+@click.option("--quick", is_flag=True, help="Small sizes and fewer repetitions (about 30 s on a quiet 2-core machine, measured; more under load).")
 @click.option("--only", metavar="ROWS", help="Comma-separated rows to run, e.g. 1,3 (default: all).")
 @click.option("--dir", "work_dir", type=click.Path(file_okay=False), help="Where the temporary store and nats-server data go.")
 @progress_options
