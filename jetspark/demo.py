@@ -181,7 +181,8 @@ def _next_steps(store: str) -> None:
     if shutil.which("jetspark"):
         cli = "jetspark"
     elif os.path.exists(beside):
-        cli = os.path.relpath(beside) if not os.path.relpath(beside).startswith("..") else beside
+        rel = os.path.relpath(beside)
+        cli = beside if rel.startswith("..") else rel
     else:
         cli = f"{sys.executable} -m jetspark.cli"
     where = f"--server {store}" if store.startswith(("nats://", "tls://")) else f"--store {store}"

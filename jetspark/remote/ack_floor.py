@@ -45,7 +45,7 @@ from jetspark.errors import AckFloorError, MsgNotFoundError
 from jetspark.protocol import subjects as subj
 from jetspark.remote import jsapi
 from jetspark.remote.fastpath import RawInbox, status_of
-from jetspark.remote.puller import GET_WINDOW, PULL_BATCH, PULL_MAX_BYTES, count_from, reply_offset
+from jetspark.remote.puller import GET_WINDOW, PULL_BATCH, PULL_MAX_BYTES, count_from, first_stored, reply_offset
 from jetspark.remote.session import PROGRESS, Session
 
 log = logging.getLogger("jetspark.remote")
@@ -101,16 +101,7 @@ class _Floor:
 
     async def next_matching(self, start: int) -> Optional[int]:
         """The first stored sequence >= ``start`` that the consumer matches, or None."""
-        best: Optional[int] = None
-        subject = self.session.stream_subject("MSG.GET", self.stream)
-        for f in self.filters or [">"]:
-            try:
-                resp = await self.session.api(subject, {"seq": start, "next_by_subj": f}, what=f"reading stream {self.stream!r}")
-            except MsgNotFoundError:
-                continue
-            q = int(resp["message"]["seq"])
-            best = q if best is None else min(best, q)
-        return best
+        return await first_stored(self.session, self.stream, start, self.filters)
 
     async def _subject_at(self, seq: int) -> Optional[str]:
         try:
@@ -299,28 +290,22 @@ class _Floor:
             inbox, self.inbox = self.inbox, None
             await inbox.close()
 
-    async def consumer_info(self) -> ConsumerInfo:
-        """The consumer's state once it counts every delivery this call received.  On a
-        cluster an info answered right after a pull can predate its deliveries (seen under
-        ack policy none); a count made from it would pull past seq."""
+    async def consumer_info(self, *, acks_shown: bool = False) -> ConsumerInfo:
+        """The consumer's state once it counts every delivery this call received (and, with
+        ``acks_shown``, once its floor shows this call's acks), or as it is after the
+        session's timeout.  On a cluster an info answered right after a pull can predate its
+        deliveries (seen under ack policy none: a count made from it would pull past seq), and
+        an interest or work-queue stream can drop an acknowledged message before the
+        consumer's info shows the ack (tests/contract/test_bulk.py, deliveries pending past
+        seq: the stream says "reached" while the floor is stale)."""
+        want = min(self.acked, self.seq) if acks_shown and self.policy != AckPolicy.NONE else 0
         deadline = asyncio.get_running_loop().time() + self.session.timeout
         while True:
             info = await jsapi.consumer_info(self.session, self.stream, self.durable)
-            if info.delivered.stream_seq >= self.received or asyncio.get_running_loop().time() > deadline:
+            settled = info.delivered.stream_seq >= self.received and info.ack_floor.stream_seq >= want
+            if settled or asyncio.get_running_loop().time() > deadline:
                 return info
             await asyncio.sleep(0.01)
-
-    async def settled_info(self, info: ConsumerInfo) -> ConsumerInfo:
-        """The consumer's state once its floor shows this call's acks.  On a cluster an
-        interest or work-queue stream can drop an acknowledged message before the consumer's
-        info shows the ack (tests/contract/test_bulk.py, deliveries pending past seq): the
-        stream then says "reached" while the floor read last is stale."""
-        deadline = asyncio.get_running_loop().time() + self.session.timeout
-        want = min(self.acked, self.seq)
-        while info.ack_floor.stream_seq < want and self.policy != AckPolicy.NONE and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.01)
-            info = await jsapi.consumer_info(self.session, self.stream, self.durable)
-        return info
 
 
 async def _advance(session: Session, stream: str, durable: str, seq: int) -> SequenceInfo:
@@ -354,7 +339,8 @@ async def _advance(session: Session, stream: str, durable: str, seq: int) -> Seq
                     info,
                     f"the server delivered and acknowledged nothing more (a paused or push consumer?) in {STALLS} rounds ({info.num_pending} matching messages undelivered, {info.num_ack_pending} deliveries ack-pending)",
                 )
-        info = await call.settled_info(info)
+        if info.ack_floor.stream_seq < min(call.acked, seq):
+            info = await call.consumer_info(acks_shown=True)
     finally:
         await call.close()
     return SequenceInfo(consumer_seq=info.ack_floor.consumer_seq, stream_seq=info.ack_floor.stream_seq)

@@ -23,7 +23,7 @@ from jetspark.errors import JetSparkError
 from jetspark.protocol import subjects as subj
 from jetspark.remote import wire
 from jetspark.remote.fastpath import RawInbox, status_of
-from jetspark.remote.puller import STALE_REOPENS, Chunk, first_stored
+from jetspark.remote.puller import Chunk, EndCheck
 from jetspark.remote.session import Session
 
 __all__ = ["DirectRead", "strip_direct_headers"]
@@ -85,7 +85,8 @@ class DirectRead:
         self._inbox: Optional[RawInbox] = None
         self._inbox_subject = ""
         self._stamps = _Stamps()
-        self.stale = 0  # reads resumed after a replica said "no more" early
+        # Every replica answers direct gets: one catching up can say "no more" before hi.
+        self.end_check = EndCheck(session, stream, hi, self.filters, "direct read")
 
     async def open(self) -> None:
         nc = await self.session.ready()
@@ -108,31 +109,13 @@ class DirectRead:
     async def next_chunk(self, max_msgs: int) -> Chunk:
         out = Chunk()
         while len(out) < max_msgs:
-            if self.done and not await self._short():
-                break
+            if self.done:
+                if not await self.end_check.short(self.next - 1):
+                    break
+                self.done = False
             await self._batch(out, min(DIRECT_BATCH, max_msgs - len(out), self.hi - self.next + 1))
         self.returned_next = self.next
         return out
-
-    async def _short(self) -> bool:
-        """Ended before ``hi``: whether the stream's leader holds more of the range.  Every
-        replica answers direct gets, and one catching up after a restart can say "no more"
-        early; the read then goes on (after a pause, a bounded number of times, then an
-        error), never short in silence."""
-        if self.next > self.hi:
-            return False
-        q = await first_stored(self.session, self.stream, self.next, self.filters)
-        if q is None or q > self.hi:
-            return False
-        self.stale += 1
-        if self.stale > STALE_REOPENS:
-            raise JetSparkError(
-                f"direct read of stream {self.stream!r}: a replica stays behind the stream's leader "
-                f"(read up to seq {self.next - 1}, the leader holds seq {q} <= {self.hi}); a node may still be catching up"
-            )
-        await asyncio.sleep(min(0.05 * 2**self.stale, 1.0))
-        self.done = False
-        return True
 
     async def _batch(self, out: Chunk, batch: int) -> None:
         """One direct-get batch from ``self.next``, appended to ``out``."""

@@ -300,7 +300,7 @@ async def count_from(session: Session, stream: str, start: int, filters: Optiona
     return pending
 
 
-# Times a range read reopens its consumer because the consumer's replica lags the stream.
+# Times a read goes on after a replica said "no more" while the stream's leader holds more.
 STALE_REOPENS = 20
 
 
@@ -318,15 +318,39 @@ async def first_stored(session: Session, stream: str, start: int, filters: Optio
     return best
 
 
-class RangeRead:
-    """One range read: creates its consumer, pulls, restarts after a gap, deletes the consumer.
+class EndCheck:
+    """A read's end, checked with the stream's leader: on a cluster the replica a read went
+    through (a reader consumer's node, or whichever node answered a direct get) can lag the
+    leader (a node catching up after a restart) and say "no more" before ``hi``.  ``short``
+    says whether matching messages remain in (last, hi]; a read then goes on, after a pause
+    growing with each time, and past ``STALE_REOPENS`` times it raises: never short in silence
+    (tests/connector/test_cluster_streaming.py)."""
 
-    On a cluster the consumer can sit on a node whose replica of the stream lags the leader
-    (a node catching up after a restart): it then reports nothing pending while the range
-    still holds messages.  A read that ends before ``hi`` therefore asks the stream's leader
-    whether anything matching is stored in the rest of the range, and if so reads on from a
-    new consumer (after a pause, a bounded number of times, then an error): it never returns
-    a range short in silence (tests/connector/test_cluster_streaming.py)."""
+    def __init__(self, session: Session, stream: str, hi: int, filters: Optional[Sequence[str]], what: str) -> None:
+        self.session, self.stream, self.hi, self.filters, self.what = session, stream, hi, filters, what
+        self.times = 0
+
+    async def short(self, last: int) -> bool:
+        if last >= self.hi:
+            return False
+        q = await first_stored(self.session, self.stream, last + 1, self.filters)
+        if q is None or q > self.hi:
+            return False
+        self.times += 1
+        if self.times > STALE_REOPENS:
+            raise JetSparkError(
+                f"{self.what} of stream {self.stream!r}: a replica stays behind the stream's leader "
+                f"(read up to seq {last}, the leader holds seq {q} <= {self.hi}); a node may still be catching up"
+            )
+        log.warning("%s of %r: ended at seq %d but the stream's leader holds seq %d; reading on", self.what, self.stream, last, q)
+        await asyncio.sleep(min(0.05 * 2**self.times, 1.0))
+        return True
+
+
+class RangeRead:
+    """One range read: creates its consumer, pulls, restarts after a gap, deletes the consumer;
+    a consumer that ends before ``hi`` is checked with the stream's leader (``EndCheck``) and
+    replaced by a new one if its replica lagged."""
 
     def __init__(self, session: Session, stream: str, lo: int, hi: int, filters, *, keep_headers: bool, headers_only: bool = False) -> None:
         self.session = session
@@ -341,7 +365,7 @@ class RangeRead:
         self.pending_at_start = 0
         self.restarts = 0
         self.returned = lo - 1  # the last sequence a returned chunk held
-        self.stale = 0  # reopens after a consumer's replica was found lagging
+        self.end_check = EndCheck(session, stream, hi, filters, "range read")
 
     async def open(self, start: Optional[int] = None) -> None:
         start = self.lo if start is None else start
@@ -376,24 +400,13 @@ class RangeRead:
             await self._restart()
 
     async def _short(self) -> bool:
-        """At the consumer's end: whether the stream's leader holds more of the range (the
-        consumer's replica lags); if so a new consumer reads on from the last delivery."""
+        """At the consumer's end: if the stream's leader holds more of the range, a new
+        consumer reads on from the last delivery."""
         last = max(self.puller.last_sseq, self.returned)
-        if last >= self.hi:
+        if not await self.end_check.short(last):
             return False
-        q = await first_stored(self.session, self.stream, last + 1, self.filters)
-        if q is None or q > self.hi:
-            return False
-        self.stale += 1
-        if self.stale > STALE_REOPENS:
-            raise JetSparkError(
-                f"range read of stream {self.stream!r}: its consumer's replica stays behind the stream's leader "
-                f"(read up to seq {last}, the leader holds seq {q} <= {self.hi}); a node may still be catching up"
-            )
-        log.warning("range read of %r: the consumer ended at seq %d but the stream's leader holds seq %d; reading on from a new consumer", self.stream, last, q)
         await self.puller.close()
         await delete_consumer_quietly(self.session, self.stream, self.consumer)
-        await asyncio.sleep(min(0.05 * 2**self.stale, 1.0))
         await self.open(last + 1)
         return True
 
