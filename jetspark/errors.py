@@ -13,6 +13,7 @@
     │   └── ServiceUnavailableError           HTTP 503: store refused (10077 limits with discard new)
     ├── NoStreamResponseError (LookupError)   no stream captures the subject (nats: no responders)
     ├── FetchTimeoutError (TimeoutError)      fetch found nothing before its timeout
+    ├── NoHeartbeatError (TimeoutError)       nats:// backend: a pull's idle heartbeats stopped coming
     ├── StoreError                            the store on disk cannot be used; ``path`` names the file
     │   ├── CorruptStoreError                 a damaged file: detected, reported, never served
     │   └── StoreIOError (OSError)            the disk refused a write or read (``errno``, ``filename``)
@@ -51,6 +52,7 @@ __all__ = [
     "FetchTimeoutError",
     "JetSparkError",
     "MsgNotFoundError",
+    "NoHeartbeatError",
     "NoStreamResponseError",
     "NotFoundError",
     "OptionError",
@@ -133,6 +135,13 @@ class NoStreamResponseError(JetSparkError, LookupError):
 
 class FetchTimeoutError(JetSparkError, TimeoutError):
     """fetch() found no message before its timeout."""
+
+
+class NoHeartbeatError(JetSparkError, TimeoutError):
+    """No message and no idle heartbeat came for two heartbeat intervals while a pull was
+    waiting on the server (nats.go's ErrNoHeartbeat): the connection, the server or the
+    consumer's leader stalled.  ``messages()`` raises it from ``next`` and then pulls
+    afresh; ``consume`` passes it to its ``error_cb`` and goes on."""
 
 
 class StoreError(JetSparkError):

@@ -322,7 +322,9 @@ class PullSubscription:
     def unsubscribe(self) -> None:
         self._js._loop.run(self._sub.unsubscribe())
 
-    def fetch(self, batch: int = 1, timeout: Optional[float] = 5.0, no_wait: bool = False, max_bytes: Optional[int] = None) -> list:
+    def fetch(
+        self, batch: int = 1, timeout: Optional[float] = 5.0, heartbeat: Optional[float] = None, no_wait: bool = False, max_bytes: Optional[int] = None
+    ) -> list:
         """nats-py's fetch; FetchTimeoutError when nothing arrives."""
         run = self._js._loop.run
         wait = (timeout or _TIMEOUT) + 3 * _FETCH_GRACE + 10
@@ -331,7 +333,7 @@ class PullSubscription:
                 if no_wait or max_bytes is not None:
                     msgs = run(self._one_shot(batch, timeout or _TIMEOUT, no_wait, max_bytes), timeout=wait)
                 else:
-                    msgs = run(self._sub.fetch(batch, timeout=timeout), timeout=wait)
+                    msgs = run(self._sub.fetch(batch, timeout=timeout, heartbeat=heartbeat), timeout=wait)
         except (nats.errors.TimeoutError, nats.js.errors.FetchTimeoutError, asyncio.TimeoutError):
             msgs = []
         except nats.js.errors.ServiceUnavailableError:

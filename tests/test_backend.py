@@ -16,10 +16,12 @@ import re
 import pytest
 
 import jetspark
-from jetspark.backend import JetStreamAPI, MsgAPI, PullSubscriptionAPI
+from jetspark.backend import ConsumeContextAPI, JetStreamAPI, MessagesAPI, MsgAPI, PullSubscriptionAPI
 from jetspark.backend.base import HandleBase
+from jetspark.backend.live import ConsumeContext
 from jetspark.engine import pull as engine_pull
 from jetspark.engine.handle import JetStream
+from jetspark.remote import live as remote_live
 from jetspark.remote import pull as remote_pull
 from jetspark.remote.client import NatsJetStream
 from tests.conftest import drop_streams
@@ -41,6 +43,9 @@ IMPLEMENTATIONS = [
     (PullSubscriptionAPI, remote_pull.PullSubscription),
     (MsgAPI, engine_pull.Msg),
     (MsgAPI, remote_pull.Msg),
+    (MessagesAPI, engine_pull.Messages),
+    (MessagesAPI, remote_live.Messages),
+    (ConsumeContextAPI, ConsumeContext),  # one class, both backends' consume() returns it
 ]
 
 
@@ -175,7 +180,7 @@ def test_an_object_missing_a_verb_is_not_a_jetstream_api():
 CONTRACT_SUITE = pathlib.Path(__file__).resolve().parent / "contract"
 
 
-@pytest.mark.parametrize("protocol", [JetStreamAPI, PullSubscriptionAPI, MsgAPI], ids=lambda p: p.__name__)
+@pytest.mark.parametrize("protocol", [JetStreamAPI, PullSubscriptionAPI, MsgAPI, MessagesAPI, ConsumeContextAPI], ids=lambda p: p.__name__)
 def test_the_contract_suite_calls_every_declared_verb(protocol):
     """Every verb the Protocols declare is called somewhere in tests/contract, whose tests run
     on every backend: a verb added to the contract without a contract test fails here."""

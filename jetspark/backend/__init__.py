@@ -3,10 +3,12 @@
 ``jetspark.connect`` returns one of two handles: ``jetspark.engine.handle.JetStream``
 (the embedded engine on a directory) or ``jetspark.remote.client.NatsJetStream``
 (a real NATS server through nats-py).  Both satisfy ``JetStreamAPI``; their
-subscriptions satisfy ``PullSubscriptionAPI`` and their delivered messages
+subscriptions satisfy ``PullSubscriptionAPI``, their continuous pulls
+``MessagesAPI`` and ``ConsumeContextAPI``, and their delivered messages
 ``MsgAPI``.  Code that must work on either (the Spark connector, the CLI)
 types against these Protocols.  What the two handles share is implemented
-once, in ``jetspark.backend.base.HandleBase``, which both inherit.
+once, in ``jetspark.backend.base.HandleBase``, which both inherit (and what
+their continuous pulls share in ``jetspark.backend.live``).
 
 ``tests/test_backend.py`` checks that both handles declare every verb here
 with the same signature and nothing public beyond it; ``tests/contract/``
@@ -43,6 +45,7 @@ from __future__ import annotations
 from typing import (
     TYPE_CHECKING,
     Any,
+    Callable,
     Iterator,
     Mapping,
     Optional,
@@ -66,7 +69,7 @@ from jetspark.api import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["JetStreamAPI", "MsgAPI", "PullSubscriptionAPI"]
+__all__ = ["ConsumeContextAPI", "JetStreamAPI", "MessagesAPI", "MsgAPI", "PullSubscriptionAPI"]
 
 
 @runtime_checkable
@@ -115,21 +118,140 @@ class MsgAPI(Protocol):
 
 
 @runtime_checkable
+class MessagesAPI(Protocol):
+    """A continuous pull, ``PullSubscription.messages()`` (nats.go's ``MessagesContext``):
+    an iterator of messages kept ahead of the caller in a buffer.
+
+    The buffer is refilled whenever what it holds (with, on a server, what is asked and not
+    yet arrived) falls below the threshold, checked at each ``next``, so the consumer
+    delivers at most ``max_messages`` (or ``max_bytes``) ahead of the caller; buffered
+    messages are delivered ones, and those never handed out are redelivered after the
+    consumer's ``ack_wait``.  On the engine a waiting ``next`` wakes when another process
+    publishes or acknowledges (without polling where inotify is available) and when a
+    pending delivery falls due; on a server, pull requests stay outstanding with
+    ``expires`` and ``idle_heartbeat``.
+
+    Iteration ends (``StopIteration``) after ``stop`` or once ``drain`` has handed out the
+    buffer.  Errors are raised by ``next`` after the messages buffered before them:
+    ``ConsumerNotFoundError``/``StreamNotFoundError`` when the consumer or its stream is
+    deleted, ``ClosedError`` when the handle closes (these end the iteration), and on a
+    server ``NoHeartbeatError`` when heartbeats stop coming (the next call pulls afresh)."""
+
+    def __iter__(self) -> Iterator[MsgAPI]: ...
+
+    def __next__(self) -> MsgAPI: ...
+
+    def next(self, timeout: Optional[float] = None) -> MsgAPI:
+        """The next message, waiting at most ``timeout`` seconds (None: until one comes or
+        the iteration ends); ``FetchTimeoutError`` when none came in time, ``StopIteration``
+        when the iteration has ended, or the pull's error (see the class docstring)."""
+        ...
+
+    def stop(self) -> None:
+        """End the iteration now; buffered messages are dropped (and redelivered after
+        ``ack_wait``).  A ``next`` waiting in another thread returns (``StopIteration``)."""
+        ...
+
+    def drain(self) -> None:
+        """Stop pulling; ``next`` hands out what is buffered, then ends the iteration."""
+        ...
+
+    def __enter__(self) -> "MessagesAPI":
+        """The iterator; ``stop()`` on leaving the ``with`` block."""
+        ...
+
+    def __exit__(self, *exc: Any) -> None: ...
+
+
+@runtime_checkable
+class ConsumeContextAPI(Protocol):
+    """``PullSubscription.consume(cb)`` under way (nats.go's ``ConsumeContext``):
+    one background thread calling ``cb`` on each message in delivery order."""
+
+    @property
+    def closed(self) -> bool:
+        """Has it ended (stopped, drained or ended by an error) and its last callback returned?"""
+        ...
+
+    def stop(self) -> None:
+        """Stop: the callback under way finishes, buffered messages are not delivered."""
+        ...
+
+    def drain(self) -> None:
+        """Stop pulling, deliver the buffered messages to the callback, then end."""
+        ...
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Wait at most ``timeout`` seconds (None: no limit) for the end; whether it ended."""
+        ...
+
+    def __enter__(self) -> "ConsumeContextAPI":
+        """The context; ``stop()`` and ``wait()`` on leaving the ``with`` block."""
+        ...
+
+    def __exit__(self, *exc: Any) -> None: ...
+
+
+@runtime_checkable
 class PullSubscriptionAPI(Protocol):
     """A pull consumer bound to a stream (nats-py's ``PullSubscription``, synchronously)."""
 
     stream: str
     consumer: str
 
-    def fetch(self, batch: int = 1, timeout: Optional[float] = 5.0, no_wait: bool = False, max_bytes: Optional[int] = None) -> list[MsgAPI]:
+    def fetch(
+        self, batch: int = 1, timeout: Optional[float] = 5.0, heartbeat: Optional[float] = None, no_wait: bool = False, max_bytes: Optional[int] = None
+    ) -> list[MsgAPI]:
         """Up to ``batch`` (1..2**31-1) messages, at most ``max_bytes`` bytes of them
         (None or 0: no limit), in delivery order; waits up to ``timeout`` seconds
-        (None: 5) for the first one, not at all with ``no_wait``.
+        (None: 5) for the first one, not at all with ``no_wait``.  ``heartbeat``
+        (seconds, at most half the timeout; nats-py's) asks the server for idle
+        heartbeats while it waits, and ``NoHeartbeatError`` when two are missed; the
+        engine checks it and has nothing to watch.
 
         Returns at least one message.  ``FetchTimeoutError`` (a ``TimeoutError``)
         when none came in time, as nats-py raises.  Delivery follows the consumer's
         policies: ``max_ack_pending``, redelivery after ``ack_wait``/``backoff``
-        up to ``max_deliver``, ``headers_only`` (§5.2-§5.5)."""
+        up to ``max_deliver``, ``headers_only`` (§5.2-§5.5).  On the engine a waiting
+        fetch wakes when another process publishes or acknowledges, and when a pending
+        delivery falls due."""
+        ...
+
+    def messages(
+        self,
+        max_messages: Optional[int] = None,
+        max_bytes: Optional[int] = None,
+        expires: Optional[float] = None,
+        threshold_messages: Optional[int] = None,
+        threshold_bytes: Optional[int] = None,
+        heartbeat: Optional[float] = None,
+    ) -> MessagesAPI:
+        """A continuous pull (nats.go's ``Consumer.Messages``, see ``MessagesAPI``),
+        nats.go's options and defaults: a buffer of ``max_messages`` (default 500) or
+        of ``max_bytes`` (then up to 1,000,000 messages; the two exclude each other),
+        refilled below ``threshold_messages``/``threshold_bytes`` (default: half);
+        pull requests that ``expires`` after 30 s (at least 1) with an idle
+        ``heartbeat`` of half that, at most 30 s (given: at most half of ``expires``;
+        0: none).  ``expires`` and ``heartbeat`` only matter on a server.
+        ``TypeError``/``ValueError`` naming a bad argument."""
+        ...
+
+    def consume(
+        self,
+        cb: Callable[[MsgAPI], Any],
+        max_messages: Optional[int] = None,
+        max_bytes: Optional[int] = None,
+        expires: Optional[float] = None,
+        threshold_messages: Optional[int] = None,
+        threshold_bytes: Optional[int] = None,
+        heartbeat: Optional[float] = None,
+        error_cb: Optional[Callable[[BaseException], Any]] = None,
+    ) -> ConsumeContextAPI:
+        """``cb(msg)`` for each message of a ``messages(...)`` pull with these options, on
+        one background thread, in delivery order (nats.go's ``Consumer.Consume``).  An
+        exception raised by ``cb`` is logged and delivery goes on.  The pull's errors go
+        to ``error_cb(err)`` (default: logged): ``NoHeartbeatError`` and consuming goes
+        on; the consumer or stream deleted, or the handle closed, and consuming ends."""
         ...
 
     def consumer_info(self) -> ConsumerInfo:
@@ -137,8 +259,9 @@ class PullSubscriptionAPI(Protocol):
         ...
 
     def unsubscribe(self) -> None:
-        """Stop using the subscription; acks given so far are applied first.
-        The consumer itself stays (delete it with ``delete_consumer``)."""
+        """Stop using the subscription: its ``messages``/``consume`` pulls stop; acks given
+        so far are applied first.  The consumer itself stays (delete it with
+        ``delete_consumer``)."""
         ...
 
 

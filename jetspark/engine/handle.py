@@ -56,7 +56,7 @@ from jetspark.api import (
     datetime_to_ns,
 )
 from jetspark.backend.base import HandleBase
-from jetspark.engine import check, diskio, metafile
+from jetspark.engine import check, diskio, metafile, wakeup
 from jetspark.engine import config as cfg
 from jetspark.engine import consumer_config as ccfg
 from jetspark.engine.check import CheckReport, Problem
@@ -135,6 +135,9 @@ class JetStream(HandleBase):
         self._broken: dict[str, StoreError] = {}
         self._gen = -1
         self._routes: dict[str, Optional[Stream]] = {}
+        # Set by close() to end the waits of fetches under way in other threads (made on
+        # the first wait; a forked child makes its own).
+        self._closing: Optional[wakeup.Interrupt] = None
 
     def _check_exists(self) -> None:
         has_meta = any((self.path / n).is_file() for n in ("store.json", "store.json" + metafile.MIRROR_SUFFIX))
@@ -161,6 +164,8 @@ class JetStream(HandleBase):
             self._flush_acks()
         finally:
             self._closed = True
+            if self._closing is not None:
+                self._closing.set()
         for st in self._streams.values():
             st.close()
         self._streams.clear()
@@ -710,6 +715,37 @@ class JetStream(HandleBase):
                 return [st.consumers.by_name[n].info(now) for n in sorted(st.consumers.by_name)]
 
     def _fetch(self, stream: str, consumer: str, batch: int, max_bytes: int) -> list[Msg]:
+        return self._pull(stream, consumer, batch, max_bytes)[0]
+
+    def _fetch_wait(self, stream: str, consumer: str, batch: int, max_bytes: int, timeout: float, interrupt: Optional[wakeup.Interrupt] = None) -> list[Msg]:
+        """``_fetch``, waiting up to ``timeout`` seconds (``math.inf``: until ``interrupt``) for
+        the first message: woken by another process's commit (wakeup.py) or when the earliest
+        pending redelivery falls due.  [] when none came, or on ``interrupt``."""
+        msgs, due, path = self._pull(stream, consumer, batch, max_bytes)
+        if msgs or timeout <= 0:
+            return msgs
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            self._check()
+            if self._closing is None:
+                self._closing = wakeup.Interrupt()
+            interrupts = (self._closing,) if interrupt is None else (self._closing, interrupt)
+        with wakeup.Waiter(path, interrupts) as waiter:
+            while True:
+                waiter.arm()  # before looking: a commit after the look wakes us
+                msgs, due, _ = self._pull(stream, consumer, batch, max_bytes)
+                if msgs:
+                    return msgs
+                left = deadline - time.monotonic()
+                if left <= 0 or waiter.interrupted():
+                    self._check()  # closed meanwhile: ClosedError, not an empty fetch
+                    return []
+                waiter.wait(left if due is None else min(left, due))
+
+    def _pull(self, stream: str, consumer: str, batch: int, max_bytes: int) -> tuple[list[Msg], Optional[float], Optional[Path]]:
+        """The messages of one fetch; when there are none, also the seconds until the
+        consumer's earliest pending delivery is due again (None: none is) and the path of the
+        stream's notify file (wakeup.py), for a waiting caller."""
         with self._lock:
             st = self._stream(stream)
             with st.locked():
@@ -717,7 +753,9 @@ class JetStream(HandleBase):
                 now = st.clock()
                 out = c.next_batch(batch, now, max_bytes)
                 if not out:
-                    return []
+                    due = c.next_due(now)
+                    notifier = st.storage.notifier
+                    return [], None if due is None else (due - now) / 1e9, None if notifier is None else notifier.path
                 if c.config.ack_policy == AckPolicy.NONE:
                     st.consumers.release([q for q, _, _ in out])  # with ack none, delivery is the release
                 pending = c.num_pending()
@@ -736,7 +774,7 @@ class JetStream(HandleBase):
                         headers["Nats-Msg-Size"] = str(len(data))
                         data = b""
                     append(Msg(self, subject, data, headers, (name, cname, sseq, cseq, delivered, pending + new_after, ts)))
-                return msgs
+                return msgs, None, None
 
     def _buffer_ack(self, meta: tuple) -> None:
         key = (meta[0], meta[1])
