@@ -732,8 +732,7 @@ class JetStream(HandleBase):
             interrupts = (self._closing,) if interrupt is None else (self._closing, interrupt)
         with wakeup.Waiter(path, interrupts) as waiter:
             while True:
-                waiter.arm()  # before looking: a commit after the look wakes us
-                msgs, due, _ = self._pull(stream, consumer, batch, max_bytes)
+                msgs, due, _ = self._pull(stream, consumer, batch, max_bytes, waiter)
                 if msgs:
                     return msgs
                 left = deadline - time.monotonic()
@@ -742,13 +741,18 @@ class JetStream(HandleBase):
                     return []
                 waiter.wait(left if due is None else min(left, due))
 
-    def _pull(self, stream: str, consumer: str, batch: int, max_bytes: int) -> tuple[list[Msg], Optional[float], Optional[Path]]:
+    def _pull(
+        self, stream: str, consumer: str, batch: int, max_bytes: int, waiter: Optional[wakeup.Waiter] = None
+    ) -> tuple[list[Msg], Optional[float], Optional[Path]]:
         """The messages of one fetch; when there are none, also the seconds until the
         consumer's earliest pending delivery is due again (None: none is) and the path of the
-        stream's notify file (wakeup.py), for a waiting caller."""
+        stream's notify file (wakeup.py), for a waiting caller, whose ``waiter`` is armed
+        under the stream's lock before the look (so a later change wakes it)."""
         with self._lock:
             st = self._stream(stream)
             with st.locked():
+                if waiter is not None:
+                    waiter.arm()
                 c = self._consumer(st, consumer)
                 now = st.clock()
                 out = c.next_batch(batch, now, max_bytes)

@@ -185,6 +185,7 @@ class Messages:
 
     def next(self, timeout: Optional[float] = None) -> Msg:
         deadline = math.inf if timeout is None else time.monotonic() + V.timeout(timeout)
+        looked = False
         while True:
             with self._lock:
                 if self._state == _CLOSED:
@@ -209,9 +210,10 @@ class Messages:
                         return self._take()
                 continue  # stopped meanwhile
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 and looked:
                 raise FetchTimeoutError(f"no message from consumer {self.consumer!r} of stream {self.stream!r} within {timeout} s")
-            self._pull(batch, max_bytes, left)
+            self._pull(batch, max_bytes, max(left, 0.0))
+            looked = True
 
     def _take(self) -> Msg:
         msg = self._buffer.popleft()

@@ -16,8 +16,8 @@ Layout of a stream's data directory::
                        an Arrow binary column without touching each message
     blk/<seq>.hdr      NATS header blocks, back to back
     blk/<seq>.sum      the checksums of each check interval of the block (blocks.py, verify.py)
-    notify             16 bytes: a waiting consumer's lease and a change counter, which
-                       writers bump after each commit while someone waits (wakeup.py)
+    notify             16 bytes: a waiting consumer's flag and a change counter, which
+                       writers bump after a commit when the flag is set (wakeup.py)
 
 Durability by ordering: a writer holds the stream's ``flock``, writes the
 record bytes (``pwrite``), and only then publishes a new header slot; a

@@ -8,25 +8,27 @@ record bytes are written before that commit, so a waiter woken by them could loo
 early and then sleep through the commit.  Each stream's data directory therefore holds a
 small file, ``notify``::
 
-    bytes 0..8    the lease: CLOCK_MONOTONIC nanoseconds until which some process waits
+    bytes 0..8    armed: nonzero while some process waits and has not been told of a change
     bytes 8..16   a change counter
 
-The writer side (``Notifier.notify``, called by storage._Locked after a commit or a
-consumer-state record, while it still holds the stream's lock) reads the lease from its
-mapping and, only while some waiter holds one, ``pwrite``s the counter: one system call
-per change while someone waits, none otherwise (the publish hot path pays a memory read).
+Both sides act under the stream's lock.  A ``Waiter`` watches the file with inotify, then
+(``arm``, called by handle.JetStream._pull once it holds the lock) sets ``armed`` and looks
+for messages.  A writer (``Notifier.notify``, called by storage._Locked after a commit or
+a consumer-state record that may make messages deliverable, before it lets the lock go)
+reads ``armed`` from its mapping and only when it is set ``pwrite``s the counter, which
+inotify reports to every waiter, and clears it.  So a change nobody waits for costs the
+writer a memory read, and a stream of publishes one system call per wake-up of the
+waiters, not one per publish.  No wake-up is lost: a change the waiter's look missed was
+committed after it, by a writer that found ``armed`` set (or cleared by an earlier writer
+whose notification is on its way), and a woken waiter arms again before it looks again.
+A waiter waits at most ``SLICE`` seconds before looking again all the same (a writer of
+an older jetspark does not notify).
 
-A ``Waiter`` takes the lease through its own mapping, watches the file with inotify, and
-only then looks for messages, under the stream's lock.  A writer whose commit that look
-missed took the lock after it, so it reads the lease and writes the counter, and inotify
-wakes the waiter: no wake-up is lost.  A lease lasts ``LEASE`` seconds and a waiter
-renews it at least every ``SLICE`` seconds (it waits at most that long before looking
-again), so a lease written over by another waiter's at the same instant costs at most
-one slice of latency.  Each thread keeps one inotify instance for all its waits and adds
-and removes a watch per wait (``_thread_inotify``: closing an instance takes the kernel
-about 20 ms).  Where inotify is unavailable (not Linux, the per-user limit of instances
-or watches reached) a waiter polls the counter through its mapping instead, backing off
-from ``MIN_PAUSE`` to ``MAX_PAUSE``.
+Each thread keeps one inotify instance for all its waits and adds and removes a watch per
+wait (``_thread_inotify``: closing an instance takes the kernel about 20 ms).  Where
+inotify is unavailable (not Linux, the per-user limit of instances or watches reached) a
+waiter polls the counter through its mapping instead, backing off from ``MIN_PAUSE`` to
+``MAX_PAUSE``.
 
 A wait also ends when the consumer's earliest pending delivery falls due (the caller
 passes that time, handle.JetStream._fetch_wait), and on an ``Interrupt``: ``stop`` or
@@ -64,7 +66,8 @@ log = logging.getLogger("jetspark")
 NAME = "notify"
 SIZE = 16
 _U64 = struct.Struct("<Q")
-LEASE = 2.0
+_ARMED = _U64.pack(1)
+_CLEAR = _U64.pack(0)
 SLICE = 1.0
 MIN_PAUSE = 0.001
 MAX_PAUSE = 0.05
@@ -75,13 +78,12 @@ INOTIFY = INotify is not None
 class Notifier:
     """A stream's ``notify`` file as its writers see it."""
 
-    __slots__ = ("path", "fd", "mm", "_monotonic")
+    __slots__ = ("path", "fd", "mm")
 
     def __init__(self, path: Path, fd: int, mm: mmap.mmap) -> None:
         self.path = path
         self.fd = fd
         self.mm = mm
-        self._monotonic = time.monotonic_ns
 
     @classmethod
     def open(cls, path: Path) -> Optional["Notifier"]:
@@ -102,13 +104,14 @@ class Notifier:
             return None
 
     def notify(self) -> None:
-        """Tell waiting processes the stream changed (caller holds the stream's lock)."""
+        """Tell the waiting processes the stream changed (caller holds the stream's lock)."""
         mm = self.mm
-        if _U64.unpack_from(mm, 0)[0] > self._monotonic():
+        if mm[0]:
             try:
                 os.pwrite(self.fd, _U64.pack(_U64.unpack_from(mm, 8)[0] + 1), 8)
             except OSError:
-                pass  # waiters look again within SLICE anyway; the change itself is committed
+                return  # waiters look again within SLICE anyway; the change itself is committed
+            mm[0:8] = _CLEAR
 
     def close(self) -> None:
         try:
@@ -155,8 +158,8 @@ class Interrupt:
 
 
 class Waiter:
-    """One waiting call's view of a stream's notify file: take the lease (``arm``), look for
-    messages, ``wait``; repeat.  Close it when done."""
+    """One waiting call's view of a stream's notify file: under the stream's lock ``arm`` and
+    look for messages; ``wait``; repeat.  Close it when done."""
 
     def __init__(self, path: Optional[Path], interrupts: tuple[Interrupt, ...] = ()) -> None:
         self.interrupts = interrupts
@@ -199,9 +202,9 @@ class Waiter:
         return _U64.unpack_from(self._mm, 8)[0] if self._mm is not None else 0
 
     def arm(self) -> None:
-        """Take (renew) the lease; call before every look for messages."""
+        """Ask writers to notify; call under the stream's lock before every look for messages."""
         if self._mm is not None:
-            self._mm[0:8] = _U64.pack(time.monotonic_ns() + int(LEASE * 1e9))
+            self._mm[0:8] = _ARMED
         self._seen = self._counter()
 
     def interrupted(self) -> bool:

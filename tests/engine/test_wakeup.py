@@ -177,16 +177,19 @@ def test_stop_and_close_end_waits_in_other_threads(store, no_slice):
         assert not t.is_alive() and isinstance(outcome.pop(), ClosedError)
 
 
-def test_notify_writes_only_while_someone_waits(store, monkeypatch):
-    """The publish hot path pays a memory read, not a system call, while nobody waits."""
-    monkeypatch.setattr(wakeup, "LEASE", 3600.0)
+def test_notify_writes_once_per_wait_and_never_while_nobody_waits(store):
+    """The publish hot path pays a memory read, not a system call, while nobody waits, and
+    one system call per wake-up, not per publish, while someone does."""
     with jetspark.connect(store) as js:
         js.add_stream(name="S", subjects=["s.*"])
-        path = js._streams["S"].storage.notifier.path
+        st = js._streams["S"]
+        path = st.storage.notifier.path
         counter = lambda: int.from_bytes(path.read_bytes()[8:16], "little")  # noqa: E731
         js.publish("s.x", b"1")
         assert counter() == 0
         with wakeup.Waiter(path) as waiter:
-            waiter.arm()  # what a waiting fetch does before it looks
+            with st.storage.locked():
+                waiter.arm()  # what a waiting fetch does before it looks
             js.publish("s.x", b"2")
+            js.publish("s.x", b"3")
             assert counter() == 1
