@@ -721,8 +721,9 @@ class JetStream(HandleBase):
         """``_fetch``, waiting up to ``timeout`` seconds (``math.inf``: until ``interrupt``) for
         the first message: woken by another process's commit (wakeup.py) or when the earliest
         pending redelivery falls due.  [] when none came, or on ``interrupt``."""
-        msgs, due, path = self._pull(stream, consumer, batch, max_bytes)
-        if msgs or timeout <= 0:
+        wait = timeout > 0
+        msgs, due, path, seen = self._pull(stream, consumer, batch, max_bytes, wait)
+        if msgs or not wait:
             return msgs
         deadline = time.monotonic() + timeout
         with self._lock:
@@ -732,34 +733,32 @@ class JetStream(HandleBase):
             interrupts = (self._closing,) if interrupt is None else (self._closing, interrupt)
         with wakeup.Waiter(path, interrupts) as waiter:
             while True:
-                msgs, due, _ = self._pull(stream, consumer, batch, max_bytes, waiter)
-                if msgs:
-                    return msgs
                 left = deadline - time.monotonic()
                 if left <= 0 or waiter.interrupted():
                     self._check()  # closed meanwhile: ClosedError, not an empty fetch
                     return []
-                waiter.wait(left if due is None else min(left, due))
+                waiter.wait(left if due is None else min(left, due), seen)
+                msgs, due, _, seen = self._pull(stream, consumer, batch, max_bytes, True)
+                if msgs:
+                    return msgs
 
-    def _pull(
-        self, stream: str, consumer: str, batch: int, max_bytes: int, waiter: Optional[wakeup.Waiter] = None
-    ) -> tuple[list[Msg], Optional[float], Optional[Path]]:
-        """The messages of one fetch; when there are none, also the seconds until the
-        consumer's earliest pending delivery is due again (None: none is) and the path of the
-        stream's notify file (wakeup.py), for a waiting caller, whose ``waiter`` is armed
-        under the stream's lock before the look (so a later change wakes it)."""
+    def _pull(self, stream: str, consumer: str, batch: int, max_bytes: int, arm: bool = False) -> tuple[list[Msg], Optional[float], Optional[Path], int]:
+        """The messages of one fetch.  When there are none, also the seconds until the
+        consumer's earliest pending delivery is due again (None: none is), the path of the
+        stream's notify file and, with ``arm``, the notify counter after arming it under the
+        stream's lock (wakeup.py), for a caller that waits."""
         with self._lock:
             st = self._stream(stream)
             with st.locked():
-                if waiter is not None:
-                    waiter.arm()
                 c = self._consumer(st, consumer)
                 now = st.clock()
                 out = c.next_batch(batch, now, max_bytes)
                 if not out:
                     due = c.next_due(now)
                     notifier = st.storage.notifier
-                    return [], None if due is None else (due - now) / 1e9, None if notifier is None else notifier.path
+                    if notifier is None:
+                        return [], None if due is None else (due - now) / 1e9, None, 0
+                    return [], None if due is None else (due - now) / 1e9, notifier.path, notifier.arm() if arm else 0
                 if c.config.ack_policy == AckPolicy.NONE:
                     st.consumers.release([q for q, _, _ in out])  # with ack none, delivery is the release
                 pending = c.num_pending()
@@ -778,7 +777,7 @@ class JetStream(HandleBase):
                         headers["Nats-Msg-Size"] = str(len(data))
                         data = b""
                     append(Msg(self, subject, data, headers, (name, cname, sseq, cseq, delivered, pending + new_after, ts)))
-                return msgs, None, None
+                return msgs, None, None, 0
 
     def _buffer_ack(self, meta: tuple) -> None:
         key = (meta[0], meta[1])
