@@ -22,6 +22,8 @@
     │   └── AuthenticationError               the server refused the credentials
     ├── PermissionDeniedError (PermissionError)  nats:// backend: the user may not publish (or subscribe) there
     ├── RequestTimeoutError (TimeoutError)    nats:// backend: the server did not answer in time
+    ├── TooManyStalledMsgsError               publish_async's window stayed full for ``wait_stall``
+    ├── PublishAsyncTimeoutError (TimeoutError)  publish_async_completed's timeout passed first
     ├── OptionError (ValueError)              Spark connector: an option is missing or not accepted
     ├── DataLossError                         Spark connector: retention removed messages before
     │                                         the query read them (failOnDataLoss=true)
@@ -55,6 +57,7 @@ __all__ = [
     "NotFoundError",
     "OptionError",
     "PermissionDeniedError",
+    "PublishAsyncTimeoutError",
     "RequestTimeoutError",
     "ServerConnectionError",
     "ServerError",
@@ -64,6 +67,7 @@ __all__ = [
     "StoreFullError",
     "StoreIOError",
     "StreamNotFoundError",
+    "TooManyStalledMsgsError",
     "api_error",
     "error_from_response",
 ]
@@ -206,6 +210,15 @@ class PermissionDeniedError(JetSparkError, PermissionError):
 
 class RequestTimeoutError(JetSparkError, TimeoutError):
     """The nats:// backend's server is connected but did not answer within the timeout."""
+
+
+class TooManyStalledMsgsError(JetSparkError):
+    """``publish_async`` waited ``wait_stall`` seconds for room among the handle's
+    ``publish_async_max_pending`` unacknowledged publishes (nats-py's name); nothing was sent."""
+
+
+class PublishAsyncTimeoutError(JetSparkError, TimeoutError):
+    """``publish_async_completed(timeout)``: publishes were still unacknowledged when the timeout passed."""
 
 
 # err_code -> (HTTP code, description template, class). Descriptions are the

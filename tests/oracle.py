@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import contextlib
 import dataclasses
 import datetime as dt
@@ -56,6 +57,8 @@ from jetspark.errors import (
     FetchTimeoutError,
     MsgNotFoundError,
     NoStreamResponseError,
+    PublishAsyncTimeoutError,
+    TooManyStalledMsgsError,
     api_error,
     error_from_response,
 )
@@ -377,12 +380,12 @@ class PullSubscription:
 class OracleJS:
     """jetspark's synchronous JetStream verbs, answered by nats-server through nats-py."""
 
-    def __init__(self, url: str, timeout: float = _TIMEOUT) -> None:
+    def __init__(self, url: str, timeout: float = _TIMEOUT, publish_async_max_pending: int = 4000) -> None:
         self._loop = _Loop()
         self.timeout = timeout
         # Several servers (one cluster) comma-separated, as jetspark.connect takes them.
         self._nc = self._loop.run(nats.connect([u.strip() for u in url.split(",")]))
-        self._js = self._nc.jetstream(timeout=timeout)
+        self._js = self._nc.jetstream(timeout=timeout, publish_async_max_pending=publish_async_max_pending)
 
     def close(self) -> None:
         self._loop.run(self._nc.close())
@@ -481,6 +484,47 @@ class OracleJS:
         except NoStreamResponseError:
             raise NoStreamResponseError(subject) from None
         return api.PubAck(stream=ack.stream, seq=ack.seq, domain=ack.domain, duplicate=ack.duplicate)
+
+    # -- publish_async: nats-py's own (its window, wait_stall and TooManyStalledMsgsError).
+    # nats-py 2.16 never completes a future whose PubAck is an error (its reply handler
+    # raises instead): tests/contract/test_publish_async.py does not ask the oracle for those.
+
+    def publish_async(
+        self, subject: str, payload: bytes = b"", headers: Optional[dict] = None, stream: Optional[str] = None, *, wait_stall: Optional[float] = None
+    ) -> concurrent.futures.Future:
+        async def start() -> asyncio.Future:
+            return await self._js.publish_async(subject, payload, wait_stall=wait_stall, stream=stream, headers=dict(headers) if headers else None)
+
+        try:
+            answer = self._loop.run(start())
+        except nats.js.errors.TooManyStalledMsgsError as exc:
+            raise TooManyStalledMsgsError(str(exc)) from exc
+        out: concurrent.futures.Future = concurrent.futures.Future()
+        out.set_running_or_notify_cancel()
+
+        def done(a: asyncio.Future) -> None:
+            exc = a.exception()
+            if isinstance(exc, nats.js.errors.NoStreamResponseError):
+                out.set_exception(NoStreamResponseError(subject))
+            elif isinstance(exc, nats.js.errors.APIError):
+                out.set_exception(_api_error(exc))
+            elif exc is not None:
+                out.set_exception(exc)
+            else:
+                ack = a.result()
+                out.set_result(api.PubAck(stream=ack.stream, seq=ack.seq, domain=ack.domain, duplicate=ack.duplicate))
+
+        self._loop.loop.call_soon_threadsafe(answer.add_done_callback, done)
+        return out
+
+    def publish_async_pending(self) -> int:
+        return self._js.publish_async_pending()
+
+    def publish_async_completed(self, timeout: Optional[float] = None) -> None:
+        try:
+            self._loop.run(asyncio.wait_for(self._js.publish_async_completed(), timeout), timeout=None)
+        except asyncio.TimeoutError:
+            raise PublishAsyncTimeoutError(f"publish_async futures still pending after {timeout} s") from None
 
     def get_msg(self, stream: str, seq: Optional[int] = None, last_by_subj: Optional[str] = None, next_by_subj: Optional[str] = None) -> api.RawStreamMsg:
         if last_by_subj is not None and next_by_subj is None and seq is None and _name_ok(stream):

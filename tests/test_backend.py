@@ -116,6 +116,7 @@ def test_the_handles_share_one_base():
         "add_stream", "update_stream", "stream_info", "purge_stream", "get_msg", "get_last_msg", "delete_msg",
         "publish_batch", "read_batches", "seq_for_bytes", "seq_for_time", "advance_ack_floor", "ack_floor",
         "ordered_consumer", "add_consumer", "create_consumer", "update_consumer", "pull_subscribe", "pull_subscribe_bind",
+        "publish_async", "publish_async_pending", "publish_async_completed",
     )  # fmt: skip
     for verb in once:
         assert JetStream.__dict__.get(verb) is None and NatsJetStream.__dict__.get(verb) is None, f"{verb} is written once, in HandleBase"

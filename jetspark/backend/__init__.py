@@ -64,6 +64,8 @@ from jetspark.api import (
 )
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     import pyarrow as pa
 
 __all__ = ["JetStreamAPI", "MsgAPI", "PullSubscriptionAPI"]
@@ -238,6 +240,50 @@ class JetStreamAPI(Protocol):
         sealed; 10077 a limit with discard new (§3.2), checked in the server's
         order (§3.6).  Returned means stored (on the engine: written to the
         operating system, or to the disk with ``sync="fsync"``)."""
+        ...
+
+    def publish_async(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        headers: Optional[Mapping[str, object]] = None,
+        stream: Optional[str] = None,
+        *,
+        wait_stall: Optional[float] = None,
+    ) -> "Future[PubAck]":
+        """``publish`` without waiting for the ``PubAck``: a ``concurrent.futures.Future``
+        of it (nats-py's ``publish_async``, for a synchronous caller).
+
+        The arguments are checked at the call, as ``publish`` checks them (same errors,
+        nothing sent).  What ``publish`` would raise afterwards is the future's exception,
+        the same typed error: ``NoStreamResponseError``, the stream's refusals (10054,
+        10060, 10071, 10070, 10077, 10109, ...); on a server also ``RequestTimeoutError``
+        (or ``ServerConnectionError``) when no PubAck came within the handle's timeout, and
+        then the message may or may not be stored.  A future's result means what
+        ``publish`` returning means: stored (on the engine: written to the operating
+        system, or to the disk with ``sync="fsync"``).  Nothing is retried through a
+        leader election, which would reorder messages: the error is the future's.
+
+        The messages are stored in the order of the calls, before anything a later
+        ``publish`` or ``publish_batch`` of the handle stores.  At most
+        ``publish_async_max_pending`` futures (a ``connect`` option; 4000, nats-py's
+        default) are pending at once: a call that finds them all pending waits for one to
+        finish, at most ``wait_stall`` seconds (a finite number >= 0; None: as long as it
+        takes), then raises ``TooManyStalledMsgsError`` with nothing sent.  ``cancel()``
+        cannot stop a publish (it returns False).  ``close()`` first waits for the pending
+        futures (the engine stores every queued message; a server has the handle's
+        timeout to answer) and fails any still pending with ``ClosedError``."""
+        ...
+
+    def publish_async_pending(self) -> int:
+        """How many futures of ``publish_async`` are not done yet."""
+        ...
+
+    def publish_async_completed(self, timeout: Optional[float] = None) -> None:
+        """Wait until every future of ``publish_async`` is done (stored or failed: read
+        their results), at most ``timeout`` seconds (a finite number >= 0; None: as long
+        as it takes); ``PublishAsyncTimeoutError`` (a ``TimeoutError``) if some are
+        still pending then."""
         ...
 
     def get_msg(self, stream: str, seq: Optional[int] = None, last_by_subj: Optional[str] = None, next_by_subj: Optional[str] = None) -> RawStreamMsg:

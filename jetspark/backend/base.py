@@ -14,6 +14,8 @@ the backend for what differs, through these hooks:
   ``jetspark.validate.batch_table`` returns it, for a named stream;
 - ``_subscription(stream, consumer)``: the backend's pull subscription on an
   existing consumer;
+- ``_new_async_publisher()``: what stores ``publish_async``'s messages (see
+  there), and ``_check_open()``: ``ClosedError`` once the handle is closed;
 - ``_stream_info``, ``_purge_stream``, ``_get_msg``, ``_delete_msg``,
   ``_read_batches``, ``_seq_for_bytes``, ``_seq_for_time``,
   ``_advance_ack_floor``, ``_ordered_consumer``: the verb of that name with
@@ -29,22 +31,27 @@ shows the contract.  This module imports neither backend
 
 from __future__ import annotations
 
+import os
 import secrets
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
+import threading
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
 from jetspark import validate as V
 from jetspark.api import (
     BatchAck,
     ConsumerConfig,
     ConsumerInfo,
+    PubAck,
     RawStreamMsg,
     SequenceInfo,
     StreamConfig,
     StreamInfo,
 )
 from jetspark.backend import JetStreamAPI
+from jetspark.backend.window import settle
 from jetspark.errors import (
     BadRequestError,
+    ClosedError,
     ConsumerNotFoundError,
     JetSparkError,
     NoStreamResponseError,
@@ -53,11 +60,15 @@ from jetspark.errors import (
 from jetspark.protocol import subjects as subj
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     import pyarrow as pa
 
     from jetspark.backend import MsgAPI, PullSubscriptionAPI
 
 __all__ = ["HandleBase", "new_consumer_name"]
+
+_NEW_PUBLISHER = threading.Lock()
 
 
 def new_consumer_name() -> str:
@@ -121,6 +132,59 @@ class HandleBase:
                 n = table.num_rows
                 err.batch_ack = BatchAck(stream, pa.array([0] * n, pa.int64()), pa.array([False] * n, pa.bool_()))
             raise
+
+    # publish_async: the arguments and the window here; the backend's publisher
+    # (``_new_async_publisher()``: ``window``, ``pid``, ``submit(subject, payload,
+    # headers, future)``) stores the messages and completes the futures.
+
+    _async_pub: Any = None  # this process's publisher, made by the first publish_async
+
+    def publish_async(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        headers: Optional[Mapping[str, object]] = None,
+        stream: Optional[str] = None,
+        *,
+        wait_stall: Optional[float] = None,
+    ) -> "Future[PubAck]":
+        payload = V.payload(payload)
+        hdrs = V.publish_headers(headers, stream) if headers is not None or stream is not None else None
+        V.publish_subject(subject)
+        wait = None if wait_stall is None else V.timeout(wait_stall, "wait_stall")
+        self._check_open()
+        pub = self._async_publisher()
+        fut = pub.window.admit(wait)
+        try:
+            pub.submit(subject, payload, hdrs, fut)
+        except BaseException as exc:
+            settle(fut, exc)
+            raise
+        return fut
+
+    def publish_async_pending(self) -> int:
+        self._check_open()
+        pub = self._async_pub
+        return pub.window.pending() if pub is not None and pub.pid == os.getpid() else 0
+
+    def publish_async_completed(self, timeout: Optional[float] = None) -> None:
+        wait = None if timeout is None else V.timeout(timeout)
+        self._check_open()
+        pub = self._async_pub
+        if pub is not None and pub.pid == os.getpid():
+            pub.window.wait(wait)
+
+    def _async_publisher(self) -> Any:
+        pub = self._async_pub
+        if pub is None or pub.pid != os.getpid():
+            with _NEW_PUBLISHER:
+                pub = self._async_pub
+                if pub is None or pub.pid != os.getpid():
+                    if pub is not None:
+                        # Copied by fork(): those messages are the parent's to store.
+                        pub.window.fail_pending(lambda: ClosedError("publish_async from before fork(): the parent process completes it"))
+                    pub = self._async_pub = self._new_async_publisher()
+        return pub
 
     def _stream_of_batch(self, table: "pa.Table") -> str:
         """The stream ``publish`` of the first row's subject would reach."""

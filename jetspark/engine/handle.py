@@ -59,6 +59,7 @@ from jetspark.backend.base import HandleBase
 from jetspark.engine import check, diskio, metafile
 from jetspark.engine import config as cfg
 from jetspark.engine import consumer_config as ccfg
+from jetspark.engine.async_writer import AsyncWriter
 from jetspark.engine.check import CheckReport, Problem
 from jetspark.engine.locking import FORK_GENERATION, FLock
 from jetspark.engine.pull import Msg, PullSubscription
@@ -81,6 +82,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("jetspark")
 _UNROUTED = object()
 STORE_FORMAT = 2  # 2: checksummed JSON documents with mirrors (metafile.py)
+PUBLISH_ASYNC_MAX_PENDING = 4000  # nats-py's default publish_async_max_pending
 _SHM = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
 
 
@@ -90,11 +92,20 @@ class JetStream(HandleBase):
     Its verbs and their contracts: ``jetspark.backend.JetStreamAPI``; what both
     backends share is in ``jetspark.backend.base.HandleBase``."""
 
-    def __init__(self, path, *, clock: Optional[Callable[[], int]] = None, sync: str = "os", create: bool = True) -> None:
+    def __init__(
+        self,
+        path,
+        *,
+        clock: Optional[Callable[[], int]] = None,
+        sync: str = "os",
+        create: bool = True,
+        publish_async_max_pending: int = PUBLISH_ASYNC_MAX_PENDING,
+    ) -> None:
         if sync not in ("os", "fsync"):
             raise ValueError(f"sync must be 'os' or 'fsync', not {sync!r}")
         if not isinstance(create, bool):
             raise TypeError(f"create must be True or False, not {create!r}")
+        self._publish_async_max_pending = V.integer(publish_async_max_pending, "publish_async_max_pending", 1, V.INT32[1])
         self.path = Path(str(path).removeprefix("file://")).absolute()
         self.clock = clock or time.time_ns
         self._fsync = sync == "fsync"
@@ -157,6 +168,9 @@ class JetStream(HandleBase):
     def close(self) -> None:
         if self._closed:
             return
+        pub = self._async_pub
+        if pub is not None and pub.pid == os.getpid():
+            pub.close(f"the JetStream handle on {self.path} is closed")  # stores what publish_async queued
         try:
             self._flush_acks()
         finally:
@@ -169,6 +183,13 @@ class JetStream(HandleBase):
                 closer()
             except (OSError, BufferError, ValueError):
                 pass
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"the JetStream handle on {self.path} is closed")
+
+    def _new_async_publisher(self) -> AsyncWriter:
+        return AsyncWriter(self, self._publish_async_max_pending)
 
     def _check(self) -> None:
         if self._closed:
@@ -587,27 +608,38 @@ class JetStream(HandleBase):
         """Store one message; returns the PubAck (``duplicate=True`` for a repeated Nats-Msg-Id)."""
         with self._lock:
             self._check()
-            if self._acks:
-                self._flush_acks()
-            self._sync_registry()
             # The hot path (bytes, no headers, a subject routed before) checks types only.
             if type(payload) is not bytes:
                 payload = V.payload(payload)
             if headers is not None or stream is not None:
                 headers = V.publish_headers(headers, stream)
-            st = self._routes.get(subject, _UNROUTED) if type(subject) is str else _UNROUTED
-            if st is _UNROUTED:
+            if type(subject) is not str or subject not in self._routes:
                 V.publish_subject(subject)
-                # Like the server, a subject with empty tokens reaches no stream, and
-                # '*' or '>' tokens in a published subject are stored literally.
-                st = self._route(subject) if subj.is_valid(subject) else None
-            if st is None:
-                if not self._broken or not subj.is_valid(subject):
-                    raise NoStreamResponseError(subject)
-                st = self._unrouted(subject)
-            if not headers:
-                return st.publish_plain(subject, payload)
-            return st.publish(subject, payload, H.encode(headers))
+            if self._async_pub is not None and self._async_pub.queued:
+                self._async_pub.drain()  # earlier publish_async calls first
+            if self._acks:
+                self._flush_acks()
+            self._sync_registry()
+            return self._store(self._publish_target(subject), subject, payload, headers)
+
+    def _publish_target(self, subject: str) -> Stream:
+        """The stream a publish to ``subject`` (a subject ``V.publish_subject`` accepts) stores in."""
+        st = self._routes.get(subject, _UNROUTED)
+        if st is _UNROUTED:
+            # Like the server, a subject with empty tokens reaches no stream, and
+            # '*' or '>' tokens in a published subject are stored literally.
+            st = self._route(subject) if subj.is_valid(subject) else None
+        if st is None:
+            if not self._broken or not subj.is_valid(subject):
+                raise NoStreamResponseError(subject)
+            st = self._unrouted(subject)
+        return st
+
+    @staticmethod
+    def _store(st: Stream, subject: str, payload: bytes, headers: Optional[dict]) -> PubAck:
+        if not headers:
+            return st.publish_plain(subject, payload)
+        return st.publish(subject, payload, H.encode(headers))
 
     def _get_msg(self, stream: str, seq: Optional[int], last_by_subj: Optional[str], next_by_subj: Optional[str]) -> RawStreamMsg:
         with self._lock:
@@ -633,6 +665,8 @@ class JetStream(HandleBase):
         from jetspark.engine import bulk
 
         with self._lock:
+            if self._async_pub is not None and self._async_pub.queued:
+                self._async_pub.drain()  # earlier publish_async calls first
             return bulk.publish_batch(self._stream(stream), table, msg_id_prefix, msg_id_start)
 
     def _seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:

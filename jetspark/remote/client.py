@@ -18,6 +18,7 @@ throughput matters.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Iterator, Mapping, Optional
 
 from jetspark import validate as V
@@ -43,6 +44,7 @@ from jetspark.protocol import headers as H
 from jetspark.protocol import subjects as subj
 from jetspark.remote import ack_floor as floors
 from jetspark.remote import appends, jsapi, reads, wire
+from jetspark.remote.async_publish import AsyncPublisher
 from jetspark.remote.pull import Msg, PullSubscription
 from jetspark.remote.session import Session
 
@@ -89,7 +91,16 @@ class NatsJetStream(HandleBase):
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
+        pub = self._async_pub
+        if pub is not None and pub.pid == os.getpid() and not self._session.closed:
+            pub.close(f"the JetStream handle on {self.url} is closed")
         self._session.close()
+
+    def _check_open(self) -> None:
+        self._session.check()
+
+    def _new_async_publisher(self) -> AsyncPublisher:
+        return AsyncPublisher(self._session, self.options.publish_async_max_pending)
 
     def __repr__(self) -> str:
         s = self._session
@@ -189,6 +200,8 @@ class NatsJetStream(HandleBase):
 
     async def _apublish(self, subject: str, payload: bytes, headers: Optional[dict]) -> PubAck:
         session = self._session
+        if self._async_pub is not None:
+            await self._async_pub.sent()  # earlier publish_async calls first
         if headers and any(isinstance(v, (list, tuple)) for v in headers.values()):
             # Repeated header keys: nats-py's dict cannot say them; send the block ourselves.
             return await appends.publish_one_raw(session, subject, payload, wire.encode_headers(headers))
