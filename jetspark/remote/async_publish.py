@@ -24,6 +24,7 @@ import asyncio
 import collections
 import json
 import os
+import re
 import threading
 from concurrent.futures import Future
 from typing import Any, Optional
@@ -38,8 +39,9 @@ from jetspark.remote.session import Session
 
 __all__ = ["AsyncPublisher"]
 
-# Messages written per protocol write at most.
+# Messages written per protocol write at most, and payload bytes (beyond one message).
 CHUNK = 1024
+CHUNK_BYTES = 1 << 20
 
 
 class AsyncPublisher:
@@ -58,6 +60,7 @@ class AsyncPublisher:
         self._sent: collections.deque = collections.deque()
         self._sweeper: Optional[asyncio.TimerHandle] = None
         self._token = 0
+        self._encoded: dict[str, bytes] = {}  # subjects checked (subj.is_valid) and encoded, for the protocol lines
 
     # ------------------------------------------------------------------ from the caller's thread
 
@@ -109,7 +112,10 @@ class AsyncPublisher:
                 if not self._queue:
                     self._scheduled = False
                     return
-                items = [self._queue.popleft() for _ in range(min(len(self._queue), CHUNK))]
+                items, size = [], 0
+                while self._queue and len(items) < CHUNK and size < CHUNK_BYTES:
+                    items.append(self._queue.popleft())
+                    size += len(items[-1][1])
             try:
                 await self._send(items)
             except BaseException as exc:  # cancelled with the loop: no message is left unanswered
@@ -136,10 +142,16 @@ class AsyncPublisher:
         lines: list[bytes] = []
         public: list[tuple] = []
         tokens: list[int] = []
+        encoded = self._encoded
         for subject, payload, headers, fut in items:
-            if not subj.is_valid(subject):
-                settle(fut, NoStreamResponseError(subject))  # empty tokens: no stream can capture it
-                continue
+            subject_bytes = encoded.get(subject)
+            if subject_bytes is None:
+                if not subj.is_valid(subject):
+                    settle(fut, NoStreamResponseError(subject))  # empty tokens: no stream can capture it
+                    continue
+                if len(encoded) >= 10_000:
+                    encoded.clear()
+                subject_bytes = encoded[subject] = subject.encode()
             hdr = H.encode(headers) if headers else b""
             if max_payload and len(hdr) + len(payload) > max_payload:
                 settle(fut, BadRequestError(400, 10054, f"message size exceeds maximum allowed (the server's max_payload is {max_payload} bytes)"))
@@ -153,9 +165,9 @@ class AsyncPublisher:
             if write is None:
                 public.append((subject, payload, reply.decode(), H.decode(hdr) if hdr else None))
             elif hdr:
-                lines.append(b"HPUB %b %b %d %d\r\n%b%b\r\n" % (subject.encode(), reply, len(hdr), len(hdr) + len(payload), hdr, payload))
+                lines.append(b"HPUB %b %b %d %d\r\n%b%b\r\n" % (subject_bytes, reply, len(hdr), len(hdr) + len(payload), hdr, payload))
             else:
-                lines.append(b"PUB %b %b %d\r\n%b\r\n" % (subject.encode(), reply, len(payload), payload))
+                lines.append(b"PUB %b %b %d\r\n%b\r\n" % (subject_bytes, reply, len(payload), payload))
         self._arm_sweeper()
         try:
             if lines:
@@ -191,11 +203,7 @@ class AsyncPublisher:
         if headers and (status_of(headers) or (b"",))[0] == b"503":
             outcome = NoStreamResponseError(subject_)
         else:
-            try:
-                resp = json.loads(data)
-                outcome = error_from_response(resp["error"]) if "error" in resp else PubAck.from_response(resp)
-            except (ValueError, TypeError, AttributeError):
-                outcome = JetSparkError(f"unexpected answer to publish_async to {subject_!r}: {data[:200]!r}")
+            outcome = _puback(data, subject_)
         settle(fut, outcome)
 
     def _arm_sweeper(self) -> None:
@@ -219,6 +227,25 @@ class AsyncPublisher:
     def _error(self, exc: BaseException, what: str) -> BaseException:
         err = self.session.translate(exc, what, self.session.timeout)
         return err if err is not None else JetSparkError(f"{what} failed: {type(exc).__name__}: {exc}")
+
+
+# A PubAck as nats-server writes it, read without the JSON decoder (the common case).
+_PUBACK = re.compile(rb'\{"stream":"([^"\\]*)",(?:"domain":"([^"\\]*)",)?"seq":(\d+)(,"duplicate":true)?\}')
+
+
+def _puback(data: bytes, subject: str) -> object:
+    """The ``PubAck`` in a reply, or the error it carries."""
+    m = _PUBACK.fullmatch(data)
+    if m is not None:
+        domain = m.group(2)
+        return PubAck(
+            stream=m.group(1).decode(), seq=int(m.group(3)), domain=None if domain is None else domain.decode(), duplicate=True if m.group(4) else None
+        )
+    try:
+        resp = json.loads(data)
+        return error_from_response(resp["error"]) if "error" in resp else PubAck.from_response(resp)
+    except (ValueError, TypeError, AttributeError, KeyError):
+        return JetSparkError(f"unexpected answer to publish_async to {subject!r}: {data[:200]!r}")
 
 
 def _closed(url: str) -> ClosedError:

@@ -245,6 +245,8 @@ class NatsJetStream(HandleBase):
         or nothing: a refused row raises its error (with a note naming the row) and rows
         the server accepted stay stored.  A server deduplicates the ids of
         ``msg_id_prefix`` one by one."""
+        if self._async_pub is not None:
+            self._session.run(self._async_pub.sent(), what="sending the publish_async messages before a publish_batch")
         return appends.publish_batch(self._session, table, stream, None if msg_id_prefix is None else (msg_id_prefix, msg_id_start))
 
     def _seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:

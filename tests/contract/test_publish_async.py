@@ -24,6 +24,7 @@ import threading
 from concurrent.futures import Future
 
 import nats
+import pyarrow as pa
 import pytest
 
 import jetspark
@@ -131,6 +132,52 @@ def test_refusals_fail_the_future_with_the_error_publish_raises(jetspark_backend
         else:
             assert error_fields(err) == error_fields(sync.value)
     assert js.stream_info("PA").state == state
+
+
+def test_publish_batch_after_publish_async_comes_after(jetspark_backend):
+    js = jetspark_backend
+    js.add_stream(name="PA", subjects=["pa.>"])
+    futures = [js.publish_async("pa.a") for _ in range(1000)]
+    ack = js.publish_batch(pa.table({"subject": ["pa.b", "pa.c"], "data": [b"1", b"2"]}))
+    assert ack.seqs.to_pylist() == [1001, 1002]
+    js.publish_async_completed()
+    assert [f.result().seq for f in futures] == list(range(1, 1001))
+
+
+HEADERS = [None, {"K": "v"}, {"K": ["a", "b"], "L": "c"}, {MSG_ID: "h1", "X": " y "}, {}]
+
+
+def test_messages_are_stored_as_publish_stores_them(jetspark_backend):
+    js = jetspark_backend
+    js.add_stream(name="PA", subjects=["pa.>"])
+    futures = [js.publish_async(f"pa.{i}", b"async %d" % i, headers=h) for i, h in enumerate(HEADERS)]
+    js.publish_async_completed()
+    acks = [js.publish(f"pa.{i}", b"async %d" % i, headers=h) for i, h in enumerate(HEADERS)]
+    n = len(HEADERS)
+    assert [f.result().seq for f in futures] == list(range(1, n + 1))
+    assert [a.seq for a in acks] == [n + 1, n + 2, n + 3, 4, n + 4]  # h1 is a duplicate
+    for i in range(n):
+        a, b = js.get_msg("PA", i + 1), js.get_msg("PA", acks[i].seq)
+        assert (a.subject, a.data, a.hdrs, a.headers) == (b.subject, b.data, b.hdrs, b.headers)
+
+
+def test_the_nats_backend_without_its_raw_hooks_sends_the_same(nats_server):
+    """nats-py's public API instead of the raw writes and deliveries (jetspark.remote.fastpath):
+    the same PubAcks and the same stored messages (repeated header keys aside, which nats-py's
+    header dict cannot say, as for publish_batch there)."""
+    with jetspark.connect(nats_server.url) as js:
+        js._session.public_path = True
+        js.add_stream(name="PUBLIC", subjects=["pub.>"], storage="memory")
+        try:
+            headers = [h for h in HEADERS if not (h and any(isinstance(v, list) for v in h.values()))]
+            futures = [js.publish_async(f"pub.{i}", b"%d" % i, headers=h) for i, h in enumerate(headers)]
+            futures.append(js.publish_async("nobody.x"))
+            js.publish_async_completed()
+            assert results(futures[:-1]) == [PubAck(stream="PUBLIC", seq=q) for q in range(1, len(headers) + 1)]
+            assert isinstance(futures[-1].exception(), NoStreamResponseError)
+            assert js.get_msg("PUBLIC", 3).headers == {MSG_ID: "h1", "X": "y"}
+        finally:
+            js.delete_stream("PUBLIC")
 
 
 def test_arguments_are_checked_at_the_call_and_nothing_is_sent(jetspark_backend):
