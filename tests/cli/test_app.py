@@ -48,6 +48,9 @@ READ_COMMANDS = [
     ("pub",),
     ("sub",),
     ("fetch",),
+    ("context", "add"),
+    ("context", "info"),
+    ("context", "ls"),
 ]
 
 
@@ -55,6 +58,7 @@ def test_the_issue_s_commands_exist():
     assert set(LEAVES) == {
         *(("stream", c) for c in ("add", "edit", "info", "ls", "rm", "purge", "get", "view", "rmm", "report", "check")),
         *(("consumer", c) for c in ("add", "edit", "info", "ls", "rm", "next")),
+        *(("context", c) for c in ("add", "info", "ls", "select", "unselect", "rm")),
         ("pub",),
         ("sub",),
         ("fetch",),
