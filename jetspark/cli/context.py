@@ -82,8 +82,10 @@ class State:
         """
         self.locate()
         if self._js is None and self.server is not None:
-            # A NATS server: the same API through nats-py (jetspark.remote).
-            self._js = jetspark.connect(self.server, **self.options)
+            # A NATS server: the same API through nats-py (jetspark.remote).  Through
+            # ConnectOptions, so `-s localhost:4222` means nats://localhost:4222 as with
+            # nats, never a directory of that name.
+            self._js = jetspark.connect(jetspark.ConnectOptions.build(self.server, **self.options))
         if self._js is None:
             path = Path(str(self.store).removeprefix("file://"))
             if not create and not (path / "store.json").exists():

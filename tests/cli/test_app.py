@@ -141,6 +141,8 @@ def test_server_runs_the_commands_on_a_real_nats_server(cli, nats_server):
     info = cli.json("--server", url, "stream", "info", "CLI_S")
     assert info["state"]["messages"] == 3
     assert cli("-s", url, "stream", "ls", "--names").stdout.split() == ["CLI_S"]  # -s, as with nats
+    # A server without a scheme is a NATS server, as with nats, not a directory of that name.
+    assert cli("-s", url.removeprefix("nats://"), "stream", "ls", "--names").stdout.split() == ["CLI_S"]
     r = cli("-s", url, "stream", "info", "NOPE", code=1)
     assert r.stderr.strip() == "Error: stream 'NOPE' not found (err_code 10059); streams: CLI_S"
     cli("--server", url, "stream", "rm", "CLI_S", "-f")
