@@ -40,6 +40,8 @@ READ_COMMANDS = [
     ("stream", "get"),
     ("stream", "view"),
     ("stream", "purge"),
+    ("stream", "backup"),
+    ("stream", "restore"),
     ("consumer", "add"),
     ("consumer", "edit"),
     ("consumer", "info"),
@@ -56,7 +58,7 @@ READ_COMMANDS = [
 
 def test_the_issue_s_commands_exist():
     assert set(LEAVES) == {
-        *(("stream", c) for c in ("add", "edit", "info", "ls", "rm", "purge", "get", "view", "rmm", "report", "check")),
+        *(("stream", c) for c in ("add", "edit", "info", "ls", "rm", "purge", "get", "view", "rmm", "report", "check", "backup", "restore")),
         *(("consumer", c) for c in ("add", "edit", "info", "ls", "rm", "next")),
         *(("context", c) for c in ("add", "info", "ls", "select", "unselect", "rm")),
         ("pub",),
