@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AckPolicy",
+    "BackupInfo",
     "BatchAck",
     "ClusterInfo",
     "ConsumerConfig",
@@ -295,6 +296,26 @@ class ConsumerInfo(Base):
     num_waiting: int = 0
     num_pending: int = 0
     cluster: Optional["ClusterInfo"] = None
+
+
+@dataclass(kw_only=True)
+class BackupInfo(Base):
+    """What ``backup_stream`` wrote (jetspark's own: nats-py has no snapshot verb).
+
+    ``backend`` is ``"engine"`` (an embedded store's files) or ``"nats"`` (a server's
+    snapshot); ``config`` and ``state`` are the stream's when the backup was taken;
+    ``consumers`` how many consumers it holds; ``files`` and ``bytes`` the archive's parts
+    (besides its manifest, ``backup.json``); ``created`` when it was taken."""
+
+    stream: str
+    path: str
+    backend: str
+    config: StreamConfig
+    state: StreamState
+    consumers: int
+    files: int
+    bytes: int
+    created: _dt.datetime
 
 
 def with_params(cls, config, params: dict):

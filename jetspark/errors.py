@@ -17,6 +17,8 @@
     │   ├── CorruptStoreError                 a damaged file: detected, reported, never served
     │   └── StoreIOError (OSError)            the disk refused a write or read (``errno``, ``filename``)
     │       └── StoreFullError                no space left (ENOSPC, EDQUOT): nothing was stored
+    ├── BackupError                           a stream backup cannot be written or restored; ``path`` names the file
+    │   └── CorruptBackupError                a part of the backup is damaged, truncated or missing (checksum)
     ├── ClosedError                           the handle was used after close()
     ├── ServerConnectionError (ConnectionError)  nats:// backend: cannot reach the server, or lost it
     │   └── AuthenticationError               the server refused the credentials
@@ -45,9 +47,11 @@ __all__ = [
     "APIError",
     "AckFloorError",
     "AuthenticationError",
+    "BackupError",
     "BadRequestError",
     "ClosedError",
     "ConsumerNotFoundError",
+    "CorruptBackupError",
     "CorruptStoreError",
     "DataLossError",
     "FetchTimeoutError",
@@ -183,6 +187,24 @@ class StoreFullError(StoreIOError):
     """The disk (or the quota) is full: ENOSPC or EDQUOT.  Free space and retry."""
 
 
+class BackupError(JetSparkError):
+    """A stream backup (``backup_stream``/``restore_stream``) cannot be written or used: the
+    target directory is not empty, the directory holds no backup, or the backup was taken
+    on the other kind of backend.  ``path`` names the file or directory concerned."""
+
+    def __init__(self, message: str = "", path: str = "") -> None:
+        self.path = str(path)
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.path))
+
+
+class CorruptBackupError(BackupError):
+    """A part of a backup is damaged, truncated or missing: its size or SHA-256 is not the
+    one its manifest (``backup.json``, itself checksummed) records.  Nothing was restored."""
+
+
 class ClosedError(JetSparkError):
     """The handle was used after close()."""
 
@@ -238,6 +260,7 @@ _API_ERRORS: dict[int, tuple[int, str, type[APIError]]] = {
     10058: (400, "stream name already in use with a different configuration", BadRequestError),
     10059: (404, "stream not found", StreamNotFoundError),
     10060: (400, "expected stream does not match", BadRequestError),
+    10062: (500, "restore failed: {err}", ServerError),
     10065: (400, "subjects overlap with an existing stream", BadRequestError),
     10070: (400, "wrong last msg ID: {id}", BadRequestError),
     10071: (400, "wrong last sequence: {seq}", BadRequestError),
@@ -257,6 +280,7 @@ _API_ERRORS: dict[int, tuple[int, str, type[APIError]]] = {
     10116: (400, "max deliver is required to be > length of backoff values", BadRequestError),
     10127: (400, "Consumer name can not contain path separators", BadRequestError),
     10128: (400, "Stream name can not contain path separators", BadRequestError),
+    10130: (400, "stream name already in use, cannot restore", BadRequestError),
     10133: (400, "replicas count cannot be negative", BadRequestError),
     10136: (400, "consumer cannot have both FilterSubject and FilterSubjects specified", BadRequestError),
     10138: (400, "consumer subject filters cannot overlap", BadRequestError),

@@ -43,6 +43,7 @@ from __future__ import annotations
 from typing import (
     TYPE_CHECKING,
     Any,
+    Callable,
     Iterator,
     Mapping,
     Optional,
@@ -52,6 +53,7 @@ from typing import (
 )
 
 from jetspark.api import (
+    BackupInfo,
     BatchAck,
     ConsumerConfig,
     ConsumerInfo,
@@ -222,6 +224,33 @@ class JetStreamAPI(Protocol):
         Consumers move past what was purged (§4).  10109 on a sealed stream,
         10110 with ``deny_purge``, 10003 for a malformed filter (rather than
         purging nothing), 10059 when there is no such stream."""
+        ...
+
+    def backup_stream(self, name: str, path: Any, consumers: bool = True, progress: Optional[Callable[[int, Optional[int]], None]] = None) -> BackupInfo:
+        """Write a backup of stream ``name`` into the directory ``path`` (new, or empty)
+        and return what it holds (``BackupInfo``): the stream's config and, as of one
+        point in time, its messages with their sequences, times and headers, its deleted
+        sequences and dedup window, and with ``consumers`` every consumer's config and
+        state (deliveries, acks, ack floor).  The engine copies the stream's files
+        holding its lock (writers to it wait meanwhile, from any process); a server
+        sends its own snapshot (``$JS.API.STREAM.SNAPSHOT``; kept as ``stream.tar.s2``,
+        the server's format, as ``nats stream backup`` keeps it).  Every part is checksummed (SHA-256) in a manifest, ``backup.json``,
+        written last; a backup that fails leaves nothing at ``path``.  ``progress(done,
+        total)`` is called with the bytes written so far (``total`` None while unknown).
+        10059 no stream; ``BackupError`` when ``path`` is not a new or empty directory
+        or cannot be written (nothing is left there)."""
+        ...
+
+    def restore_stream(self, path: Any, progress: Optional[Callable[[int, Optional[int]], None]] = None) -> StreamInfo:
+        """Create the stream a ``backup_stream`` backup in directory ``path`` holds, as it
+        was (the same state, messages, sequences and consumers), and return its info.
+        A backup restores only on the kind of backend that took it (an embedded store's
+        on an embedded store, a server's on a server: ``BackupError`` otherwise).  Every
+        part's size and checksum are checked before anything is created: a damaged,
+        truncated or missing part (or manifest) is ``CorruptBackupError`` naming the
+        file.  10130 when a stream of that name exists; 10062 ("restore failed: ...")
+        when the stream cannot be created, e.g. its subjects overlap another stream's.  A restore that fails leaves no stream behind.  ``progress``
+        as for ``backup_stream``, over both reads of the backup (checked, then restored)."""
         ...
 
     # ------------------------------------------------------------------ messages

@@ -14,6 +14,10 @@ the backend for what differs, through these hooks:
   ``jetspark.validate.batch_table`` returns it, for a named stream;
 - ``_subscription(stream, consumer)``: the backend's pull subscription on an
   existing consumer;
+- ``_backup_stream(name, writer, consumers, meter)``: copy the stream into an
+  ``archive.Writer`` and ``finish`` it; ``_restore_stream(archive, meter)``: create the
+  stream of an ``archive.Archive`` whose parts were checked (``_BACKUP_KIND`` names the
+  backups a backend reads: ``"engine"`` or ``"nats"``);
 - ``_new_async_publisher()``: what stores ``publish_async``'s messages (see
   there), and ``_check_open()``: ``ClosedError`` once the handle is closed;
 - ``_stream_info``, ``_purge_stream``, ``_get_msg``, ``_delete_msg``,
@@ -34,10 +38,12 @@ from __future__ import annotations
 import os
 import secrets
 import threading
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from jetspark import validate as V
 from jetspark.api import (
+    BackupInfo,
     BatchAck,
     ConsumerConfig,
     ConsumerInfo,
@@ -47,7 +53,7 @@ from jetspark.api import (
     StreamConfig,
     StreamInfo,
 )
-from jetspark.backend import JetStreamAPI
+from jetspark.backend import JetStreamAPI, archive
 from jetspark.backend.window import settle
 from jetspark.errors import (
     BadRequestError,
@@ -265,6 +271,33 @@ class HandleBase:
 
     def ack_floor(self, stream: str, durable: str) -> SequenceInfo:
         return self.consumer_info(stream, durable).ack_floor
+
+    # ------------------------------------------------------------------ backup and restore (archive.py)
+
+    def backup_stream(self, name: str, path: Any, consumers: bool = True, progress: Optional[Callable[[int, Optional[int]], None]] = None) -> BackupInfo:
+        V.stream_name(name)
+        V.boolean(consumers, "consumers")
+        with archive.Writer(_path(path), self._BACKUP_KIND, name) as writer:
+            return self._backup_stream(name, writer, consumers, archive.Meter(_progress(progress)))
+
+    def restore_stream(self, path: Any, progress: Optional[Callable[[int, Optional[int]], None]] = None) -> StreamInfo:
+        found = archive.open_archive(_path(path), self._BACKUP_KIND)
+        meter = archive.Meter(_progress(progress), 2 * found.bytes)  # every part is read twice: checked, then restored
+        found.verify(meter)
+        return self._restore_stream(found, meter)
+
+
+def _path(value: Any) -> Path:
+    try:
+        return Path(os.fspath(value))
+    except TypeError:
+        raise TypeError(f"path must be a str or os.PathLike naming a directory, not {value!r}") from None
+
+
+def _progress(value: Any) -> Optional[Callable[[int, Optional[int]], None]]:
+    if value is not None and not callable(value):
+        raise TypeError(f"progress must be None or a callable progress(done_bytes, total_bytes), not {value!r}")
+    return value
 
 
 def _document(cls: type) -> None:

@@ -43,6 +43,7 @@ import numpy as np
 from jetspark import validate as V
 from jetspark.api import (
     AckPolicy,
+    BackupInfo,
     BatchAck,
     ConsumerConfig,
     ConsumerInfo,
@@ -55,6 +56,7 @@ from jetspark.api import (
     StreamInfo,
     datetime_to_ns,
 )
+from jetspark.backend.archive import Archive, Meter, Writer
 from jetspark.backend.base import HandleBase
 from jetspark.engine import check, diskio, metafile
 from jetspark.engine import config as cfg
@@ -66,6 +68,7 @@ from jetspark.engine.pull import Msg, PullSubscription
 from jetspark.engine.storage import StreamStorage
 from jetspark.engine.stream import Stream, config_from_json, config_to_json, load_stream_meta
 from jetspark.errors import (
+    APIError,
     ClosedError,
     CorruptStoreError,
     NoStreamResponseError,
@@ -380,17 +383,20 @@ class JetStream(HandleBase):
             self._routes.clear()
             return st.info().evolve(did_create=True)
 
-    def _build_stream(self, home: Path, config: StreamConfig, meta: dict) -> None:
-        """Make the stream's directory under a temporary name, then rename it to ``home``."""
+    def _build_stream(self, home: Path, config: StreamConfig, meta: dict, fill: Optional[Callable[[Path], None]] = None) -> None:
+        """Make the stream's directory under a temporary name, then rename it to ``home``.
+        ``fill(data_dir)``: write a restored stream's files first (engine/backup.py)."""
         tmp = home.with_name(f".new-{meta['uid']}")
         data_dir = self._data_dir(tmp, config, meta["uid"])
         try:
             with diskio.io_errors(tmp, "creating the stream"):
                 tmp.mkdir()
                 metafile.save(tmp / "config.json", meta, fsync=self._fsync)
+                if fill is not None:
+                    fill(data_dir)
                 storage = StreamStorage(data_dir, tmp / "lock", memory=config.storage == StorageType.MEMORY, fsync=self._fsync)
                 try:
-                    if config.first_seq and config.first_seq > 1:
+                    if fill is None and config.first_seq and config.first_seq > 1:
                         with storage.locked():
                             storage.set_floor(config.first_seq)
                             storage.header.held = 0
@@ -406,6 +412,42 @@ class JetStream(HandleBase):
             raise
         if self._fsync:
             metafile.fsync_dir(home.parent)
+
+    # ------------------------------------------------------------------ backup and restore (engine/backup.py)
+
+    _BACKUP_KIND = "engine"
+
+    def _backup_stream(self, name: str, writer: Writer, consumers: bool, meter: Meter) -> BackupInfo:
+        from jetspark.engine import backup
+
+        with self._lock:
+            return backup.write(self._stream(name), writer, consumers, meter, STORE_FORMAT)
+
+    def _restore_stream(self, archive: Archive, meter: Meter) -> StreamInfo:
+        """As ``_add_stream``, with the backup's files in the new stream's directory before it
+        is renamed into place (so a failure leaves nothing), and a name in use refused (10130)."""
+        from jetspark.engine import backup
+
+        self._check()
+        config, created = backup.archived_stream(archive, STORE_FORMAT)
+        with self._lock, self._store_locked():
+            self._sync_registry()
+            home = self.path / "streams" / config.name
+            if config.name in self._streams or config.name in self._broken or os.path.lexists(home):
+                raise api_error(10130)
+            try:
+                self._check_overlap(config)
+            except APIError as exc:  # as the server words it
+                raise api_error(10062, err=f"error adding stream: {exc.description} ({exc.err_code})") from None
+            self._remove_leftovers()
+            meta = {"config": config_to_json(config), "created": created, "uid": uuid.uuid4().hex[:12]}
+            self._build_stream(home, config, meta, fill=lambda data_dir: backup.fill(archive, data_dir, meter, self._fsync))
+            st = self._open_stream(config.name)
+            self._streams[config.name] = st
+            self._bump_gen()
+            self._gen = self._read_gen()
+            self._routes.clear()
+            return st.info()
 
     def _remove_leftovers(self) -> None:
         """Streams a crash left half created (``.new-*``) or half deleted (``.deleted-*``);

@@ -23,6 +23,7 @@ from typing import Any, Iterator, Mapping, Optional
 
 from jetspark import validate as V
 from jetspark.api import (
+    BackupInfo,
     ConsumerConfig,
     ConsumerInfo,
     PubAck,
@@ -31,6 +32,7 @@ from jetspark.api import (
     StreamConfig,
     StreamInfo,
 )
+from jetspark.backend.archive import Archive, Meter, Writer
 from jetspark.backend.base import HandleBase
 from jetspark.connect_options import ConnectOptions
 from jetspark.errors import (
@@ -43,10 +45,10 @@ from jetspark.errors import (
 from jetspark.protocol import headers as H
 from jetspark.protocol import subjects as subj
 from jetspark.remote import ack_floor as floors
-from jetspark.remote import appends, jsapi, reads, wire
+from jetspark.remote import appends, jsapi, reads, snapshot, wire
 from jetspark.remote.async_publish import AsyncPublisher
 from jetspark.remote.pull import Msg, PullSubscription
-from jetspark.remote.session import Session
+from jetspark.remote.session import PROGRESS, Session
 
 __all__ = ["NatsJetStream"]
 
@@ -160,6 +162,23 @@ class NatsJetStream(HandleBase):
         if keep is not None:
             req["keep"] = keep
         return self._request(self._stream_subject("PURGE", name), req or None, what=f"purge_stream {name!r}", idempotent=False)["success"]
+
+    # ------------------------------------------------------------------ backup and restore (remote/snapshot.py)
+
+    _BACKUP_KIND = "nats"
+
+    def _backup_stream(self, name: str, writer: Writer, consumers: bool, meter: Meter) -> BackupInfo:
+        subject = self._stream_subject("SNAPSHOT", name)
+        resp = self._session.run(snapshot.snapshot(self._session, subject, name, writer, consumers, meter), what=f"backup_stream {name!r}", timeout=PROGRESS)
+        info = wire.stream_info_from_wire(resp)
+        count = info.state.consumer_count if consumers else 0
+        info.state.consumer_count = count
+        return writer.finish(info.config, info.state, count, {"config": resp["config"], "state": resp["state"]})
+
+    def _restore_stream(self, archive: Archive, meter: Meter) -> StreamInfo:
+        subject = self._stream_subject("RESTORE", archive.stream)
+        resp = self._session.run(snapshot.restore(self._session, subject, archive, meter), what=f"restore_stream {archive.stream!r}", timeout=PROGRESS)
+        return wire.stream_info_from_wire(resp)
 
     # ------------------------------------------------------------------ messages
 
