@@ -60,6 +60,10 @@ class PublishWindow:
     def wait(self, timeout: Optional[float]) -> None:
         """Until no future is pending; ``PublishAsyncTimeoutError`` after ``timeout`` seconds."""
         with self._cond:
+            if self._pending and getattr(_local, "completing", False):
+                raise RuntimeError(
+                    "publish_async_completed was called from the thread that completes the futures (a future's callback): it would wait for itself"
+                )
             if not self._cond.wait_for(lambda: not self._pending, timeout):
                 raise PublishAsyncTimeoutError(f"{len(self._pending)} publish_async futures were still pending after {timeout:g} s")
 

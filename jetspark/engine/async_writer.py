@@ -14,7 +14,10 @@ fails is failed whole (nothing of it is stored).
 messages (``drain``), so the handle's messages keep the order of the calls.
 The thread starts at the first message and ends when it has had nothing to do
 for a moment; it is not a daemon, so a process that exits without ``close()``
-still stores what was queued.  ``close()`` stores everything queued.
+still stores what was queued.  ``close()`` stores everything queued.  After
+``fork()`` the child gets a queue and a writer of its own (``HandleBase``);
+fork with nothing in flight (after ``publish_async_completed()``), as for any
+handle in use by another thread at the fork.
 """
 
 from __future__ import annotations

@@ -657,12 +657,17 @@ class JetStream(HandleBase):
                 headers = V.publish_headers(headers, stream)
             if type(subject) is not str or subject not in self._routes:
                 V.publish_subject(subject)
-            if self._async_pub is not None and self._async_pub.queued:
-                self._async_pub.drain()  # earlier publish_async calls first
+            self._drain_async()
             if self._acks:
                 self._flush_acks()
             self._sync_registry()
             return self._store(self._publish_target(subject), subject, payload, headers)
+
+    def _drain_async(self) -> None:
+        """Store what earlier publish_async calls of this process queued (caller holds the lock)."""
+        pub = self._async_pub
+        if pub is not None and pub.queued and pub.pid == os.getpid():
+            pub.drain()
 
     def _publish_target(self, subject: str) -> Stream:
         """The stream a publish to ``subject`` (a subject ``V.publish_subject`` accepts) stores in."""
@@ -707,8 +712,7 @@ class JetStream(HandleBase):
         from jetspark.engine import bulk
 
         with self._lock:
-            if self._async_pub is not None and self._async_pub.queued:
-                self._async_pub.drain()  # earlier publish_async calls first
+            self._drain_async()
             return bulk.publish_batch(self._stream(stream), table, msg_id_prefix, msg_id_start)
 
     def _seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:

@@ -219,8 +219,9 @@ class NatsJetStream(HandleBase):
 
     async def _apublish(self, subject: str, payload: bytes, headers: Optional[dict]) -> PubAck:
         session = self._session
-        if self._async_pub is not None:
-            await self._async_pub.sent()  # earlier publish_async calls first
+        pub = self._async_pub
+        if pub is not None and pub.pid == os.getpid():
+            await pub.sent()  # earlier publish_async calls first
         if headers and any(isinstance(v, (list, tuple)) for v in headers.values()):
             # Repeated header keys: nats-py's dict cannot say them; send the block ourselves.
             return await appends.publish_one_raw(session, subject, payload, wire.encode_headers(headers))
@@ -264,8 +265,9 @@ class NatsJetStream(HandleBase):
         or nothing: a refused row raises its error (with a note naming the row) and rows
         the server accepted stay stored.  A server deduplicates the ids of
         ``msg_id_prefix`` one by one."""
-        if self._async_pub is not None:
-            self._session.run(self._async_pub.sent(), what="sending the publish_async messages before a publish_batch")
+        pub = self._async_pub
+        if pub is not None and pub.pid == os.getpid():
+            self._session.run(pub.sent(), what="sending the publish_async messages before a publish_batch")
         return appends.publish_batch(self._session, table, stream, None if msg_id_prefix is None else (msg_id_prefix, msg_id_start))
 
     def _seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:

@@ -260,16 +260,25 @@ class ServerSide:
             os.kill(pid, signal.SIGCONT)
 
 
-@pytest.fixture(params=["engine", "nats", "oracle"])
-def side(request, tmp_path):
-    if request.param == "engine":
+def _side(kind: str, tmp_path):
+    if kind == "engine":
         yield EngineSide(tmp_path / "store")
         return
     server = NatsServer().start()
     try:
-        yield ServerSide(request.param, server)
+        yield ServerSide(kind, server)
     finally:
         server.stop()
+
+
+@pytest.fixture(params=["engine", "nats", "oracle"])
+def side(request, tmp_path):
+    yield from _side(request.param, tmp_path)
+
+
+@pytest.fixture(params=["engine", "nats"])
+def jetspark_side(request, tmp_path):
+    yield from _side(request.param, tmp_path)
 
 
 def test_a_full_window_holds_the_caller_until_a_publish_completes(side):
@@ -356,3 +365,30 @@ def test_nats_py_leaves_a_refused_future_pending(nats_server):
     with jetspark.connect(nats_server.url) as js:
         js.delete_stream("NPY")
     assert (done, pending) == (False, 1)
+
+
+def test_a_future_callback_cannot_wait_for_its_own_thread(jetspark_side):
+    """Callbacks run in the thread that completes the futures: there, a full window or
+    publish_async_completed would wait for that very thread, so they refuse at once."""
+    side = jetspark_side
+    js = side.open(window=2)
+    seen: list = []
+
+    def callback(_: Future) -> None:
+        for call in (lambda: [js.publish_async("cb.b") for _ in range(3)], js.publish_async_completed):
+            try:
+                call()
+                seen.append(None)
+            except Exception as exc:
+                seen.append(type(exc))
+
+    try:
+        js.add_stream(name="CB", subjects=["cb.>"])
+        with side.stalled("CB"):
+            first = js.publish_async("cb.a")
+            first.add_done_callback(callback)  # before it can complete
+        js.publish_async_completed()
+        assert seen == [TooManyStalledMsgsError, RuntimeError]
+        assert first.result().seq == 1 and js.stream_info("CB").state.messages == 3  # two of the callback's went in
+    finally:
+        js.close()

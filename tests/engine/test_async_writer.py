@@ -9,6 +9,7 @@ takes the child, not the test run.
 
 from __future__ import annotations
 
+import multiprocessing
 import signal
 import subprocess
 import sys
@@ -115,3 +116,32 @@ def test_a_full_disk_fails_whole_groups_and_loses_nothing_acknowledged(tmpfs):
         assert (state.messages, state.last_seq) == (acked, acked)
         assert stored(js, "F") == [b"%08d" % i + b"p" * 1000 for i in range(acked)]
         assert js.publish_async("f.x", b"after").result(timeout=10).seq == acked + 1
+
+
+def _forked_child(conn, js) -> None:
+    try:
+        futures = [js.publish_async("fk.child", b"c%d" % i) for i in range(100)]
+        js.publish_async_completed()
+        conn.send([f.result().seq for f in futures])
+    except BaseException as exc:
+        conn.send(repr(exc))
+
+
+def test_a_forked_child_publishes_on_its_own_and_stores_nothing_twice(tmp_path):
+    """A handle used across fork(): the child's publish_async gets a publisher (and a writer
+    thread) of its own, and the parent's messages, already stored, are not stored again."""
+    fork = multiprocessing.get_context("fork")
+    with jetspark.connect(tmp_path / "store") as js:
+        js.add_stream(name="FK", subjects=["fk.>"])
+        parent = [js.publish_async("fk.parent", b"p%d" % i) for i in range(100)]
+        js.publish_async_completed()
+        mine, theirs = fork.Pipe()
+        proc = fork.Process(target=_forked_child, args=(theirs, js))
+        proc.start()
+        child_seqs = mine.recv()
+        proc.join(60)
+        assert proc.exitcode == 0 and child_seqs == list(range(101, 201)), child_seqs
+        more = [js.publish_async("fk.parent", b"q%d" % i) for i in range(100)]
+        js.publish_async_completed()
+        assert [f.result().seq for f in parent + more] == list(range(1, 101)) + list(range(201, 301))
+        assert js.stream_info("FK").state.messages == 300
