@@ -298,7 +298,8 @@ class JetStreamAPI(Protocol):
         ``publish_async_max_pending`` futures (a ``connect`` option; 4000, nats-py's
         default) are pending at once: a call that finds them all pending waits for one to
         finish, at most ``wait_stall`` seconds (a finite number >= 0; None: as long as it
-        takes), then raises ``TooManyStalledMsgsError`` with nothing sent.  ``cancel()``
+        takes), then raises ``TooManyStalledMsgsError`` with nothing sent (at once in a
+        future's callback, which runs in the thread that completes them).  ``cancel()``
         cannot stop a publish (it returns False).  ``close()`` first waits for the pending
         futures (the engine stores every queued message; a server has the handle's
         timeout to answer) and fails any still pending with ``ClosedError``."""
@@ -312,7 +313,8 @@ class JetStreamAPI(Protocol):
         """Wait until every future of ``publish_async`` is done (stored or failed: read
         their results), at most ``timeout`` seconds (a finite number >= 0; None: as long
         as it takes); ``PublishAsyncTimeoutError`` (a ``TimeoutError``) if some are
-        still pending then."""
+        still pending then; ``RuntimeError`` in a future's callback (it would wait for
+        its own thread)."""
         ...
 
     def get_msg(self, stream: str, seq: Optional[int] = None, last_by_subj: Optional[str] = None, next_by_subj: Optional[str] = None) -> RawStreamMsg:
