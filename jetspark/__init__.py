@@ -43,6 +43,7 @@ from jetspark.errors import (
     FetchTimeoutError,
     JetSparkError,
     MsgNotFoundError,
+    NextMsgTimeoutError,
     NoStreamResponseError,
     NotFoundError,
     OptionError,
@@ -56,6 +57,7 @@ from jetspark.errors import (
     StoreFullError,
     StoreIOError,
     StreamNotFoundError,
+    SubscriptionError,
 )
 
 if typing.TYPE_CHECKING:
@@ -82,6 +84,7 @@ __all__ = [
     "FetchTimeoutError",
     "JetSparkError",
     "MsgNotFoundError",
+    "NextMsgTimeoutError",
     "NoStreamResponseError",
     "NotFoundError",
     "OptionError",
@@ -105,6 +108,7 @@ __all__ = [
     "StreamInfo",
     "StreamNotFoundError",
     "StreamState",
+    "SubscriptionError",
     "connect",
     "local_session",
     "register",

@@ -44,6 +44,7 @@ from jetspark.protocol import subjects as subj
 from jetspark.remote import ack_floor as floors
 from jetspark.remote import appends, jsapi, reads, wire
 from jetspark.remote.pull import Msg, PullSubscription
+from jetspark.remote.push import PushSubscription
 from jetspark.remote.session import Session
 
 __all__ = ["NatsJetStream"]
@@ -89,6 +90,8 @@ class NatsJetStream(HandleBase):
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
+        if not self._session.closed:
+            self._end_subscriptions()
         self._session.close()
 
     def __repr__(self) -> str:
@@ -282,6 +285,13 @@ class NatsJetStream(HandleBase):
 
     def _subscription(self, stream: str, consumer: str) -> PullSubscription:
         return PullSubscription(self._session, stream, consumer)
+
+    def _push_subscription(self, stream: str, info: ConsumerInfo, cb, auto_ack: bool, ordered: Optional[ConsumerConfig], owned: bool) -> PushSubscription:
+        # How: jetspark/remote/push.py (nats-py's own push subscription on the session's loop).
+        return PushSubscription(self, self._session, stream, info, cb, auto_ack, ordered, owned)
+
+    def _new_inbox(self) -> str:
+        return self._session.new_inbox()
 
     # ------------------------------------------------------------------ for the Spark connector
 
