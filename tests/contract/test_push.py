@@ -408,8 +408,7 @@ def test_drain_hands_out_what_the_subscription_holds(js):
     assert [first.metadata.sequence.stream] + [m.metadata.sequence.stream for m in rest] == list(range(1, 11))
     with pytest.raises(ClosedError):
         sub.next_msg(timeout=cs.NOTHING_WAIT)
-    js.publish("a.x", b"late")
-    assert info(js, "D").push_bound is None
+    eventually(js, lambda: info(js, "D").push_bound, None)
 
 
 def test_drain_waits_for_the_callback(js):
