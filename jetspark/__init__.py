@@ -46,6 +46,7 @@ from jetspark.errors import (
     FetchTimeoutError,
     JetSparkError,
     MsgNotFoundError,
+    NextMsgTimeoutError,
     NoStreamResponseError,
     NotFoundError,
     OptionError,
@@ -60,6 +61,7 @@ from jetspark.errors import (
     StoreFullError,
     StoreIOError,
     StreamNotFoundError,
+    SubscriptionError,
     TooManyStalledMsgsError,
 )
 
@@ -90,6 +92,7 @@ __all__ = [
     "FetchTimeoutError",
     "JetSparkError",
     "MsgNotFoundError",
+    "NextMsgTimeoutError",
     "NoStreamResponseError",
     "NotFoundError",
     "OptionError",
@@ -115,6 +118,7 @@ __all__ = [
     "StreamNotFoundError",
     "StreamState",
     "TooManyStalledMsgsError",
+    "SubscriptionError",
     "connect",
     "local_session",
     "register",

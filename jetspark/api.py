@@ -252,7 +252,11 @@ class RawStreamMsg(Base):
 
 @dataclass(frozen=True, kw_only=True)
 class ConsumerConfig(Base):
-    """A consumer's configuration (nats-py ``ConsumerConfig``); ack_policy defaults to explicit as in nats-py."""
+    """A consumer's configuration (nats-py ``ConsumerConfig``); ack_policy defaults to explicit as in nats-py.
+
+    A consumer with a ``deliver_subject`` is a push consumer (``subscribe``), one without
+    a pull consumer (``pull_subscribe``); ``deliver_group`` is its queue group,
+    ``flow_control`` and ``idle_heartbeat`` (seconds) its server-side flow control."""
 
     name: Optional[str] = None
     durable_name: Optional[str] = None
@@ -269,7 +273,11 @@ class ConsumerConfig(Base):
     replay_policy: Optional[ReplayPolicy] = ReplayPolicy.INSTANT
     max_waiting: Optional[int] = None
     max_ack_pending: Optional[int] = None
+    flow_control: Optional[bool] = None
+    idle_heartbeat: Optional[float] = None
     headers_only: Optional[bool] = None
+    deliver_subject: Optional[str] = None
+    deliver_group: Optional[str] = None
     inactive_threshold: Optional[float] = None
     num_replicas: Optional[int] = None
     mem_storage: Optional[bool] = None
@@ -296,6 +304,7 @@ class ConsumerInfo(Base):
     num_waiting: int = 0
     num_pending: int = 0
     cluster: Optional["ClusterInfo"] = None
+    push_bound: Optional[bool] = None  # a push consumer with a subscription bound to it (else None, as the server omits it)
 
 
 @dataclass(kw_only=True)

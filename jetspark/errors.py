@@ -13,13 +13,16 @@
     │   └── ServiceUnavailableError           HTTP 503: store refused (10077 limits with discard new)
     ├── NoStreamResponseError (LookupError)   no stream captures the subject (nats: no responders)
     ├── FetchTimeoutError (TimeoutError)      fetch found nothing before its timeout
+    ├── NextMsgTimeoutError (TimeoutError)    a push subscription's next_msg found nothing before its timeout
+    ├── SubscriptionError (ValueError)        subscribe cannot bind as asked (nats-py's client-side refusals)
     ├── StoreError                            the store on disk cannot be used; ``path`` names the file
     │   ├── CorruptStoreError                 a damaged file: detected, reported, never served
     │   └── StoreIOError (OSError)            the disk refused a write or read (``errno``, ``filename``)
     │       └── StoreFullError                no space left (ENOSPC, EDQUOT): nothing was stored
     ├── BackupError                           a stream backup cannot be written or restored; ``path`` names the file
     │   └── CorruptBackupError                a part of the backup is damaged, truncated or missing (checksum)
-    ├── ClosedError                           the handle was used after close()
+    ├── ClosedError                           the handle was used after close(), or a push
+    │                                         subscription after unsubscribe()/drain()
     ├── ServerConnectionError (ConnectionError)  nats:// backend: cannot reach the server, or lost it
     │   └── AuthenticationError               the server refused the credentials
     ├── PermissionDeniedError (PermissionError)  nats:// backend: the user may not publish (or subscribe) there
@@ -44,6 +47,7 @@ driver.
 from __future__ import annotations
 
 __all__ = [
+    "PUSH_BASED",
     "APIError",
     "AckFloorError",
     "AuthenticationError",
@@ -57,6 +61,7 @@ __all__ = [
     "FetchTimeoutError",
     "JetSparkError",
     "MsgNotFoundError",
+    "NextMsgTimeoutError",
     "NoStreamResponseError",
     "NotFoundError",
     "OptionError",
@@ -72,8 +77,10 @@ __all__ = [
     "StoreIOError",
     "StreamNotFoundError",
     "TooManyStalledMsgsError",
+    "SubscriptionError",
     "api_error",
     "error_from_response",
+    "push_based_error",
 ]
 
 
@@ -143,6 +150,18 @@ class FetchTimeoutError(JetSparkError, TimeoutError):
     """fetch() found no message before its timeout."""
 
 
+class NextMsgTimeoutError(JetSparkError, TimeoutError):
+    """A push subscription's next_msg() found no message before its timeout (nats-py's
+    ``nats.errors.TimeoutError``)."""
+
+
+class SubscriptionError(JetSparkError, ValueError):
+    """``subscribe``/``subscribe_bind`` cannot bind the consumer as asked, where nats-py refuses
+    on the client side (``nats.js.errors.Error``): a durable already bound, a queue that is not
+    the consumer's deliver group, a pull consumer, ``next_msg`` on a subscription with a
+    callback.  Nothing was created."""
+
+
 class StoreError(JetSparkError):
     """The store directory cannot be used as it is; ``path`` names the file concerned."""
 
@@ -206,7 +225,8 @@ class CorruptBackupError(BackupError):
 
 
 class ClosedError(JetSparkError):
-    """The handle was used after close()."""
+    """The handle was used after close(), or a push subscription after unsubscribe() (or after
+    drain() once it has handed out what it held)."""
 
 
 class ServerConnectionError(JetSparkError, ConnectionError):
@@ -248,6 +268,7 @@ class PublishAsyncTimeoutError(JetSparkError, TimeoutError):
 _API_ERRORS: dict[int, tuple[int, str, type[APIError]]] = {
     10003: (400, "bad request", BadRequestError),
     10012: (500, "{err}", ServerError),
+    10013: (400, "consumer name already in use", BadRequestError),
     10014: (404, "consumer not found", ConsumerNotFoundError),
     10017: (400, "consumer name in subject does not match durable name in request", BadRequestError),
     10025: (400, "invalid JSON: {err}", BadRequestError),
@@ -266,7 +287,14 @@ _API_ERRORS: dict[int, tuple[int, str, type[APIError]]] = {
     10071: (400, "wrong last sequence: {seq}", BadRequestError),
     10074: (500, "replicas > 1 not supported in non-clustered mode", ServerError),
     10077: (503, "{err}", ServiceUnavailableError),
+    10079: (400, "consumer deliver subject has wildcards", BadRequestError),
+    10080: (400, "consumer in push mode can not set max waiting", BadRequestError),
+    10081: (400, "consumer deliver subject forms a cycle", BadRequestError),
+    10082: (400, "consumer requires ack policy for max ack pending", BadRequestError),
+    10083: (400, "consumer idle heartbeat needs to be >= 100ms", BadRequestError),
     10084: (400, "consumer in pull mode requires explicit ack policy on workqueue stream", BadRequestError),
+    10088: (400, "consumer idle heartbeat requires a push based consumer", BadRequestError),
+    10089: (400, "consumer flow control requires a push based consumer", BadRequestError),
     10094: (400, "{err}", BadRequestError),
     10098: (400, "workqueue stream requires explicit ack", BadRequestError),
     10099: (400, "multiple non-filtered consumers not allowed on workqueue stream", BadRequestError),
@@ -274,9 +302,11 @@ _API_ERRORS: dict[int, tuple[int, str, type[APIError]]] = {
     10101: (400, "consumer must be deliver all on workqueue stream", BadRequestError),
     10102: (400, "consumer name is too long, maximum allowed is {max}", BadRequestError),
     10107: (400, "consumer description is too long, maximum allowed is {max}", BadRequestError),
+    10108: (400, "consumer with flow control also needs heartbeats", BadRequestError),
     10109: (400, "invalid operation on sealed stream", BadRequestError),
     10110: (500, "{err}", ServerError),
     10111: (500, "{err}", ServerError),
+    10112: (400, "invalid push consumer deliver subject", BadRequestError),
     10116: (400, "max deliver is required to be > length of backoff values", BadRequestError),
     10127: (400, "Consumer name can not contain path separators", BadRequestError),
     10128: (400, "Stream name can not contain path separators", BadRequestError),
@@ -291,6 +321,15 @@ _API_ERRORS: dict[int, tuple[int, str, type[APIError]]] = {
     10184: (400, "consumer backoff needs to be positive", BadRequestError),
     10193: (400, "missing sequence for expected last sequence per subject", BadRequestError),
 }
+
+
+# A pull request (fetch) to a push consumer: the server's status 409, which carries no err_code.
+PUSH_BASED = "Consumer is push based"
+
+
+def push_based_error() -> APIError:
+    """What ``fetch`` on a push consumer raises: the server's answer to the pull request."""
+    return APIError(409, 0, PUSH_BASED)
 
 
 def api_error(err_code: int, **fields) -> APIError:

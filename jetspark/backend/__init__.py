@@ -3,7 +3,8 @@
 ``jetspark.connect`` returns one of two handles: ``jetspark.engine.handle.JetStream``
 (the embedded engine on a directory) or ``jetspark.remote.client.NatsJetStream``
 (a real NATS server through nats-py).  Both satisfy ``JetStreamAPI``; their
-subscriptions satisfy ``PullSubscriptionAPI`` and their delivered messages
+subscriptions satisfy ``PullSubscriptionAPI`` (pull consumers) and
+``PushSubscriptionAPI`` (push consumers), and their delivered messages
 ``MsgAPI``.  Code that must work on either (the Spark connector, the CLI)
 types against these Protocols.  What the two handles share is implemented
 once, in ``jetspark.backend.base.HandleBase``, which both inherit.
@@ -57,6 +58,7 @@ from jetspark.api import (
     BatchAck,
     ConsumerConfig,
     ConsumerInfo,
+    DeliverPolicy,
     MsgMetadata,
     PubAck,
     RawStreamMsg,
@@ -70,7 +72,7 @@ if TYPE_CHECKING:
 
     import pyarrow as pa
 
-__all__ = ["JetStreamAPI", "MsgAPI", "PullSubscriptionAPI"]
+__all__ = ["JetStreamAPI", "MsgAPI", "PullSubscriptionAPI", "PushSubscriptionAPI"]
 
 
 @runtime_checkable
@@ -133,7 +135,8 @@ class PullSubscriptionAPI(Protocol):
         Returns at least one message.  ``FetchTimeoutError`` (a ``TimeoutError``)
         when none came in time, as nats-py raises.  Delivery follows the consumer's
         policies: ``max_ack_pending``, redelivery after ``ack_wait``/``backoff``
-        up to ``max_deliver``, ``headers_only`` (§5.2-§5.5)."""
+        up to ``max_deliver``, ``headers_only`` (§5.2-§5.5).  A push consumer answers
+        with the server's ``APIError`` 409 "Consumer is push based" (§5.6)."""
         ...
 
     def consumer_info(self) -> ConsumerInfo:
@@ -143,6 +146,58 @@ class PullSubscriptionAPI(Protocol):
     def unsubscribe(self) -> None:
         """Stop using the subscription; acks given so far are applied first.
         The consumer itself stays (delete it with ``delete_consumer``)."""
+        ...
+
+
+@runtime_checkable
+class PushSubscriptionAPI(Protocol):
+    """A subscription on a push consumer (nats-py's ``PushSubscription``, synchronously), as
+    ``subscribe`` and ``subscribe_bind`` return it (§5.6).
+
+    With a callback, one thread of its own calls it for each message, in delivery
+    order, one at a time; an exception from the callback is logged (logger
+    ``jetspark.push``) and delivery goes on, the message unacknowledged.
+    Without a callback, ``next_msg`` and ``messages()`` hand the messages out.
+    Messages are delivered as the consumer's policies say (``max_ack_pending``,
+    redelivery after ``ack_wait`` or a nak, ``max_deliver``); a queue group's
+    members share the consumer, each message going to one of them.  When the
+    consumer is deleted under a subscription, delivery stops (an ordered
+    consumer's subscription makes a new one); the engine's ``next_msg`` then
+    raises ``ConsumerNotFoundError``, a server's delivers nothing more."""
+
+    stream: str
+    consumer: str  # an ordered consumer's changes when it is made again
+
+    def next_msg(self, timeout: Optional[float] = 1.0) -> MsgAPI:
+        """The next message, waiting up to ``timeout`` seconds (None: no limit).
+        ``NextMsgTimeoutError`` (a ``TimeoutError``) when none came in time;
+        ``ClosedError`` once the subscription ended (``unsubscribe``, or ``drain`` and
+        everything it held handed out); ``SubscriptionError`` on a subscription with a
+        callback."""
+        ...
+
+    def messages(self) -> Iterator[MsgAPI]:
+        """Every message, as ``next_msg(None)`` returns them, until the subscription ends
+        (``unsubscribe``/``drain``, from this thread or another): ``for msg in sub.messages()``.
+        ``SubscriptionError`` on a subscription with a callback."""
+        ...
+
+    def consumer_info(self) -> ConsumerInfo:
+        """``consumer_info(stream, consumer)`` of the bound consumer."""
+        ...
+
+    def unsubscribe(self) -> None:
+        """Stop delivery at once: messages delivered to the subscription and not yet handed
+        out are dropped (redelivered after ``ack_wait``, as when a client drops what a
+        server pushed).  Waits for a callback in progress to return; applies the acks given.
+        An ephemeral consumer the subscription created is deleted (a server would remove it
+        after its ``inactive_threshold``); a durable stays.  Idempotent."""
+        ...
+
+    def drain(self) -> None:
+        """Stop taking new messages and hand out what the subscription holds, then end as
+        ``unsubscribe``.  With a callback, returns once the callback has handled them all;
+        without, returns at once and ``next_msg``/``messages()`` hand out the rest."""
         ...
 
 
@@ -394,6 +449,60 @@ class JetStreamAPI(Protocol):
         """A subscription on the existing consumer ``durable`` (or ``consumer``, for an
         ephemeral) of ``stream``.  10003 without ``stream`` or without a consumer
         name; 10014 when there is no such consumer; 10059 no stream."""
+        ...
+
+    def subscribe(
+        self,
+        subject: str,
+        queue: Optional[str] = None,
+        cb: Optional[Callable[[MsgAPI], Any]] = None,
+        durable: Optional[str] = None,
+        stream: Optional[str] = None,
+        config: Optional[ConsumerConfig] = None,
+        manual_ack: bool = False,
+        ordered_consumer: bool = False,
+        idle_heartbeat: Optional[float] = None,
+        flow_control: bool = False,
+        deliver_policy: Optional[DeliverPolicy] = None,
+        headers_only: Optional[bool] = None,
+        inactive_threshold: Optional[float] = None,
+    ) -> PushSubscriptionAPI:
+        """nats-py's ``subscribe``: a push subscription on the consumer ``durable`` of
+        ``stream`` (default: ``find_stream_name_by_subject(subject)``), see
+        ``PushSubscriptionAPI`` (§5.6).
+
+        ``queue`` joins a queue group: its name is the durable's name and its
+        ``deliver_group``, and every member shares that consumer's messages.  An
+        existing durable is bound as it is, refused as nats-py refuses it
+        (``SubscriptionError``): a pull consumer, a consumer already bound (without a
+        deliver group), a queue that is not its deliver group.  Otherwise the consumer
+        is created with ``add_consumer`` from ``config``, with a new inbox as its
+        ``deliver_subject`` unless the config has one, filtered on ``subject`` unless
+        the config has filters, and these arguments set: ``queue`` (``deliver_group``),
+        ``flow_control``, ``idle_heartbeat``, ``deliver_policy``, ``headers_only``,
+        ``inactive_threshold``; without ``durable`` (nor a durable name in the config)
+        an ephemeral, which ``unsubscribe``/``drain`` delete.
+
+        ``cb`` receives each message on the subscription's own thread; without
+        ``manual_ack`` each one it returned from without acknowledging is acknowledged.
+        ``ordered_consumer``: an ephemeral, ack-none consumer with flow control and idle
+        heartbeats (``idle_heartbeat``, default 5 s) whose messages come in stream order
+        without gaps or repeats: when its consumer sequence skips or its consumer is lost,
+        a new one starts after the last stream sequence delivered (ADR-17); no
+        ``durable`` or ``queue`` with it (``ValueError``).
+
+        Errors: those of ``add_consumer``, among them a push consumer's rules (10079,
+        10080, 10081, 10082, 10083, 10088, 10089, 10108, 10112, §5.6); 10059 when no
+        stream captures ``subject``; ``TypeError``/``ValueError`` for arguments of the
+        wrong type."""
+        ...
+
+    def subscribe_bind(self, stream: str, consumer: str, cb: Optional[Callable[[MsgAPI], Any]] = None, manual_ack: bool = False) -> PushSubscriptionAPI:
+        """A push subscription on the existing push consumer ``consumer`` of ``stream``,
+        as ``subscribe`` binds one (its ``deliver_group``, if it has one, makes this
+        subscription a member of the group); ``cb`` and ``manual_ack`` as ``subscribe``.
+        10003 without ``stream`` or ``consumer``; 10014 no such consumer;
+        ``SubscriptionError`` for a pull consumer."""
         ...
 
     # ------------------------------------------------------------------ bulk verbs (the Spark connector)

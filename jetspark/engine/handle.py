@@ -62,19 +62,24 @@ from jetspark.engine import check, diskio, metafile
 from jetspark.engine import config as cfg
 from jetspark.engine import consumer_config as ccfg
 from jetspark.engine.async_writer import AsyncWriter
+from jetspark.engine.bindings import Binding
 from jetspark.engine.check import CheckReport, Problem
+from jetspark.engine.consumer import SCALARS
 from jetspark.engine.locking import FORK_GENERATION, FLock
 from jetspark.engine.pull import Msg, PullSubscription
+from jetspark.engine.push import PushSubscription
 from jetspark.engine.storage import StreamStorage
 from jetspark.engine.stream import Stream, config_from_json, config_to_json, load_stream_meta
 from jetspark.errors import (
     APIError,
     ClosedError,
     CorruptStoreError,
+    JetSparkError,
     NoStreamResponseError,
     StoreError,
     StoreIOError,
     api_error,
+    push_based_error,
 )
 from jetspark.protocol import headers as H
 from jetspark.protocol import subjects as subj
@@ -174,6 +179,7 @@ class JetStream(HandleBase):
         pub = self._async_pub
         if pub is not None and pub.pid == os.getpid():
             pub.close(f"the JetStream handle on {self.path} is closed")  # stores what publish_async queued
+        self._end_subscriptions()
         try:
             self._flush_acks()
         finally:
@@ -743,7 +749,7 @@ class JetStream(HandleBase):
                         return existing.info(now)
                     if action == "create":
                         raise api_error(10148)
-                    ccfg.check_update(existing.config, new)
+                    ccfg.check_update(existing.config, new, bound=existing.is_bound())
                     ccfg.check_workqueue(st.config, new, (c.config for c in st.consumers.by_name.values()))
                     return st.consumers.update(existing, new).info(now)
                 if action == "update":
@@ -780,6 +786,42 @@ class JetStream(HandleBase):
     def _subscription(self, stream: str, consumer: str) -> PullSubscription:
         return PullSubscription(self, stream, consumer)
 
+    # ------------------------------------------------------------------ push subscriptions (push.py)
+
+    def _push_subscription(self, stream: str, info: ConsumerInfo, cb, auto_ack: bool, ordered: Optional[ConsumerConfig], owned: bool) -> PushSubscription:
+        return PushSubscription(self, stream, info, cb, auto_ack, ordered, owned)
+
+    def _new_inbox(self) -> str:
+        return "_INBOX." + ccfg.new_ephemeral_name()
+
+    def _bind(self, stream: str, consumer: str) -> Binding:
+        """Bind a subscription to the push consumer (bindings.py); 10014 if it is gone."""
+        with self._lock:
+            st = self._stream(stream)
+            with st.locked():
+                c = self._consumer(st, consumer)
+                try:
+                    return Binding(c.home)
+                except FileNotFoundError:
+                    raise api_error(10014) from None
+
+    def _unbind(self, binding: Binding, stream: str, consumer: str) -> None:
+        """Release a binding; the consumer's inactive_threshold counts from now, as the server's
+        does from the moment its interest goes.  Quiet if the stream or consumer is gone."""
+        binding.release()
+        if self._closed:
+            return
+        try:
+            with self._lock:
+                st = self._stream(stream)
+                with st.locked():
+                    c = st.consumers.by_name.get(consumer)
+                    if c is not None and c.config.inactive_threshold:
+                        c.last_active = st.clock()
+                        c.write(SCALARS)
+        except JetSparkError as exc:  # the stream is gone, or its store refuses: the binding is released all the same
+            log.debug("unbinding from consumer %r of stream %r: %s", consumer, stream, exc)
+
     def consumers_info(self, stream: str) -> list[ConsumerInfo]:
         with self._lock:
             st = self._stream(stream)
@@ -789,11 +831,15 @@ class JetStream(HandleBase):
                     log.warning("consumers_info of stream %r leaves out the damaged consumer in %r: %s", stream, key, err)
                 return [st.consumers.by_name[n].info(now) for n in sorted(st.consumers.by_name)]
 
-    def _fetch(self, stream: str, consumer: str, batch: int, max_bytes: int) -> list[Msg]:
+    def _fetch(self, stream: str, consumer: str, batch: int, max_bytes: int, push: bool = False) -> list[Msg]:
+        """Deliver up to ``batch`` messages: a pull request (``fetch``), or with ``push`` what a
+        push consumer's subscription takes (jetspark/engine/push.py)."""
         with self._lock:
             st = self._stream(stream)
             with st.locked():
                 c = self._consumer(st, consumer)
+                if c.config.deliver_subject and not push:
+                    raise push_based_error()  # the server's answer to a pull request
                 now = st.clock()
                 out = c.next_batch(batch, now, max_bytes)
                 if not out:
@@ -819,18 +865,19 @@ class JetStream(HandleBase):
                 return msgs
 
     def _buffer_ack(self, meta: tuple) -> None:
-        key = (meta[0], meta[1])
-        buf = self._acks.setdefault(key, [])
-        buf.append((meta[2], meta[3]))
-        if len(buf) >= 8192:
-            self._flush_acks()
+        with self._lock:  # a push subscription's callback thread acks too
+            key = (meta[0], meta[1])
+            buf = self._acks.setdefault(key, [])
+            buf.append((meta[2], meta[3]))
+            if len(buf) >= 8192:
+                self._flush_acks()
 
     def _flush_acks(self) -> None:
         """Apply buffered Msg.ack() calls: one lock and one log record per consumer."""
         if not self._acks:
             return
-        acks, self._acks = self._acks, {}
         with self._lock:
+            acks, self._acks = self._acks, {}
             self._sync_registry()
             for (stream, consumer), items in acks.items():
                 st = self._streams.get(stream)

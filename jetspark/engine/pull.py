@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 class Msg:
     """A message delivered by a consumer; acknowledge it with ack/nak/in_progress/term."""
 
-    __slots__ = ("subject", "data", "headers", "_js", "_meta")
+    __slots__ = ("subject", "data", "headers", "_js", "_meta", "_ackd")  # _ackd: set by ack, nak, term (a push callback's auto-ack skips it)
 
     def __init__(self, js: Optional["JetStream"], subject: str, data: bytes, headers, meta: tuple) -> None:
         self.subject = subject
@@ -54,12 +54,14 @@ class Msg:
 
     def ack(self) -> None:
         """Acknowledge (fire-and-forget; applied before the handle's next call)."""
+        self._ackd = True
         if self._ackable():
             self._js._buffer_ack(self._meta)
 
     def ack_sync(self, timeout: float = 1.0) -> "Msg":
         """Acknowledge and wait until the ack is applied."""
         V.timeout(timeout)
+        self._ackd = True
         if self._ackable():
             self._js._buffer_ack(self._meta)
             self._js._flush_acks()
@@ -68,6 +70,7 @@ class Msg:
     def nak(self, delay: Optional[float] = None) -> None:
         """Ask for redelivery, optionally not before ``delay`` seconds."""
         delay = V.nak_delay(delay)
+        self._ackd = True
         if self._ackable():
             self._js._consumer_action("nak", self._meta, delay)
 
@@ -78,6 +81,7 @@ class Msg:
 
     def term(self) -> None:
         """Never redeliver; releases the message on interest and work-queue streams."""
+        self._ackd = True
         if self._ackable():
             self._js._consumer_action("term", self._meta, None)
 
@@ -102,13 +106,17 @@ class PullSubscription:
         deadline = time.monotonic() + timeout
         pause = 0.001
         while True:
-            msgs = self._js._fetch(self.stream, self.consumer, batch, max_bytes or 0)
+            msgs = self._take(batch, max_bytes or 0)
             if msgs:
                 return msgs
             if no_wait or time.monotonic() >= deadline:
                 raise FetchTimeoutError(f"no message from consumer {self.consumer!r} of stream {self.stream!r} within {timeout} s")
             time.sleep(min(pause, max(deadline - time.monotonic(), 0)))
             pause = min(pause * 2, 0.05)
+
+    def _take(self, batch: int, max_bytes: int) -> list[Msg]:
+        """One pull request (a push subscription's taker overrides it: jetspark/engine/push.py)."""
+        return self._js._fetch(self.stream, self.consumer, batch, max_bytes)
 
     def consumer_info(self):
         return self._js.consumer_info(self.stream, self.consumer)

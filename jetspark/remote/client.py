@@ -48,6 +48,7 @@ from jetspark.remote import ack_floor as floors
 from jetspark.remote import appends, jsapi, reads, snapshot, wire
 from jetspark.remote.async_publish import AsyncPublisher
 from jetspark.remote.pull import Msg, PullSubscription
+from jetspark.remote.push import PushSubscription
 from jetspark.remote.session import PROGRESS, Session
 
 __all__ = ["NatsJetStream"]
@@ -96,6 +97,8 @@ class NatsJetStream(HandleBase):
         pub = self._async_pub
         if pub is not None and pub.pid == os.getpid() and not self._session.closed:
             pub.close(f"the JetStream handle on {self.url} is closed")
+        if not self._session.closed:
+            self._end_subscriptions()
         self._session.close()
 
     def _check_open(self) -> None:
@@ -318,6 +321,13 @@ class NatsJetStream(HandleBase):
 
     def _subscription(self, stream: str, consumer: str) -> PullSubscription:
         return PullSubscription(self._session, stream, consumer)
+
+    def _push_subscription(self, stream: str, info: ConsumerInfo, cb, auto_ack: bool, ordered: Optional[ConsumerConfig], owned: bool) -> PushSubscription:
+        # How: jetspark/remote/push.py (nats-py's own push subscription on the session's loop).
+        return PushSubscription(self, self._session, stream, info, cb, auto_ack, ordered, owned)
+
+    def _new_inbox(self) -> str:
+        return self._session.new_inbox()
 
     # ------------------------------------------------------------------ for the Spark connector
 
