@@ -47,7 +47,8 @@ def test_notebook_is_stored_with_its_outputs(path):
     assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), f"{path.name}: not every code cell ran, in order; {STALE}"
     outputs = [o for c in code for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"], f"{path.name} is stored with an error; {STALE}"
-    assert not stderr(nb), f"{path.name} is stored with output on stderr: {stderr(nb)!r}"
+    err = stderr(nb)
+    assert not err, f"{path.name} is stored with output on stderr: {err!r}"
     assert any("image/png" in o.get("data", {}) for o in outputs), f"{path.name} has no chart"
     # What is stored is what a reader needs: no timings, the generic kernel (a reader's own python3).
     assert not [c.id for c in code if "execution" in c.metadata], f"{path.name} is stored with execution timings"
@@ -69,6 +70,7 @@ def test_notebook_runs_as_stored(path, kernel):
     nb = run_notebooks.execute(copy.deepcopy(stored), km, cwd)  # raises CellExecutionError, with the cell and its traceback
 
     assert km.kernel_spec.argv[0] == sys.executable
-    assert not stderr(nb), f"{path.name} wrote to stderr:\n{stderr(nb)}"
+    err = stderr(nb)
+    assert not err, f"{path.name} wrote to stderr:\n{err}"
     assert kinds(nb) == kinds(stored), f"{path.name} prints or draws other things than it is stored with; {STALE}"
     assert [c.execution_count for c in nb.cells if c.cell_type == "code"] == [c.execution_count for c in stored.cells if c.cell_type == "code"]
