@@ -58,7 +58,7 @@ from jetspark.api import (
     SequenceInfo,
     ns_to_datetime,
 )
-from jetspark.engine import diskio, metafile
+from jetspark.engine import bindings, diskio, metafile
 from jetspark.engine.consumer_config import filters_of
 from jetspark.engine.records import SID_NONE
 from jetspark.errors import CorruptStoreError
@@ -435,7 +435,12 @@ class Consumer:
             num_redelivered=self.num_redelivered(),
             num_waiting=0,
             num_pending=self.num_pending(),
+            push_bound=True if self.is_bound() else None,
         )
+
+    def is_bound(self) -> bool:
+        """A push consumer with a subscription bound to it, in any process (bindings.py)."""
+        return bool(self.config.deliver_subject) and bindings.is_bound(self.home)
 
     # ------------------------------------------------------------------ delivery (under the lock)
 

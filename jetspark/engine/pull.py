@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 class Msg:
     """A message delivered by a consumer; acknowledge it with ack/nak/in_progress/term."""
 
-    __slots__ = ("subject", "data", "headers", "_js", "_meta")
+    __slots__ = ("subject", "data", "headers", "_js", "_meta", "_ackd")  # _ackd: set by ack, nak, term (a push callback's auto-ack skips it)
 
     def __init__(self, js: Optional["JetStream"], subject: str, data: bytes, headers, meta: tuple) -> None:
         self.subject = subject
@@ -60,12 +60,14 @@ class Msg:
 
     def ack(self) -> None:
         """Acknowledge (fire-and-forget; applied before the handle's next call)."""
+        self._ackd = True
         if self._ackable():
             self._js._buffer_ack(self._meta)
 
     def ack_sync(self, timeout: float = 1.0) -> "Msg":
         """Acknowledge and wait until the ack is applied."""
         V.timeout(timeout)
+        self._ackd = True
         if self._ackable():
             self._js._buffer_ack(self._meta)
             self._js._flush_acks()
@@ -74,6 +76,7 @@ class Msg:
     def nak(self, delay: Optional[float] = None) -> None:
         """Ask for redelivery, optionally not before ``delay`` seconds."""
         delay = V.nak_delay(delay)
+        self._ackd = True
         if self._ackable():
             self._js._consumer_action("nak", self._meta, delay)
 
@@ -84,6 +87,7 @@ class Msg:
 
     def term(self) -> None:
         """Never redeliver; releases the message on interest and work-queue streams."""
+        self._ackd = True
         if self._ackable():
             self._js._consumer_action("term", self._meta, None)
 
@@ -93,6 +97,10 @@ class Msg:
 
 class PullSubscription:
     """A pull consumer bound to a stream (nats-py ``JetStreamContext.PullSubscription``)."""
+
+    # True: fetch takes for a push consumer's subscription (jetspark/engine/push.py's taker)
+    # instead of answering a pull request, which a push consumer refuses.
+    _push = False
 
     def __init__(self, js: "JetStream", stream: str, consumer: str) -> None:
         self._js = js
@@ -111,7 +119,7 @@ class PullSubscription:
         """
         batch, timeout, no_wait, max_bytes = V.fetch_args(batch, timeout, no_wait, max_bytes)
         live.fetch_heartbeat(heartbeat, timeout)
-        msgs = self._js._fetch_wait(self.stream, self.consumer, batch, max_bytes or 0, 0.0 if no_wait else timeout)
+        msgs = self._js._fetch_wait(self.stream, self.consumer, batch, max_bytes or 0, 0.0 if no_wait else timeout, push=self._push)
         if not msgs:
             raise FetchTimeoutError(f"no message from consumer {self.consumer!r} of stream {self.stream!r} within {timeout} s")
         return msgs

@@ -236,6 +236,10 @@ class StreamStorage:
         """Exclusive access across threads and processes; commits on a clean exit."""
         return _Locked(self)
 
+    def change_key(self) -> tuple:
+        """What a change moves in the header: equal before and after means nothing was written."""
+        return _change_key(self.header)
+
     # ------------------------------------------------------------------ catching up
 
     def refresh(self) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 from jetspark import validate as V
 from jetspark.api import ConsumerInfo, MsgMetadata, SequencePair, ns_to_datetime
 from jetspark.backend import live
-from jetspark.errors import FetchTimeoutError, NoHeartbeatError, api_error
+from jetspark.errors import PUSH_BASED, FetchTimeoutError, NoHeartbeatError, api_error, push_based_error
 from jetspark.protocol import headers as H
 from jetspark.remote import jsapi, wire
 from jetspark.remote.fastpath import RawInbox, status_of
@@ -38,7 +38,7 @@ _END_STATUSES = (b"404", b"408", b"409")
 class Msg:
     """A message delivered by a consumer; acknowledge it with ack/nak/in_progress/term."""
 
-    __slots__ = ("subject", "data", "headers", "reply", "_session", "_meta")
+    __slots__ = ("subject", "data", "headers", "reply", "_session", "_meta", "_ackd")  # _ackd: set by ack, nak, term (a push callback's auto-ack skips it)
 
     def __init__(self, session: Optional[Session], subject: str, data: bytes, headers, reply: str, meta: Optional[tuple] = None) -> None:
         self.subject = subject
@@ -71,12 +71,14 @@ class Msg:
 
     def ack(self) -> None:
         """Acknowledge (fire-and-forget; confirmed before the handle's next call)."""
+        self._ackd = True
         if self._ackable():
             self._session.ack_nowait(self.reply, b"+ACK")
 
     def ack_sync(self, timeout: float = 1.0) -> "Msg":
         """Acknowledge and wait until the server has applied it."""
         timeout = V.timeout(timeout)
+        self._ackd = True
         if self._ackable():
             self._session.ack_nowait(self.reply, b"+ACK")
             self._session.settle_acks(timeout)
@@ -85,6 +87,7 @@ class Msg:
     def nak(self, delay: Optional[float] = None) -> None:
         """Ask for redelivery, optionally not before ``delay`` seconds."""
         delay = V.nak_delay(delay)
+        self._ackd = True
         if self._ackable():
             payload = b"-NAK"
             if delay:
@@ -98,6 +101,7 @@ class Msg:
 
     def term(self) -> None:
         """Never redeliver; releases the message on interest and work-queue streams."""
+        self._ackd = True
         if self._ackable():
             self._session.ack_wait(self.reply, b"+TERM")
 
@@ -184,6 +188,8 @@ class PullSubscription:
                 elif status[0] in _END_STATUSES:
                     if status[0] == b"409" and b"deleted" in status[1].lower() and not msgs:
                         raise api_error(10014)
+                    if status[0] == b"409" and status[1] == PUSH_BASED.encode() and not msgs:
+                        raise push_based_error()
                     break
                 elif status[0] == b"503":  # no responders: no such consumer (or stream)
                     raise api_error(10014)

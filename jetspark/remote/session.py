@@ -221,6 +221,10 @@ class Session:
         nc = getattr(self, "_nc", None)
         return nc is not None and nc.is_connected
 
+    def new_inbox(self) -> str:
+        """A new inbox subject of this connection's (its inbox prefix, as nats-py makes them)."""
+        return self._nc.new_inbox()
+
     @property
     def max_payload(self) -> int:
         """The server's max_payload (0 if unknown)."""
