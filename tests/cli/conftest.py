@@ -9,6 +9,7 @@ contexts live, at a directory of the test's) and checks the exit status
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
@@ -17,9 +18,10 @@ from jetspark.cli import cli as jetspark_cli
 
 
 class Cli:
-    def __init__(self, store, config) -> None:
+    def __init__(self, store, config=None) -> None:
         self.store = store
-        self.config = config  # saved contexts (jetspark context): never the user's own
+        # Saved contexts (jetspark context): never the user's own; by default beside the store.
+        self.config = config if config is not None else Path(store).parent / "config"
         self.runner = CliRunner(env={"JETSPARK_STORE": str(store), "JETSPARK_CONFIG_DIR": str(config)})
 
     def __call__(self, *args: str, input=None, code: int = 0, env=None) -> Result:

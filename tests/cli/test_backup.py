@@ -16,7 +16,7 @@ def test_backup_and_restore_into_another_store(orders, tmp_path):
     assert out.startswith(f"Backed up stream ORDERS to {tmp_path / 'bk'}: 5 messages (sequences 1..5), 1 consumer, ")
     assert (tmp_path / "bk" / "backup.json").is_file()
 
-    other = Cli(tmp_path / "other", tmp_path / "config")  # a store that does not exist yet: restore creates it
+    other = Cli(tmp_path / "other")  # a store that does not exist yet: restore creates it
     restored = other.json("stream", "restore", tmp_path / "bk")
     assert restored["state"] == before["state"]
     assert other.json("consumer", "info", "ORDERS", "NEW")["ack_floor"]["stream_seq"] == 2
