@@ -513,7 +513,13 @@ def test_nak_with_delay(js):
     add_stream(js)
     sub = consumer(js, ack_wait=5.0)
     (m1,) = sub.fetch(1)
+    fetched = info(js).delivered.last_active
+    js.clock.advance(0.01)
+    span = Span(js)
     m1.nak(delay=0.3)
+    # The time of the last delivery moves with a delayed nak, as nats-server records it.
+    delayed = info(js).delivered.last_active
+    assert span.holds(delayed) and delayed > fetched
     # Not yet: the next fetch skips it.
     assert [meta(m) for m in sub.fetch(1)] == [("a.2", 2, 2, 1, 5)]
     assert counts(info(js)) == (2, 0, 5, 0)
