@@ -5,6 +5,7 @@
 #   make test    the linter and formatter check (make lint), then the test suite (pytest over tests/)
 #   make lint    ruff format --check and ruff check over the repository (pyproject.toml [tool.ruff])
 #   make bench   the benchmark scripts in benchmarks/ (see benchmarks/README.md)
+#   make notebooks   run the notebooks in notebooks/ and store them with their outputs
 #
 # Each checks for Java 17+ first, then bootstraps the virtualenv itself:
 # it is created if missing and `pip install -e '.[dev]'` (make demo: only
@@ -38,7 +39,7 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 # Prerequisites run in order: the Java check comes before anything else.
 .NOTPARALLEL:
 .DEFAULT_GOAL := help
-.PHONY: help demo demo-cluster test lint bench venv clean check-java
+.PHONY: help demo demo-cluster test lint bench notebooks venv clean check-java
 
 help:
 	@echo "make demo    run the Spark pipeline demo (DEMO_ARGS='--seconds N --rate R --store DIR')"
@@ -46,6 +47,7 @@ help:
 	@echo "make test    run make lint, then the test suite (PYTEST_ARGS='...', TESTS=tests/...)"
 	@echo "make lint    check formatting and lint with ruff (fix: .venv/bin/ruff format . && .venv/bin/ruff check --fix .)"
 	@echo "make bench   run the scripts in benchmarks/ (BENCH_ARGS=--quick for a short run)"
+	@echo "make notebooks   run notebooks/*.ipynb and store them with their outputs (scripts/run_notebooks.py)"
 	@echo "make venv    create $(VENV) and install jetspark with its dev extras"
 	@echo "make clean   remove caches and build output (keeps $(VENV))"
 
@@ -75,6 +77,10 @@ bench: check-java $(STAMP)
 	  $(VENV_PY) "$$script" $(BENCH_ARGS) || exit $$?; \
 	done; \
 	[ -n "$$found" ] || { echo "make bench: no benchmark scripts in benchmarks/" >&2; exit 1; }
+
+# nbclient, ipykernel and matplotlib come with the dev extras (tests/test_notebooks.py runs them too).
+notebooks: check-java $(STAMP)
+	$(VENV_PY) scripts/run_notebooks.py
 
 venv: $(STAMP)
 

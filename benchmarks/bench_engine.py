@@ -12,7 +12,9 @@ never against a number from another day.
 Rows (see benchmarks/README.md for what each one means):
 
 1. single publish: ``js.publish(subject, payload)`` in a loop, vs nats-py
-   ``js.publish_async`` + ``publish_async_completed()`` to nats-server
+   ``js.publish_async`` + ``publish_async_completed()`` to nats-server;
+   1b: ``js.publish_async`` in a loop + ``publish_async_completed()`` against
+   the same anchor and against row 1; 1c: both with ``sync="fsync"``
 2. Arrow batch append: ``js.publish_batch(table, stream=...)``
 3. range read into Arrow, warm: ``js.read_batches(stream, 1, 1_000_000)``,
    vs a nats-py pull consumer (ack none) doing ``fetch(batch=1000)``;
@@ -91,13 +93,15 @@ class Sizes:
     rss_reps: int
     consumer_msgs: int  # row 6, engine
     anchor_consumer_msgs: int  # row 6, nats-py
+    fsync_publish_msgs: int  # row 1c, js.publish per repetition
+    fsync_async_msgs: int  # row 1c, js.publish_async per repetition
     limit_msgs: int  # row 7a, per repetition, each side
     limit_reps: int
     growth_msgs: int  # row 7b
 
 
 FULL = Sizes(
-    publish_msgs=100_000, publish_reps=7,
+    publish_msgs=100_000, publish_reps=7, fsync_publish_msgs=1_000, fsync_async_msgs=20_000,
     batch_msgs=1_000_000, batch_rows=100_000, batch_reps=5,
     read_msgs=1_000_000, read_reps=5, anchor_read_msgs=200_000, anchor_read_reps=3,
     big_msgs=10_000_000, mid_reads=200, rss_reps=3,
@@ -105,7 +109,7 @@ FULL = Sizes(
     limit_msgs=50_000, limit_reps=7, growth_msgs=1_000_000,
 )  # fmt: skip
 QUICK = Sizes(
-    publish_msgs=20_000, publish_reps=3,
+    publish_msgs=20_000, publish_reps=3, fsync_publish_msgs=200, fsync_async_msgs=5_000,
     batch_msgs=200_000, batch_rows=100_000, batch_reps=3,
     read_msgs=200_000, read_reps=3, anchor_read_msgs=50_000, anchor_read_reps=3,
     big_msgs=1_000_000, mid_reads=50, rss_reps=1,
@@ -328,6 +332,22 @@ class Bench:
                 raise AssertionError(f"engine stored {got} of {count} messages")
             return count / dt
 
+        def engine_async_rep(r: int, count: int) -> float:
+            stream = f"APUB{r}"
+            js.add_stream(name=stream, subjects=[f"apub{r}.>"])
+            subject = f"apub{r}.x"
+            gc.collect()
+            t = time.perf_counter()
+            for _ in range(count):
+                js.publish_async(subject, payload)
+            js.publish_async_completed()
+            dt = time.perf_counter() - t
+            got = js.stream_info(stream).state.messages
+            js.delete_stream(stream)
+            if got != count:
+                raise AssertionError(f"engine stored {got} of {count} messages with publish_async")
+            return count / dt
+
         def anchor_rep(r: int, count: int) -> float:
             stream = f"PUB{r}"
             anchor.run(njs.add_stream(name=stream, subjects=[f"pub{r}.>"]))
@@ -341,13 +361,21 @@ class Bench:
                 raise AssertionError(f"nats-server stored {got} of {count} messages")
             return count / dt
 
+        with_async = self.has("publish_async")
         engine_rep(999, 2000)  # warm-up, not measured
         anchor_rep(999, 2000)
-        eng, anc = [], []
+        if with_async:
+            engine_async_rep(999, 2000)
+        eng, anc, eng_async = [], [], []
         for r in range(reps):  # interleaved, so drift in machine load hits both sides alike
             eng.append(engine_rep(r, n))
             anc.append(anchor_rep(r, n))
-            log(f"1 single publish {r + 1}/{reps}: engine {rate(eng[-1])}, anchor {rate(anc[-1])}")
+            if with_async:
+                eng_async.append(engine_async_rep(r, n))
+            log(
+                f"1 single publish {r + 1}/{reps}: engine {rate(eng[-1])}, anchor {rate(anc[-1])}"
+                + (f", engine publish_async {rate(eng_async[-1])}" if with_async else "")
+            )
         e, a = statistics.median(eng), statistics.median(anc)
         ratios = [x / y for x, y in zip(eng, anc)]
         how = "nats-py js.publish_async + publish_async_completed()" if use_async else f"nats-py js.publish pipelined via asyncio.gather, {window} in flight"
@@ -365,8 +393,57 @@ class Bench:
                     f"{reps} interleaved repetitions of {n:,} messages per side, each on a fresh stream, after a 2,000-message warm-up; "
                     f"anchor: {how}; per-repetition ratios {min(ratios):.2f}x-{max(ratios):.2f}x."
                 ],
-            )
+            ),
+            *self._rows_publish_async(eng, eng_async, anc, use_async),
         ]
+
+    def _rows_publish_async(self, eng: list[float], eng_async: list[float], anc: list[float], anchor_async: bool) -> list[Row]:
+        """Rows 1b and 1c: publish_async on the engine, against the anchor and against publish."""
+        name = "publish_async: js.publish_async(subject, payload) loop + publish_async_completed()"
+        if not eng_async:
+            return [not_available("1b", name, "-", "js.publish_async missing")]
+        n, reps = self.sizes.publish_msgs, self.sizes.publish_reps
+        e, a, p = statistics.median(eng_async), statistics.median(anc), statistics.median(eng)
+        rows = [
+            Row(
+                "1b", name, rate(e), rate(a) + (" (publish_async)" if anchor_async else " (gathered publish)"), f"{e / a:.2f}x", "-", "info",
+                f"engine {spread(eng_async)}; anchor {spread(anc)}",
+                [f"measured with row 1, interleaved ({reps} x {n:,} messages, a fresh stream each); against the engine's own js.publish loop "
+                 f"(row 1): {e / p:.2f}x (per repetition {min(x / y for x, y in zip(eng_async, eng)):.2f}x-{max(x / y for x, y in zip(eng_async, eng)):.2f}x)."],
+            )
+        ]  # fmt: skip
+        # 1c: with sync="fsync" every publish waits for the disk; publish_async groups many messages per flush.
+        n_sync, n_async = self.sizes.fsync_publish_msgs, self.sizes.fsync_async_msgs
+        store = Path(tempfile.mkdtemp(prefix="store-fsync-", dir=self.base))
+        sync_rates, async_rates = [], []
+        with jetspark.connect(store, sync="fsync") as fjs:
+            for r in range(3):
+                fjs.add_stream(name=f"F{r}", subjects=[f"f{r}.>"])
+                t = time.perf_counter()
+                for _ in range(n_sync):
+                    fjs.publish(f"f{r}.x", self.payload)
+                sync_rates.append(n_sync / (time.perf_counter() - t))
+                t = time.perf_counter()
+                for _ in range(n_async):
+                    fjs.publish_async(f"f{r}.y", self.payload)
+                fjs.publish_async_completed()
+                async_rates.append(n_async / (time.perf_counter() - t))
+                got = fjs.stream_info(f"F{r}").state.messages
+                fjs.delete_stream(f"F{r}")
+                if got != n_sync + n_async:
+                    raise AssertionError(f"engine (fsync) stored {got} of {n_sync + n_async} messages")
+                log(f"1c sync='fsync' {r + 1}/3: publish {rate(sync_rates[-1])}, publish_async {rate(async_rates[-1])}")
+        shutil.rmtree(store, ignore_errors=True)
+        fa, fs = statistics.median(async_rates), statistics.median(sync_rates)
+        rows.append(
+            Row(
+                "1c", 'publish_async with sync="fsync" (anchor: js.publish with sync="fsync")', rate(fa), rate(fs) + " (engine publish)",
+                f"{fa / fs:.1f}x", "-", "info", f"publish_async {spread(async_rates)}; publish {spread(sync_rates)}",
+                [f"one handle with sync='fsync', 3 repetitions of {n_sync:,} js.publish then {n_async:,} js.publish_async on a fresh stream: "
+                 "each publish flushes to the disk; publish_async's writer flushes once per group of queued messages."],
+            )
+        )  # fmt: skip
+        return rows
 
     # ---- row 2 ------------------------------------------------------------------
 

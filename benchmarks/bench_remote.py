@@ -22,6 +22,10 @@ sides talk to that same server; only the client differs:
    target >= 200,000 msg/s; the limits-stream range read of the same
    messages is shown for scale
 
+4. publish_async: ``js.publish_async(subject, payload)`` for every message
+   then ``publish_async_completed()``, vs nats-py's own ``publish_async``
+   with the same subjects and payloads (information only)
+
 100-byte random payloads, file storage.  The machine is shared and noisy:
 each figure is the median of several interleaved repetitions with its
 min-max spread, and each target is a ratio against the anchor measured in
@@ -261,19 +265,81 @@ class Bench:
             )  # fmt: skip
         return rows
 
+    # ---- row 4 ------------------------------------------------------------------
+
+    def row_publish_async(self) -> list[Row]:
+        s, js, njs = self.sizes, self.js, self.anchor.js
+        n = s.publish_msgs
+        table = be.message_table(n, "pa")
+        subjects = table.column("subject").to_pylist()
+        datas = table.column("data").to_pylist()
+        name = "publish_async: js.publish_async(subject, payload) per message + publish_async_completed()"
+        if not callable(getattr(js, "publish_async", None)):
+            return [be.not_available("4", name, "-", "js.publish_async missing")]
+
+        def ours(r: int, count: int) -> float:
+            js.add_stream(name=f"PA{r}", subjects=["pa.>"])
+            gc.collect()
+            t0 = time.perf_counter()
+            for i in range(count):
+                js.publish_async(subjects[i], datas[i])
+            js.publish_async_completed()
+            dt = time.perf_counter() - t0
+            got = js.stream_info(f"PA{r}").state.messages
+            js.delete_stream(f"PA{r}")
+            if got != count:
+                raise AssertionError(f"stored {got} of {count}")
+            return count / dt
+
+        async def anchor_publish(count: int) -> None:
+            for i in range(count):
+                await njs.publish_async(subjects[i], datas[i])
+            await njs.publish_async_completed()
+
+        def anchor(r: int, count: int) -> float:
+            self.anchor.run(njs.add_stream(name=f"APA{r}", subjects=["pa.>"]))
+            gc.collect()
+            t0 = time.perf_counter()
+            self.anchor.run(anchor_publish(count))
+            dt = time.perf_counter() - t0
+            got = self.anchor.run(njs.stream_info(f"APA{r}")).state.messages
+            self.anchor.run(njs.delete_stream(f"APA{r}"))
+            if got != count:
+                raise AssertionError(f"nats-py stored {got} of {count}")
+            return count / dt
+
+        ours(99, 5000)  # warm-up
+        anchor(99, 5000)
+        mine, anc = [], []
+        for r in range(s.publish_reps):
+            mine.append(ours(r, n))
+            anc.append(anchor(r, n))
+            log(f"4 publish_async {r + 1}/{s.publish_reps}: jetspark {rate(mine[-1])}, nats-py publish_async {rate(anc[-1])}")
+        m, a = statistics.median(mine), statistics.median(anc)
+        return [
+            Row(
+                "4", name, rate(m), rate(a) + " (publish_async)", f"{m / a:.2f}x", "-", "info", f"jetspark {spread(mine)}; anchor {spread(anc)}",
+                [f"{n:,} msgs per repetition on {be.SUBJECTS_PER_TABLE} subjects, a fresh stream each time; both sides with a window of 4,000 "
+                 "pending (the default of both); jetspark from a synchronous caller (its event loop in a thread), the anchor in its own "
+                 f"asyncio loop; {s.publish_reps} interleaved repetitions."],
+            )
+        ]  # fmt: skip
+
 
 def print_table(rows: list[Row]) -> None:
     be.print_table(rows, anchor="nats-py anchor (median)", value="jetspark nats:// (median)")
 
 
-SECTIONS = ("1", "2", "3")
+SECTIONS = ("1", "2", "3", "4")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
     parser.add_argument("--dir", type=Path, default=None, help="where the nats-server data goes (default: the system temp dir)")
-    parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated rows to run (1: range read, 2: batch append, 3: work-queue read)")
+    parser.add_argument(
+        "--only", default=",".join(SECTIONS), help="comma-separated rows to run (1: range read, 2: batch append, 3: work-queue read, 4: publish_async)"
+    )
     args = parser.parse_args(argv)
     only = [x.strip() for x in args.only.split(",") if x.strip()]
     unknown = sorted(set(only) - set(SECTIONS))
@@ -297,7 +363,14 @@ def main(argv=None) -> int:
         )
         bench = Bench(sizes, base)
         errors += be.run_rows(
-            [("1", "range read", bench.row_read), ("2", "batch append", bench.row_publish), ("3", "work-queue read", bench.row_work_queue)], only, rows
+            [
+                ("1", "range read", bench.row_read),
+                ("2", "batch append", bench.row_publish),
+                ("3", "work-queue read", bench.row_work_queue),
+                ("4", "publish_async", bench.row_publish_async),
+            ],
+            only,
+            rows,
         )
         header.append(f"- load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print("\n".join(header))

@@ -14,6 +14,7 @@ import typing
 
 from jetspark.api import (
     AckPolicy,
+    BackupInfo,
     ClusterInfo,
     ConsumerConfig,
     ConsumerInfo,
@@ -35,18 +36,23 @@ from jetspark.errors import (
     AckFloorError,
     APIError,
     AuthenticationError,
+    BackupError,
     BadRequestError,
     ClosedError,
     ConsumerNotFoundError,
+    CorruptBackupError,
     CorruptStoreError,
     DataLossError,
     FetchTimeoutError,
     JetSparkError,
     MsgNotFoundError,
+    NextMsgTimeoutError,
+    NoHeartbeatError,
     NoStreamResponseError,
     NotFoundError,
     OptionError,
     PermissionDeniedError,
+    PublishAsyncTimeoutError,
     RequestTimeoutError,
     ServerConnectionError,
     ServerError,
@@ -56,6 +62,8 @@ from jetspark.errors import (
     StoreFullError,
     StoreIOError,
     StreamNotFoundError,
+    SubscriptionError,
+    TooManyStalledMsgsError,
 )
 
 if typing.TYPE_CHECKING:
@@ -68,6 +76,8 @@ __all__ = [
     "AckFloorError",
     "AckPolicy",
     "AuthenticationError",
+    "BackupError",
+    "BackupInfo",
     "BadRequestError",
     "ClosedError",
     "ClusterInfo",
@@ -75,6 +85,7 @@ __all__ = [
     "ConsumerConfig",
     "ConsumerInfo",
     "ConsumerNotFoundError",
+    "CorruptBackupError",
     "CorruptStoreError",
     "DataLossError",
     "DeliverPolicy",
@@ -82,12 +93,15 @@ __all__ = [
     "FetchTimeoutError",
     "JetSparkError",
     "MsgNotFoundError",
+    "NextMsgTimeoutError",
+    "NoHeartbeatError",
     "NoStreamResponseError",
     "NotFoundError",
     "OptionError",
     "PeerInfo",
     "PermissionDeniedError",
     "PubAck",
+    "PublishAsyncTimeoutError",
     "RawStreamMsg",
     "ReplayPolicy",
     "RequestTimeoutError",
@@ -105,6 +119,8 @@ __all__ = [
     "StreamInfo",
     "StreamNotFoundError",
     "StreamState",
+    "SubscriptionError",
+    "TooManyStalledMsgsError",
     "connect",
     "local_session",
     "register",
@@ -130,6 +146,8 @@ def local_session(app_name: str = "jetspark", master: str = "local[2]", *, jvm_s
 
 
 _SERVER_SCHEMES = ("nats://", "tls://", "ws://", "wss://")
+# Options both backends take.
+_SHARED_OPTIONS = ("publish_async_max_pending",)
 
 
 def connect(url, *, clock=None, sync: str | None = None, create: bool | None = None, **options) -> JetStreamAPI:
@@ -155,6 +173,8 @@ def connect(url, *, clock=None, sync: str | None = None, create: bool | None = N
       ``name``, ``connect_timeout``, ...
     - a ``ConnectOptions`` (``jetspark.ConnectOptions.build(url, ...)`` or
       ``.from_strings(url, mapping)``): a NATS server with those options.
+    - either backend takes ``publish_async_max_pending`` (default 4000, as in nats-py),
+      how many ``publish_async`` futures may be pending at once.
 
     This is the one place that chooses a backend: the CLI and the Spark
     connector open stores through it too.
@@ -184,8 +204,9 @@ def connect(url, *, clock=None, sync: str | None = None, create: bool | None = N
         return NatsJetStream(text, **options)
     if "://" in text and not text.startswith("file://") and re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", text):
         raise ValueError(f"cannot connect to {text.split('://', 1)[0]}:// URLs: give a path, file://path, or nats://host:port")
+    shared = {k: options.pop(k) for k in _SHARED_OPTIONS if k in options}
     if options:
         raise TypeError(f"connection options {sorted(options)} apply to a nats:// server, not to the embedded engine at {text!r}")
     from jetspark.engine.handle import JetStream
 
-    return JetStream(url, clock=clock, sync=sync or "os", create=True if create is None else create)
+    return JetStream(url, clock=clock, sync=sync or "os", create=True if create is None else create, **shared)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AckPolicy",
+    "BackupInfo",
     "BatchAck",
     "ClusterInfo",
     "ConsumerConfig",
@@ -251,7 +252,11 @@ class RawStreamMsg(Base):
 
 @dataclass(frozen=True, kw_only=True)
 class ConsumerConfig(Base):
-    """A consumer's configuration (nats-py ``ConsumerConfig``); ack_policy defaults to explicit as in nats-py."""
+    """A consumer's configuration (nats-py ``ConsumerConfig``); ack_policy defaults to explicit as in nats-py.
+
+    A consumer with a ``deliver_subject`` is a push consumer (``subscribe``), one without
+    a pull consumer (``pull_subscribe``); ``deliver_group`` is its queue group,
+    ``flow_control`` and ``idle_heartbeat`` (seconds) its server-side flow control."""
 
     name: Optional[str] = None
     durable_name: Optional[str] = None
@@ -268,7 +273,11 @@ class ConsumerConfig(Base):
     replay_policy: Optional[ReplayPolicy] = ReplayPolicy.INSTANT
     max_waiting: Optional[int] = None
     max_ack_pending: Optional[int] = None
+    flow_control: Optional[bool] = None
+    idle_heartbeat: Optional[float] = None
     headers_only: Optional[bool] = None
+    deliver_subject: Optional[str] = None
+    deliver_group: Optional[str] = None
     inactive_threshold: Optional[float] = None
     num_replicas: Optional[int] = None
     mem_storage: Optional[bool] = None
@@ -295,6 +304,27 @@ class ConsumerInfo(Base):
     num_waiting: int = 0
     num_pending: int = 0
     cluster: Optional["ClusterInfo"] = None
+    push_bound: Optional[bool] = None  # a push consumer with a subscription bound to it (else None, as the server omits it)
+
+
+@dataclass(kw_only=True)
+class BackupInfo(Base):
+    """What ``backup_stream`` wrote (jetspark's own: nats-py has no snapshot verb).
+
+    ``backend`` is ``"engine"`` (an embedded store's files) or ``"nats"`` (a server's
+    snapshot); ``config`` and ``state`` are the stream's when the backup was taken;
+    ``consumers`` how many consumers it holds; ``files`` and ``bytes`` the archive's parts
+    (besides its manifest, ``backup.json``); ``created`` when it was taken."""
+
+    stream: str
+    path: str
+    backend: str
+    config: StreamConfig
+    state: StreamState
+    consumers: int
+    files: int
+    bytes: int
+    created: _dt.datetime
 
 
 def with_params(cls, config, params: dict):

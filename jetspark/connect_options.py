@@ -22,7 +22,7 @@ __all__ = ["ConnectOptions", "redact_url"]
 
 _SECRET_FIELDS = ("password", "token", "nkeys_seed_str")
 _FLOAT_FIELDS = ("timeout", "connect_timeout", "reconnect_time_wait", "retry_budget")
-_INT_FIELDS = ("max_reconnect_attempts", "publish_window")
+_INT_FIELDS = ("max_reconnect_attempts", "publish_window", "publish_async_max_pending")
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:@/,]*)(?::(?P<pw>[^@/,]*))?@")
 
 
@@ -75,6 +75,8 @@ class ConnectOptions:
       nats-py reconnects in the background; calls made meanwhile wait up to
       ``timeout`` for it.
     - ``publish_window``: how many publishes ``publish_batch`` keeps in flight.
+    - ``publish_async_max_pending``: how many ``publish_async`` futures may be pending
+      at once (default 4000, nats-py's); a call beyond waits for room.
     - ``retry_budget``: seconds a call keeps retrying while the server cannot
       answer for a while (a cluster electing a leader after a node is lost, a
       freshly started cluster, a reconnect); default 30, longer than an
@@ -101,6 +103,7 @@ class ConnectOptions:
     max_reconnect_attempts: int = 60
     reconnect_time_wait: float = 1.0
     publish_window: int = 16384
+    publish_async_max_pending: int = 4000
     retry_budget: float = 30.0
 
     def __post_init__(self) -> None:
@@ -137,7 +140,7 @@ class ConnectOptions:
                 V.timeout(value, f.name)
             elif f.name == "max_reconnect_attempts":
                 V.integer(value, f.name, -1, V.INT32[1])  # -1: forever, as in nats-py
-            elif f.name == "publish_window":
+            elif f.name in ("publish_window", "publish_async_max_pending"):
                 V.integer(value, f.name, 1, V.INT32[1])
             else:
                 V.text(value, f.name)

@@ -13,15 +13,23 @@
     │   └── ServiceUnavailableError           HTTP 503: store refused (10077 limits with discard new)
     ├── NoStreamResponseError (LookupError)   no stream captures the subject (nats: no responders)
     ├── FetchTimeoutError (TimeoutError)      fetch found nothing before its timeout
+    ├── NextMsgTimeoutError (TimeoutError)    a push subscription's next_msg found nothing before its timeout
+    ├── NoHeartbeatError (TimeoutError)       nats:// backend: a pull's idle heartbeats stopped coming
+    ├── SubscriptionError (ValueError)        subscribe cannot bind as asked (nats-py's client-side refusals)
     ├── StoreError                            the store on disk cannot be used; ``path`` names the file
     │   ├── CorruptStoreError                 a damaged file: detected, reported, never served
     │   └── StoreIOError (OSError)            the disk refused a write or read (``errno``, ``filename``)
     │       └── StoreFullError                no space left (ENOSPC, EDQUOT): nothing was stored
-    ├── ClosedError                           the handle was used after close()
+    ├── BackupError                           a stream backup cannot be written or restored; ``path`` names the file
+    │   └── CorruptBackupError                a part of the backup is damaged, truncated or missing (checksum)
+    ├── ClosedError                           the handle was used after close(), or a push
+    │                                         subscription after unsubscribe()/drain()
     ├── ServerConnectionError (ConnectionError)  nats:// backend: cannot reach the server, or lost it
     │   └── AuthenticationError               the server refused the credentials
     ├── PermissionDeniedError (PermissionError)  nats:// backend: the user may not publish (or subscribe) there
     ├── RequestTimeoutError (TimeoutError)    nats:// backend: the server did not answer in time
+    ├── TooManyStalledMsgsError               publish_async's window stayed full for ``wait_stall``
+    ├── PublishAsyncTimeoutError (TimeoutError)  publish_async_completed's timeout passed first
     ├── OptionError (ValueError)              Spark connector: an option is missing or not accepted
     ├── DataLossError                         Spark connector: retention removed messages before
     │                                         the query read them (failOnDataLoss=true)
@@ -40,21 +48,27 @@ driver.
 from __future__ import annotations
 
 __all__ = [
+    "PUSH_BASED",
     "APIError",
     "AckFloorError",
     "AuthenticationError",
+    "BackupError",
     "BadRequestError",
     "ClosedError",
     "ConsumerNotFoundError",
+    "CorruptBackupError",
     "CorruptStoreError",
     "DataLossError",
     "FetchTimeoutError",
     "JetSparkError",
     "MsgNotFoundError",
+    "NextMsgTimeoutError",
+    "NoHeartbeatError",
     "NoStreamResponseError",
     "NotFoundError",
     "OptionError",
     "PermissionDeniedError",
+    "PublishAsyncTimeoutError",
     "RequestTimeoutError",
     "ServerConnectionError",
     "ServerError",
@@ -64,8 +78,11 @@ __all__ = [
     "StoreFullError",
     "StoreIOError",
     "StreamNotFoundError",
+    "TooManyStalledMsgsError",
+    "SubscriptionError",
     "api_error",
     "error_from_response",
+    "push_based_error",
 ]
 
 
@@ -135,6 +152,25 @@ class FetchTimeoutError(JetSparkError, TimeoutError):
     """fetch() found no message before its timeout."""
 
 
+class NextMsgTimeoutError(JetSparkError, TimeoutError):
+    """A push subscription's next_msg() found no message before its timeout (nats-py's
+    ``nats.errors.TimeoutError``)."""
+
+
+class SubscriptionError(JetSparkError, ValueError):
+    """``subscribe``/``subscribe_bind`` cannot bind the consumer as asked, where nats-py refuses
+    on the client side (``nats.js.errors.Error``): a durable already bound, a queue that is not
+    the consumer's deliver group, a pull consumer, ``next_msg`` on a subscription with a
+    callback.  Nothing was created."""
+
+
+class NoHeartbeatError(JetSparkError, TimeoutError):
+    """No message and no idle heartbeat came for two heartbeat intervals while a pull was
+    waiting on the server (nats.go's ErrNoHeartbeat): the connection, the server or the
+    consumer's leader stalled.  ``messages()`` raises it from ``next`` and then pulls
+    afresh; ``consume`` passes it to its ``error_cb`` and goes on."""
+
+
 class StoreError(JetSparkError):
     """The store directory cannot be used as it is; ``path`` names the file concerned."""
 
@@ -179,8 +215,27 @@ class StoreFullError(StoreIOError):
     """The disk (or the quota) is full: ENOSPC or EDQUOT.  Free space and retry."""
 
 
+class BackupError(JetSparkError):
+    """A stream backup (``backup_stream``/``restore_stream``) cannot be written or used: the
+    target directory is not empty, the directory holds no backup, or the backup was taken
+    on the other kind of backend.  ``path`` names the file or directory concerned."""
+
+    def __init__(self, message: str = "", path: str = "") -> None:
+        self.path = str(path)
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.path))
+
+
+class CorruptBackupError(BackupError):
+    """A part of a backup is damaged, truncated or missing: its size or SHA-256 is not the
+    one its manifest (``backup.json``, itself checksummed) records.  Nothing was restored."""
+
+
 class ClosedError(JetSparkError):
-    """The handle was used after close()."""
+    """The handle was used after close(), or a push subscription after unsubscribe() (or after
+    drain() once it has handed out what it held)."""
 
 
 class ServerConnectionError(JetSparkError, ConnectionError):
@@ -208,11 +263,21 @@ class RequestTimeoutError(JetSparkError, TimeoutError):
     """The nats:// backend's server is connected but did not answer within the timeout."""
 
 
+class TooManyStalledMsgsError(JetSparkError):
+    """``publish_async`` waited ``wait_stall`` seconds for room among the handle's
+    ``publish_async_max_pending`` unacknowledged publishes (nats-py's name); nothing was sent."""
+
+
+class PublishAsyncTimeoutError(JetSparkError, TimeoutError):
+    """``publish_async_completed(timeout)``: publishes were still unacknowledged when the timeout passed."""
+
+
 # err_code -> (HTTP code, description template, class). Descriptions are the
 # server's own text (docs/semantics.md §7); templates take keyword fields.
 _API_ERRORS: dict[int, tuple[int, str, type[APIError]]] = {
     10003: (400, "bad request", BadRequestError),
     10012: (500, "{err}", ServerError),
+    10013: (400, "consumer name already in use", BadRequestError),
     10014: (404, "consumer not found", ConsumerNotFoundError),
     10017: (400, "consumer name in subject does not match durable name in request", BadRequestError),
     10025: (400, "invalid JSON: {err}", BadRequestError),
@@ -225,12 +290,20 @@ _API_ERRORS: dict[int, tuple[int, str, type[APIError]]] = {
     10058: (400, "stream name already in use with a different configuration", BadRequestError),
     10059: (404, "stream not found", StreamNotFoundError),
     10060: (400, "expected stream does not match", BadRequestError),
+    10062: (500, "restore failed: {err}", ServerError),
     10065: (400, "subjects overlap with an existing stream", BadRequestError),
     10070: (400, "wrong last msg ID: {id}", BadRequestError),
     10071: (400, "wrong last sequence: {seq}", BadRequestError),
     10074: (500, "replicas > 1 not supported in non-clustered mode", ServerError),
     10077: (503, "{err}", ServiceUnavailableError),
+    10079: (400, "consumer deliver subject has wildcards", BadRequestError),
+    10080: (400, "consumer in push mode can not set max waiting", BadRequestError),
+    10081: (400, "consumer deliver subject forms a cycle", BadRequestError),
+    10082: (400, "consumer requires ack policy for max ack pending", BadRequestError),
+    10083: (400, "consumer idle heartbeat needs to be >= 100ms", BadRequestError),
     10084: (400, "consumer in pull mode requires explicit ack policy on workqueue stream", BadRequestError),
+    10088: (400, "consumer idle heartbeat requires a push based consumer", BadRequestError),
+    10089: (400, "consumer flow control requires a push based consumer", BadRequestError),
     10094: (400, "{err}", BadRequestError),
     10098: (400, "workqueue stream requires explicit ack", BadRequestError),
     10099: (400, "multiple non-filtered consumers not allowed on workqueue stream", BadRequestError),
@@ -238,12 +311,15 @@ _API_ERRORS: dict[int, tuple[int, str, type[APIError]]] = {
     10101: (400, "consumer must be deliver all on workqueue stream", BadRequestError),
     10102: (400, "consumer name is too long, maximum allowed is {max}", BadRequestError),
     10107: (400, "consumer description is too long, maximum allowed is {max}", BadRequestError),
+    10108: (400, "consumer with flow control also needs heartbeats", BadRequestError),
     10109: (400, "invalid operation on sealed stream", BadRequestError),
     10110: (500, "{err}", ServerError),
     10111: (500, "{err}", ServerError),
+    10112: (400, "invalid push consumer deliver subject", BadRequestError),
     10116: (400, "max deliver is required to be > length of backoff values", BadRequestError),
     10127: (400, "Consumer name can not contain path separators", BadRequestError),
     10128: (400, "Stream name can not contain path separators", BadRequestError),
+    10130: (400, "stream name already in use, cannot restore", BadRequestError),
     10133: (400, "replicas count cannot be negative", BadRequestError),
     10136: (400, "consumer cannot have both FilterSubject and FilterSubjects specified", BadRequestError),
     10138: (400, "consumer subject filters cannot overlap", BadRequestError),
@@ -254,6 +330,15 @@ _API_ERRORS: dict[int, tuple[int, str, type[APIError]]] = {
     10184: (400, "consumer backoff needs to be positive", BadRequestError),
     10193: (400, "missing sequence for expected last sequence per subject", BadRequestError),
 }
+
+
+# A pull request (fetch) to a push consumer: the server's status 409, which carries no err_code.
+PUSH_BASED = "Consumer is push based"
+
+
+def push_based_error() -> APIError:
+    """What ``fetch`` on a push consumer raises: the server's answer to the pull request."""
+    return APIError(409, 0, PUSH_BASED)
 
 
 def api_error(err_code: int, **fields) -> APIError:

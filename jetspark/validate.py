@@ -307,14 +307,18 @@ def consumer_config(config: Any, params: dict) -> ConsumerConfig:
         "description": text(c.description, "description", api=True),
         "filter_subject": text(c.filter_subject, "filter_subject", api=True),
         "filter_subjects": text_list(c.filter_subjects, "filter_subjects", api=True),
+        "deliver_subject": text(c.deliver_subject, "deliver_subject", api=True),
+        "deliver_group": text(c.deliver_group, "deliver_group", api=True),
         "metadata": string_map(c.metadata, "metadata", api=True),
         "opt_start_seq": seq(c.opt_start_seq, "opt_start_seq", api=True),
         "opt_start_time": start_time(c.opt_start_time),
         "ack_wait": duration(c.ack_wait, "ack_wait"),
         "inactive_threshold": duration(c.inactive_threshold, "inactive_threshold"),
+        "idle_heartbeat": duration(c.idle_heartbeat, "idle_heartbeat"),
         "backoff": backoff,
         "headers_only": boolean(c.headers_only, "headers_only", api=True, optional=True),
         "mem_storage": boolean(c.mem_storage, "mem_storage", api=True, optional=True),
+        "flow_control": boolean(c.flow_control, "flow_control", api=True, optional=True),
     }
     for name, (lo, hi) in _CONSUMER_INTS.items():
         out[name] = integer(getattr(c, name), name, lo, hi, api=True, optional=True)
@@ -641,6 +645,40 @@ def bind_args(durable: Any, stream: Any, consumer: Any) -> str:
     if not name:
         raise BadRequestError(400, 10003, "pull_subscribe_bind needs durable= or consumer=")
     return name
+
+
+def subscribe_args(subject: Any, queue: Any, cb: Any, durable: Any, stream: Any, config: Any, manual_ack: Any, ordered_consumer: Any) -> None:
+    """subscribe's own arguments (the consumer fields it passes on are checked with the config)."""
+    text(subject, "subject", optional=False)
+    text(queue, "queue")
+    text(durable, "durable")
+    text(stream, "stream")
+    callback(cb)
+    if config is not None and not isinstance(config, (ConsumerConfig, dict)):
+        raise TypeError(f"config must be a ConsumerConfig, a dict or None, not {show(config)}")
+    boolean(manual_ack, "manual_ack")
+    if boolean(ordered_consumer, "ordered_consumer") and (durable or queue):
+        raise ValueError("ordered_consumer=True takes no durable and no queue: an ordered consumer is an ephemeral of its own")
+
+
+def callback(value: Any) -> None:
+    """A subscription's ``cb``: None or a callable taking the message."""
+    if value is not None and not callable(value):
+        raise TypeError(f"cb must be a callable taking the message, or None, not {show(value)}")
+
+
+def subscribe_bind_args(stream: Any, consumer: Any, cb: Any, manual_ack: Any) -> None:
+    if not text(stream, "stream"):
+        raise BadRequestError(400, 10003, "subscribe_bind needs stream=")
+    if not text(consumer, "consumer"):
+        raise BadRequestError(400, 10003, "subscribe_bind needs consumer=")
+    callback(cb)
+    boolean(manual_ack, "manual_ack")
+
+
+def next_msg_timeout(value: Any) -> Optional[float]:
+    """next_msg's wait: None (no limit, as nats-py) or seconds >= 0."""
+    return None if value is None else timeout(value)
 
 
 def fetch_args(batch: Any, timeout_: Any, no_wait: Any, max_bytes: Any) -> tuple[int, float, bool, int]:

@@ -27,6 +27,13 @@ through raw ``$JS.API`` requests on the same connection:
   request to the message's reply subject (what nats-py's ``ack_sync`` does),
   with nats-py's own ``Msg.Ack`` payloads.
 
+- push subscriptions: nats-py's ``subscribe``/``subscribe_bind`` as they are;
+  a synchronous callback runs in a worker thread nats-py awaits (so in order),
+  ``subscribe_bind`` takes the consumer's own config (nats-py wants it as an
+  argument), and a drain without a callback runs on while ``next_msg`` takes
+  what the subscription holds (nats-py's drain waits for that).  nats-py's
+  client-side refusals (``nats.js.errors.Error``) are ``SubscriptionError``.
+
 nats-py's exceptions become jetspark's error tree (``error_from_response``
 with the server's code, err_code and description).
 """
@@ -35,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import contextlib
 import dataclasses
 import datetime as dt
@@ -53,11 +61,18 @@ from nats.js import api as napi
 
 from jetspark import api
 from jetspark.errors import (
+    PUSH_BASED,
+    ClosedError,
     FetchTimeoutError,
     MsgNotFoundError,
+    NextMsgTimeoutError,
     NoStreamResponseError,
+    PublishAsyncTimeoutError,
+    SubscriptionError,
+    TooManyStalledMsgsError,
     api_error,
     error_from_response,
+    push_based_error,
 )
 
 _NS = 1_000_000_000
@@ -213,6 +228,7 @@ def consumer_info(info: napi.ConsumerInfo) -> api.ConsumerInfo:
         num_waiting=info.num_waiting or 0,
         num_pending=info.num_pending or 0,
         cluster=cluster_info(info.cluster),
+        push_bound=info.push_bound or None,
     )
 
 
@@ -276,6 +292,8 @@ class Msg:
         return metadata(self._msg.metadata, self.reply)
 
     def _send(self, payload: bytes, timeout: float = _ACK_TIMEOUT) -> None:
+        if payload != NatsMsg.Ack.Progress:
+            self._msg._ackd = True  # as nats-py's own ack verbs mark it: its auto-ack then skips it
         try:
             self._js._loop.run(self._js._nc.request(self.reply, payload, timeout=timeout))
         except nats.errors.NoRespondersError:
@@ -322,7 +340,9 @@ class PullSubscription:
     def unsubscribe(self) -> None:
         self._js._loop.run(self._sub.unsubscribe())
 
-    def fetch(self, batch: int = 1, timeout: Optional[float] = 5.0, no_wait: bool = False, max_bytes: Optional[int] = None) -> list:
+    def fetch(
+        self, batch: int = 1, timeout: Optional[float] = 5.0, heartbeat: Optional[float] = None, no_wait: bool = False, max_bytes: Optional[int] = None
+    ) -> list:
         """nats-py's fetch; FetchTimeoutError when nothing arrives."""
         run = self._js._loop.run
         wait = (timeout or _TIMEOUT) + 3 * _FETCH_GRACE + 10
@@ -331,7 +351,7 @@ class PullSubscription:
                 if no_wait or max_bytes is not None:
                     msgs = run(self._one_shot(batch, timeout or _TIMEOUT, no_wait, max_bytes), timeout=wait)
                 else:
-                    msgs = run(self._sub.fetch(batch, timeout=timeout), timeout=wait)
+                    msgs = run(self._sub.fetch(batch, timeout=timeout, heartbeat=heartbeat), timeout=wait)
         except (nats.errors.TimeoutError, nats.js.errors.FetchTimeoutError, asyncio.TimeoutError):
             msgs = []
         except nats.js.errors.ServiceUnavailableError:
@@ -363,6 +383,8 @@ class PullSubscription:
                     continue
                 if status == "503":
                     raise nats.js.errors.ServiceUnavailableError
+                if status == "409" and (m.headers or {}).get("Description") == PUSH_BASED:
+                    raise push_based_error()
                 if status:
                     break
                 msgs.append(m)
@@ -371,18 +393,93 @@ class PullSubscription:
             await sub.unsubscribe()
 
 
+class PushSubscription:
+    """nats-py's PushSubscription, synchronous: a callback runs in a worker thread (awaited, so in
+    order), next_msg and messages() take from nats-py's queue.  A drain without a callback runs
+    on while next_msg takes what the subscription holds (nats-py's drain waits for that)."""
+
+    def __init__(self, js: "OracleJS", psub, has_cb: bool) -> None:
+        self._js = js
+        self._psub = psub
+        self._has_cb = has_cb
+        self.stream = psub._stream
+        self._getter = None
+        self._drain = None  # an asyncio task: a drain without a callback
+
+    @property
+    def consumer(self) -> str:
+        return self._psub._consumer
+
+    def consumer_info(self) -> api.ConsumerInfo:
+        return self._js.consumer_info(self.stream, self.consumer)
+
+    def next_msg(self, timeout: Optional[float] = 1.0) -> Msg:
+        if self._has_cb:
+            raise SubscriptionError("nats: next_msg cannot be used in async subscriptions")
+        m = self._js._loop.run(self._take(timeout), timeout=None if timeout is None else timeout + 10)
+        if m is None:
+            raise ClosedError("the subscription has ended")
+        return Msg(self._js, m)
+
+    async def _take(self, timeout):
+        if self._getter is None:
+            if self._psub._closed:
+                return None
+            self._getter = asyncio.ensure_future(self._psub.next_msg(timeout=None))
+        waits = {self._getter} | ({self._drain} if self._drain is not None else set())
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if self._getter.done():
+            getter, self._getter = self._getter, None
+            return getter.result()
+        if self._drain is not None and self._drain.done():
+            self._getter.cancel()
+            self._getter = None
+            return None
+        raise NextMsgTimeoutError(f"nothing within {timeout} s")
+
+    def messages(self):
+        while True:
+            try:
+                yield self.next_msg(None)
+            except ClosedError:
+                return
+
+    def unsubscribe(self) -> None:
+        async def unsubscribe():
+            if self._drain is not None:
+                self._drain.cancel()
+            if self._getter is not None:
+                self._getter.cancel()
+                self._getter = None
+            with contextlib.suppress(nats.errors.BadSubscriptionError):
+                await self._psub.unsubscribe()
+
+        self._js._loop.run(unsubscribe())
+
+    def drain(self) -> None:
+        if self._has_cb:
+            with contextlib.suppress(nats.errors.BadSubscriptionError):
+                self._js._loop.run(self._psub.drain())
+            return
+
+        async def start():
+            self._drain = asyncio.ensure_future(self._psub.drain())
+
+        self._js._loop.run(start())
+
+
 # ---------------------------------------------------------------- the handle
 
 
 class OracleJS:
     """jetspark's synchronous JetStream verbs, answered by nats-server through nats-py."""
 
-    def __init__(self, url: str, timeout: float = _TIMEOUT) -> None:
+    def __init__(self, url: str, timeout: float = _TIMEOUT, publish_async_max_pending: int = 4000) -> None:
         self._loop = _Loop()
         self.timeout = timeout
         # Several servers (one cluster) comma-separated, as jetspark.connect takes them.
         self._nc = self._loop.run(nats.connect([u.strip() for u in url.split(",")]))
-        self._js = self._nc.jetstream(timeout=timeout)
+        self._js = self._nc.jetstream(timeout=timeout, publish_async_max_pending=publish_async_max_pending)
 
     def close(self) -> None:
         self._loop.run(self._nc.close())
@@ -481,6 +578,47 @@ class OracleJS:
         except NoStreamResponseError:
             raise NoStreamResponseError(subject) from None
         return api.PubAck(stream=ack.stream, seq=ack.seq, domain=ack.domain, duplicate=ack.duplicate)
+
+    # -- publish_async: nats-py's own (its window, wait_stall and TooManyStalledMsgsError).
+    # nats-py 2.16 never completes a future whose PubAck is an error (its reply handler
+    # raises instead): tests/contract/test_publish_async.py does not ask the oracle for those.
+
+    def publish_async(
+        self, subject: str, payload: bytes = b"", headers: Optional[dict] = None, stream: Optional[str] = None, *, wait_stall: Optional[float] = None
+    ) -> concurrent.futures.Future:
+        async def start() -> asyncio.Future:
+            return await self._js.publish_async(subject, payload, wait_stall=wait_stall, stream=stream, headers=dict(headers) if headers else None)
+
+        try:
+            answer = self._loop.run(start())
+        except nats.js.errors.TooManyStalledMsgsError as exc:
+            raise TooManyStalledMsgsError(str(exc)) from exc
+        out: concurrent.futures.Future = concurrent.futures.Future()
+        out.set_running_or_notify_cancel()
+
+        def done(a: asyncio.Future) -> None:
+            exc = a.exception()
+            if isinstance(exc, nats.js.errors.NoStreamResponseError):
+                out.set_exception(NoStreamResponseError(subject))
+            elif isinstance(exc, nats.js.errors.APIError):
+                out.set_exception(_api_error(exc))
+            elif exc is not None:
+                out.set_exception(exc)
+            else:
+                ack = a.result()
+                out.set_result(api.PubAck(stream=ack.stream, seq=ack.seq, domain=ack.domain, duplicate=ack.duplicate))
+
+        self._loop.loop.call_soon_threadsafe(answer.add_done_callback, done)
+        return out
+
+    def publish_async_pending(self) -> int:
+        return self._js.publish_async_pending()
+
+    def publish_async_completed(self, timeout: Optional[float] = None) -> None:
+        try:
+            self._loop.run(asyncio.wait_for(self._js.publish_async_completed(), timeout), timeout=None)
+        except asyncio.TimeoutError:
+            raise PublishAsyncTimeoutError(f"publish_async futures still pending after {timeout} s") from None
 
     def get_msg(self, stream: str, seq: Optional[int] = None, last_by_subj: Optional[str] = None, next_by_subj: Optional[str] = None) -> api.RawStreamMsg:
         if last_by_subj is not None and next_by_subj is None and seq is None and _name_ok(stream):
@@ -589,6 +727,53 @@ class OracleJS:
         # nats-py names an ephemeral itself; its consumer_info says which.
         info = self._run(sub.consumer_info())
         return PullSubscription(self, sub, info.stream_name, info.name)
+
+    def subscribe(
+        self, subject: str, queue: Optional[str] = None, cb=None, durable: Optional[str] = None, stream: Optional[str] = None,
+        config: Optional[api.ConsumerConfig] = None, manual_ack: bool = False, ordered_consumer: bool = False, idle_heartbeat: Optional[float] = None,
+        flow_control: bool = False, deliver_policy=None, headers_only: Optional[bool] = None, inactive_threshold: Optional[float] = None,
+    ) -> PushSubscription:  # fmt: skip
+        """nats-py's subscribe; nats-py's client-side refusals become SubscriptionError."""
+        nconfig = _config(config, napi.ConsumerConfig) if config is not None else None
+        policy = napi.DeliverPolicy(getattr(deliver_policy, "value", deliver_policy)) if deliver_policy is not None else None
+        try:
+            psub = self._run(
+                self._js.subscribe(
+                    subject, queue=queue, cb=self._callback(cb), durable=durable, stream=stream, config=nconfig, manual_ack=manual_ack,
+                    ordered_consumer=ordered_consumer, idle_heartbeat=idle_heartbeat, flow_control=flow_control, deliver_policy=policy,
+                    headers_only=headers_only, inactive_threshold=inactive_threshold,
+                )
+            )  # fmt: skip
+        except nats.js.errors.NotFoundError as exc:
+            if exc.err_code is None:  # find_stream_name_by_subject's "no stream has it"
+                raise api_error(10059) from None
+            raise
+        except TypeError as exc:  # "config.deliver_subject is required": a pull consumer
+            raise SubscriptionError(str(exc)) from None
+        except nats.js.errors.Error as exc:
+            if isinstance(exc, nats.js.errors.APIError):
+                raise
+            raise SubscriptionError(str(exc)) from None
+        return PushSubscription(self, psub, cb is not None)
+
+    def subscribe_bind(self, stream: str, consumer: str, cb=None, manual_ack: bool = False) -> PushSubscription:
+        """nats-py's subscribe_bind, with the consumer's own config (nats-py takes it as an argument)."""
+        info = self._run(self._js.consumer_info(stream, consumer))
+        if info.config.deliver_subject is None:
+            raise SubscriptionError("config.deliver_subject is required")
+        psub = self._run(self._js.subscribe_bind(stream=stream, config=info.config, consumer=consumer, cb=self._callback(cb), manual_ack=manual_ack))
+        return PushSubscription(self, psub, cb is not None)
+
+    def _callback(self, cb):
+        """A synchronous callback as nats-py's async one: run in a worker thread (it may call
+        this handle, which runs on the loop), awaited, so messages reach it one at a time."""
+        if cb is None:
+            return None
+
+        async def callback(m: NatsMsg) -> None:
+            await asyncio.to_thread(cb, Msg(self, m))
+
+        return callback
 
     def pull_subscribe_bind(self, consumer: Optional[str] = None, stream: Optional[str] = None, durable: Optional[str] = None) -> PullSubscription:
         sub = self._run(self._js.pull_subscribe_bind(consumer=consumer, stream=stream, durable=durable))

@@ -16,11 +16,15 @@ import re
 import pytest
 
 import jetspark
-from jetspark.backend import JetStreamAPI, MsgAPI, PullSubscriptionAPI
+from jetspark.backend import ConsumeContextAPI, JetStreamAPI, MessagesAPI, MsgAPI, PullSubscriptionAPI, PushSubscriptionAPI
 from jetspark.backend.base import HandleBase
+from jetspark.backend.live import ConsumeContext
 from jetspark.engine import pull as engine_pull
+from jetspark.engine import push as engine_push
 from jetspark.engine.handle import JetStream
+from jetspark.remote import live as remote_live
 from jetspark.remote import pull as remote_pull
+from jetspark.remote import push as remote_push
 from jetspark.remote.client import NatsJetStream
 from tests.conftest import drop_streams
 
@@ -39,8 +43,13 @@ IMPLEMENTATIONS = [
     (JetStreamAPI, NatsJetStream),
     (PullSubscriptionAPI, engine_pull.PullSubscription),
     (PullSubscriptionAPI, remote_pull.PullSubscription),
+    (PushSubscriptionAPI, engine_push.PushSubscription),
+    (PushSubscriptionAPI, remote_push.PushSubscription),
     (MsgAPI, engine_pull.Msg),
     (MsgAPI, remote_pull.Msg),
+    (MessagesAPI, engine_pull.Messages),
+    (MessagesAPI, remote_live.Messages),
+    (ConsumeContextAPI, ConsumeContext),  # one class, both backends' consume() returns it
 ]
 
 
@@ -116,6 +125,8 @@ def test_the_handles_share_one_base():
         "add_stream", "update_stream", "stream_info", "purge_stream", "get_msg", "get_last_msg", "delete_msg",
         "publish_batch", "read_batches", "seq_for_bytes", "seq_for_time", "advance_ack_floor", "ack_floor",
         "ordered_consumer", "add_consumer", "create_consumer", "update_consumer", "pull_subscribe", "pull_subscribe_bind",
+        "publish_async", "publish_async_pending", "publish_async_completed",
+        "subscribe", "subscribe_bind",
     )  # fmt: skip
     for verb in once:
         assert JetStream.__dict__.get(verb) is None and NatsJetStream.__dict__.get(verb) is None, f"{verb} is written once, in HandleBase"
@@ -142,6 +153,10 @@ def _check_live_objects(js) -> None:
     assert js.ack_floor("PROTO", "D").stream_seq == 1
     (ordered,) = list(js.ordered_consumer("PROTO"))
     assert isinstance(ordered, MsgAPI)
+    push = js.subscribe("proto.a")
+    assert isinstance(push, PushSubscriptionAPI)
+    assert isinstance(push.next_msg(timeout=5), MsgAPI)
+    push.unsubscribe()
 
 
 def test_an_engine_handle_is_a_jetstream_api(tmp_path):
@@ -175,7 +190,7 @@ def test_an_object_missing_a_verb_is_not_a_jetstream_api():
 CONTRACT_SUITE = pathlib.Path(__file__).resolve().parent / "contract"
 
 
-@pytest.mark.parametrize("protocol", [JetStreamAPI, PullSubscriptionAPI, MsgAPI], ids=lambda p: p.__name__)
+@pytest.mark.parametrize("protocol", [JetStreamAPI, PullSubscriptionAPI, PushSubscriptionAPI, MsgAPI, MessagesAPI, ConsumeContextAPI], ids=lambda p: p.__name__)
 def test_the_contract_suite_calls_every_declared_verb(protocol):
     """Every verb the Protocols declare is called somewhere in tests/contract, whose tests run
     on every backend: a verb added to the contract without a contract test fails here."""

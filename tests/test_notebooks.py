@@ -1,80 +1,76 @@
-"""Every notebook in notebooks/ runs top to bottom without a cell error.
+"""The notebooks in notebooks/ are stored executed, and run as stored.
 
-They run in an ipykernel on this very interpreter (the venv's): the
-``python3`` kernelspec that ipykernel installs into the venv starts ``python``
-from PATH, which need not be the venv's, so the test writes its own
-kernelspec into a temporary directory and registers nothing globally.
+``make notebooks`` (scripts/run_notebooks.py) runs them and stores their outputs.
+Here copies of the stored notebooks run through that same code, one after another
+in one kernel on this interpreter (see ``kernel()`` there): every code cell must
+run without an error and without a word on stderr (Spark runs quietly), and print
+and draw what is stored, output for output (the kinds of output, not their text:
+timestamps and chart pixels change from run to run).  A cell that prints or draws
+something new, or no longer, means the stored outputs are stale: run
+``make notebooks``.
 """
 
 from __future__ import annotations
 
-import json
+import copy
 import sys
-from pathlib import Path
 
+import nbformat
 import pytest
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
-KERNEL = "jetspark-test"
+from scripts import run_notebooks
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+NOTEBOOKS = run_notebooks.notebooks()
+STALE = "run `make notebooks` to store it with fresh outputs"
 
 
 def test_there_are_notebooks():
     assert [p.name for p in NOTEBOOKS] == ["01_quickstart.ipynb", "02_streaming.ipynb", "03_retention.ipynb"]
 
 
-@pytest.fixture(scope="module")
-def kernel(tmp_path_factory):
-    """One kernel for the notebooks, one after another: each starts with ``%reset -f``, so
-    a name one notebook defines is not there for the next; what stays is the process, and
-    with it Spark's JVM, which would otherwise start again for each (seconds apiece)."""
-    import ipykernel  # noqa: F401  (the kernel the notebooks run in; a dev dependency)
-    from jupyter_client.kernelspec import KernelSpecManager
-    from jupyter_client.manager import KernelManager
+def kinds(nb) -> list[list[tuple]]:
+    """Per code cell, its outputs' kinds: a stream's name, a display's MIME types, an error's name."""
+    return [
+        [(o.output_type, o.get("name") or o.get("ename") or tuple(sorted(o.get("data", {})))) for o in c.outputs] for c in nb.cells if c.cell_type == "code"
+    ]
 
-    root = tmp_path_factory.mktemp("notebooks")
-    spec_dir = root / "kernels" / KERNEL
-    spec_dir.mkdir(parents=True)
-    (spec_dir / "kernel.json").write_text(
-        json.dumps(
-            {
-                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                "display_name": "jetspark test kernel",
-                "language": "python",
-            }
-        )
-    )
-    specs = KernelSpecManager(kernel_dirs=[str(root / "kernels")], ensure_native_kernel=False)
-    km = KernelManager(kernel_name=KERNEL, kernel_spec_manager=specs)
-    work = root / "cwd"
-    work.mkdir()
-    yield km, work
-    if km.has_kernel:
-        km.shutdown_kernel(now=True)
+
+def stderr(nb) -> str:
+    return "".join(o.text for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "stream" and o.name == "stderr")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs(path: Path, kernel):
-    import nbclient
-    import nbformat
-
-    km, work = kernel
+def test_notebook_is_stored_with_its_outputs(path):
     nb = nbformat.read(path, as_version=4)
-    assert all(not c.get("outputs") and not c.get("execution_count") for c in nb.cells if c.cell_type == "code"), (
-        f"{path.name} is stored with outputs; clear them"
-    )
-    nb.cells.insert(0, nbformat.v4.new_code_cell("%reset -f"))
-    client = nbclient.NotebookClient(
-        nb,
-        km=km,  # started by the first notebook's client, kept for the next (see ``kernel``)
-        timeout=180,  # per cell
-        startup_timeout=60,
-        allow_errors=False,
-        resources={"metadata": {"path": str(work)}},
-    )
-    client.execute()  # raises CellExecutionError, with the cell and its traceback, on the first error
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), f"{path.name}: not every code cell ran, in order; {STALE}"
+    outputs = [o for c in code for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"], f"{path.name} is stored with an error; {STALE}"
+    err = stderr(nb)
+    assert not err, f"{path.name} is stored with output on stderr: {err!r}"
+    assert any("image/png" in o.get("data", {}) for o in outputs), f"{path.name} has no chart"
+    # What is stored is what a reader needs: no timings, the generic kernel (a reader's own python3).
+    assert not [c.id for c in code if "execution" in c.metadata], f"{path.name} is stored with execution timings"
+    assert nb.metadata.kernelspec.name == "python3"
 
-    # The kernel really was this interpreter, and the last cell ran.
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory):
+    with run_notebooks.kernel(tmp_path_factory.mktemp("notebooks")) as km_cwd:
+        yield km_cwd
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_as_stored(path, kernel):
+    km, cwd = kernel
+    stored = nbformat.read(path, as_version=4)
+    nb = run_notebooks.execute(copy.deepcopy(stored), km, cwd)  # raises CellExecutionError, with the cell and its traceback
+
     assert km.kernel_spec.argv[0] == sys.executable
-    assert nb.cells[-1].cell_type != "code" or nb.cells[-1].get("execution_count")
+    err = stderr(nb)
+    assert not err, f"{path.name} wrote to stderr:\n{err}"
+    assert kinds(nb) == kinds(stored), f"{path.name} prints or draws other things than it is stored with; {STALE}"
+    assert [c.execution_count for c in nb.cells if c.cell_type == "code"] == [c.execution_count for c in stored.cells if c.cell_type == "code"]

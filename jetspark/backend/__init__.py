@@ -3,10 +3,13 @@
 ``jetspark.connect`` returns one of two handles: ``jetspark.engine.handle.JetStream``
 (the embedded engine on a directory) or ``jetspark.remote.client.NatsJetStream``
 (a real NATS server through nats-py).  Both satisfy ``JetStreamAPI``; their
-subscriptions satisfy ``PullSubscriptionAPI`` and their delivered messages
+subscriptions satisfy ``PullSubscriptionAPI`` (pull consumers) and
+``PushSubscriptionAPI`` (push consumers), the continuous pulls of the former
+``MessagesAPI`` and ``ConsumeContextAPI``, and their delivered messages
 ``MsgAPI``.  Code that must work on either (the Spark connector, the CLI)
 types against these Protocols.  What the two handles share is implemented
-once, in ``jetspark.backend.base.HandleBase``, which both inherit.
+once, in ``jetspark.backend.base.HandleBase``, which both inherit (and what
+their continuous pulls share in ``jetspark.backend.live``).
 
 ``tests/test_backend.py`` checks that both handles declare every verb here
 with the same signature and nothing public beyond it; ``tests/contract/``
@@ -43,6 +46,7 @@ from __future__ import annotations
 from typing import (
     TYPE_CHECKING,
     Any,
+    Callable,
     Iterator,
     Mapping,
     Optional,
@@ -52,9 +56,11 @@ from typing import (
 )
 
 from jetspark.api import (
+    BackupInfo,
     BatchAck,
     ConsumerConfig,
     ConsumerInfo,
+    DeliverPolicy,
     MsgMetadata,
     PubAck,
     RawStreamMsg,
@@ -64,9 +70,11 @@ from jetspark.api import (
 )
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     import pyarrow as pa
 
-__all__ = ["JetStreamAPI", "MsgAPI", "PullSubscriptionAPI"]
+__all__ = ["ConsumeContextAPI", "JetStreamAPI", "MessagesAPI", "MsgAPI", "PullSubscriptionAPI", "PushSubscriptionAPI"]
 
 
 @runtime_checkable
@@ -115,21 +123,141 @@ class MsgAPI(Protocol):
 
 
 @runtime_checkable
+class MessagesAPI(Protocol):
+    """A continuous pull, ``PullSubscription.messages()`` (nats.go's ``MessagesContext``):
+    an iterator of messages kept ahead of the caller in a buffer.
+
+    The buffer is refilled whenever what it holds (with, on a server, what is asked and not
+    yet arrived) falls below the threshold, checked at each ``next``, so the consumer
+    delivers at most ``max_messages`` (or ``max_bytes``) ahead of the caller; buffered
+    messages are delivered ones, and those never handed out are redelivered after the
+    consumer's ``ack_wait``.  On the engine a waiting ``next`` wakes when another process
+    publishes or acknowledges (without polling where inotify is available) and when a
+    pending delivery falls due; on a server, pull requests stay outstanding with
+    ``expires`` and ``idle_heartbeat``.
+
+    Iteration ends (``StopIteration``) after ``stop`` or once ``drain`` has handed out the
+    buffer.  Errors are raised by ``next`` after the messages buffered before them:
+    ``ConsumerNotFoundError``/``StreamNotFoundError`` when the consumer or its stream is
+    deleted, ``ClosedError`` when the handle closes (these end the iteration), and on a
+    server ``NoHeartbeatError`` when heartbeats stop coming (the next call pulls afresh)."""
+
+    def __iter__(self) -> Iterator[MsgAPI]: ...
+
+    def __next__(self) -> MsgAPI: ...
+
+    def next(self, timeout: Optional[float] = None) -> MsgAPI:
+        """The next message, waiting at most ``timeout`` seconds (None: until one comes or
+        the iteration ends); ``FetchTimeoutError`` when none came in time, ``StopIteration``
+        when the iteration has ended, or the pull's error (see the class docstring)."""
+        ...
+
+    def stop(self) -> None:
+        """End the iteration now; buffered messages are dropped (and redelivered after
+        ``ack_wait``).  A ``next`` waiting in another thread returns (``StopIteration``)."""
+        ...
+
+    def drain(self) -> None:
+        """Stop pulling; ``next`` hands out what is buffered, then ends the iteration."""
+        ...
+
+    def __enter__(self) -> "MessagesAPI":
+        """The iterator; ``stop()`` on leaving the ``with`` block."""
+        ...
+
+    def __exit__(self, *exc: Any) -> None: ...
+
+
+@runtime_checkable
+class ConsumeContextAPI(Protocol):
+    """``PullSubscription.consume(cb)`` under way (nats.go's ``ConsumeContext``):
+    one background thread calling ``cb`` on each message in delivery order."""
+
+    @property
+    def closed(self) -> bool:
+        """Has it ended (stopped, drained or ended by an error) and its last callback returned?"""
+        ...
+
+    def stop(self) -> None:
+        """Stop: the callback under way finishes, buffered messages are not delivered."""
+        ...
+
+    def drain(self) -> None:
+        """Stop pulling, deliver the buffered messages to the callback, then end."""
+        ...
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Wait at most ``timeout`` seconds (None: no limit) for the end; whether it ended."""
+        ...
+
+    def __enter__(self) -> "ConsumeContextAPI":
+        """The context; ``stop()`` and ``wait()`` on leaving the ``with`` block."""
+        ...
+
+    def __exit__(self, *exc: Any) -> None: ...
+
+
+@runtime_checkable
 class PullSubscriptionAPI(Protocol):
     """A pull consumer bound to a stream (nats-py's ``PullSubscription``, synchronously)."""
 
     stream: str
     consumer: str
 
-    def fetch(self, batch: int = 1, timeout: Optional[float] = 5.0, no_wait: bool = False, max_bytes: Optional[int] = None) -> list[MsgAPI]:
+    def fetch(
+        self, batch: int = 1, timeout: Optional[float] = 5.0, heartbeat: Optional[float] = None, no_wait: bool = False, max_bytes: Optional[int] = None
+    ) -> list[MsgAPI]:
         """Up to ``batch`` (1..2**31-1) messages, at most ``max_bytes`` bytes of them
         (None or 0: no limit), in delivery order; waits up to ``timeout`` seconds
-        (None: 5) for the first one, not at all with ``no_wait``.
+        (None: 5) for the first one, not at all with ``no_wait``.  ``heartbeat``
+        (seconds, at most half the timeout; nats-py's) asks the server for idle
+        heartbeats while it waits, and ``NoHeartbeatError`` when two are missed; the
+        engine checks it and has nothing to watch.
 
         Returns at least one message.  ``FetchTimeoutError`` (a ``TimeoutError``)
         when none came in time, as nats-py raises.  Delivery follows the consumer's
         policies: ``max_ack_pending``, redelivery after ``ack_wait``/``backoff``
-        up to ``max_deliver``, ``headers_only`` (§5.2-§5.5)."""
+        up to ``max_deliver``, ``headers_only`` (§5.2-§5.5).  A push consumer answers
+        with the server's ``APIError`` 409 "Consumer is push based" (§5.6).  On the engine
+        a waiting fetch wakes when another process publishes or acknowledges, and when a
+        pending delivery falls due (§5.7)."""
+        ...
+
+    def messages(
+        self,
+        max_messages: Optional[int] = None,
+        max_bytes: Optional[int] = None,
+        expires: Optional[float] = None,
+        threshold_messages: Optional[int] = None,
+        threshold_bytes: Optional[int] = None,
+        heartbeat: Optional[float] = None,
+    ) -> MessagesAPI:
+        """A continuous pull (nats.go's ``Consumer.Messages``, see ``MessagesAPI``),
+        nats.go's options and defaults: a buffer of ``max_messages`` (default 500) or
+        of ``max_bytes`` (then up to 1,000,000 messages; the two exclude each other),
+        refilled below ``threshold_messages``/``threshold_bytes`` (default: half);
+        pull requests that ``expires`` after 30 s (at least 1) with an idle
+        ``heartbeat`` of half that, at most 30 s (given: at most half of ``expires``;
+        0: none).  ``expires`` and ``heartbeat`` only matter on a server.
+        ``TypeError``/``ValueError`` naming a bad argument."""
+        ...
+
+    def consume(
+        self,
+        cb: Callable[[MsgAPI], Any],
+        max_messages: Optional[int] = None,
+        max_bytes: Optional[int] = None,
+        expires: Optional[float] = None,
+        threshold_messages: Optional[int] = None,
+        threshold_bytes: Optional[int] = None,
+        heartbeat: Optional[float] = None,
+        error_cb: Optional[Callable[[BaseException], Any]] = None,
+    ) -> ConsumeContextAPI:
+        """``cb(msg)`` for each message of a ``messages(...)`` pull with these options, on
+        one background thread, in delivery order (nats.go's ``Consumer.Consume``).  An
+        exception raised by ``cb`` is logged and delivery goes on.  The pull's errors go
+        to ``error_cb(err)`` (default: logged): ``NoHeartbeatError`` and consuming goes
+        on; the consumer or stream deleted, or the handle closed, and consuming ends."""
         ...
 
     def consumer_info(self) -> ConsumerInfo:
@@ -137,8 +265,61 @@ class PullSubscriptionAPI(Protocol):
         ...
 
     def unsubscribe(self) -> None:
-        """Stop using the subscription; acks given so far are applied first.
-        The consumer itself stays (delete it with ``delete_consumer``)."""
+        """Stop using the subscription: its ``messages``/``consume`` pulls stop; acks given
+        so far are applied first.  The consumer itself stays (delete it with
+        ``delete_consumer``)."""
+        ...
+
+
+@runtime_checkable
+class PushSubscriptionAPI(Protocol):
+    """A subscription on a push consumer (nats-py's ``PushSubscription``, synchronously), as
+    ``subscribe`` and ``subscribe_bind`` return it (§5.6).
+
+    With a callback, one thread of its own calls it for each message, in delivery
+    order, one at a time; an exception from the callback is logged (logger
+    ``jetspark.push``) and delivery goes on, the message unacknowledged.
+    Without a callback, ``next_msg`` and ``messages()`` hand the messages out.
+    Messages are delivered as the consumer's policies say (``max_ack_pending``,
+    redelivery after ``ack_wait`` or a nak, ``max_deliver``); a queue group's
+    members share the consumer, each message going to one of them.  When the
+    consumer is deleted under a subscription, delivery stops (an ordered
+    consumer's subscription makes a new one); the engine's ``next_msg`` then
+    raises ``ConsumerNotFoundError``, a server's delivers nothing more."""
+
+    stream: str
+    consumer: str  # an ordered consumer's changes when it is made again
+
+    def next_msg(self, timeout: Optional[float] = 1.0) -> MsgAPI:
+        """The next message, waiting up to ``timeout`` seconds (None: no limit).
+        ``NextMsgTimeoutError`` (a ``TimeoutError``) when none came in time;
+        ``ClosedError`` once the subscription ended (``unsubscribe``, or ``drain`` and
+        everything it held handed out); ``SubscriptionError`` on a subscription with a
+        callback."""
+        ...
+
+    def messages(self) -> Iterator[MsgAPI]:
+        """Every message, as ``next_msg(None)`` returns them, until the subscription ends
+        (``unsubscribe``/``drain``, from this thread or another): ``for msg in sub.messages()``.
+        ``SubscriptionError`` on a subscription with a callback."""
+        ...
+
+    def consumer_info(self) -> ConsumerInfo:
+        """``consumer_info(stream, consumer)`` of the bound consumer."""
+        ...
+
+    def unsubscribe(self) -> None:
+        """Stop delivery at once: messages delivered to the subscription and not yet handed
+        out are dropped (redelivered after ``ack_wait``, as when a client drops what a
+        server pushed).  Waits for a callback in progress to return; applies the acks given.
+        An ephemeral consumer the subscription created is deleted (a server would remove it
+        after its ``inactive_threshold``); a durable stays.  Idempotent."""
+        ...
+
+    def drain(self) -> None:
+        """Stop taking new messages and hand out what the subscription holds, then end as
+        ``unsubscribe``.  With a callback, returns once the callback has handled them all;
+        without, returns at once and ``next_msg``/``messages()`` hand out the rest."""
         ...
 
 
@@ -222,6 +403,33 @@ class JetStreamAPI(Protocol):
         purging nothing), 10059 when there is no such stream."""
         ...
 
+    def backup_stream(self, name: str, path: Any, consumers: bool = True, progress: Optional[Callable[[int, Optional[int]], None]] = None) -> BackupInfo:
+        """Write a backup of stream ``name`` into the directory ``path`` (new, or empty)
+        and return what it holds (``BackupInfo``): the stream's config and, as of one
+        point in time, its messages with their sequences, times and headers, its deleted
+        sequences and dedup window, and with ``consumers`` every consumer's config and
+        state (deliveries, acks, ack floor).  The engine copies the stream's files
+        holding its lock (writers to it wait meanwhile, from any process); a server
+        sends its own snapshot (``$JS.API.STREAM.SNAPSHOT``; kept as ``stream.tar.s2``,
+        the server's format, as ``nats stream backup`` keeps it).  Every part is checksummed (SHA-256) in a manifest, ``backup.json``,
+        written last; a backup that fails leaves nothing at ``path``.  ``progress(done,
+        total)`` is called with the bytes written so far (``total`` None while unknown).
+        10059 no stream; ``BackupError`` when ``path`` is not a new or empty directory
+        or cannot be written (nothing is left there)."""
+        ...
+
+    def restore_stream(self, path: Any, progress: Optional[Callable[[int, Optional[int]], None]] = None) -> StreamInfo:
+        """Create the stream a ``backup_stream`` backup in directory ``path`` holds, as it
+        was (the same state, messages, sequences and consumers), and return its info.
+        A backup restores only on the kind of backend that took it (an embedded store's
+        on an embedded store, a server's on a server: ``BackupError`` otherwise).  Every
+        part's size and checksum are checked before anything is created: a damaged,
+        truncated or missing part (or manifest) is ``CorruptBackupError`` naming the
+        file.  10130 when a stream of that name exists; 10062 ("restore failed: ...")
+        when the stream cannot be created, e.g. its subjects overlap another stream's.  A restore that fails leaves no stream behind.  ``progress``
+        as for ``backup_stream``, over both reads of the backup (checked, then restored)."""
+        ...
+
     # ------------------------------------------------------------------ messages
 
     def publish(self, subject: str, payload: bytes = b"", headers: Optional[Mapping[str, object]] = None, stream: Optional[str] = None) -> PubAck:
@@ -238,6 +446,52 @@ class JetStreamAPI(Protocol):
         sealed; 10077 a limit with discard new (§3.2), checked in the server's
         order (§3.6).  Returned means stored (on the engine: written to the
         operating system, or to the disk with ``sync="fsync"``)."""
+        ...
+
+    def publish_async(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        headers: Optional[Mapping[str, object]] = None,
+        stream: Optional[str] = None,
+        *,
+        wait_stall: Optional[float] = None,
+    ) -> "Future[PubAck]":
+        """``publish`` without waiting for the ``PubAck``: a ``concurrent.futures.Future``
+        of it (nats-py's ``publish_async``, for a synchronous caller).
+
+        The arguments are checked at the call, as ``publish`` checks them (same errors,
+        nothing sent).  What ``publish`` would raise afterwards is the future's exception,
+        the same typed error: ``NoStreamResponseError``, the stream's refusals (10054,
+        10060, 10071, 10070, 10077, 10109, ...); on a server also ``RequestTimeoutError``
+        (or ``ServerConnectionError``) when no PubAck came within the handle's timeout, and
+        then the message may or may not be stored.  A future's result means what
+        ``publish`` returning means: stored (on the engine: written to the operating
+        system, or to the disk with ``sync="fsync"``).  Nothing is retried through a
+        leader election, which would reorder messages: the error is the future's.
+
+        The messages are stored in the order of the calls, before anything a later
+        ``publish`` or ``publish_batch`` of the handle stores.  At most
+        ``publish_async_max_pending`` futures (a ``connect`` option; 4000, nats-py's
+        default) are pending at once: a call that finds them all pending waits for one to
+        finish, at most ``wait_stall`` seconds (a finite number >= 0; None: as long as it
+        takes), then raises ``TooManyStalledMsgsError`` with nothing sent (at once in a
+        future's callback, which runs in the thread that completes them).  ``cancel()``
+        cannot stop a publish (it returns False).  ``close()`` first waits for the pending
+        futures (the engine stores every queued message; a server has the handle's
+        timeout to answer) and fails any still pending with ``ClosedError``."""
+        ...
+
+    def publish_async_pending(self) -> int:
+        """How many futures of ``publish_async`` are not done yet."""
+        ...
+
+    def publish_async_completed(self, timeout: Optional[float] = None) -> None:
+        """Wait until every future of ``publish_async`` is done (stored or failed: read
+        their results), at most ``timeout`` seconds (a finite number >= 0; None: as long
+        as it takes); ``PublishAsyncTimeoutError`` (a ``TimeoutError``) if some are
+        still pending then; ``RuntimeError`` in a future's callback (it would wait for
+        its own thread)."""
         ...
 
     def get_msg(self, stream: str, seq: Optional[int] = None, last_by_subj: Optional[str] = None, next_by_subj: Optional[str] = None) -> RawStreamMsg:
@@ -317,6 +571,60 @@ class JetStreamAPI(Protocol):
         """A subscription on the existing consumer ``durable`` (or ``consumer``, for an
         ephemeral) of ``stream``.  10003 without ``stream`` or without a consumer
         name; 10014 when there is no such consumer; 10059 no stream."""
+        ...
+
+    def subscribe(
+        self,
+        subject: str,
+        queue: Optional[str] = None,
+        cb: Optional[Callable[[MsgAPI], Any]] = None,
+        durable: Optional[str] = None,
+        stream: Optional[str] = None,
+        config: Optional[ConsumerConfig] = None,
+        manual_ack: bool = False,
+        ordered_consumer: bool = False,
+        idle_heartbeat: Optional[float] = None,
+        flow_control: bool = False,
+        deliver_policy: Optional[DeliverPolicy] = None,
+        headers_only: Optional[bool] = None,
+        inactive_threshold: Optional[float] = None,
+    ) -> PushSubscriptionAPI:
+        """nats-py's ``subscribe``: a push subscription on the consumer ``durable`` of
+        ``stream`` (default: ``find_stream_name_by_subject(subject)``), see
+        ``PushSubscriptionAPI`` (§5.6).
+
+        ``queue`` joins a queue group: its name is the durable's name and its
+        ``deliver_group``, and every member shares that consumer's messages.  An
+        existing durable is bound as it is, refused as nats-py refuses it
+        (``SubscriptionError``): a pull consumer, a consumer already bound (without a
+        deliver group), a queue that is not its deliver group.  Otherwise the consumer
+        is created with ``add_consumer`` from ``config``, with a new inbox as its
+        ``deliver_subject`` unless the config has one, filtered on ``subject`` unless
+        the config has filters, and these arguments set: ``queue`` (``deliver_group``),
+        ``flow_control``, ``idle_heartbeat``, ``deliver_policy``, ``headers_only``,
+        ``inactive_threshold``; without ``durable`` (nor a durable name in the config)
+        an ephemeral, which ``unsubscribe``/``drain`` delete.
+
+        ``cb`` receives each message on the subscription's own thread; without
+        ``manual_ack`` each one it returned from without acknowledging is acknowledged.
+        ``ordered_consumer``: an ephemeral, ack-none consumer with flow control and idle
+        heartbeats (``idle_heartbeat``, default 5 s) whose messages come in stream order
+        without gaps or repeats: when its consumer sequence skips or its consumer is lost,
+        a new one starts after the last stream sequence delivered (ADR-17); no
+        ``durable`` or ``queue`` with it (``ValueError``).
+
+        Errors: those of ``add_consumer``, among them a push consumer's rules (10079,
+        10080, 10081, 10082, 10083, 10088, 10089, 10108, 10112, §5.6); 10059 when no
+        stream captures ``subject``; ``TypeError``/``ValueError`` for arguments of the
+        wrong type."""
+        ...
+
+    def subscribe_bind(self, stream: str, consumer: str, cb: Optional[Callable[[MsgAPI], Any]] = None, manual_ack: bool = False) -> PushSubscriptionAPI:
+        """A push subscription on the existing push consumer ``consumer`` of ``stream``,
+        as ``subscribe`` binds one (its ``deliver_group``, if it has one, makes this
+        subscription a member of the group); ``cb`` and ``manual_ack`` as ``subscribe``.
+        10003 without ``stream`` or ``consumer``; 10014 no such consumer;
+        ``SubscriptionError`` for a pull consumer."""
         ...
 
     # ------------------------------------------------------------------ bulk verbs (the Spark connector)

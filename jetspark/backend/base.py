@@ -3,7 +3,8 @@
 ``jetspark.engine.handle.JetStream`` and ``jetspark.remote.client.NatsJetStream``
 inherit it.  It owns the verbs whose logic is the same on both (argument
 checks and config-with-overrides, ``pull_subscribe`` over
-``pull_subscribe_bind``, ``publish_batch``'s routing, the aliases) and calls
+``pull_subscribe_bind``, ``subscribe`` over the backend's push subscription,
+``publish_batch``'s routing, the aliases) and calls
 the backend for what differs, through these hooks:
 
 - ``_add_stream(config)`` / ``_update_stream(config)``: a checked ``StreamConfig``;
@@ -14,6 +15,15 @@ the backend for what differs, through these hooks:
   ``jetspark.validate.batch_table`` returns it, for a named stream;
 - ``_subscription(stream, consumer)``: the backend's pull subscription on an
   existing consumer;
+- ``_backup_stream(name, writer, consumers, meter)``: copy the stream into an
+  ``archive.Writer`` and ``finish`` it; ``_restore_stream(archive, meter)``: create the
+  stream of an ``archive.Archive`` whose parts were checked (``_BACKUP_KIND`` names the
+  backups a backend reads: ``"engine"`` or ``"nats"``);
+- ``_new_async_publisher()``: what stores ``publish_async``'s messages (see
+  there), and ``_check_open()``: ``ClosedError`` once the handle is closed;
+- ``_push_subscription(stream, info, cb, auto_ack, ordered, owned)``: the backend's
+  push subscription on an existing push consumer (``jetspark.backend.push``);
+  ``_new_inbox()`` a deliver subject for a new one;
 - ``_stream_info``, ``_purge_stream``, ``_get_msg``, ``_delete_msg``,
   ``_read_batches``, ``_seq_for_bytes``, ``_seq_for_time``,
   ``_advance_ack_floor``, ``_ordered_consumer``: the verb of that name with
@@ -29,35 +39,50 @@ shows the contract.  This module imports neither backend
 
 from __future__ import annotations
 
+import os
 import secrets
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
+import threading
+import weakref
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from jetspark import validate as V
 from jetspark.api import (
+    AckPolicy,
+    BackupInfo,
     BatchAck,
     ConsumerConfig,
     ConsumerInfo,
+    DeliverPolicy,
+    PubAck,
     RawStreamMsg,
     SequenceInfo,
     StreamConfig,
     StreamInfo,
 )
-from jetspark.backend import JetStreamAPI
+from jetspark.backend import JetStreamAPI, archive
+from jetspark.backend.window import settle
 from jetspark.errors import (
     BadRequestError,
+    ClosedError,
     ConsumerNotFoundError,
     JetSparkError,
     NoStreamResponseError,
     StreamNotFoundError,
+    SubscriptionError,
 )
 from jetspark.protocol import subjects as subj
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     import pyarrow as pa
 
-    from jetspark.backend import MsgAPI, PullSubscriptionAPI
+    from jetspark.backend import MsgAPI, PullSubscriptionAPI, PushSubscriptionAPI
 
 __all__ = ["HandleBase", "new_consumer_name"]
+
+_NEW_PUBLISHER = threading.Lock()
 
 
 def new_consumer_name() -> str:
@@ -121,6 +146,59 @@ class HandleBase:
                 n = table.num_rows
                 err.batch_ack = BatchAck(stream, pa.array([0] * n, pa.int64()), pa.array([False] * n, pa.bool_()))
             raise
+
+    # publish_async: the arguments and the window here; the backend's publisher
+    # (``_new_async_publisher()``: ``window``, ``pid``, ``submit(subject, payload,
+    # headers, future)``) stores the messages and completes the futures.
+
+    _async_pub: Any = None  # this process's publisher, made by the first publish_async
+
+    def publish_async(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        headers: Optional[Mapping[str, object]] = None,
+        stream: Optional[str] = None,
+        *,
+        wait_stall: Optional[float] = None,
+    ) -> "Future[PubAck]":
+        payload = V.payload(payload)
+        hdrs = V.publish_headers(headers, stream) if headers is not None or stream is not None else None
+        V.publish_subject(subject)
+        wait = None if wait_stall is None else V.timeout(wait_stall, "wait_stall")
+        self._check_open()
+        pub = self._async_publisher()
+        fut = pub.window.admit(wait)
+        try:
+            pub.submit(subject, payload, hdrs, fut)
+        except BaseException as exc:
+            settle(fut, exc)
+            raise
+        return fut
+
+    def publish_async_pending(self) -> int:
+        self._check_open()
+        pub = self._async_pub
+        return pub.window.pending() if pub is not None and pub.pid == os.getpid() else 0
+
+    def publish_async_completed(self, timeout: Optional[float] = None) -> None:
+        wait = None if timeout is None else V.timeout(timeout)
+        self._check_open()
+        pub = self._async_pub
+        if pub is not None and pub.pid == os.getpid():
+            pub.window.wait(wait)
+
+    def _async_publisher(self) -> Any:
+        pub = self._async_pub
+        if pub is None or pub.pid != os.getpid():
+            with _NEW_PUBLISHER:
+                pub = self._async_pub
+                if pub is None or pub.pid != os.getpid():
+                    if pub is not None:
+                        # Copied by fork(): those messages are the parent's to store.
+                        pub.window.fail_pending(lambda: ClosedError("publish_async from before fork(): the parent process completes it"))
+                    pub = self._async_pub = self._new_async_publisher()
+        return pub
 
     def _stream_of_batch(self, table: "pa.Table") -> str:
         """The stream ``publish`` of the first row's subject would reach."""
@@ -201,6 +279,157 @@ class HandleBase:
 
     def ack_floor(self, stream: str, durable: str) -> SequenceInfo:
         return self.consumer_info(stream, durable).ack_floor
+
+    # ------------------------------------------------------------------ push subscriptions
+
+    def subscribe(
+        self,
+        subject: str,
+        queue: Optional[str] = None,
+        cb: Optional[Callable[["MsgAPI"], Any]] = None,
+        durable: Optional[str] = None,
+        stream: Optional[str] = None,
+        config: Optional[ConsumerConfig] = None,
+        manual_ack: bool = False,
+        ordered_consumer: bool = False,
+        idle_heartbeat: Optional[float] = None,
+        flow_control: bool = False,
+        deliver_policy: Optional[DeliverPolicy] = None,
+        headers_only: Optional[bool] = None,
+        inactive_threshold: Optional[float] = None,
+    ) -> "PushSubscriptionAPI":
+        # nats-py's JetStreamContext.subscribe, step for step (its client-side refusals included).
+        V.subscribe_args(subject, queue, cb, durable, stream, config, manual_ack, ordered_consumer)
+        if stream is None:
+            stream = self.find_stream_name_by_subject(subject)
+        if queue:
+            if durable and durable != queue:
+                raise SubscriptionError(
+                    f"cannot create queue subscription {queue!r} to consumer {durable!r}: a queue subscription's durable is its queue's name"
+                )
+            durable = queue
+        if durable:
+            try:
+                info = self.consumer_info(stream, durable)
+            except ConsumerNotFoundError:
+                info = None
+            if info is not None:
+                _check_bindable(info, queue)
+                return self._push_subscribe(stream, info, cb, manual_ack, None, owned=False)
+        config = V.consumer_config(config, {})
+        if ordered_consumer and (config.durable_name or config.name or config.deliver_group):
+            raise ValueError("ordered_consumer=True takes a config without durable_name, name or deliver_group: an ordered consumer is an ephemeral of its own")
+        changes: dict[str, Any] = {}
+        if durable and not config.durable_name:
+            changes["durable_name"] = durable
+        if queue and not config.deliver_group:
+            changes["deliver_group"] = queue
+        if headers_only and not config.headers_only:
+            changes["headers_only"] = headers_only
+        if deliver_policy:
+            changes["deliver_policy"] = deliver_policy
+        if inactive_threshold:
+            changes["inactive_threshold"] = inactive_threshold
+        if not config.deliver_subject:
+            changes["deliver_subject"] = self._new_inbox()
+        if subject and not config.filter_subject and not config.filter_subjects:
+            changes["filter_subject"] = subject
+        if flow_control:
+            changes["flow_control"] = flow_control
+        if idle_heartbeat:
+            changes["idle_heartbeat"] = idle_heartbeat
+        if ordered_consumer:
+            # At most one message in flight, none acknowledged, made again on a gap (ADR-17).
+            changes.update(
+                flow_control=True,
+                ack_policy=AckPolicy.NONE,
+                max_deliver=1,
+                ack_wait=22 * 3600.0,
+                idle_heartbeat=idle_heartbeat or config.idle_heartbeat or 5.0,
+                num_replicas=1,
+                mem_storage=True,
+            )
+        config = config.evolve(**changes)
+        info = self.add_consumer(stream, config)
+        owned = not info.config.durable_name
+        try:
+            return self._push_subscribe(stream, info, cb, manual_ack, config if ordered_consumer else None, owned=owned)
+        except BaseException:
+            if owned:
+                try:
+                    self.delete_consumer(stream, info.name)
+                except JetSparkError:
+                    pass
+            raise
+
+    def subscribe_bind(self, stream: str, consumer: str, cb: Optional[Callable[["MsgAPI"], Any]] = None, manual_ack: bool = False) -> "PushSubscriptionAPI":
+        V.subscribe_bind_args(stream, consumer, cb, manual_ack)
+        info = self.consumer_info(stream, consumer)
+        if not info.config.deliver_subject:
+            raise SubscriptionError(_PULL_CONSUMER.format(name=consumer))
+        return self._push_subscribe(stream, info, cb, manual_ack, None, owned=False)
+
+    def _push_subscribe(self, stream: str, info: ConsumerInfo, cb, manual_ack: bool, ordered: Optional[ConsumerConfig], owned: bool) -> "PushSubscriptionAPI":
+        # Without manual_ack a callback's messages are acknowledged after it returns, as nats-py's
+        # auto-ack (not on an ack-none consumer).
+        auto_ack = cb is not None and not manual_ack and info.config.ack_policy != AckPolicy.NONE
+        sub = self._push_subscription(stream, info, cb, auto_ack, ordered, owned)
+        self.__dict__.setdefault("_push_subscriptions", weakref.WeakSet()).add(sub)
+        return sub
+
+    def _end_subscriptions(self) -> None:
+        """The handle closes: its push subscriptions stop (their callback threads finish the
+        message in hand), asking the store or server nothing more."""
+        for sub in list(self.__dict__.get("_push_subscriptions", ())):
+            sub._shutdown()
+
+    # ------------------------------------------------------------------ backup and restore (archive.py)
+
+    def backup_stream(self, name: str, path: Any, consumers: bool = True, progress: Optional[Callable[[int, Optional[int]], None]] = None) -> BackupInfo:
+        V.stream_name(name)
+        V.boolean(consumers, "consumers")
+        with archive.Writer(_path(path), self._BACKUP_KIND, name) as writer:
+            return self._backup_stream(name, writer, consumers, archive.Meter(_progress(progress)))
+
+    def restore_stream(self, path: Any, progress: Optional[Callable[[int, Optional[int]], None]] = None) -> StreamInfo:
+        found = archive.open_archive(_path(path), self._BACKUP_KIND)
+        meter = archive.Meter(_progress(progress), 2 * found.bytes)  # every part is read twice: checked, then restored
+        found.verify(meter)
+        return self._restore_stream(found, meter)
+
+
+_PULL_CONSUMER = "consumer {name!r} is a pull consumer (it has no deliver_subject): bind it with pull_subscribe_bind"
+
+
+def _check_bindable(info: ConsumerInfo, queue: Optional[str]) -> None:
+    """nats-py's checks before subscribing to an existing durable (its texts)."""
+    if not info.config.deliver_subject:
+        raise SubscriptionError(_PULL_CONSUMER.format(name=info.name))
+    group = info.config.deliver_group
+    if not group:
+        if queue:
+            raise SubscriptionError(f"cannot create a queue subscription {queue!r} for consumer {info.name!r}, which has no deliver group")
+        if info.push_bound:
+            raise SubscriptionError(f"consumer {info.name!r} is already bound to a subscription")
+    elif not queue:
+        raise SubscriptionError(
+            f"cannot create a subscription for consumer {info.name!r}, which has the deliver group {group!r}: subscribe with queue={group!r}"
+        )
+    elif queue != group:
+        raise SubscriptionError(f"cannot create a queue subscription {queue!r} for consumer {info.name!r}, which has the deliver group {group!r}")
+
+
+def _path(value: Any) -> Path:
+    try:
+        return Path(os.fspath(value))
+    except TypeError:
+        raise TypeError(f"path must be a str or os.PathLike naming a directory, not {value!r}") from None
+
+
+def _progress(value: Any) -> Optional[Callable[[int, Optional[int]], None]]:
+    if value is not None and not callable(value):
+        raise TypeError(f"progress must be None or a callable progress(done_bytes, total_bytes), not {value!r}")
+    return value
 
 
 def _document(cls: type) -> None:

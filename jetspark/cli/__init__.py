@@ -2,8 +2,10 @@
 
 ::
 
-    app.py        the click group, global options (--store, --server, --debug)
+    app.py        the click group, global options (--store, --server, --context, --debug)
     context.py    State (the lazily opened store) and the one error boundary
+    contexts.py   jetspark context add|info|ls|select|unselect|rm, and which one applies
+    context_files.py  saved contexts: files in the user's config directory
     streams.py    jetspark stream add|edit|info|ls|rm|purge|get|rmm|report
     consumers.py  jetspark consumer add|edit|info|ls|rm|next
     messages.py   jetspark pub, sub, fetch

@@ -12,6 +12,7 @@ import jetspark
 from jetspark.cli import tools
 from jetspark.cli.consumers import consumer
 from jetspark.cli.context import DEFAULT_STORE, Group, State
+from jetspark.cli.contexts import choose, context
 from jetspark.cli.messages import fetch, pub, sub, view
 from jetspark.cli.streams import stream
 from jetspark.cli.tools import bench, demo
@@ -40,6 +41,14 @@ class Root(Group):
     help="Directory of the embedded store.",
 )
 @click.option("-s", "--server", metavar="URL", help="A NATS server (nats://host:port[,nats://host2:port]) instead of the embedded store.")
+@click.option(
+    "--context",
+    "context_name",
+    envvar="JETSPARK_CONTEXT",
+    show_envvar=True,
+    metavar="NAME",
+    help="A saved context's store or server and credentials (jetspark context ls); default: the selected one.",
+)
 @click.option("--debug", is_flag=True, help="Show the full traceback of an error.")
 @click.option("--trace", is_flag=True, help="Print each API call the command makes and its answer (to stderr).")
 @click.option("-v", "--verbose", count=True, help="Log what jetspark does to stderr: -v at INFO, -vv at DEBUG.")
@@ -50,13 +59,14 @@ class Root(Group):
 )
 @click.version_option(jetspark.__version__, "--version", prog_name="jetspark")
 @click.pass_context
-def cli(ctx: click.Context, store: str, server: Optional[str], debug: bool, trace: bool, verbose: int, log_level: Optional[str]):
+def cli(ctx: click.Context, store: str, server: Optional[str], context_name: Optional[str], debug: bool, trace: bool, verbose: int, log_level: Optional[str]):
     """jetspark: streams with NATS JetStream semantics in a directory, from the command line.
 
     Commands and flags follow the `nats` CLI.  Durations read like 500ms,
     1h30m or 7d; sizes like 10MB or 1GiB (1024-based).  Read commands take
-    --json for machine-readable output.  The store is --store, else
-    $JETSPARK_STORE, else ./jetspark-data.
+    --json for machine-readable output.  The store is --store (or --server),
+    else --context, else $JETSPARK_STORE (or $JETSPARK_CONTEXT), else the
+    selected context (jetspark context select), else ./jetspark-data.
 
     \b
     Example:
@@ -66,7 +76,8 @@ def cli(ctx: click.Context, store: str, server: Optional[str], debug: bool, trac
     """
     level = log_level.upper() if log_level else ("DEBUG" if verbose >= 2 else "INFO" if verbose else None)
     configure_logging(level)
-    ctx.obj = State(store=store, server=server, debug=debug, trace=trace)
+    name, use_selected = choose(ctx, server, context_name)
+    ctx.obj = State(store=store, server=server, debug=debug, trace=trace, context=name, use_selected=use_selected)
 
 
 def configure_logging(level: Optional[str]) -> None:
@@ -86,7 +97,7 @@ def configure_logging(level: Optional[str]) -> None:
     root.setLevel(level)
 
 
-for command in (stream, consumer, pub, sub, fetch, demo, bench):
+for command in (stream, consumer, pub, sub, fetch, context, demo, bench):
     cli.add_command(command)
 stream.add_command(view)  # (it prints messages as sub does: its code is with sub's)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import io
+import logging
 import os
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Callable, Optional
 import click
 
 import jetspark
+from jetspark.cli import context_files
 from jetspark.errors import APIError, ConsumerNotFoundError, JetSparkError, StreamNotFoundError
 
 __all__ = ["DEFAULT_STORE", "Group", "State", "describe_error", "pass_state"]
@@ -26,16 +28,50 @@ __all__ = ["DEFAULT_STORE", "Group", "State", "describe_error", "pass_state"]
 # conf/jetspark.toml [store] path; a test keeps the two equal.
 DEFAULT_STORE = "./jetspark-data"
 
+log = logging.getLogger("jetspark.cli")
+
 
 class State:
-    """Global options plus the lazily opened JetStream handle."""
+    """Global options plus the lazily opened JetStream handle.
 
-    def __init__(self, store: str, server: Optional[str], debug: bool, trace: bool = False) -> None:
+    ``context`` names a saved context to connect with (``--context``), and
+    ``use_selected`` says to use the selected one, if any, when nothing else
+    said where (contexts.choose decides).  Either is read only when a
+    command connects, so ``jetspark context ...`` works whatever state the
+    saved contexts are in.
+    """
+
+    def __init__(self, store: str, server: Optional[str], debug: bool, trace: bool = False, context: Optional[str] = None, use_selected: bool = False) -> None:
         self.store = store
         self.server = server
         self.debug = debug
         self.trace = trace
+        self.context = context
+        self.use_selected = use_selected
+        self.options: dict[str, str] = {}  # a server context's connection options
+        self.origin: Optional[str] = None  # "context 'prod'" once a context said where
         self._js = None
+
+    def locate(self) -> None:
+        """Take the store or server (and credentials) from the context that applies, once."""
+        name, self.context = self.context, None
+        if name is None and self.use_selected:
+            name = context_files.selected()
+            if name is not None and not context_files.exists(name):
+                raise click.ClickException(
+                    f"the selected context {name!r} does not exist; {context_files.known_list()} "
+                    "(`jetspark context select NAME` chooses another, `jetspark context unselect` none)"
+                )
+        self.use_selected = False
+        if name is None:
+            return
+        saved = context_files.load(name)
+        self.origin = f"context {name!r}"
+        if saved.store is not None:
+            self.store, self.server = saved.store, None
+        else:
+            self.server, self.options = saved.connect_args()
+        log.info("using %s: %s", self.origin, saved.location)
 
     def js(self, create: bool = False):
         """The JetStream handle on the store.
@@ -44,13 +80,17 @@ class State:
         store: the others fail on a path that holds none, so a mistyped
         ``--store`` reports itself instead of leaving an empty store behind.
         """
+        self.locate()
         if self._js is None and self.server is not None:
-            # A NATS server: the same API through nats-py (jetspark.remote).
-            self._js = jetspark.connect(self.server)
+            # A NATS server: the same API through nats-py (jetspark.remote).  Through
+            # ConnectOptions, so `-s localhost:4222` means nats://localhost:4222 as with
+            # nats, never a directory of that name.
+            self._js = jetspark.connect(jetspark.ConnectOptions.build(self.server, **self.options))
         if self._js is None:
             path = Path(str(self.store).removeprefix("file://"))
             if not create and not (path / "store.json").exists():
-                raise click.ClickException(f"no jetspark store at {self.store} (choose one with --store or JETSPARK_STORE; `jetspark stream add` creates it)")
+                how = self.origin or "choose one with --store or JETSPARK_STORE"
+                raise click.ClickException(f"no jetspark store at {self.store} ({how}; `jetspark stream add` creates it)")
             self._js = jetspark.connect(str(path))
         if self.trace and not isinstance(self._js, Traced):
             self._js = Traced(self._js)
@@ -58,7 +98,12 @@ class State:
 
     def check_backend(self) -> None:
         """For commands that only run on the embedded engine (demo, bench)."""
+        self.locate()
         if self.server is not None:
+            if self.origin:
+                raise click.ClickException(
+                    f"{self.origin} is a NATS server: this command runs on the embedded engine; choose a directory with --store PATH (or a store's context)"
+                )
             raise click.ClickException(
                 f"--server {self.server}: this command runs on the embedded engine; drop --server (and choose a directory with --store PATH or JETSPARK_STORE)"
             )

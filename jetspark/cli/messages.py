@@ -327,7 +327,9 @@ def sub(
                 next_seq = max(next_seq, last + 1)
                 if not follow:
                     return
-                # The engine has no way to wait for a publish, so a follower polls, backing off to 0.25 s.
+                # Only a consumer can wait for a publish (fetch, messages()), and sub reads without
+                # one (a consumer would change an interest or work-queue stream): a follower polls,
+                # backing off to 0.25 s.
                 time.sleep(pause)
                 pause = min(pause * 2, 0.25)
             else:

@@ -227,6 +227,14 @@ class Progress:
         if self._bar is not None:
             self._bar.update(n)
 
+    def move_to(self, done: int, total: Optional[int] = None) -> None:
+        """Set the work done to ``done`` (of ``total``, once it is known): for calls that
+        report progress as ``progress(done, total)`` (backup_stream, restore_stream)."""
+        if self._bar is not None:
+            if total is not None and self._bar.total != total:
+                self._bar.total = total
+            self._bar.update(done - self._bar.n)
+
     def set_description(self, text: str) -> None:
         if self._bar is not None:
             self._bar.set_description_str(text, refresh=True)
@@ -279,7 +287,8 @@ def progress(total: Optional[int], desc: str, unit: str = "msg", show: Optional[
         total=total,
         desc=desc,
         unit=unit,
-        unit_scale=total is not None,
+        unit_scale=total is not None or unit == "B",
+        unit_divisor=1024 if unit == "B" else 1000,
         file=sys.stderr,
         dynamic_ncols=True,
         delay=delay if show is None else 0,

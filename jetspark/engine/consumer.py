@@ -64,7 +64,7 @@ from jetspark.api import (
     SequenceInfo,
     ns_to_datetime,
 )
-from jetspark.engine import diskio, metafile
+from jetspark.engine import bindings, diskio, metafile
 from jetspark.engine.consumer_config import filters_of
 from jetspark.engine.records import SID_NONE
 from jetspark.errors import CorruptStoreError
@@ -256,6 +256,8 @@ class Consumer:
         error the in-memory state goes back to what the log holds, and StoreIOError /
         StoreFullError (naming the log) is raised: the call changed nothing."""
         arr = items if isinstance(items, np.ndarray) else np.array(items or [], dtype=_ITEM)
+        if op != DELIVER:
+            self.stream.storage.consumers_changed = True  # may make messages deliverable: wake waiters
         rec = self._record(op, arr)
         compact = self._pos and self._pos + len(rec) > COMPACT_BYTES
         try:
@@ -425,6 +427,13 @@ class Consumer:
             return len(rest) + self.count_matching(max(self.last_per_subject[-1] + 1, self.next_stream_seq))
         return self.count_matching(self.next_stream_seq)
 
+    def next_due(self, now: int) -> Optional[int]:
+        """When (clock ns) the earliest pending delivery falls due, for a redelivery or to leave
+        at max_deliver and free max_ack_pending room; None when none waits for a time."""
+        if not self.pending or self.config.ack_policy == AckPolicy.NONE:
+            return None
+        return min((d for _, d in self.pending.values() if d > now), default=None)
+
     def num_redelivered(self) -> int:
         return sum(1 for c in self.delivery_counts.values() if c > 1)
 
@@ -456,7 +465,12 @@ class Consumer:
             num_redelivered=self.num_redelivered(),
             num_waiting=0,
             num_pending=self.num_pending(),
+            push_bound=True if self.is_bound() else None,
         )
+
+    def is_bound(self) -> bool:
+        """A push consumer with a subscription bound to it, in any process (bindings.py)."""
+        return bool(self.config.deliver_subject) and bindings.is_bound(self.home)
 
     # ------------------------------------------------------------------ delivery (under the lock)
 

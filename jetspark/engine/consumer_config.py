@@ -26,6 +26,7 @@ DEFAULT_ACK_WAIT = 30.0
 DEFAULT_MAX_WAITING = 512
 DEFAULT_MAX_ACK_PENDING = 1000
 EPHEMERAL_INACTIVE = 5.0
+MIN_HEARTBEAT = 0.1  # a push consumer's idle_heartbeat, when set (100 ms)
 _NAME_FORBIDDEN = frozenset(".*> \t\r\n\f\v")
 
 
@@ -55,6 +56,7 @@ def check_consumer_name(name: Optional[str]) -> None:
 
 def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> ConsumerConfig:
     """Apply the server's defaults and validation; return what it would echo."""
+    heartbeat = float(config.idle_heartbeat) if config.idle_heartbeat and config.idle_heartbeat > 0 else None
     check_consumer_name(config.durable_name)
     check_consumer_name(config.name)
     if config.name and config.durable_name and config.name != config.durable_name:
@@ -74,6 +76,8 @@ def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> C
         raise api_error(10184)  # before the description and the filters, as the server checks
     if config.description and len(config.description) > MAX_DESCRIPTION_LEN:
         raise api_error(10107, max=MAX_DESCRIPTION_LEN)
+    deliver_subject = config.deliver_subject or None
+    _check_push(config, deliver_subject, heartbeat, ack, stream)
 
     # Filters (docs/semantics.md §2); an empty filter means none.
     filter_subject = config.filter_subject or None
@@ -91,6 +95,8 @@ def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> C
                 raise api_error(10138)
 
     _check_start(deliver, config, bool(filters))
+    if config.flow_control and heartbeat is None:
+        raise api_error(10108)
 
     max_deliver = int(config.max_deliver) if config.max_deliver and config.max_deliver > 0 else -1
     if backoff and max_deliver != -1 and len(backoff) > max_deliver:
@@ -100,7 +106,7 @@ def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> C
     if backoff:
         ack_wait: Optional[float] = backoff[0]  # the server forces the first backoff step
     elif ack == AckPolicy.NONE:
-        ack_wait = None
+        ack_wait = float(config.ack_wait) if config.ack_wait else None  # kept as given, unused
     else:
         ack_wait = float(config.ack_wait) if config.ack_wait else DEFAULT_ACK_WAIT
 
@@ -109,7 +115,10 @@ def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> C
         max_ack_pending = None if not map_ else (-1 if map_ < 0 else int(map_))
     else:
         max_ack_pending = DEFAULT_MAX_ACK_PENDING if not map_ else (-1 if map_ < 0 else int(map_))
-    max_waiting = int(config.max_waiting) if config.max_waiting and config.max_waiting > 0 else DEFAULT_MAX_WAITING
+    if deliver_subject:
+        max_waiting = None  # a push consumer has no waiting pull requests (the server omits it)
+    else:
+        max_waiting = int(config.max_waiting) if config.max_waiting and config.max_waiting > 0 else DEFAULT_MAX_WAITING
 
     durable = config.durable_name or None
     name = config.name or durable
@@ -133,12 +142,39 @@ def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> C
         replay_policy=replay,
         max_waiting=max_waiting,
         max_ack_pending=max_ack_pending,
+        flow_control=True if config.flow_control else None,
+        idle_heartbeat=heartbeat,
         headers_only=True if config.headers_only else None,
+        deliver_subject=deliver_subject,
+        deliver_group=config.deliver_group or None,
         inactive_threshold=inactive,
         num_replicas=replicas,
         mem_storage=True if config.mem_storage else None,
         metadata=dict(config.metadata) if config.metadata else None,
     )
+
+
+def _check_push(config: ConsumerConfig, deliver_subject: Optional[str], heartbeat: Optional[float], ack: AckPolicy, stream: StreamConfig) -> None:
+    """What a push consumer (one with a deliver subject) may set, and what only a push
+    consumer may set (consumer.go checkConsumerCfg, in its order)."""
+    if deliver_subject:
+        if not subj.is_literal(deliver_subject):
+            raise api_error(10079)
+        if not subj.is_valid(deliver_subject):
+            raise api_error(10112)
+        if any(subj.subset(deliver_subject, s) for s in stream.subjects or ()):
+            raise api_error(10081)  # the stream would capture its own deliveries
+        if config.max_waiting:
+            raise api_error(10080)
+        if config.max_ack_pending and config.max_ack_pending > 0 and ack == AckPolicy.NONE:
+            raise api_error(10082)
+        if heartbeat is not None and heartbeat < MIN_HEARTBEAT:
+            raise api_error(10083)
+    else:
+        if heartbeat is not None:
+            raise api_error(10088)
+        if config.flow_control:
+            raise api_error(10089)
 
 
 def _check_start(deliver: DeliverPolicy, config: ConsumerConfig, filtered: bool) -> None:
@@ -175,12 +211,26 @@ def _policy_text(p: DeliverPolicy) -> str:
     }[p]
 
 
-def check_update(old: ConsumerConfig, new: ConsumerConfig) -> None:
-    """What a consumer update may not change (10012, the server's texts)."""
+def check_update(old: ConsumerConfig, new: ConsumerConfig, bound: bool = False) -> None:
+    """What a consumer update may not change (10012, the server's texts); ``bound``: a
+    subscription is bound to the (push) consumer, so its deliver subject is in use (10013)."""
     for fields, text in (
         (("deliver_policy", "opt_start_seq", "opt_start_time"), "deliver policy"),
         (("ack_policy",), "ack policy"),
         (("replay_policy",), "replay policy"),
+        (("idle_heartbeat",), "heart beats"),
+        (("flow_control",), "flow control"),
+    ):
+        if any(getattr(old, f) != getattr(new, f) for f in fields):
+            raise api_error(10012, err=f"{text} can not be updated")
+    if old.deliver_subject != new.deliver_subject:
+        if not old.deliver_subject:
+            raise api_error(10012, err="can not update pull consumer to push based")
+        if not new.deliver_subject:
+            raise api_error(10012, err="can not update push consumer to pull based")
+        if bound:
+            raise api_error(10013)
+    for fields, text in (
         (("max_waiting",), "max waiting"),
         (("mem_storage",), "storage type"),
     ):
@@ -192,9 +242,9 @@ def check_workqueue(stream: StreamConfig, new: ConsumerConfig, others: Iterable[
     """Work-queue streams: one consumer per message (docs/semantics.md §3.4)."""
     if stream.retention != RetentionPolicy.WORK_QUEUE:
         return
-    if new.ack_policy == AckPolicy.NONE:
-        raise api_error(10084)
-    if new.ack_policy == AckPolicy.ALL:
+    if new.ack_policy == AckPolicy.NONE and not new.deliver_subject:
+        raise api_error(10084)  # a pull consumer's rule; a push consumer gets the next one
+    if new.ack_policy != AckPolicy.EXPLICIT:
         raise api_error(10098)
     if new.deliver_policy != DeliverPolicy.ALL:
         raise api_error(10101)

@@ -302,10 +302,11 @@ class ConsumerSet:
             self._gen = -1
 
     def expire_inactive(self, now: int) -> None:
-        """Consumers with inactive_threshold go away once idle that long (checked lazily)."""
+        """Consumers with inactive_threshold go away once idle that long (checked lazily); a push
+        consumer with a subscription bound to it is never idle (the server's interest)."""
         for c in list(self.by_name.values()):
             thr = c.config.inactive_threshold
-            if thr and now - max(c.last_active, c.created_ns) > thr * 1_000_000_000:
+            if thr and now - max(c.last_active, c.created_ns) > thr * 1_000_000_000 and not c.is_bound():
                 self.delete(c.name)
 
     def became_interest(self) -> None:

@@ -43,6 +43,7 @@ import numpy as np
 from jetspark import validate as V
 from jetspark.api import (
     AckPolicy,
+    BackupInfo,
     BatchAck,
     ConsumerConfig,
     ConsumerInfo,
@@ -55,22 +56,30 @@ from jetspark.api import (
     StreamInfo,
     datetime_to_ns,
 )
+from jetspark.backend.archive import Archive, Meter, Writer
 from jetspark.backend.base import HandleBase
-from jetspark.engine import check, diskio, metafile
+from jetspark.engine import check, diskio, metafile, wakeup
 from jetspark.engine import config as cfg
 from jetspark.engine import consumer_config as ccfg
+from jetspark.engine.async_writer import AsyncWriter
+from jetspark.engine.bindings import Binding
 from jetspark.engine.check import CheckReport, Problem
+from jetspark.engine.consumer import SCALARS
 from jetspark.engine.locking import FORK_GENERATION, FLock
 from jetspark.engine.pull import Msg, PullSubscription
+from jetspark.engine.push import PushSubscription
 from jetspark.engine.storage import StreamStorage
 from jetspark.engine.stream import Stream, config_from_json, config_to_json, load_stream_meta
 from jetspark.errors import (
+    APIError,
     ClosedError,
     CorruptStoreError,
+    JetSparkError,
     NoStreamResponseError,
     StoreError,
     StoreIOError,
     api_error,
+    push_based_error,
 )
 from jetspark.protocol import headers as H
 from jetspark.protocol import subjects as subj
@@ -81,6 +90,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("jetspark")
 _UNROUTED = object()
 STORE_FORMAT = 2  # 2: checksummed JSON documents with mirrors (metafile.py)
+PUBLISH_ASYNC_MAX_PENDING = 4000  # nats-py's default publish_async_max_pending
 _SHM = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
 
 
@@ -90,11 +100,20 @@ class JetStream(HandleBase):
     Its verbs and their contracts: ``jetspark.backend.JetStreamAPI``; what both
     backends share is in ``jetspark.backend.base.HandleBase``."""
 
-    def __init__(self, path, *, clock: Optional[Callable[[], int]] = None, sync: str = "os", create: bool = True) -> None:
+    def __init__(
+        self,
+        path,
+        *,
+        clock: Optional[Callable[[], int]] = None,
+        sync: str = "os",
+        create: bool = True,
+        publish_async_max_pending: int = PUBLISH_ASYNC_MAX_PENDING,
+    ) -> None:
         if sync not in ("os", "fsync"):
             raise ValueError(f"sync must be 'os' or 'fsync', not {sync!r}")
         if not isinstance(create, bool):
             raise TypeError(f"create must be True or False, not {create!r}")
+        self._publish_async_max_pending = V.integer(publish_async_max_pending, "publish_async_max_pending", 1, V.INT32[1])
         self.path = Path(str(path).removeprefix("file://")).absolute()
         self.clock = clock or time.time_ns
         self._fsync = sync == "fsync"
@@ -135,6 +154,9 @@ class JetStream(HandleBase):
         self._broken: dict[str, StoreError] = {}
         self._gen = -1
         self._routes: dict[str, Optional[Stream]] = {}
+        # Set by close() to end the waits of fetches under way in other threads (made on
+        # the first wait; a forked child makes its own).
+        self._closing: Optional[wakeup.Interrupt] = None
 
     def _check_exists(self) -> None:
         has_meta = any((self.path / n).is_file() for n in ("store.json", "store.json" + metafile.MIRROR_SUFFIX))
@@ -157,10 +179,16 @@ class JetStream(HandleBase):
     def close(self) -> None:
         if self._closed:
             return
+        pub = self._async_pub
+        if pub is not None and pub.pid == os.getpid():
+            pub.close(f"the JetStream handle on {self.path} is closed")  # stores what publish_async queued
+        self._end_subscriptions()
         try:
             self._flush_acks()
         finally:
             self._closed = True
+            if self._closing is not None:
+                self._closing.set()
         for st in self._streams.values():
             st.close()
         self._streams.clear()
@@ -169,6 +197,13 @@ class JetStream(HandleBase):
                 closer()
             except (OSError, BufferError, ValueError):
                 pass
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"the JetStream handle on {self.path} is closed")
+
+    def _new_async_publisher(self) -> AsyncWriter:
+        return AsyncWriter(self, self._publish_async_max_pending)
 
     def _check(self) -> None:
         if self._closed:
@@ -359,17 +394,20 @@ class JetStream(HandleBase):
             self._routes.clear()
             return st.info().evolve(did_create=True)
 
-    def _build_stream(self, home: Path, config: StreamConfig, meta: dict) -> None:
-        """Make the stream's directory under a temporary name, then rename it to ``home``."""
+    def _build_stream(self, home: Path, config: StreamConfig, meta: dict, fill: Optional[Callable[[Path], None]] = None) -> None:
+        """Make the stream's directory under a temporary name, then rename it to ``home``.
+        ``fill(data_dir)``: write a restored stream's files first (engine/backup.py)."""
         tmp = home.with_name(f".new-{meta['uid']}")
         data_dir = self._data_dir(tmp, config, meta["uid"])
         try:
             with diskio.io_errors(tmp, "creating the stream"):
                 tmp.mkdir()
                 metafile.save(tmp / "config.json", meta, fsync=self._fsync)
+                if fill is not None:
+                    fill(data_dir)
                 storage = StreamStorage(data_dir, tmp / "lock", memory=config.storage == StorageType.MEMORY, fsync=self._fsync)
                 try:
-                    if config.first_seq and config.first_seq > 1:
+                    if fill is None and config.first_seq and config.first_seq > 1:
                         with storage.locked():
                             storage.set_floor(config.first_seq)
                             storage.header.held = 0
@@ -385,6 +423,42 @@ class JetStream(HandleBase):
             raise
         if self._fsync:
             metafile.fsync_dir(home.parent)
+
+    # ------------------------------------------------------------------ backup and restore (engine/backup.py)
+
+    _BACKUP_KIND = "engine"
+
+    def _backup_stream(self, name: str, writer: Writer, consumers: bool, meter: Meter) -> BackupInfo:
+        from jetspark.engine import backup
+
+        with self._lock:
+            return backup.write(self._stream(name), writer, consumers, meter, STORE_FORMAT)
+
+    def _restore_stream(self, archive: Archive, meter: Meter) -> StreamInfo:
+        """As ``_add_stream``, with the backup's files in the new stream's directory before it
+        is renamed into place (so a failure leaves nothing), and a name in use refused (10130)."""
+        from jetspark.engine import backup
+
+        self._check()
+        config, created = backup.archived_stream(archive, STORE_FORMAT)
+        with self._lock, self._store_locked():
+            self._sync_registry()
+            home = self.path / "streams" / config.name
+            if config.name in self._streams or config.name in self._broken or os.path.lexists(home):
+                raise api_error(10130)
+            try:
+                self._check_overlap(config)
+            except APIError as exc:  # as the server words it
+                raise api_error(10062, err=f"error adding stream: {exc.description} ({exc.err_code})") from None
+            self._remove_leftovers()
+            meta = {"config": config_to_json(config), "created": created, "uid": uuid.uuid4().hex[:12]}
+            self._build_stream(home, config, meta, fill=lambda data_dir: backup.fill(archive, data_dir, meter, self._fsync))
+            st = self._open_stream(config.name)
+            self._streams[config.name] = st
+            self._bump_gen()
+            self._gen = self._read_gen()
+            self._routes.clear()
+            return st.info()
 
     def _remove_leftovers(self) -> None:
         """Streams a crash left half created (``.new-*``) or half deleted (``.deleted-*``);
@@ -587,27 +661,43 @@ class JetStream(HandleBase):
         """Store one message; returns the PubAck (``duplicate=True`` for a repeated Nats-Msg-Id)."""
         with self._lock:
             self._check()
-            if self._acks:
-                self._flush_acks()
-            self._sync_registry()
             # The hot path (bytes, no headers, a subject routed before) checks types only.
             if type(payload) is not bytes:
                 payload = V.payload(payload)
             if headers is not None or stream is not None:
                 headers = V.publish_headers(headers, stream)
-            st = self._routes.get(subject, _UNROUTED) if type(subject) is str else _UNROUTED
-            if st is _UNROUTED:
+            if type(subject) is not str or subject not in self._routes:
                 V.publish_subject(subject)
-                # Like the server, a subject with empty tokens reaches no stream, and
-                # '*' or '>' tokens in a published subject are stored literally.
-                st = self._route(subject) if subj.is_valid(subject) else None
-            if st is None:
-                if not self._broken or not subj.is_valid(subject):
-                    raise NoStreamResponseError(subject)
-                st = self._unrouted(subject)
-            if not headers:
-                return st.publish_plain(subject, payload)
-            return st.publish(subject, payload, H.encode(headers))
+            self._drain_async()
+            if self._acks:
+                self._flush_acks()
+            self._sync_registry()
+            return self._store(self._publish_target(subject), subject, payload, headers)
+
+    def _drain_async(self) -> None:
+        """Store what earlier publish_async calls of this process queued (caller holds the lock)."""
+        pub = self._async_pub
+        if pub is not None and pub.queued and pub.pid == os.getpid():
+            pub.drain()
+
+    def _publish_target(self, subject: str) -> Stream:
+        """The stream a publish to ``subject`` (a subject ``V.publish_subject`` accepts) stores in."""
+        st = self._routes.get(subject, _UNROUTED)
+        if st is _UNROUTED:
+            # Like the server, a subject with empty tokens reaches no stream, and
+            # '*' or '>' tokens in a published subject are stored literally.
+            st = self._route(subject) if subj.is_valid(subject) else None
+        if st is None:
+            if not self._broken or not subj.is_valid(subject):
+                raise NoStreamResponseError(subject)
+            st = self._unrouted(subject)
+        return st
+
+    @staticmethod
+    def _store(st: Stream, subject: str, payload: bytes, headers: Optional[dict]) -> PubAck:
+        if not headers:
+            return st.publish_plain(subject, payload)
+        return st.publish(subject, payload, H.encode(headers))
 
     def _get_msg(self, stream: str, seq: Optional[int], last_by_subj: Optional[str], next_by_subj: Optional[str]) -> RawStreamMsg:
         with self._lock:
@@ -633,6 +723,7 @@ class JetStream(HandleBase):
         from jetspark.engine import bulk
 
         with self._lock:
+            self._drain_async()
             return bulk.publish_batch(self._stream(stream), table, msg_id_prefix, msg_id_start)
 
     def _seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:
@@ -663,7 +754,7 @@ class JetStream(HandleBase):
                         return existing.info(now)
                     if action == "create":
                         raise api_error(10148)
-                    ccfg.check_update(existing.config, new)
+                    ccfg.check_update(existing.config, new, bound=existing.is_bound())
                     ccfg.check_workqueue(st.config, new, (c.config for c in st.consumers.by_name.values()))
                     return st.consumers.update(existing, new).info(now)
                 if action == "update":
@@ -700,6 +791,42 @@ class JetStream(HandleBase):
     def _subscription(self, stream: str, consumer: str) -> PullSubscription:
         return PullSubscription(self, stream, consumer)
 
+    # ------------------------------------------------------------------ push subscriptions (push.py)
+
+    def _push_subscription(self, stream: str, info: ConsumerInfo, cb, auto_ack: bool, ordered: Optional[ConsumerConfig], owned: bool) -> PushSubscription:
+        return PushSubscription(self, stream, info, cb, auto_ack, ordered, owned)
+
+    def _new_inbox(self) -> str:
+        return "_INBOX." + ccfg.new_ephemeral_name()
+
+    def _bind(self, stream: str, consumer: str) -> Binding:
+        """Bind a subscription to the push consumer (bindings.py); 10014 if it is gone."""
+        with self._lock:
+            st = self._stream(stream)
+            with st.locked():
+                c = self._consumer(st, consumer)
+                try:
+                    return Binding(c.home)
+                except FileNotFoundError:
+                    raise api_error(10014) from None
+
+    def _unbind(self, binding: Binding, stream: str, consumer: str) -> None:
+        """Release a binding; the consumer's inactive_threshold counts from now, as the server's
+        does from the moment its interest goes.  Quiet if the stream or consumer is gone."""
+        binding.release()
+        if self._closed:
+            return
+        try:
+            with self._lock:
+                st = self._stream(stream)
+                with st.locked():
+                    c = st.consumers.by_name.get(consumer)
+                    if c is not None and c.config.inactive_threshold:
+                        c.last_active = st.clock()
+                        c.write(SCALARS)
+        except JetSparkError as exc:  # the stream is gone, or its store refuses: the binding is released all the same
+            log.debug("unbinding from consumer %r of stream %r: %s", consumer, stream, exc)
+
     def consumers_info(self, stream: str) -> list[ConsumerInfo]:
         with self._lock:
             st = self._stream(stream)
@@ -709,15 +836,60 @@ class JetStream(HandleBase):
                     log.warning("consumers_info of stream %r leaves out the damaged consumer in %r: %s", stream, key, err)
                 return [st.consumers.by_name[n].info(now) for n in sorted(st.consumers.by_name)]
 
-    def _fetch(self, stream: str, consumer: str, batch: int, max_bytes: int) -> list[Msg]:
+    def _fetch(self, stream: str, consumer: str, batch: int, max_bytes: int, push: bool = False) -> list[Msg]:
+        """Deliver up to ``batch`` messages: a pull request (``fetch``), or with ``push`` what a
+        push consumer's subscription takes (jetspark/engine/push.py)."""
+        return self._pull(stream, consumer, batch, max_bytes, push=push)[0]
+
+    def _fetch_wait(
+        self, stream: str, consumer: str, batch: int, max_bytes: int, timeout: float, interrupt: Optional[wakeup.Interrupt] = None, push: bool = False
+    ) -> list[Msg]:
+        """``_fetch``, waiting up to ``timeout`` seconds (``math.inf``: until ``interrupt``) for
+        the first message: woken by another process's commit (wakeup.py) or when the earliest
+        pending redelivery falls due.  [] when none came, or on ``interrupt``."""
+        wait = timeout > 0
+        msgs, due, path, seen = self._pull(stream, consumer, batch, max_bytes, wait, push)
+        if msgs or not wait:
+            return msgs
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            self._check()
+            if self._closing is None:
+                self._closing = wakeup.Interrupt()
+            interrupts = (self._closing,) if interrupt is None else (self._closing, interrupt)
+        with wakeup.Waiter(path, interrupts) as waiter:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or waiter.interrupted():
+                    self._check()  # closed meanwhile: ClosedError, not an empty fetch
+                    return []
+                waiter.wait(left if due is None else min(left, due), seen)
+                msgs, due, _, seen = self._pull(stream, consumer, batch, max_bytes, True, push)
+                if msgs:
+                    return msgs
+
+    def _pull(
+        self, stream: str, consumer: str, batch: int, max_bytes: int, arm: bool = False, push: bool = False
+    ) -> tuple[list[Msg], Optional[float], Optional[Path], int]:
+        """The messages of one fetch (with ``push``: of a push subscription's take).  When
+        there are none, also the seconds until the consumer's earliest pending delivery is
+        due again (None: none is), the path of the stream's notify file and, with ``arm``,
+        the notify counter after arming it under the stream's lock (wakeup.py), for a caller
+        that waits."""
         with self._lock:
             st = self._stream(stream)
             with st.locked():
                 c = self._consumer(st, consumer)
+                if c.config.deliver_subject and not push:
+                    raise push_based_error()  # the server's answer to a pull request
                 now = st.clock()
                 out = c.next_batch(batch, now, max_bytes)
                 if not out:
-                    return []
+                    due = c.next_due(now)
+                    notifier = st.storage.notifier
+                    if notifier is None:
+                        return [], None if due is None else (due - now) / 1e9, None, 0
+                    return [], None if due is None else (due - now) / 1e9, notifier.path, notifier.arm() if arm else 0
                 if c.config.ack_policy == AckPolicy.NONE:
                     st.consumers.release([q for q, _, _ in out])  # with ack none, delivery is the release
                 pending = c.num_pending()
@@ -736,21 +908,22 @@ class JetStream(HandleBase):
                         headers["Nats-Msg-Size"] = str(len(data))
                         data = b""
                     append(Msg(self, subject, data, headers, (name, cname, sseq, cseq, delivered, pending + new_after, ts)))
-                return msgs
+                return msgs, None, None, 0
 
     def _buffer_ack(self, meta: tuple) -> None:
-        key = (meta[0], meta[1])
-        buf = self._acks.setdefault(key, [])
-        buf.append((meta[2], meta[3]))
-        if len(buf) >= 8192:
-            self._flush_acks()
+        with self._lock:  # a push subscription's callback thread acks too
+            key = (meta[0], meta[1])
+            buf = self._acks.setdefault(key, [])
+            buf.append((meta[2], meta[3]))
+            if len(buf) >= 8192:
+                self._flush_acks()
 
     def _flush_acks(self) -> None:
         """Apply buffered Msg.ack() calls: one lock and one log record per consumer."""
         if not self._acks:
             return
-        acks, self._acks = self._acks, {}
         with self._lock:
+            acks, self._acks = self._acks, {}
             self._sync_registry()
             for (stream, consumer), items in acks.items():
                 st = self._streams.get(stream)

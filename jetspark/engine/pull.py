@@ -9,12 +9,18 @@ redelivered after their ack_wait, exactly as acks lost on the network would.
 
 from __future__ import annotations
 
+import collections
+import math
+import threading
 import time
-from typing import TYPE_CHECKING, Optional
+import weakref
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from jetspark import validate as V
 from jetspark.api import MsgMetadata, SequencePair, ns_to_datetime
-from jetspark.errors import FetchTimeoutError
+from jetspark.backend import live
+from jetspark.engine import wakeup
+from jetspark.errors import FetchTimeoutError, JetSparkError
 
 if TYPE_CHECKING:
     from jetspark.engine.handle import JetStream
@@ -23,7 +29,7 @@ if TYPE_CHECKING:
 class Msg:
     """A message delivered by a consumer; acknowledge it with ack/nak/in_progress/term."""
 
-    __slots__ = ("subject", "data", "headers", "_js", "_meta")
+    __slots__ = ("subject", "data", "headers", "_js", "_meta", "_ackd")  # _ackd: set by ack, nak, term (a push callback's auto-ack skips it)
 
     def __init__(self, js: Optional["JetStream"], subject: str, data: bytes, headers, meta: tuple) -> None:
         self.subject = subject
@@ -54,12 +60,14 @@ class Msg:
 
     def ack(self) -> None:
         """Acknowledge (fire-and-forget; applied before the handle's next call)."""
+        self._ackd = True
         if self._ackable():
             self._js._buffer_ack(self._meta)
 
     def ack_sync(self, timeout: float = 1.0) -> "Msg":
         """Acknowledge and wait until the ack is applied."""
         V.timeout(timeout)
+        self._ackd = True
         if self._ackable():
             self._js._buffer_ack(self._meta)
             self._js._flush_acks()
@@ -68,6 +76,7 @@ class Msg:
     def nak(self, delay: Optional[float] = None) -> None:
         """Ask for redelivery, optionally not before ``delay`` seconds."""
         delay = V.nak_delay(delay)
+        self._ackd = True
         if self._ackable():
             self._js._consumer_action("nak", self._meta, delay)
 
@@ -78,6 +87,7 @@ class Msg:
 
     def term(self) -> None:
         """Never redeliver; releases the message on interest and work-queue streams."""
+        self._ackd = True
         if self._ackable():
             self._js._consumer_action("term", self._meta, None)
 
@@ -88,30 +98,190 @@ class Msg:
 class PullSubscription:
     """A pull consumer bound to a stream (nats-py ``JetStreamContext.PullSubscription``)."""
 
+    # True: fetch takes for a push consumer's subscription (jetspark/engine/push.py's taker)
+    # instead of answering a pull request, which a push consumer refuses.
+    _push = False
+
     def __init__(self, js: "JetStream", stream: str, consumer: str) -> None:
         self._js = js
         self.stream = stream
         self.consumer = consumer
+        self._live: "weakref.WeakSet[Messages]" = weakref.WeakSet()
 
-    def fetch(self, batch: int = 1, timeout: Optional[float] = 5.0, no_wait: bool = False, max_bytes: Optional[int] = None) -> list[Msg]:
-        """Up to ``batch`` messages; waits up to ``timeout`` for the first one.
+    def fetch(
+        self, batch: int = 1, timeout: Optional[float] = 5.0, heartbeat: Optional[float] = None, no_wait: bool = False, max_bytes: Optional[int] = None
+    ) -> list[Msg]:
+        """Up to ``batch`` messages; waits up to ``timeout`` for the first one, woken by a
+        publish or ack in any process (jetspark.engine.wakeup).  ``heartbeat`` is checked as
+        on a server and has nothing to watch here.
 
         Raises FetchTimeoutError (a TimeoutError) when none arrives, as nats-py does.
         """
         batch, timeout, no_wait, max_bytes = V.fetch_args(batch, timeout, no_wait, max_bytes)
-        deadline = time.monotonic() + timeout
-        pause = 0.001
-        while True:
-            msgs = self._js._fetch(self.stream, self.consumer, batch, max_bytes or 0)
-            if msgs:
-                return msgs
-            if no_wait or time.monotonic() >= deadline:
-                raise FetchTimeoutError(f"no message from consumer {self.consumer!r} of stream {self.stream!r} within {timeout} s")
-            time.sleep(min(pause, max(deadline - time.monotonic(), 0)))
-            pause = min(pause * 2, 0.05)
+        live.fetch_heartbeat(heartbeat, timeout)
+        msgs = self._js._fetch_wait(self.stream, self.consumer, batch, max_bytes or 0, 0.0 if no_wait else timeout, push=self._push)
+        if not msgs:
+            raise FetchTimeoutError(f"no message from consumer {self.consumer!r} of stream {self.stream!r} within {timeout} s")
+        return msgs
+
+    def messages(
+        self,
+        max_messages: Optional[int] = None,
+        max_bytes: Optional[int] = None,
+        expires: Optional[float] = None,
+        threshold_messages: Optional[int] = None,
+        threshold_bytes: Optional[int] = None,
+        heartbeat: Optional[float] = None,
+    ) -> "Messages":
+        opts = live.pull_options(max_messages, max_bytes, expires, threshold_messages, threshold_bytes, heartbeat)
+        self._js._check()
+        it = Messages(self, opts)
+        self._live.add(it)
+        return it
+
+    def consume(
+        self,
+        cb: Callable[[Msg], Any],
+        max_messages: Optional[int] = None,
+        max_bytes: Optional[int] = None,
+        expires: Optional[float] = None,
+        threshold_messages: Optional[int] = None,
+        threshold_bytes: Optional[int] = None,
+        heartbeat: Optional[float] = None,
+        error_cb: Optional[Callable[[BaseException], Any]] = None,
+    ) -> live.ConsumeContext:
+        it = self.messages(max_messages, max_bytes, expires, threshold_messages, threshold_bytes, heartbeat)
+        try:
+            return live.ConsumeContext(it, cb, error_cb, f"{self.stream} > {self.consumer}")
+        except BaseException:
+            it.stop()
+            raise
 
     def consumer_info(self):
         return self._js.consumer_info(self.stream, self.consumer)
 
     def unsubscribe(self) -> None:
+        for it in list(self._live):
+            it.stop()
         self._js._flush_acks()
+
+
+class Messages:
+    """``PullSubscription.messages()`` on the engine: a buffer of delivered messages, topped
+    up with a fetch of what is missing each time it holds fewer than the threshold (checked
+    at every ``next``, as nats.go does), and a fetch that waits for the stream's wake-up when
+    it is empty.  ``next`` runs in one thread at a time; ``stop``/``drain`` from any.
+    """
+
+    def __init__(self, sub: PullSubscription, opts: live.PullOptions) -> None:
+        self._js = sub._js
+        self.stream = sub.stream
+        self.consumer = sub.consumer
+        self._opts = opts
+        self._buffer: collections.deque[Msg] = collections.deque()
+        self._bytes = 0
+        self._state = _OPEN
+        self._error: Optional[BaseException] = None  # a final error met while messages were buffered
+        self._lock = threading.Lock()
+        self._interrupt = wakeup.Interrupt()
+
+    def __iter__(self) -> "Messages":
+        return self
+
+    def __next__(self) -> Msg:
+        return self.next()
+
+    def next(self, timeout: Optional[float] = None) -> Msg:
+        deadline = math.inf if timeout is None else time.monotonic() + V.timeout(timeout)
+        looked = False
+        while True:
+            with self._lock:
+                if self._state == _CLOSED:
+                    raise StopIteration
+                n = len(self._buffer)
+                pulling = self._state == _OPEN and self._error is None
+                if n and not (pulling and self._opts.below_threshold(n, self._bytes)):
+                    return self._take()
+                if not n and not pulling:
+                    err, self._error = self._error, None
+                    self._close()
+                    if err is not None:
+                        raise err
+                    raise StopIteration
+                batch, max_bytes = self._opts.refill(n, self._bytes)
+            if n:
+                # Below the threshold: top the buffer up with what is there now, then deliver.
+                if batch > 0 and (max_bytes > 0 or not self._opts.max_bytes):
+                    self._pull(batch, max_bytes, 0.0)
+                with self._lock:
+                    if self._buffer:
+                        return self._take()
+                continue  # stopped meanwhile
+            left = deadline - time.monotonic()
+            if left <= 0 and looked:
+                raise FetchTimeoutError(f"no message from consumer {self.consumer!r} of stream {self.stream!r} within {timeout} s")
+            self._pull(batch, max_bytes, max(left, 0.0))
+            looked = True
+
+    def _take(self) -> Msg:
+        msg = self._buffer.popleft()
+        if self._opts.max_bytes:
+            self._bytes -= _size(msg)
+        return msg
+
+    def _pull(self, batch: int, max_bytes: int, wait: float) -> None:
+        try:
+            msgs = self._js._fetch_wait(self.stream, self.consumer, batch, max_bytes, wait, self._interrupt)
+        except (JetSparkError, OSError) as exc:
+            # The consumer or stream is gone, the handle closed, the store failed: the pull
+            # is over.  What is buffered comes first; then the error, once.
+            with self._lock:
+                if self._state == _OPEN:
+                    self._error = exc
+            return
+        if msgs:
+            with self._lock:
+                if self._state == _CLOSED:
+                    return  # stopped meanwhile: redelivered after ack_wait, as buffered ones are
+                self._buffer.extend(msgs)
+                if self._opts.max_bytes:
+                    self._bytes += sum(_size(m) for m in msgs)
+
+    def _close(self) -> None:
+        self._state = _CLOSED
+        self._buffer.clear()
+        self._bytes = 0
+        self._interrupt.set()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._close()
+
+    def drain(self) -> None:
+        with self._lock:
+            if self._state == _OPEN:
+                self._state = _DRAINING
+                self._interrupt.set()
+
+    def __enter__(self) -> "Messages":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def __del__(self) -> None:
+        try:
+            self._interrupt.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return f"<Messages {self.stream} > {self.consumer}: {len(self._buffer)} buffered>"
+
+
+_OPEN, _DRAINING, _CLOSED = range(3)
+
+
+def _size(m: Msg) -> int:
+    hdr = sum(len(k) + len(v) + 4 for k, v in m.headers.items()) + 12 if m.headers else 0
+    return live.msg_size(m.subject, m.reply, m.data, hdr)

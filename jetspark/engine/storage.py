@@ -16,6 +16,8 @@ Layout of a stream's data directory::
                        an Arrow binary column without touching each message
     blk/<seq>.hdr      NATS header blocks, back to back
     blk/<seq>.sum      the checksums of each check interval of the block (blocks.py, verify.py)
+    notify             16 bytes: a waiting consumer's flag and a change counter, which
+                       writers bump after a commit when the flag is set (wakeup.py)
 
 Durability by ordering: a writer holds the stream's ``flock``, writes the
 record bytes (``pwrite``), and only then publishes a new header slot; a
@@ -75,7 +77,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from jetspark.engine import diskio, recovery, subject_stats
+from jetspark.engine import diskio, recovery, subject_stats, wakeup
 from jetspark.engine.blocks import CHECK_EVERY, Block
 from jetspark.engine.dedup import IdsCache, MessageIds, RangesCache
 from jetspark.engine.journals import FilesMoved, Journals
@@ -125,6 +127,11 @@ class StreamStorage:
         self._depth = 0
         self.blocks: list[Block] = []
         self.pending_unlink: list[Block] = []  # blocks dropped by the change under way, unlinked after its commit
+        # A consumer-state record that may make messages deliverable again (an ack frees
+        # max_ack_pending room, a nak queues a redelivery) was written under the lock held:
+        # waiting consumers are told at its release, as after a commit (wakeup.py).
+        self.consumers_changed = False
+        self.notifier: Optional[wakeup.Notifier] = None
         self._open()
 
     # ------------------------------------------------------------------ open / close
@@ -139,6 +146,9 @@ class StreamStorage:
             subjects = self.dir / "subjects"
             self.subject_table = SubjectTable(os.open(subjects, os.O_RDWR | os.O_CREAT, 0o644), subjects)
             self.journals = Journals(self.dir, self.fsync, self.header_file)
+        if self.notifier is not None:
+            self.notifier.close()  # after fork: the parent's mapping of it is shared, the child maps its own
+        self.notifier = wakeup.Notifier.open(self.dir / wakeup.NAME)
         if not self.header_file.written():
             with self._flock():
                 if not self.header_file.written():
@@ -183,6 +193,9 @@ class StreamStorage:
         self.subject_table.close()
         self.journals.close()
         self.header_file.close()
+        if self.notifier is not None:
+            self.notifier.close()
+            self.notifier = None
 
     def check_fork(self) -> None:
         """After fork the child reopens everything: flock is per open file, not per process."""
@@ -222,6 +235,10 @@ class StreamStorage:
     def locked(self) -> "_Locked":
         """Exclusive access across threads and processes; commits on a clean exit."""
         return _Locked(self)
+
+    def change_key(self) -> tuple:
+        """What a change moves in the header: equal before and after means nothing was written."""
+        return _change_key(self.header)
 
     # ------------------------------------------------------------------ catching up
 
@@ -917,6 +934,7 @@ class _Locked:
             if s.header_file.slot_damaged:
                 s.header_file.repair()
             s.pending_unlink = []
+            s.consumers_changed = False
             s._start = _change_key(s.header)
         except BaseException:
             fcntl.flock(s._lock_fd, fcntl.LOCK_UN)
@@ -934,8 +952,11 @@ class _Locked:
         s._depth = 0
         try:
             if exc_type is None:
-                if _change_key(s.header) != s._start:
+                changed = _change_key(s.header) != s._start
+                if changed:
                     s._commit()
+                if (changed or s.consumers_changed) and s.notifier is not None:
+                    s.notifier.notify()  # still under the lock: see wakeup.py
                 for b in s.pending_unlink:
                     b.close()
                     b.unlink()

@@ -18,10 +18,12 @@ throughput matters.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Iterator, Mapping, Optional
 
 from jetspark import validate as V
 from jetspark.api import (
+    BackupInfo,
     ConsumerConfig,
     ConsumerInfo,
     PubAck,
@@ -30,6 +32,7 @@ from jetspark.api import (
     StreamConfig,
     StreamInfo,
 )
+from jetspark.backend.archive import Archive, Meter, Writer
 from jetspark.backend.base import HandleBase
 from jetspark.connect_options import ConnectOptions
 from jetspark.errors import (
@@ -42,9 +45,11 @@ from jetspark.errors import (
 from jetspark.protocol import headers as H
 from jetspark.protocol import subjects as subj
 from jetspark.remote import ack_floor as floors
-from jetspark.remote import appends, jsapi, reads, wire
+from jetspark.remote import appends, jsapi, reads, snapshot, wire
+from jetspark.remote.async_publish import AsyncPublisher
 from jetspark.remote.pull import Msg, PullSubscription
-from jetspark.remote.session import Session
+from jetspark.remote.push import PushSubscription
+from jetspark.remote.session import PROGRESS, Session
 
 __all__ = ["NatsJetStream"]
 
@@ -89,7 +94,18 @@ class NatsJetStream(HandleBase):
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
+        pub = self._async_pub
+        if pub is not None and pub.pid == os.getpid() and not self._session.closed:
+            pub.close(f"the JetStream handle on {self.url} is closed")
+        if not self._session.closed:
+            self._end_subscriptions()
         self._session.close()
+
+    def _check_open(self) -> None:
+        self._session.check()
+
+    def _new_async_publisher(self) -> AsyncPublisher:
+        return AsyncPublisher(self._session, self.options.publish_async_max_pending)
 
     def __repr__(self) -> str:
         s = self._session
@@ -150,6 +166,23 @@ class NatsJetStream(HandleBase):
             req["keep"] = keep
         return self._request(self._stream_subject("PURGE", name), req or None, what=f"purge_stream {name!r}", idempotent=False)["success"]
 
+    # ------------------------------------------------------------------ backup and restore (remote/snapshot.py)
+
+    _BACKUP_KIND = "nats"
+
+    def _backup_stream(self, name: str, writer: Writer, consumers: bool, meter: Meter) -> BackupInfo:
+        subject = self._stream_subject("SNAPSHOT", name)
+        resp = self._session.run(snapshot.snapshot(self._session, subject, name, writer, consumers, meter), what=f"backup_stream {name!r}", timeout=PROGRESS)
+        info = wire.stream_info_from_wire(resp)
+        count = info.state.consumer_count if consumers else 0
+        info.state.consumer_count = count
+        return writer.finish(info.config, info.state, count, {"config": resp["config"], "state": resp["state"]})
+
+    def _restore_stream(self, archive: Archive, meter: Meter) -> StreamInfo:
+        subject = self._stream_subject("RESTORE", archive.stream)
+        resp = self._session.run(snapshot.restore(self._session, subject, archive, meter), what=f"restore_stream {archive.stream!r}", timeout=PROGRESS)
+        return wire.stream_info_from_wire(resp)
+
     # ------------------------------------------------------------------ messages
 
     def publish(self, subject: str, payload: bytes = b"", headers: Optional[Mapping[str, object]] = None, stream: Optional[str] = None) -> PubAck:
@@ -189,6 +222,9 @@ class NatsJetStream(HandleBase):
 
     async def _apublish(self, subject: str, payload: bytes, headers: Optional[dict]) -> PubAck:
         session = self._session
+        pub = self._async_pub
+        if pub is not None and pub.pid == os.getpid():
+            await pub.sent()  # earlier publish_async calls first
         if headers and any(isinstance(v, (list, tuple)) for v in headers.values()):
             # Repeated header keys: nats-py's dict cannot say them; send the block ourselves.
             return await appends.publish_one_raw(session, subject, payload, wire.encode_headers(headers))
@@ -232,6 +268,9 @@ class NatsJetStream(HandleBase):
         or nothing: a refused row raises its error (with a note naming the row) and rows
         the server accepted stay stored.  A server deduplicates the ids of
         ``msg_id_prefix`` one by one."""
+        pub = self._async_pub
+        if pub is not None and pub.pid == os.getpid():
+            self._session.run(pub.sent(), what="sending the publish_async messages before a publish_batch")
         return appends.publish_batch(self._session, table, stream, None if msg_id_prefix is None else (msg_id_prefix, msg_id_start))
 
     def _seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:
@@ -282,6 +321,13 @@ class NatsJetStream(HandleBase):
 
     def _subscription(self, stream: str, consumer: str) -> PullSubscription:
         return PullSubscription(self._session, stream, consumer)
+
+    def _push_subscription(self, stream: str, info: ConsumerInfo, cb, auto_ack: bool, ordered: Optional[ConsumerConfig], owned: bool) -> PushSubscription:
+        # How: jetspark/remote/push.py (nats-py's own push subscription on the session's loop).
+        return PushSubscription(self, self._session, stream, info, cb, auto_ack, ordered, owned)
+
+    def _new_inbox(self) -> str:
+        return self._session.new_inbox()
 
     # ------------------------------------------------------------------ for the Spark connector
 

@@ -12,14 +12,17 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Optional
+import weakref
+from typing import Any, Callable, Optional
 
 from jetspark import validate as V
 from jetspark.api import ConsumerInfo, MsgMetadata, SequencePair, ns_to_datetime
-from jetspark.errors import FetchTimeoutError, api_error
+from jetspark.backend import live
+from jetspark.errors import PUSH_BASED, FetchTimeoutError, NoHeartbeatError, api_error, push_based_error
 from jetspark.protocol import headers as H
 from jetspark.remote import jsapi, wire
 from jetspark.remote.fastpath import RawInbox, status_of
+from jetspark.remote.live import Messages
 from jetspark.remote.session import Session
 
 __all__ = ["Msg", "MsgMetadata", "PullSubscription", "SequencePair"]
@@ -35,7 +38,7 @@ _END_STATUSES = (b"404", b"408", b"409")
 class Msg:
     """A message delivered by a consumer; acknowledge it with ack/nak/in_progress/term."""
 
-    __slots__ = ("subject", "data", "headers", "reply", "_session", "_meta")
+    __slots__ = ("subject", "data", "headers", "reply", "_session", "_meta", "_ackd")  # _ackd: set by ack, nak, term (a push callback's auto-ack skips it)
 
     def __init__(self, session: Optional[Session], subject: str, data: bytes, headers, reply: str, meta: Optional[tuple] = None) -> None:
         self.subject = subject
@@ -68,12 +71,14 @@ class Msg:
 
     def ack(self) -> None:
         """Acknowledge (fire-and-forget; confirmed before the handle's next call)."""
+        self._ackd = True
         if self._ackable():
             self._session.ack_nowait(self.reply, b"+ACK")
 
     def ack_sync(self, timeout: float = 1.0) -> "Msg":
         """Acknowledge and wait until the server has applied it."""
         timeout = V.timeout(timeout)
+        self._ackd = True
         if self._ackable():
             self._session.ack_nowait(self.reply, b"+ACK")
             self._session.settle_acks(timeout)
@@ -82,6 +87,7 @@ class Msg:
     def nak(self, delay: Optional[float] = None) -> None:
         """Ask for redelivery, optionally not before ``delay`` seconds."""
         delay = V.nak_delay(delay)
+        self._ackd = True
         if self._ackable():
             payload = b"-NAK"
             if delay:
@@ -95,6 +101,7 @@ class Msg:
 
     def term(self) -> None:
         """Never redeliver; releases the message on interest and work-queue streams."""
+        self._ackd = True
         if self._ackable():
             self._session.ack_wait(self.reply, b"+TERM")
 
@@ -113,14 +120,19 @@ class PullSubscription:
         self._session = session
         self.stream = stream
         self.consumer = consumer
+        self._live: "weakref.WeakSet[Messages]" = weakref.WeakSet()
 
-    def fetch(self, batch: int = 1, timeout: Optional[float] = 5.0, no_wait: bool = False, max_bytes: Optional[int] = None) -> list[Msg]:
+    def fetch(
+        self, batch: int = 1, timeout: Optional[float] = 5.0, heartbeat: Optional[float] = None, no_wait: bool = False, max_bytes: Optional[int] = None
+    ) -> list[Msg]:
         """Up to ``batch`` messages: what is available now, else wait up to ``timeout`` for
-        the first one.  Raises FetchTimeoutError (a TimeoutError) when none arrives."""
+        the first one.  Raises FetchTimeoutError (a TimeoutError) when none arrives, and
+        NoHeartbeatError when ``heartbeat`` was asked for and two went missing."""
         batch, timeout, no_wait, max_bytes = V.fetch_args(batch, timeout, no_wait, max_bytes)
+        heartbeat = live.fetch_heartbeat(heartbeat, timeout)
         expires = _NO_WAIT_EXPIRES if no_wait or timeout <= 0 else timeout
         msgs = self._session.run(
-            self._fetch(batch, expires, max_bytes),
+            self._fetch(batch, expires, max_bytes, 0.0 if no_wait else heartbeat),
             what=f"fetch from consumer {self.consumer!r} of stream {self.stream!r}",
             timeout=expires + _FETCH_GRACE + self._session.timeout,
         )
@@ -128,7 +140,7 @@ class PullSubscription:
             raise FetchTimeoutError(f"no message from consumer {self.consumer!r} of stream {self.stream!r} within {timeout} s")
         return msgs
 
-    async def _fetch(self, batch: int, expires: float, max_bytes: Optional[int]) -> list[Msg]:
+    async def _fetch(self, batch: int, expires: float, max_bytes: Optional[int], heartbeat: float = 0.0) -> list[Msg]:
         # One "one-shot" pull request (no_wait plus expires): the server answers with
         # what is available now, or waits up to expires for the first message.  It
         # always carries an expiry, so the server drops it before this inbox goes.
@@ -137,23 +149,37 @@ class PullSubscription:
         request: dict = {"batch": batch, "no_wait": True, "expires": wire.s_to_ns(expires)}
         if max_bytes:
             request["max_bytes"] = int(max_bytes)
+        if heartbeat:
+            request["idle_heartbeat"] = wire.s_to_ns(heartbeat)
         inbox_subject = nc.new_inbox()
         inbox = await RawInbox(public=session.public_path).open(nc, inbox_subject)
         msgs: list[Msg] = []
         try:
             await nc.publish(f"{session.api_prefix}.CONSUMER.MSG.NEXT.{self.stream}.{self.consumer}", json.dumps(request).encode(), reply=inbox_subject)
             deadline = time.monotonic() + expires + _FETCH_GRACE
+            heard = time.monotonic()  # the last time the server said anything
             pending: list = []
             pos = 0
             while len(msgs) < batch:
                 if pos >= len(pending):
-                    left = deadline - time.monotonic()
+                    now = time.monotonic()
+                    left = deadline - now
                     if left <= 0:
                         break
+                    if heartbeat:
+                        silent = heard + 2 * heartbeat - now
+                        if silent <= 0:
+                            if msgs:
+                                break
+                            raise NoHeartbeatError(
+                                f"no heartbeat from {session.url} for {2 * heartbeat:g} s while fetching from consumer {self.consumer!r} of stream {self.stream!r}"
+                            )
+                        left = min(left, silent)
                     try:
                         pending, pos = await inbox.take(left), 0
                     except asyncio.TimeoutError:
-                        break
+                        continue
+                    heard = time.monotonic()
                 subject, reply, data, hdr = pending[pos]
                 pos += 1
                 status = status_of(hdr)
@@ -162,6 +188,8 @@ class PullSubscription:
                 elif status[0] in _END_STATUSES:
                     if status[0] == b"409" and b"deleted" in status[1].lower() and not msgs:
                         raise api_error(10014)
+                    if status[0] == b"409" and status[1] == PUSH_BASED.encode() and not msgs:
+                        raise push_based_error()
                     break
                 elif status[0] == b"503":  # no responders: no such consumer (or stream)
                     raise api_error(10014)
@@ -170,9 +198,44 @@ class PullSubscription:
         finally:
             await inbox.close()
 
+    def messages(
+        self,
+        max_messages: Optional[int] = None,
+        max_bytes: Optional[int] = None,
+        expires: Optional[float] = None,
+        threshold_messages: Optional[int] = None,
+        threshold_bytes: Optional[int] = None,
+        heartbeat: Optional[float] = None,
+    ) -> Messages:
+        opts = live.pull_options(max_messages, max_bytes, expires, threshold_messages, threshold_bytes, heartbeat)
+        it = Messages(self, opts, Msg)
+        self._live.add(it)
+        return it
+
+    def consume(
+        self,
+        cb: Callable[[Msg], Any],
+        max_messages: Optional[int] = None,
+        max_bytes: Optional[int] = None,
+        expires: Optional[float] = None,
+        threshold_messages: Optional[int] = None,
+        threshold_bytes: Optional[int] = None,
+        heartbeat: Optional[float] = None,
+        error_cb: Optional[Callable[[BaseException], Any]] = None,
+    ) -> live.ConsumeContext:
+        it = self.messages(max_messages, max_bytes, expires, threshold_messages, threshold_bytes, heartbeat)
+        try:
+            return live.ConsumeContext(it, cb, error_cb, f"{self.stream} > {self.consumer}")
+        except BaseException:
+            it.stop()
+            raise
+
     def consumer_info(self) -> ConsumerInfo:
         return self._session.run_retrying(lambda: jsapi.consumer_info(self._session, self.stream, self.consumer), what=f"consumer_info {self.consumer!r}")
 
     def unsubscribe(self) -> None:
-        """Settle outstanding acks (there is no standing subscription: each fetch has its own inbox)."""
+        """Stop this subscription's continuous pulls and settle outstanding acks (a fetch has
+        no standing subscription: each has its own inbox)."""
+        for it in list(self._live):
+            it.stop()
         self._session.settle_acks()

@@ -87,6 +87,8 @@ class Session:
         self.closed = False
         self._closing = False  # close() has begun: the disconnect that follows is expected
         self._abandoned: list = []  # (loop, connection) pairs a forked child left to its parent
+        # Continuous pulls under way (jetspark.remote.live.Messages): told of reconnects and close.
+        self.live: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._start()
 
     # ------------------------------------------------------------------ connection
@@ -191,6 +193,8 @@ class Session:
     async def _on_reconnected(self) -> None:
         log.info("reconnected to %s", self.url)
         self._inbox_denied = False  # permissions may have changed; a denial comes again if not
+        for it in list(self.live):
+            it._reconnected()  # the server forgot their pull requests
 
     def _on_violation(self, kind: str, subject: str) -> None:
         """A permission violation (``subject`` lowercased, as nats-py gives it): fail the requests it dooms."""
@@ -216,6 +220,10 @@ class Session:
     def connected(self) -> bool:
         nc = getattr(self, "_nc", None)
         return nc is not None and nc.is_connected
+
+    def new_inbox(self) -> str:
+        """A new inbox subject of this connection's (its inbox prefix, as nats-py makes them)."""
+        return self._nc.new_inbox()
 
     @property
     def max_payload(self) -> int:
@@ -487,6 +495,8 @@ class Session:
                     pass
         finally:
             self.closed = True
+            for it in list(self.live):
+                it._session_closed()
             if os.getpid() == self._pid:
                 self.loop.stop()
 

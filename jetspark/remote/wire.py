@@ -18,7 +18,7 @@ from jetspark.protocol import headers as H
 
 NS = 1_000_000_000
 _DURATIONS_STREAM = ("max_age", "duplicate_window")
-_DURATIONS_CONSUMER = ("ack_wait", "inactive_threshold")
+_DURATIONS_CONSUMER = ("ack_wait", "inactive_threshold", "idle_heartbeat")
 _ZERO_TIME = "0001-01-01T00:00:00Z"
 _WHITESPACE = frozenset(" \t\r\n\f\v")  # what NATS calls whitespace in a subject (not NBSP)
 _TIME_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
@@ -200,6 +200,7 @@ def consumer_info_from_wire(d: dict) -> api.ConsumerInfo:
         num_waiting=d.get("num_waiting", 0),
         num_pending=d.get("num_pending", 0),
         cluster=cluster_info_from_wire(d.get("cluster")),
+        push_bound=d.get("push_bound") or None,
     )
 
 

@@ -1,7 +1,8 @@
 """Fixtures for the command-line tests: a CliRunner against a temporary store.
 
 ``cli("stream", "ls")`` runs ``jetspark stream ls`` in-process with
-``JETSPARK_STORE`` pointing at the test's store and checks the exit status
+``JETSPARK_STORE`` pointing at the test's store (and ``JETSPARK_CONFIG_DIR``, where saved
+contexts live, at a directory of the test's) and checks the exit status
 (0 unless ``code=`` says otherwise); ``cli.json(...)`` parses stdout.
 """
 
@@ -16,9 +17,10 @@ from jetspark.cli import cli as jetspark_cli
 
 
 class Cli:
-    def __init__(self, store) -> None:
+    def __init__(self, store, config) -> None:
         self.store = store
-        self.runner = CliRunner(env={"JETSPARK_STORE": str(store)})
+        self.config = config  # saved contexts (jetspark context): never the user's own
+        self.runner = CliRunner(env={"JETSPARK_STORE": str(store), "JETSPARK_CONFIG_DIR": str(config)})
 
     def __call__(self, *args: str, input=None, code: int = 0, env=None) -> Result:
         result = self.runner.invoke(jetspark_cli, [str(a) for a in args], input=input, env=env, catch_exceptions=False)
@@ -36,7 +38,7 @@ class Cli:
 
 @pytest.fixture
 def cli(tmp_path) -> Cli:
-    return Cli(tmp_path / "store")
+    return Cli(tmp_path / "store", tmp_path / "config")
 
 
 @pytest.fixture

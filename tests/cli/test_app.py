@@ -40,6 +40,8 @@ READ_COMMANDS = [
     ("stream", "get"),
     ("stream", "view"),
     ("stream", "purge"),
+    ("stream", "backup"),
+    ("stream", "restore"),
     ("consumer", "add"),
     ("consumer", "edit"),
     ("consumer", "info"),
@@ -48,13 +50,17 @@ READ_COMMANDS = [
     ("pub",),
     ("sub",),
     ("fetch",),
+    ("context", "add"),
+    ("context", "info"),
+    ("context", "ls"),
 ]
 
 
 def test_the_issue_s_commands_exist():
     assert set(LEAVES) == {
-        *(("stream", c) for c in ("add", "edit", "info", "ls", "rm", "purge", "get", "view", "rmm", "report", "check")),
+        *(("stream", c) for c in ("add", "edit", "info", "ls", "rm", "purge", "get", "view", "rmm", "report", "check", "backup", "restore")),
         *(("consumer", c) for c in ("add", "edit", "info", "ls", "rm", "next")),
+        *(("context", c) for c in ("add", "info", "ls", "select", "unselect", "rm")),
         ("pub",),
         ("sub",),
         ("fetch",),
@@ -137,6 +143,8 @@ def test_server_runs_the_commands_on_a_real_nats_server(cli, nats_server):
     info = cli.json("--server", url, "stream", "info", "CLI_S")
     assert info["state"]["messages"] == 3
     assert cli("-s", url, "stream", "ls", "--names").stdout.split() == ["CLI_S"]  # -s, as with nats
+    # A server without a scheme is a NATS server, as with nats, not a directory of that name.
+    assert cli("-s", url.removeprefix("nats://"), "stream", "ls", "--names").stdout.split() == ["CLI_S"]
     r = cli("-s", url, "stream", "info", "NOPE", code=1)
     assert r.stderr.strip() == "Error: stream 'NOPE' not found (err_code 10059); streams: CLI_S"
     cli("--server", url, "stream", "rm", "CLI_S", "-f")

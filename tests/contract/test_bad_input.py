@@ -377,6 +377,24 @@ def test_publish(base, kw):
     attempt(base, base.js.publish, kw)
 
 
+def _publish_async(js):
+    """publish_async, its future waited for: what the call or its future raises."""
+
+    def publish_async(**kwargs):
+        fut = js.publish_async(**kwargs)
+        if fut.exception(timeout=10) is not None:
+            raise fut.exception()
+        return fut.result()
+
+    return publish_async
+
+
+@FUZZ
+@given(kw=calls({"subject": SUBJECT}, {"payload": PAYLOAD, "headers": HEADERS, "stream": arg(STREAM, "OTHER"), "wait_stall": TIMEOUT}))
+def test_publish_async(base, kw):
+    attempt(base, _publish_async(base.js), kw)
+
+
 @FUZZ
 @given(kw=calls({"data": TABLE}, {"stream": arg(STREAM), "msg_id_prefix": arg("p-"), "msg_id_start": arg(0, 5)}))
 def test_publish_batch(base, kw):
@@ -503,7 +521,7 @@ def test_connect_arguments(url, kw):
 
 CONNECT_OPTIONS = dict(
     timeout=arg(1.0), connect_timeout=arg(None, 1.0), name=arg("n"), user=arg("u"), token=arg("t"), domain=arg(None, "d"),
-    max_reconnect_attempts=arg(0, 5), reconnect_time_wait=arg(0.1), publish_window=arg(1, 100), tls=arg(None),
+    max_reconnect_attempts=arg(0, 5), reconnect_time_wait=arg(0.1), publish_window=arg(1, 100), publish_async_max_pending=arg(1, 4000), tls=arg(None),
     user_credentials=arg(None), tls_hostname=arg(None, "h"),
 )  # fmt: skip
 
