@@ -82,12 +82,13 @@ def main(argv: Optional[Sequence[str]] = None, *, on_publishing: Optional[Callab
         ctrl_c.install()
         _reset_streams(js, args.replicas)
         print("starting Spark (local[2]) ...", flush=True)
-        spark = _start_spark(ctrl_c)
-        if interrupted.is_set():
-            raise KeyboardInterrupt
+        spark = _start_spark(ctrl_c, interrupted)
+        _stop_if(interrupted)
         _warm_up(spark)
+        _stop_if(interrupted)
         query = _start_query(spark, args.store, checkpoint, args.trigger)
         _first_trigger(query, interrupted)
+        _stop_if(interrupted)
         print(
             f"query reads {EVENTS} with durable consumer {CONSUMER}, writes {METRICS}; "
             f"trigger every {args.trigger:g}s   (Spark ready after {time.monotonic() - t0:.1f}s)\n"
@@ -101,8 +102,7 @@ def main(argv: Optional[Sequence[str]] = None, *, on_publishing: Optional[Callab
             if query.awaitTermination(0.25):
                 break  # the query ended by itself: awaitTermination raised if it failed
             monitor.show(query)
-        if interrupted.is_set():
-            raise KeyboardInterrupt
+        _stop_if(interrupted)
         publisher.join()
         if publisher.error is not None:
             raise publisher.error
@@ -115,8 +115,13 @@ def main(argv: Optional[Sequence[str]] = None, *, on_publishing: Optional[Callab
         ctrl_c.announce()
         status = 130
     except Exception as exc:  # noqa: BLE001 - the demo reports any failure in one line and cleans up
-        print(f"\nthe demo failed: {type(exc).__name__}: {_first_line(exc)}")
-        status = 1
+        if interrupted.is_set():
+            # Spark's Python workers got the Ctrl-C too (the terminal's process group): the
+            # job or query they ran fails because of it, and that is the interruption.
+            status = 130
+        else:
+            print(f"\nthe demo failed: {type(exc).__name__}: {_first_line(exc)}")
+            status = 1
     finally:
         publisher.stop()
         if publisher.ident is not None:
@@ -142,18 +147,37 @@ def main(argv: Optional[Sequence[str]] = None, *, on_publishing: Optional[Callab
     return status
 
 
-def _start_spark(ctrl_c: "_CtrlC"):
-    """The Spark session.  While it starts, PySpark's own SIGINT handler is in place (it
-    installs one: cancel the jobs, raise KeyboardInterrupt), and py4j logs an interrupted
-    call with a traceback; the root logger is silenced meanwhile (a real failure raises,
-    and the demo prints it in one line), and the demo's handler is put back afterwards."""
+def _stop_if(interrupted: threading.Event) -> None:
+    """Go no further once Ctrl-C was pressed: the demo winds down from here."""
+    if interrupted.is_set():
+        raise KeyboardInterrupt
+
+
+def _start_spark(ctrl_c: "_CtrlC", interrupted: threading.Event):
+    """The Spark session, started so that a Ctrl-C need not wait for all of it.
+
+    While the JVM launches, a Ctrl-C only sets the flag: PySpark interrupted there can
+    leave a JVM that never exits.  Once the JVM runs (``jvm_started``) it exits when this
+    process does, and nothing else runs yet that would need winding down, so from then on
+    a Ctrl-C stops the start at once (``ctrl_c.immediate``) rather than after the seconds
+    the SparkContext takes.  Once the SparkContext exists, PySpark's own SIGINT handler is
+    in place (cancel the jobs, raise KeyboardInterrupt).  An interrupted py4j call logs a
+    traceback, so the root logger is silenced meanwhile (a real failure raises, and the
+    demo prints it in one line); the demo's handler is put back afterwards."""
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.CRITICAL)
+
+    def jvm_started() -> None:
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        ctrl_c.immediate = True
+
     try:
         with _quiet_jvm_startup():
-            return jetspark.local_session("jetspark-demo", **{"spark.ui.showConsoleProgress": "false"})
+            return jetspark.local_session("jetspark-demo", jvm_started=jvm_started, **{"spark.ui.showConsoleProgress": "false"})
     finally:
+        ctrl_c.immediate = False
         root.setLevel(level)
         ctrl_c.install()
 
@@ -533,11 +557,13 @@ class Publisher(threading.Thread):
 
 class _CtrlC:
     """The first Ctrl-C sets ``flag`` (the demo then winds down in order); a second one
-    raises KeyboardInterrupt.  ``restore()`` puts back the handler main() started with.
-    Only the main thread handles signals; elsewhere this does nothing."""
+    raises KeyboardInterrupt, and so does the first while ``immediate`` is set (Spark
+    starting, nothing to wind down).  ``restore()`` puts back the handler main() started
+    with.  Only the main thread handles signals; elsewhere this does nothing."""
 
     def __init__(self, flag: threading.Event) -> None:
         self.flag = flag
+        self.immediate = False
         self.log_level: Optional[int] = None
         _MUTED.clear()
         self.active = threading.current_thread() is threading.main_thread()
@@ -554,10 +580,10 @@ class _CtrlC:
             logging.getLogger().setLevel(self.log_level)
 
     def _handle(self, signum, frame) -> None:
-        if self.flag.is_set():
-            raise KeyboardInterrupt
-        self.flag.set()
+        again = self.flag.is_set()
         self.announce()
+        if again or self.immediate:
+            raise KeyboardInterrupt
 
     def announce(self) -> None:
         """Say it once; from then on the demo is stopping, and what Spark's JVM and its
@@ -568,7 +594,18 @@ class _CtrlC:
             _MUTED.set()
             self.log_level = logging.getLogger().level
             logging.getLogger().setLevel(logging.CRITICAL)  # py4j logs interrupted calls
+            _quiet_accumulator_server()
             print("-- interrupted: stopping", flush=True)
+
+
+def _quiet_accumulator_server() -> None:
+    """PySpark's accumulator server, a thread of this process, prints a traceback (EOFError)
+    when the JVM drops its connection, as it does when a job is cut short (a Ctrl-C during
+    the warm-up job, say): say nothing, the demo is stopping."""
+    spark_context = getattr(sys.modules.get("pyspark"), "SparkContext", None)
+    server = getattr(getattr(spark_context, "_active_spark_context", None), "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda request, client_address: None
 
 
 # What the JVM prints on stderr while it starts, whatever log4j says: a JDK notice about

@@ -163,7 +163,11 @@ def render_consumer_info(info: ConsumerInfo) -> str:
             f"Consumer sequence: {fmt_count(d.consumer_seq)} Stream sequence: {fmt_count(d.stream_seq)}"
             + (f" Last delivery: {fmt_ago(d.last_active)}" if d.last_active else ""),
         ),
-        ("Acknowledgment Floor", f"Consumer sequence: {fmt_count(a.consumer_seq)} Stream sequence: {fmt_count(a.stream_seq)}"),
+        (
+            "Acknowledgment Floor",
+            f"Consumer sequence: {fmt_count(a.consumer_seq)} Stream sequence: {fmt_count(a.stream_seq)}"
+            + (f" Last Ack: {fmt_ago(a.last_active)}" if a.last_active else ""),
+        ),
         (
             "Outstanding Acks",
             f"{fmt_count(info.num_ack_pending)}" + (f" out of maximum {fmt_count(c.max_ack_pending)}" if c.max_ack_pending and c.max_ack_pending > 0 else ""),

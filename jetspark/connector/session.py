@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 # Package data (pyproject.toml): in a wheel as in a checkout.
 CONF_DIR = Path(__file__).resolve().parent / "conf"
@@ -43,13 +43,19 @@ def spark_conf(conf_dir: Optional[Path] = None) -> dict[str, str]:
     return conf
 
 
-def local_session(app_name: str = "jetspark", master: str = "local[2]", **extra: str):
+def local_session(app_name: str = "jetspark", master: str = "local[2]", *, jvm_started: Optional[Callable[[], None]] = None, **extra: str):
     """Build (or get) a local SparkSession with the jetstream format registered.
 
     Under Spark Connect (``SPARK_REMOTE`` set, e.g. ``sc://host:15002`` or ``local[2]``)
     it is a Connect session instead: Spark's own settings belong to the server then
     (its Python must have jetspark installed), and only the format is registered, with
-    the session setting its batch reads need (README "Spark Connect")."""
+    the session setting its batch reads need (README "Spark Connect").
+
+    ``jvm_started``: called once Spark's JVM runs, before the SparkContext is made in it
+    (not under Spark Connect, nor when the JVM already ran).  What it raises gives up the
+    session with nothing left behind, since that JVM exits when this process does; an
+    interrupted launch, by contrast, can leave a JVM that never exits.  The demo stops
+    there on a Ctrl-C during start-up instead of waiting for the whole session."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -61,8 +67,16 @@ def local_session(app_name: str = "jetspark", master: str = "local[2]", **extra:
         register(spark)
         return spark
 
+    settings = {**spark_conf(), **extra}
+    if jvm_started is not None:
+        from pyspark import SparkConf, SparkContext
+
+        if SparkContext._gateway is None:
+            # The JVM alone first, launched with what the session's SparkConf would give it.
+            SparkContext._ensure_initialized(conf=SparkConf(loadDefaults=False).setMaster(master).setAppName(app_name).setAll(settings.items()))
+            jvm_started()
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in {**spark_conf(), **extra}.items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

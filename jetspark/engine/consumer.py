@@ -9,6 +9,12 @@ append-only log of state changes next to its config::
                                 mirror config.json.1 (see metafile.py)
     cons/<name>/log             records: u32 len | u32 crc | op, scalars, items
 
+A record's scalars include the times of the last delivery and the last ack
+(``delivered.last_active`` and ``ack_floor.last_active`` in the consumer's
+info, as nats-server reports them), in nanoseconds, so every process reads
+the same times back exactly.  Records written before those times were kept
+(op without ``TIMED``) are read as they are, with both times unknown.
+
 Every change happens under the stream's lock, so deliveries, acks and the
 stream's retention stay consistent across processes; each process keeps
 the state in memory and reads only the records appended since it last
@@ -68,12 +74,18 @@ log = logging.getLogger("jetspark")
 
 _NS = 1_000_000_000
 # len, crc, op, n, then the scalars: delivered_consumer_seq, next_stream_seq,
-# ack_floor_consumer_seq, ack_floor_stream_seq, last_active.
-_REC = struct.Struct("<IIBIqqqqq")
+# ack_floor_consumer_seq, ack_floor_stream_seq, last_active, and in a TIMED record
+# delivered_ns and acked_ns.
+_HEAD = struct.Struct("<IIBI")
+_REC = struct.Struct("<IIBIqqqqqqq")
+_BODY = struct.Struct("<BIqqqqqqq")  # _REC after len and crc: what the crc covers
+_REC_UNTIMED = struct.Struct("<IIBIqqqqq")  # records written before the two times were kept
 # One item: stream sequence, consumer sequence, delivery count, due time.  Here and in the
 # loops that apply records, sseq/cseq are short for the stream and consumer sequence.
 _ITEM = np.dtype([("sseq", "<u8"), ("cseq", "<u8"), ("count", "<u4"), ("due", "<i8")])
 SCALARS, DELIVER, DROP, DUE, MAXED, SNAPSHOT, LAST_PER_SUBJECT = range(7)
+TIMED = 0x80  # in a record's op: its scalars end with delivered_ns and acked_ns
+_OP = 0x7F  # the op itself
 QUEUED = 0xFFFFFFFF  # an item's count marking "appended to the redelivery queue"
 COMPACT_BYTES = 4 << 20
 
@@ -122,7 +134,9 @@ class Consumer:
         self.next_stream_seq = 1
         self.ack_floor_consumer_seq = 0
         self.ack_floor_stream_seq = 0
-        self.last_active = 0
+        self.last_active = 0  # the last pull or creation (inactive_threshold's clock)
+        self.delivered_ns = 0  # the last delivery, in_progress or delayed nak (0: none yet)
+        self.acked_ns = 0  # the last ack or term that counted (0: none yet)
         self.pending: dict[int, list[int]] = {}  # stream seq -> [consumer seq of its first delivery, due_ns]
         self.delivery_counts: dict[int, int] = {}  # stream seq -> deliveries so far
         self.last_per_subject: list[int] = []  # last-per-subject sequences still to deliver
@@ -189,10 +203,12 @@ class Consumer:
 
     def _apply(self, raw: bytes, pos: int) -> None:
         old_floor = self.ack_floor_stream_seq
-        _, _, op, n, self.delivered_consumer_seq, self.next_stream_seq, self.ack_floor_consumer_seq, self.ack_floor_stream_seq, self.last_active = (
-            _REC.unpack_from(raw, pos)
-        )
-        items = np.frombuffer(raw, dtype=_ITEM, count=n, offset=pos + _REC.size)
+        head = _REC if raw[pos + 8] & TIMED else _REC_UNTIMED
+        _, _, op, n, *scalars = head.unpack_from(raw, pos)
+        op &= _OP
+        self.delivered_consumer_seq, self.next_stream_seq, self.ack_floor_consumer_seq, self.ack_floor_stream_seq, self.last_active = scalars[:5]
+        self.delivered_ns, self.acked_ns = scalars[5:] or (0, 0)
+        items = np.frombuffer(raw, dtype=_ITEM, count=n, offset=pos + head.size)
         # What this record released, for the stream's retention to reconsider: the
         # process that wrote it may have died before committing the removal.
         if op == DROP:
@@ -258,8 +274,20 @@ class Consumer:
 
     def _record(self, op: int, arr: np.ndarray) -> bytes:
         """One log record: the op, the consumer's sequences and ``arr``'s items, with a CRC-32."""
-        head = (op, len(arr), self.delivered_consumer_seq, self.next_stream_seq, self.ack_floor_consumer_seq, self.ack_floor_stream_seq, self.last_active)
-        body = struct.pack("<BIqqqqq", *head) + arr.tobytes()
+        body = (
+            _BODY.pack(
+                op | TIMED,
+                len(arr),
+                self.delivered_consumer_seq,
+                self.next_stream_seq,
+                self.ack_floor_consumer_seq,
+                self.ack_floor_stream_seq,
+                self.last_active,
+                self.delivered_ns,
+                self.acked_ns,
+            )
+            + arr.tobytes()
+        )
         return struct.pack("<II", 8 + len(body), zlib.crc32(body)) + body
 
     def _append(self, rec: bytes) -> None:
@@ -429,8 +457,10 @@ class Consumer:
             stream_name=self.stream.name,
             config=self.config,
             created=ns_to_datetime(self.created_ns),
-            delivered=SequenceInfo(consumer_seq=self.delivered_consumer_seq, stream_seq=max(self.next_stream_seq - 1, 0)),
-            ack_floor=SequenceInfo(consumer_seq=self.ack_floor_consumer_seq, stream_seq=self.ack_floor_stream_seq),
+            delivered=SequenceInfo(
+                consumer_seq=self.delivered_consumer_seq, stream_seq=max(self.next_stream_seq - 1, 0), last_active=_time_or_none(self.delivered_ns)
+            ),
+            ack_floor=SequenceInfo(consumer_seq=self.ack_floor_consumer_seq, stream_seq=self.ack_floor_stream_seq, last_active=_time_or_none(self.acked_ns)),
             num_ack_pending=len(self.pending),
             num_redelivered=self.num_redelivered(),
             num_waiting=0,
@@ -455,6 +485,7 @@ class Consumer:
                 del self.pending[s]
                 if s in self.redelivery_queue:
                     self.redelivery_queue.remove(s)
+            self.delivered_ns = now  # as nats-server's updateDelivered when it gives up on a message
             self.write(MAXED, [(s, 0, 0, 0) for s in done])
 
     def next_batch(self, batch: int, now: int, max_bytes: int = 0) -> list[tuple[int, int, int]]:
@@ -526,9 +557,10 @@ class Consumer:
                 items.append(new)
         self.last_active = now
         if out:
+            self.delivered_ns = now
             self.write(DELIVER, np.concatenate([np.array(redelivered, dtype=_ITEM)] + items[1:]))
         if gone:
-            self.drop(np.array(sorted(gone), dtype=np.int64))
+            self.drop(np.array(sorted(gone), dtype=np.int64), now)
         return out
 
     def _new_seqs(self, room: int) -> list[int]:
@@ -555,18 +587,22 @@ class Consumer:
 
     # ------------------------------------------------------------------ acknowledgements (under the lock)
 
-    def ack(self, stream_seq: int, consumer_seq: int) -> list[int]:
-        """An ack (or term) of one delivery; returns the stream sequences this consumer released."""
+    def ack(self, stream_seq: int, consumer_seq: int, now: int) -> list[int]:
+        """An ack (or term) of one delivery; returns the stream sequences this consumer released.
+
+        An ack that counts (below the next delivery; with ack all, above the floor) is the
+        consumer's last ack at ``now``, as nats-server's updateAcks."""
         if self.config.ack_policy == AckPolicy.ALL:
-            return self._ack_all(stream_seq, consumer_seq)
+            return self._ack_all(stream_seq, consumer_seq, now)
         if self.config.ack_policy == AckPolicy.NONE:
             return []
         released = self._ack_explicit(stream_seq)
         if released:
+            self.acked_ns = now
             self.write(DROP, [(stream_seq, 0, 0, 0)])
         return released
 
-    def ack_many(self, stream_seqs: list[int]) -> list[int]:
+    def ack_many(self, stream_seqs: list[int], now: int) -> list[int]:
         """Explicit acks of several deliveries in one record."""
         if len(stream_seqs) == len(self.pending) and self.pending.keys() == set(stream_seqs):
             # Everything outstanding is acked: the floor meets delivered (consumer.go, len(pending) == 0).
@@ -581,6 +617,7 @@ class Consumer:
                 released.extend(self._ack_explicit(q))
         self.redelivery_queue = [q for q in self.redelivery_queue if q in self.pending] if self.redelivery_queue else self.redelivery_queue
         if released:
+            self.acked_ns = now
             drop = np.zeros(len(released), dtype=_ITEM)
             drop["sseq"] = released
             self.write(DROP, drop)
@@ -607,11 +644,12 @@ class Consumer:
                     break
         return [stream_seq]
 
-    def _ack_all(self, stream_seq: int, consumer_seq: int) -> list[int]:
+    def _ack_all(self, stream_seq: int, consumer_seq: int, now: int) -> list[int]:
         # consumer.go processAckMsg, AckAll: everything up to stream_seq.
         if consumer_seq <= self.ack_floor_consumer_seq or stream_seq <= self.ack_floor_stream_seq:
             return []
         old = self.ack_floor_stream_seq
+        self.acked_ns = now
         self.ack_floor_consumer_seq, self.ack_floor_stream_seq = consumer_seq, stream_seq
         dropped = [q for q in self.pending if q <= stream_seq]
         for q in dropped:
@@ -621,9 +659,9 @@ class Consumer:
         self.write(DROP, [(q, 0, 0, 0) for q in dropped])
         return list(range(old + 1, stream_seq + 1))
 
-    def term(self, stream_seq: int, consumer_seq: int) -> list[int]:
+    def term(self, stream_seq: int, consumer_seq: int, now: int) -> list[int]:
         """Like an ack, whatever the policy (consumer.go processTerm)."""
-        return self.ack(stream_seq, consumer_seq)
+        return self.ack(stream_seq, consumer_seq, now)
 
     def nak(self, stream_seq: int, consumer_seq: int, delay: Optional[float], now: int) -> None:
         p = self.pending.get(stream_seq)
@@ -633,6 +671,8 @@ class Consumer:
         queued = not delay  # a plain nak queues at once; a delayed one waits for its time
         if queued and stream_seq not in self.redelivery_queue:
             self.redelivery_queue.append(stream_seq)
+        if not queued:
+            self.delivered_ns = now  # nats-server records a delayed nak as a delivery update
         self.write(DUE, [(stream_seq, p[0], QUEUED if queued else 0, p[1])])
 
     def in_progress(self, stream_seq: int, now: int) -> None:
@@ -640,16 +680,19 @@ class Consumer:
         if p is None:
             return
         p[1] = now + self.ack_wait_for(self.delivery_counts.get(stream_seq, 1))
+        self.delivered_ns = now  # so does in_progress (consumer.go progressUpdate)
         self.write(DUE, [(stream_seq, p[0], 0, p[1])])
 
-    def advance_floor(self, seq: int) -> None:
+    def advance_floor(self, seq: int, now: int) -> None:
         """Act as if every matching message up to ``seq`` was delivered and acked (the Spark commit).
 
         As on a server, where this fetches and acks those messages, the consumer ends
         at the last of them: messages after it up to ``seq`` that it does not match
-        leave its delivered and ack floor positions where they are."""
+        leave its delivered and ack floor positions where they are; the times of its
+        last delivery and last ack are ``now`` when it delivered or acked anything."""
         if seq <= self.ack_floor_stream_seq:
             return
+        old_floor = self.ack_floor_stream_seq
         if seq >= self.next_stream_seq:
             live = self.matching_live(self.next_stream_seq, seq)
             if len(live):
@@ -657,6 +700,7 @@ class Consumer:
                 self.delivered_consumer_seq += len(live)
                 self.next_stream_seq = last + 1
                 self.last_per_subject = [q for q in self.last_per_subject if q > last]
+                self.delivered_ns = now
         for q in [q for q in self.pending if q <= seq]:
             del self.pending[q]
         for q in [q for q in self.delivery_counts if q <= seq]:
@@ -666,6 +710,8 @@ class Consumer:
             self.ack_floor_consumer_seq, self.ack_floor_stream_seq = self.pending[first][0] - 1, first - 1
         else:
             self.ack_floor_consumer_seq, self.ack_floor_stream_seq = self.delivered_consumer_seq, self.next_stream_seq - 1
+        if self.ack_floor_stream_seq > old_floor and self.config.ack_policy != AckPolicy.NONE:
+            self.acked_ns = now  # with ack none the floor follows delivery, and nothing is acked
         self.write(SNAPSHOT, self._snapshot_items())
 
     def _snapshot_items(self) -> list[tuple]:
@@ -677,8 +723,9 @@ class Consumer:
 
     # ------------------------------------------------------------------ stream events (under the lock)
 
-    def drop(self, seqs: np.ndarray) -> None:
-        """Messages the stream removed: pending ones leave as if termed (docs/semantics.md §5.4)."""
+    def drop(self, seqs: np.ndarray, now: Optional[int] = None) -> None:
+        """Messages the stream removed: pending ones leave as if termed (docs/semantics.md §5.4),
+        which counts as an ack at ``now`` (the stream's clock if not given)."""
         if not self.pending:
             return
         keys = np.fromiter(self.pending, dtype=np.int64, count=len(self.pending))
@@ -686,6 +733,7 @@ class Consumer:
         for q in hit:
             self._ack_explicit(q) if self.is_explicit else self.pending.pop(q, None)
         if hit:
+            self.acked_ns = self.stream.clock() if now is None else now
             self.write(DROP, [(q, 0, 0, 0) for q in hit])
 
     def purged(self, start: int, wider: bool = False) -> None:
@@ -699,10 +747,13 @@ class Consumer:
             self.next_stream_seq = start
         if self.ack_floor_stream_seq < start:
             self.ack_floor_stream_seq = start - 1
+            pending = len(self.pending)
             for q in list(self.pending):
                 if q <= self.ack_floor_stream_seq or (wider and not s.is_live(q)):
                     self.ack_floor_consumer_seq = max(self.ack_floor_consumer_seq, self.pending.pop(q)[0])
                     self.delivery_counts.pop(q, None)
+            if len(self.pending) < pending:
+                self.acked_ns = self.stream.clock()  # a purged pending message counts as acked (consumer.go purge)
         if not self.pending:
             self.delivery_counts.clear()
             self.ack_floor_consumer_seq, self.ack_floor_stream_seq = self.delivered_consumer_seq, self.next_stream_seq - 1
@@ -777,23 +828,34 @@ def remove_consumer_dir(home: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
+def _time_or_none(ns: int):
+    return ns_to_datetime(ns) if ns else None
+
+
+def _head_size(op: int) -> int:
+    """The size of a record's fixed part for its op byte, 0 for no known op."""
+    if op & _OP > LAST_PER_SUBJECT:
+        return 0
+    return _REC.size if op & TIMED else _REC_UNTIMED.size
+
+
 def _record_at(raw: bytes, pos: int) -> int:
     """The length of the valid record starting at ``pos``, or 0."""
-    if pos + _REC.size > len(raw):
+    if pos + _HEAD.size > len(raw):
         return 0
-    length, crc = struct.unpack_from("<II", raw, pos)
-    op, n = struct.unpack_from("<BI", raw, pos + 8)
-    if op > LAST_PER_SUBJECT or length != _REC.size + n * _ITEM.itemsize or pos + length > len(raw):
+    length, crc, op, n = _HEAD.unpack_from(raw, pos)
+    head = _head_size(op)
+    if not head or length != head + n * _ITEM.itemsize or pos + length > len(raw):
         return 0
     return length if zlib.crc32(memoryview(raw)[pos + 8 : pos + length]) == crc else 0
 
 
 def _what_is_wrong(raw: bytes, pos: int) -> str:
-    if pos + _REC.size > len(raw):
+    if pos + _HEAD.size > len(raw):
         return f"{len(raw) - pos} bytes, less than a record header"
-    length, _ = struct.unpack_from("<II", raw, pos)
-    op, n = struct.unpack_from("<BI", raw, pos + 8)
-    if op > LAST_PER_SUBJECT or length != _REC.size + n * _ITEM.itemsize:
+    length, _, op, n = _HEAD.unpack_from(raw, pos)
+    head = _head_size(op)
+    if not head or length != head + n * _ITEM.itemsize:
         return f"its header is inconsistent: length {length}, op {op}, {n} items"
     if pos + length > len(raw):
         return f"its length {length} runs past the end of the log"
@@ -808,13 +870,15 @@ def _record_after(raw: bytes, start: int) -> bool:
         if length > 0 and _record_at(raw, start + length):
             return True
     b = np.frombuffer(raw, dtype=np.uint8)
-    last = len(raw) - _REC.size  # the last offset a record header fits at
+    last = len(raw) - _REC_UNTIMED.size  # the last offset the smaller record header fits at
     step = 1 << 20
     for lo in range(start + 1, last + 1, step):
         q = np.arange(lo, min(lo + step, last + 1), dtype=np.int64)
         length = _u32(b, q)
         n = _u32(b, q + 9)
-        ok = (length == _REC.size + n * _ITEM.itemsize) & (q + length <= len(raw)) & (b[q + 8] <= LAST_PER_SUBJECT)
+        op = b[q + 8]
+        head = np.where(op & TIMED, _REC.size, _REC_UNTIMED.size)
+        ok = (length == head + n * _ITEM.itemsize) & (q + length <= len(raw)) & ((op & _OP) <= LAST_PER_SUBJECT)
         for cand in q[ok].tolist():
             if _record_at(raw, cand):
                 return True

@@ -933,12 +933,13 @@ class JetStream(HandleBase):
                     c = st.consumers.by_name.get(consumer)
                     if c is None:
                         continue
+                    now = st.clock()
                     if c.is_explicit:
-                        released = c.ack_many([q for q, _ in items])
+                        released = c.ack_many([q for q, _ in items], now)
                     else:
                         released = []
                         for q, cseq in items:
-                            released.extend(c.ack(q, cseq))
+                            released.extend(c.ack(q, cseq, now))
                     st.consumers.release(released)
 
     def _consumer_action(self, kind: str, meta: tuple, delay: Optional[float]) -> None:
@@ -956,7 +957,7 @@ class JetStream(HandleBase):
                 elif kind == "progress":
                     c.in_progress(sseq, now)
                 else:
-                    st.consumers.release(c.term(sseq, cseq))
+                    st.consumers.release(c.term(sseq, cseq, now))
 
     # ------------------------------------------------------------------ for the Spark connector
 
@@ -968,7 +969,7 @@ class JetStream(HandleBase):
             with st.locked():
                 c = self._consumer(st, durable)
                 old = c.ack_floor_stream_seq
-                c.advance_floor(seq)
+                c.advance_floor(seq, st.clock())
                 if c.ack_floor_stream_seq > old:
                     st.consumers.release(np.arange(old + 1, c.ack_floor_stream_seq + 1, dtype=np.int64))
                 return SequenceInfo(consumer_seq=c.ack_floor_consumer_seq, stream_seq=c.ack_floor_stream_seq)

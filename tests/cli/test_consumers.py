@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 
@@ -170,3 +172,24 @@ def test_rm(orders):
         orders("consumer", "rm", "ORDERS", "C", "-f", code=1).stderr.strip()
         == "Error: consumer 'C' not found on stream 'ORDERS' (err_code 10014); consumers: none"
     )
+
+
+def test_ls_and_info_show_the_last_delivery_and_ack(orders):
+    orders("consumer", "add", "ORDERS", "C")
+    orders("consumer", "add", "ORDERS", "IDLE")
+
+    def last_delivery() -> dict:
+        rows = orders("consumer", "ls", "ORDERS").stdout.splitlines()[4:]
+        return {row.split()[0]: row.rsplit("  ", 1)[1].strip() for row in rows}
+
+    assert last_delivery() == {"C": "-", "IDLE": "-"}
+    text = orders("consumer", "info", "ORDERS", "C").stdout
+    assert "Last delivery" not in text and "Last Ack" not in text
+    orders("fetch", "ORDERS", "C", "--batch", "2")  # delivers and acks two
+    shown = last_delivery()
+    assert re.fullmatch(r"\d+s ago", shown["C"]) and shown["IDLE"] == "-"
+    text = orders("consumer", "info", "ORDERS", "C").stdout
+    assert re.search(r"Last Delivered Message: Consumer sequence: 2 Stream sequence: 2 Last delivery: \d+s ago", text)
+    assert re.search(r"Acknowledgment Floor: Consumer sequence: 2 Stream sequence: 2 Last Ack: \d+s ago", text)
+    info = orders.json("consumer", "info", "ORDERS", "C")
+    assert info["delivered"]["last_active"] <= info["ack_floor"]["last_active"]  # RFC 3339 UTC: ordered as text

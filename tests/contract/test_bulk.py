@@ -344,6 +344,10 @@ def check_floor(js, plain, seq: int, floor: int, returned) -> None:
     assert (mine.stream_seq, mine.consumer_seq) == (info.ack_floor.stream_seq, info.ack_floor.consumer_seq)
     assert info.num_ack_pending == 0 and info.num_redelivered == 0
     assert info.delivered.stream_seq <= seq
+    # What it passed counts as delivered, and acked unless the consumer takes no acks: the
+    # times of its last delivery and last ack (`jetspark consumer ls`) are set as a server sets them.
+    acked = floor > 0 and info.config.ack_policy != AckPolicy.NONE
+    assert (info.delivered.last_active is not None, info.ack_floor.last_active is not None) == (floor > 0, acked)
 
 
 @pytest.mark.parametrize("filtered", [False, True], ids=["all", "filtered"])

@@ -12,11 +12,12 @@ use ack waits of 0.2-0.5 s and advance ~0.1 s past each deadline.
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 import pytest
 
 from jetspark import errors as jetspark_errors
-from jetspark.api import AckPolicy, DeliverPolicy
+from jetspark.api import AckPolicy, DeliverPolicy, ns_to_datetime
 from jetspark.errors import FetchTimeoutError
 from tests.conftest import BACKENDS, with_cluster
 from tests.contract import consumer_support as cs
@@ -512,7 +513,13 @@ def test_nak_with_delay(js):
     add_stream(js)
     sub = consumer(js, ack_wait=5.0)
     (m1,) = sub.fetch(1)
+    fetched = info(js).delivered.last_active
+    js.clock.advance(0.01)
+    span = Span(js)
     m1.nak(delay=0.3)
+    # The time of the last delivery moves with a delayed nak, as nats-server records it.
+    delayed = info(js).delivered.last_active
+    assert span.holds(delayed) and delayed > fetched
     # Not yet: the next fetch skips it.
     assert [meta(m) for m in sub.fetch(1)] == [("a.2", 2, 2, 1, 5)]
     assert counts(info(js)) == (2, 0, 5, 0)
@@ -584,6 +591,91 @@ def test_max_deliver_one(js):
     b3.ack()
     assert seqs(info(js)) == ((3, 8), (3, 8))
     assert counts(info(js)) == (0, 0, 0, 0)
+
+
+# ---------------------------------------------------------------- the times of the last delivery and the last ack
+# delivered.last_active and ack_floor.last_active (what `jetspark consumer ls` shows as
+# "Last Delivery"): on the engine exactly its clock at the call, on a server a time
+# within the call.
+
+
+class Span:
+    """The clock before and after some calls, to place the time a backend reports in."""
+
+    def __init__(self, js) -> None:
+        self.js = js
+        self.start = self._now()
+
+    def _now(self) -> int:
+        return self.js.clock() if not self.js.is_server else time.time_ns()
+
+    def holds(self, when) -> bool:
+        """Is ``when`` (a datetime) within the span?  Times are reported in microseconds."""
+        end = self._now()
+        return when is not None and ns_to_datetime(self.start) <= when <= ns_to_datetime(end + 999)
+
+
+def times(js, name: str = "D"):
+    """(delivered.last_active, ack_floor.last_active)."""
+    i = info(js, name)
+    return (i.delivered.last_active, i.ack_floor.last_active)
+
+
+def test_times_of_the_last_delivery_and_ack(js):
+    add_stream(js)
+    sub = consumer(js, ack_wait=30.0)
+    assert times(js) == (None, None)  # nothing delivered or acked yet
+
+    span = Span(js)
+    msgs = sub.fetch(3)
+    delivered, acked = times(js)
+    assert span.holds(delivered) and acked is None
+
+    js.clock.advance(0.01)
+    span = Span(js)
+    msgs[1].ack()  # out of order: the floor stays, the time of the last ack moves
+    assert seqs(info(js)) == ((3, 3), (0, 0))
+    assert times(js)[0] == delivered and span.holds(acked := times(js)[1])
+
+    js.clock.advance(0.01)
+    span = Span(js)
+    msgs[0].nak()  # a plain nak is no delivery...
+    assert times(js) == (delivered, acked)
+    msgs[2].in_progress()  # ...in_progress counts as one
+    delivered = times(js)[0]
+    assert span.holds(delivered) and times(js)[1] == acked
+
+    js.clock.advance(0.01)
+    span = Span(js)
+    (again,) = sub.fetch(1)  # the nak'd message again
+    assert meta(again)[1:4] == (1, 4, 2)
+    assert span.holds(delivered := times(js)[0])
+
+    js.clock.advance(0.01)
+    span = Span(js)
+    again.term()  # term is an ack too; the floor moves over 1 and 2
+    assert seqs(info(js)) == ((4, 3), (2, 2))
+    assert times(js)[0] == delivered and span.holds(times(js)[1])
+
+
+def test_times_with_ack_none_and_ack_all(js):
+    add_stream(js)
+    none = consumer(js, "N", ack_policy=AckPolicy.NONE)
+    span = Span(js)
+    none.fetch(2)  # the floor follows delivery, yet nothing was acked
+    assert seqs(info(js, "N")) == ((2, 2), (2, 2))
+    delivered, acked = times(js, "N")
+    assert span.holds(delivered) and acked is None
+
+    every = consumer(js, "A", ack_policy=AckPolicy.ALL)
+    msgs = every.fetch(3)
+    span = Span(js)
+    msgs[1].ack()
+    acked = times(js, "A")[1]
+    assert span.holds(acked)
+    js.clock.advance(0.01)
+    msgs[0].ack()  # below the floor: ignored, the time stays
+    assert times(js, "A")[1] == acked
 
 
 # ---------------------------------------------------------------- max_ack_pending
@@ -698,6 +790,8 @@ def test_purge_moves_consumers(js, purge, expected, next_for_d):
         i = info(js, name)
         assert seqs(i) == (delivered, floor), name
         assert (i.num_ack_pending, i.num_pending) == (ack_pending, pending), name
+        # A pending delivery the purge settles counts as acked (F and G had one each; D acked before).
+        assert (i.ack_floor.last_active is not None) == (name == "D" or ack_pending == 0), name
     if next_for_d:
         assert [m.metadata.sequence.stream for m in d.fetch(10)] == next_for_d
     else:
@@ -709,10 +803,12 @@ def test_deleted_and_evicted_pending_messages_leave_pending(js):
     sub = consumer(js)
     sub.fetch(3)  # 1, 2, 3 pending
     read = lambda: (seqs(info(js)), counts(info(js)))  # noqa: E731
+    assert info(js).ack_floor.last_active is None
 
-    # A deleted pending message leaves pending as if termed.
+    # A deleted pending message leaves pending as if termed (an ack, with its time).
     js.delete_msg("S", 2)
     eventually(js, read, (((3, 3), (0, 0)), (2, 0, 4, 0)))
+    eventually(js, lambda: info(js).ack_floor.last_active is not None, True)
     js.delete_msg("S", 1)
     eventually(js, read, (((3, 3), (2, 2)), (1, 0, 4, 0)))
     # A deleted undelivered message just leaves num_pending.

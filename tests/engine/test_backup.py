@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import jetspark
 from jetspark.engine import storage
 from jetspark.errors import BackupError, BadRequestError, CorruptBackupError, MsgNotFoundError, ServerError, StreamNotFoundError
+from tests.conftest import FakeClock
 from tests.engine.conftest import shm_dir
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -67,7 +68,10 @@ def small_blocks(monkeypatch):
 
 @pytest.mark.parametrize("storage_kind", ["file", "memory"])
 def test_a_restored_stream_is_the_same_stream(tmp_path, store, small_blocks, storage_kind):
-    with jetspark.connect(store) as js, jetspark.connect(tmp_path / "other") as other:
+    # One clock for both stores: the two consumers' next deliveries (below) happen at the same
+    # time, so their delivered.last_active match too.
+    clock = FakeClock()
+    with jetspark.connect(store, clock=clock) as js, jetspark.connect(tmp_path / "other", clock=clock) as other:
         try:
             fill(js, storage_kind=storage_kind)
             before, state = view(js, "S"), js.stream_info("S").state
