@@ -134,15 +134,13 @@ def register(spark) -> None:
     _register(spark)
 
 
-def local_session(app_name: str = "jetspark", master: str = "local[2]", *, jvm_started=None, **conf):
+def local_session(app_name: str = "jetspark", master: str = "local[2]", **conf):
     """A local SparkSession set up for jetspark, with ``format("jetstream")`` registered.
 
-    ``conf``: Spark settings on top of jetspark's (``**{"spark.ui.enabled": "true"}``).
-    ``jvm_started``: called once Spark's JVM runs, before the session is made in it; what
-    it raises gives up the session and leaves no JVM behind (jetspark/connector/session.py)."""
+    ``conf``: Spark settings on top of jetspark's (``**{"spark.ui.enabled": "true"}``)."""
     from jetspark.connector.session import local_session as _local_session
 
-    return _local_session(app_name, master, jvm_started=jvm_started, **conf)
+    return _local_session(app_name, master, **conf)
 
 
 _SERVER_SCHEMES = ("nats://", "tls://", "ws://", "wss://")

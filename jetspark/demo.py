@@ -164,6 +164,8 @@ def _start_spark(ctrl_c: "_CtrlC", interrupted: threading.Event):
     in place (cancel the jobs, raise KeyboardInterrupt).  An interrupted py4j call logs a
     traceback, so the root logger is silenced meanwhile (a real failure raises, and the
     demo prints it in one line); the demo's handler is put back afterwards."""
+    from jetspark.connector import session  # pyspark: loaded only when the demo runs
+
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.CRITICAL)
@@ -175,7 +177,7 @@ def _start_spark(ctrl_c: "_CtrlC", interrupted: threading.Event):
 
     try:
         with _quiet_jvm_startup():
-            return jetspark.local_session("jetspark-demo", jvm_started=jvm_started, **{"spark.ui.showConsoleProgress": "false"})
+            return session.local_session("jetspark-demo", jvm_started=jvm_started, **{"spark.ui.showConsoleProgress": "false"})
     finally:
         ctrl_c.immediate = False
         root.setLevel(level)

@@ -130,3 +130,14 @@ def test_ctrl_c_while_micro_batches_run(tmp_path):
     assert any(line.startswith("query reads EVENTS") for line in before)
     (done,) = [line for line in after if line.startswith("  rows processed")]
     assert int(re.search(r"in (\d+) micro-batches", done).group(1)) >= 1
+
+
+def test_the_pyspark_internals_the_demo_stops_early_with_are_there():
+    """jetspark/connector/session.py starts Spark's JVM alone first
+    (``SparkContext._ensure_initialized``, then checks ``SparkContext._gateway``) so that a
+    Ctrl-C during start-up need not wait for the whole session: private PySpark names, so
+    a PySpark that renames them fails here, by name, rather than in the demo."""
+    from pyspark import SparkContext
+
+    assert callable(getattr(SparkContext, "_ensure_initialized", None)), "pyspark.SparkContext._ensure_initialized is gone"
+    assert "_gateway" in vars(SparkContext), "pyspark.SparkContext._gateway is gone"

@@ -29,7 +29,7 @@ ALLOWED = {
     "jetspark.remote": SHARED,
     "jetspark.connector": ("jetspark",) + SHARED,
     "jetspark.cli": ("jetspark", "jetspark.demo") + SHARED,
-    "jetspark.demo": ("jetspark",) + SHARED,
+    "jetspark.demo": ("jetspark", "jetspark.connector") + SHARED,  # the demo is a Spark pipeline on the connector
     "jetspark.protocol": ("jetspark.api", "jetspark.errors"),
     "jetspark.api": ("jetspark.errors",),
     "jetspark.errors": (),
