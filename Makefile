@@ -17,6 +17,9 @@
 #   VENV=.venv           where the venv lives
 #   TESTS=tests          what pytest runs over
 #   PYTEST_ARGS=...      extra pytest arguments, e.g. PYTEST_ARGS='-x -m "not slow"'
+#   PYTEST_WORKERS=2     pytest processes for make test (pytest-xdist; 0: all in one process).
+#                        A module's tests run in one process, in order (--dist loadfile); each
+#                        process starts the session fixtures it needs (Spark, servers, cluster).
 #   DEMO_ARGS=...        arguments for the demo, e.g. DEMO_ARGS='--seconds 10 --rate 5000 --store DIR'
 #   BENCH_ARGS=...       arguments for each benchmark script, e.g. BENCH_ARGS=--quick
 
@@ -24,6 +27,7 @@ PYTHON ?= python3
 VENV ?= .venv
 TESTS ?= tests
 PYTEST_ARGS ?=
+PYTEST_WORKERS ?= 2
 DEMO_ARGS ?=
 BENCH_ARGS ?=
 # PySpark launches $JAVA_HOME/bin/java when JAVA_HOME is set and `java` from
@@ -59,7 +63,7 @@ demo-cluster: check-java $(STAMP)
 
 # pytest exits 5 when it collected no tests; that is a failure here, and says so.
 test: check-java $(STAMP) lint
-	$(VENV_PY) -m pytest $(PYTEST_ARGS) $(TESTS) || { status=$$?; \
+	$(VENV_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS) $(TESTS) || { status=$$?; \
 	  [ $$status -ne 5 ] || echo "make test: pytest collected no tests from '$(TESTS)' (exit 5); an empty run is a failure." >&2; \
 	  exit $$status; }
 
