@@ -47,18 +47,18 @@ class AsyncWriter:
         self.js = js
         self.pid = os.getpid()
         self.window = PublishWindow(limit)
-        self._queue: collections.deque = collections.deque()
+        self.queue: collections.deque = collections.deque()
         self._cond = threading.Condition()
         self._thread: Optional[threading.Thread] = None
         self._closing = False
 
     @property
     def queued(self) -> bool:
-        return bool(self._queue)
+        return bool(self.queue)
 
     def submit(self, subject: str, payload: bytes, headers: Optional[dict], fut: Future) -> None:
         with self._cond:
-            self._queue.append((subject, payload, headers, fut))
+            self.queue.append((subject, payload, headers, fut))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="jetspark-publish-async", daemon=False)
                 self._thread.start()
@@ -69,10 +69,10 @@ class AsyncWriter:
         mark_completing()
         while True:
             with self._cond:
-                if not self._queue:
+                if not self.queue:
                     if not self._closing:
                         self._cond.wait(LINGER)
-                    if not self._queue:
+                    if not self.queue:
                         self._thread = None
                         return
             try:
@@ -95,8 +95,8 @@ class AsyncWriter:
         while True:
             with js._lock:
                 with self._cond:
-                    n = min(len(self._queue), GROUP)
-                    items = [self._queue.popleft() for _ in range(n)]
+                    n = min(len(self.queue), GROUP)
+                    items = [self.queue.popleft() for _ in range(n)]
                 if not items:
                     return
                 try:
@@ -108,7 +108,7 @@ class AsyncWriter:
 
     def _fail_queued(self, exc: BaseException) -> None:
         with self._cond:
-            items, self._queue = list(self._queue), collections.deque()
+            items, self.queue = list(self.queue), collections.deque()
         settle_all((item[3], exc) for item in items)
 
     def _store(self, items: list) -> list:

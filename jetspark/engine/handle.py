@@ -25,6 +25,7 @@ cannot be created again; nothing of it is removed but by ``delete_stream``.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import logging
@@ -150,7 +151,10 @@ class JetStream(HandleBase):
         self._gen_fd = os.open(self.path / "store.gen", os.O_RDWR)
         self._gen_mm = mmap.mmap(self._gen_fd, 8)
         self._streams: dict[str, Stream] = {}
-        self._acks: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        # Msg.ack() calls not applied yet, as the messages' metadata tuples (stream, consumer,
+        # stream seq, consumer seq, ...): a deque, because appending and popping are atomic, so
+        # callback threads ack without a lock and a flush in another thread loses none.
+        self._acks: collections.deque = collections.deque()
         self._broken: dict[str, StoreError] = {}
         self._gen = -1
         self._routes: dict[str, Optional[Stream]] = {}
@@ -667,12 +671,19 @@ class JetStream(HandleBase):
             if headers is not None or stream is not None:
                 headers = V.publish_headers(headers, stream)
             if type(subject) is not str or subject not in self._routes:
-                V.publish_subject(subject)
-            self._drain_async()
+                V.publish_subject(subject)  # before anything queued is stored: a refused call does nothing
+            pub = self._async_pub
+            if pub is not None and pub.queue:  # (the attribute, not the property: the hot path)
+                self._drain_async()
             if self._acks:
                 self._flush_acks()
             self._sync_registry()
-            return self._store(self._publish_target(subject), subject, payload, headers)
+            st = self._routes.get(subject)
+            if st is None:
+                st = self._publish_target(subject)
+            if not headers:
+                return st.publish_plain(subject, payload)
+            return st.publish(subject, payload, H.encode(headers))
 
     def _drain_async(self) -> None:
         """Store what earlier publish_async calls of this process queued (caller holds the lock)."""
@@ -911,21 +922,22 @@ class JetStream(HandleBase):
                 return msgs, None, None, 0
 
     def _buffer_ack(self, meta: tuple) -> None:
-        with self._lock:  # a push subscription's callback thread acks too
-            key = (meta[0], meta[1])
-            buf = self._acks.setdefault(key, [])
-            buf.append((meta[2], meta[3]))
-            if len(buf) >= 8192:
-                self._flush_acks()
+        acks = self._acks
+        acks.append(meta)
+        if len(acks) >= 8192:
+            self._flush_acks()
 
     def _flush_acks(self) -> None:
         """Apply buffered Msg.ack() calls: one lock and one log record per consumer."""
         if not self._acks:
             return
         with self._lock:
-            acks, self._acks = self._acks, {}
+            acks, by_consumer = self._acks, {}
+            for _ in range(len(acks)):  # those there now; later ones wait for the next flush
+                meta = acks.popleft()
+                by_consumer.setdefault((meta[0], meta[1]), []).append((meta[2], meta[3]))
             self._sync_registry()
-            for (stream, consumer), items in acks.items():
+            for (stream, consumer), items in by_consumer.items():
                 st = self._streams.get(stream)
                 if st is None:
                     continue
