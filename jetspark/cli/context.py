@@ -21,6 +21,7 @@ import click
 
 import jetspark
 from jetspark.cli import context_files
+from jetspark.connect_options import redact_url
 from jetspark.errors import APIError, ConsumerNotFoundError, JetSparkError, StreamNotFoundError
 
 __all__ = ["DEFAULT_STORE", "Group", "State", "describe_error", "pass_state"]
@@ -105,7 +106,7 @@ class State:
                     f"{self.origin} is a NATS server: this command runs on the embedded engine; choose a directory with --store PATH (or a store's context)"
                 )
             raise click.ClickException(
-                f"--server {self.server}: this command runs on the embedded engine; drop --server (and choose a directory with --store PATH or JETSPARK_STORE)"
+                f"--server {redact_url(self.server)}: this command runs on the embedded engine; drop --server (and choose a directory with --store PATH or JETSPARK_STORE)"
             )
 
     def close(self) -> None:

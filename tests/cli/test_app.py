@@ -151,6 +151,9 @@ def test_server_runs_the_commands_on_a_real_nats_server(cli, nats_server):
     # The demo and the benchmarks run on the embedded engine only.
     r = cli("--server", url, "demo", code=1)
     assert "this command runs on the embedded engine" in r.stderr
+    # A password in the URL is not printed back.
+    r = cli("--server", url.replace("nats://", "nats://app:s3cret@"), "demo", code=1)
+    assert "this command runs on the embedded engine" in r.stderr and "s3cret" not in r.stderr
 
 
 def test_an_unreachable_server_is_one_clear_line(cli):
