@@ -9,7 +9,10 @@ requests outstanding on the server (jetspark.remote.live).  Here, written once:
   nats.go does (``PullMaxMessages``, ``PullMaxBytes``, ``PullExpiry``,
   ``PullThresholdMessages``, ``PullThresholdBytes``, ``PullHeartbeat``);
 - ``ConsumeContext``: ``consume(cb)``, one background thread taking messages
-  from a ``messages()`` iterator and calling ``cb`` on each, in order.
+  from a ``messages()`` iterator and calling ``cb`` on each, in order;
+- ``LivePulls``: ``messages``, ``consume`` and ``unsubscribe`` of both
+  ``PullSubscription`` classes, over their ``_messages(opts)`` and ``_settle_acks()``;
+- ``MessagesBase``: the iterator and context-manager protocol of both ``Messages``.
 
 This module imports neither backend (tests/test_imports.py).
 """
@@ -19,13 +22,14 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from jetspark import validate as V
 from jetspark.errors import JetSparkError
 
-__all__ = ["ConsumeContext", "PullOptions", "msg_size", "pull_options"]
+__all__ = ["ConsumeContext", "LivePulls", "MessagesBase", "PullOptions", "msg_size", "pull_options"]
 
 log = logging.getLogger("jetspark")
 
@@ -196,3 +200,83 @@ class ConsumeContext:
 
     def __repr__(self) -> str:
         return f"<ConsumeContext {self._name} {'closed' if self.closed else 'running'}>"
+
+
+class MessagesBase:
+    """What both backends' ``Messages`` do alike: iterate with ``next()``, and ``stop()`` on
+    leaving a ``with`` block.  A subclass has ``next(timeout)`` and ``stop()``."""
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.next()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+class LivePulls:
+    """``messages``, ``consume`` and ``unsubscribe`` of a pull subscription, written once
+    (their contracts: ``jetspark.backend.PullSubscriptionAPI``).  A backend's subscription
+    has ``stream`` and ``consumer`` and supplies ``_messages(opts)``, its ``Messages``
+    iterator for checked options, and ``_settle_acks()``, which applies the acks given so far."""
+
+    stream: str
+    consumer: str
+
+    def messages(
+        self,
+        max_messages: Optional[int] = None,
+        max_bytes: Optional[int] = None,
+        expires: Optional[float] = None,
+        threshold_messages: Optional[int] = None,
+        threshold_bytes: Optional[int] = None,
+        heartbeat: Optional[float] = None,
+    ):
+        it = self._messages(pull_options(max_messages, max_bytes, expires, threshold_messages, threshold_bytes, heartbeat))
+        self.__dict__.setdefault("_live", weakref.WeakSet()).add(it)  # for unsubscribe
+        return it
+
+    def consume(
+        self,
+        cb: Callable[[Any], Any],
+        max_messages: Optional[int] = None,
+        max_bytes: Optional[int] = None,
+        expires: Optional[float] = None,
+        threshold_messages: Optional[int] = None,
+        threshold_bytes: Optional[int] = None,
+        heartbeat: Optional[float] = None,
+        error_cb: Optional[Callable[[BaseException], Any]] = None,
+    ) -> ConsumeContext:
+        it = self.messages(max_messages, max_bytes, expires, threshold_messages, threshold_bytes, heartbeat)
+        try:
+            return ConsumeContext(it, cb, error_cb, f"{self.stream} > {self.consumer}")
+        except BaseException:
+            it.stop()
+            raise
+
+    def unsubscribe(self) -> None:
+        for it in list(self.__dict__.get("_live", ())):
+            it.stop()
+        self._settle_acks()
+
+    def _messages(self, opts: PullOptions):
+        raise NotImplementedError
+
+    def _settle_acks(self) -> None:
+        raise NotImplementedError
+
+
+def _contract_docs() -> None:
+    """``help(sub.messages)`` shows the contract (jetspark.backend), as the handles' verbs do."""
+    from jetspark.backend import PullSubscriptionAPI
+
+    for name in ("messages", "consume", "unsubscribe"):
+        getattr(LivePulls, name).__doc__ = getattr(PullSubscriptionAPI, name).__doc__
+
+
+_contract_docs()

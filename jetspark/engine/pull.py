@@ -13,8 +13,7 @@ import collections
 import math
 import threading
 import time
-import weakref
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Optional
 
 from jetspark import validate as V
 from jetspark.api import MsgMetadata, SequencePair, ns_to_datetime
@@ -95,7 +94,7 @@ class Msg:
         return f"<Msg subject={self.subject!r} seq={self._meta[2]} data={self.data[:32]!r}>"
 
 
-class PullSubscription:
+class PullSubscription(live.LivePulls):
     """A pull consumer bound to a stream (nats-py ``JetStreamContext.PullSubscription``)."""
 
     # True: fetch takes for a push consumer's subscription (jetspark/engine/push.py's taker)
@@ -106,7 +105,6 @@ class PullSubscription:
         self._js = js
         self.stream = stream
         self.consumer = consumer
-        self._live: "weakref.WeakSet[Messages]" = weakref.WeakSet()
 
     def fetch(
         self, batch: int = 1, timeout: Optional[float] = 5.0, heartbeat: Optional[float] = None, no_wait: bool = False, max_bytes: Optional[int] = None
@@ -124,49 +122,18 @@ class PullSubscription:
             raise FetchTimeoutError(f"no message from consumer {self.consumer!r} of stream {self.stream!r} within {timeout} s")
         return msgs
 
-    def messages(
-        self,
-        max_messages: Optional[int] = None,
-        max_bytes: Optional[int] = None,
-        expires: Optional[float] = None,
-        threshold_messages: Optional[int] = None,
-        threshold_bytes: Optional[int] = None,
-        heartbeat: Optional[float] = None,
-    ) -> "Messages":
-        opts = live.pull_options(max_messages, max_bytes, expires, threshold_messages, threshold_bytes, heartbeat)
+    def _messages(self, opts: live.PullOptions) -> "Messages":
         self._js._check()
-        it = Messages(self, opts)
-        self._live.add(it)
-        return it
-
-    def consume(
-        self,
-        cb: Callable[[Msg], Any],
-        max_messages: Optional[int] = None,
-        max_bytes: Optional[int] = None,
-        expires: Optional[float] = None,
-        threshold_messages: Optional[int] = None,
-        threshold_bytes: Optional[int] = None,
-        heartbeat: Optional[float] = None,
-        error_cb: Optional[Callable[[BaseException], Any]] = None,
-    ) -> live.ConsumeContext:
-        it = self.messages(max_messages, max_bytes, expires, threshold_messages, threshold_bytes, heartbeat)
-        try:
-            return live.ConsumeContext(it, cb, error_cb, f"{self.stream} > {self.consumer}")
-        except BaseException:
-            it.stop()
-            raise
+        return Messages(self, opts)
 
     def consumer_info(self):
         return self._js.consumer_info(self.stream, self.consumer)
 
-    def unsubscribe(self) -> None:
-        for it in list(self._live):
-            it.stop()
+    def _settle_acks(self) -> None:
         self._js._flush_acks()
 
 
-class Messages:
+class Messages(live.MessagesBase):
     """``PullSubscription.messages()`` on the engine: a buffer of delivered messages, topped
     up with a fetch of what is missing each time it holds fewer than the threshold (checked
     at every ``next``, as nats.go does), and a fetch that waits for the stream's wake-up when
@@ -184,12 +151,6 @@ class Messages:
         self._error: Optional[BaseException] = None  # a final error met while messages were buffered
         self._lock = threading.Lock()
         self._interrupt = wakeup.Interrupt()
-
-    def __iter__(self) -> "Messages":
-        return self
-
-    def __next__(self) -> Msg:
-        return self.next()
 
     def next(self, timeout: Optional[float] = None) -> Msg:
         deadline = math.inf if timeout is None else time.monotonic() + V.timeout(timeout)
@@ -262,12 +223,6 @@ class Messages:
             if self._state == _OPEN:
                 self._state = _DRAINING
                 self._interrupt.set()
-
-    def __enter__(self) -> "Messages":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
     def __del__(self) -> None:
         try:

@@ -70,7 +70,7 @@ class _Failure:
         self.final = final
 
 
-class Messages:
+class Messages(live.MessagesBase):
     """A continuous pull on a server (see the module docstring and ``jetspark.backend.MessagesAPI``)."""
 
     def __init__(self, sub, opts: live.PullOptions, msg_class: type) -> None:
@@ -197,12 +197,6 @@ class Messages:
 
     # ------------------------------------------------------------------ the caller's side
 
-    def __iter__(self) -> "Messages":
-        return self
-
-    def __next__(self) -> Any:
-        return self.next()
-
     def next(self, timeout: Optional[float] = None) -> Any:
         deadline = math.inf if timeout is None else time.monotonic() + V.timeout(timeout)
         started = time.monotonic()
@@ -278,12 +272,6 @@ class Messages:
                 self._state = _DRAINING
                 self._unsubscribe()  # what already came is handed out; nothing more is asked
                 self._cond.notify_all()
-
-    def __enter__(self) -> "Messages":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
     def __del__(self) -> None:
         try:

@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import weakref
-from typing import Any, Callable, Optional
+from typing import Optional
 
 from jetspark import validate as V
 from jetspark.api import ConsumerInfo, MsgMetadata, SequencePair, ns_to_datetime
@@ -113,14 +112,13 @@ class Msg:
         return f"<Msg subject={self.subject!r} seq={seq} data={self.data[:32]!r}>"
 
 
-class PullSubscription:
+class PullSubscription(live.LivePulls):
     """A pull consumer bound to a stream (nats-py ``JetStreamContext.PullSubscription``, synchronous)."""
 
     def __init__(self, session: Session, stream: str, consumer: str) -> None:
         self._session = session
         self.stream = stream
         self.consumer = consumer
-        self._live: "weakref.WeakSet[Messages]" = weakref.WeakSet()
 
     def fetch(
         self, batch: int = 1, timeout: Optional[float] = 5.0, heartbeat: Optional[float] = None, no_wait: bool = False, max_bytes: Optional[int] = None
@@ -198,44 +196,12 @@ class PullSubscription:
         finally:
             await inbox.close()
 
-    def messages(
-        self,
-        max_messages: Optional[int] = None,
-        max_bytes: Optional[int] = None,
-        expires: Optional[float] = None,
-        threshold_messages: Optional[int] = None,
-        threshold_bytes: Optional[int] = None,
-        heartbeat: Optional[float] = None,
-    ) -> Messages:
-        opts = live.pull_options(max_messages, max_bytes, expires, threshold_messages, threshold_bytes, heartbeat)
-        it = Messages(self, opts, Msg)
-        self._live.add(it)
-        return it
-
-    def consume(
-        self,
-        cb: Callable[[Msg], Any],
-        max_messages: Optional[int] = None,
-        max_bytes: Optional[int] = None,
-        expires: Optional[float] = None,
-        threshold_messages: Optional[int] = None,
-        threshold_bytes: Optional[int] = None,
-        heartbeat: Optional[float] = None,
-        error_cb: Optional[Callable[[BaseException], Any]] = None,
-    ) -> live.ConsumeContext:
-        it = self.messages(max_messages, max_bytes, expires, threshold_messages, threshold_bytes, heartbeat)
-        try:
-            return live.ConsumeContext(it, cb, error_cb, f"{self.stream} > {self.consumer}")
-        except BaseException:
-            it.stop()
-            raise
+    def _messages(self, opts: live.PullOptions) -> Messages:
+        return Messages(self, opts, Msg)
 
     def consumer_info(self) -> ConsumerInfo:
         return self._session.run_retrying(lambda: jsapi.consumer_info(self._session, self.stream, self.consumer), what=f"consumer_info {self.consumer!r}")
 
-    def unsubscribe(self) -> None:
-        """Stop this subscription's continuous pulls and settle outstanding acks (a fetch has
-        no standing subscription: each has its own inbox)."""
-        for it in list(self._live):
-            it.stop()
+    def _settle_acks(self) -> None:
+        # (a fetch has no standing subscription to end: each has its own inbox)
         self._session.settle_acks()
