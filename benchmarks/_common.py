@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -76,6 +77,25 @@ def spread(vals: list[float], unit: str = "", fmt: Callable[[float], str] = shor
 def verdict(checks: list[tuple[bool, str]]) -> str:
     failed = [why for ok, why in checks if not ok]
     return "PASS" if not failed else "FAIL (" + "; ".join(failed) + ")"
+
+
+def chosen_rows(parser, only: str, sections) -> list[str]:
+    """The rows ``--only`` names, in its order; an unknown one is a usage error naming the choices."""
+    rows = [s.strip() for s in only.split(",") if s.strip()]
+    unknown = sorted(set(rows) - set(sections))
+    if unknown:
+        parser.error(f"--only: unknown rows {unknown}; choose from {', '.join(sections)}")
+    return rows
+
+
+def exit_on_sigterm() -> None:
+    """A SIGTERM (a CI timeout, kill) ends the script through its ``finally`` blocks, so
+    servers it started are stopped and its temporary directories removed."""
+
+    def on_term(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
 
 
 def run_rows(sections: list[tuple[str, str, Callable[[], list[Row]]]], only: set[str], rows: list[Row]) -> int:

@@ -32,7 +32,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -49,7 +48,7 @@ if str(ROOT) not in sys.path:
 import _common as be  # noqa: E402  (the table helpers every benchmark shares)
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
-from _common import Row, rate, spread, verdict  # noqa: E402
+from _common import Row, chosen_rows, exit_on_sigterm, rate, spread, verdict  # noqa: E402
 from pyspark.sql.datasource import (  # noqa: E402
     DataSource,
     DataSourceReader,
@@ -719,16 +718,10 @@ def main(argv=None) -> int:
     parser.add_argument("--dir", type=Path, default=None, help="where the temporary store and checkpoints go (default: the system temp dir)")
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated rows to run, e.g. --only 1,3 (default: all)")
     args = parser.parse_args(argv)
-    only = [s.strip() for s in args.only.split(",") if s.strip()]
-    unknown = sorted(set(only) - set(SECTIONS))
-    if unknown:
-        parser.error(f"--only: unknown rows {unknown}; choose from {', '.join(SECTIONS)}")
+    only = chosen_rows(parser, args.only, SECTIONS)
     sizes = QUICK if args.quick else FULL
 
-    def on_term(signum, frame):
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_term)
+    exit_on_sigterm()
     rows: list[Row] = []
     errors = 0
     base = None

@@ -61,6 +61,8 @@ from _common import (  # noqa: E402  (the helpers every benchmark shares)
     SUBJECTS_PER_TABLE,
     NatsServer,
     Row,
+    chosen_rows,
+    exit_on_sigterm,
     log,
     machine_info,
     message_table,
@@ -983,10 +985,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dir", type=Path, default=None, help="where the temporary store and nats-server data go (default: the system temp dir)")
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated rows to run, e.g. --only 1,3 (default: all)")
     args = parser.parse_args(argv)
-    only = [s.strip() for s in args.only.split(",") if s.strip()]
-    unknown = sorted(set(only) - set(SECTIONS))
-    if unknown:
-        parser.error(f"--only: unknown rows {unknown}; choose from {', '.join(SECTIONS)}")
+    only = chosen_rows(parser, args.only, SECTIONS)
     sizes = QUICK if args.quick else FULL
 
     # Before anything else grows this process (see RssChild).
@@ -994,10 +993,7 @@ def main(argv=None) -> int:
     base = None
     bench = None
 
-    def on_term(signum, frame):
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_term)
+    exit_on_sigterm()
     rows: list[Row] = []
     errors = 0
     try:

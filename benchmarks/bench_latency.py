@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, NatsServer, Row, log, machine_info, print_table, run_rows, spread, verdict  # noqa: E402
+from _common import ROOT, NatsServer, Row, chosen_rows, exit_on_sigterm, log, machine_info, print_table, run_rows, spread, verdict  # noqa: E402
 
 WARMUP = 20
 STAMP = struct.Struct("<q")
@@ -260,16 +260,10 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated rows to run, e.g. --only 1,3 (default: all)")
     parser.add_argument("--interval", type=float, default=2.0, help="milliseconds between two publishes (default 2)")
     args = parser.parse_args(argv)
-    only = {s.strip() for s in args.only.split(",") if s.strip()}
-    unknown = sorted(only - set(SECTIONS))
-    if unknown:
-        parser.error(f"--only: unknown rows {unknown}; choose from {', '.join(SECTIONS)}")
+    only = set(chosen_rows(parser, args.only, SECTIONS))
     sizes = QUICK if args.quick else FULL
 
-    def on_term(signum, frame):
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_term)
+    exit_on_sigterm()
     base = bench = None
     rows: list[Row] = []
     errors = 0

@@ -40,7 +40,6 @@ import asyncio
 import gc
 import os
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -53,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as be  # noqa: E402  (the table, machine header, data and nats-server helpers every benchmark shares)
 import nats  # noqa: E402
 import pyarrow as pa  # noqa: E402
-from _common import Row, log, rate, spread, verdict  # noqa: E402
+from _common import Row, chosen_rows, exit_on_sigterm, log, rate, spread, verdict  # noqa: E402
 
 import jetspark  # noqa: E402
 
@@ -341,16 +340,10 @@ def main(argv=None) -> int:
         "--only", default=",".join(SECTIONS), help="comma-separated rows to run (1: range read, 2: batch append, 3: work-queue read, 4: publish_async)"
     )
     args = parser.parse_args(argv)
-    only = [x.strip() for x in args.only.split(",") if x.strip()]
-    unknown = sorted(set(only) - set(SECTIONS))
-    if unknown:
-        parser.error(f"--only: unknown rows {unknown}; choose from {', '.join(SECTIONS)}")
+    only = chosen_rows(parser, args.only, SECTIONS)
     sizes = QUICK if args.quick else FULL
 
-    def on_term(signum, frame):
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_term)
+    exit_on_sigterm()
     if args.dir is not None:
         args.dir.mkdir(parents=True, exist_ok=True)
     base = Path(tempfile.mkdtemp(prefix="jetspark-bench-remote-", dir=args.dir))

@@ -8,6 +8,7 @@ SIGBUS fails the test with the signal's name instead of taking the test run down
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 import jetspark
-from jetspark.errors import StoreFullError
+from jetspark.errors import BackupError, FetchTimeoutError, StoreFullError
 from tests.conftest import FakeClock
 
 pytestmark = pytest.mark.slow
@@ -216,3 +217,67 @@ def test_a_new_stream_on_a_full_disk_is_refused_and_leaves_the_store_usable(tiny
     name = f"AFTER{uuid.uuid4().hex[:6]}"
     js.add_stream(name=name, subjects=["after.>"])
     assert js.publish("after.x", b"ok").seq == 1
+
+
+def test_a_backup_onto_a_full_disk_fails_whole_and_leaves_nothing(tiny_disk, tmp_path):
+    """A backup whose target disk fills: a typed error, no directory at the target and no
+    hidden leftover beside it; the same backup then succeeds once there is room."""
+    js = jetspark.connect(tmp_path / "store")
+    js.add_stream(name="S", subjects=["s.>"])
+    js.publish_batch(pa.table({"subject": ["s.x"] * 4000, "data": [b"p" * 1000] * 4000}), stream="S")
+    tiny_disk.fill(keep=1 << 20)  # room for a quarter of the stream's 4 MB
+    with pytest.raises((BackupError, StoreFullError)) as err:
+        js.backup_stream("S", tiny_disk / "bk")
+    assert "bk" in str(err.value) and "space" in str(err.value).lower(), str(err.value)  # names the target, says why
+    assert [n for n in os.listdir(str(tiny_disk)) if n != "filler"] == []
+    tiny_disk.free()
+    assert js.backup_stream("S", tiny_disk / "bk").state.messages == 4000
+    js.close()
+
+
+def test_a_restore_into_a_full_store_leaves_no_stream(tiny_disk, tmp_path):
+    """A restore whose store disk fills: a typed error, no stream (nor a half one in the
+    store's directory), and the store goes on working; with room, the restore succeeds."""
+    with jetspark.connect(tmp_path / "src") as src:
+        src.add_stream(name="S", subjects=["s.>"])
+        src.publish_batch(pa.table({"subject": ["s.x"] * 4000, "data": [b"p" * 1000] * 4000}), stream="S")
+        src.backup_stream("S", tmp_path / "bk")
+    js = jetspark.connect(tiny_disk / "store")
+    js.add_stream(name="OTHER", subjects=["o.>"])
+    before = sorted(os.listdir(tiny_disk / "store"))
+    tiny_disk.fill(keep=1 << 20)
+    with pytest.raises((BackupError, StoreFullError)):
+        js.restore_stream(tmp_path / "bk")
+    assert js.stream_names() == ["OTHER"]
+    assert sorted(os.listdir(tiny_disk / "store")) == before
+    tiny_disk.free()
+    assert js.restore_stream(tmp_path / "bk").state.messages == 4000
+    assert js.publish("o.x", b"still here").seq == 1
+    js.close()
+
+
+def test_a_stream_opens_and_waits_when_its_notify_file_cannot_be_made(tiny_disk):
+    """The wake-up file (jetspark/engine/wakeup.py) of a store made before it existed, on a
+    full disk: the stream still opens and serves, and a waiting fetch polls instead."""
+    store = tiny_disk / "store"
+    with jetspark.connect(store) as js:
+        js.add_stream(name="S", subjects=["s.>"])
+        js.publish("s.x", b"one")
+        js.add_consumer("S", durable_name="C")
+    for notify in store.rglob("notify"):
+        notify.unlink()
+    tiny_disk.fill(keep=0)
+    js = jetspark.connect(store)
+    sub = js.pull_subscribe_bind("C", stream="S")
+    assert [m.data for m in sub.fetch(1, timeout=5)] == [b"one"]
+    # The disk refused its page: at most an empty file, which nobody maps (a later open
+    # with room makes it whole).
+    assert all(p.stat().st_size == 0 for p in store.rglob("notify"))
+    with pytest.raises(FetchTimeoutError):
+        sub.fetch(1, timeout=0.2)  # waits (polling), then the usual timeout
+    js.close()
+    tiny_disk.free()
+    with jetspark.connect(store) as js:
+        js.publish("s.x", b"two")
+        assert [m.data for m in js.pull_subscribe_bind("C", stream="S").fetch(1, timeout=5)] == [b"two"]
+    assert all(p.stat().st_size == 16 for p in store.rglob("notify"))
