@@ -157,3 +157,37 @@ def test_publish_batch_with_msg_ids_through_a_leader_kill(cluster, stream, caplo
             if S in js.stream_names():
                 js.delete_stream(S)
         cluster.restart(leader)
+
+
+def test_publish_async_through_a_leader_kill(cluster, stream):
+    """publish_async while the stream's leader is killed: every future ends (a PubAck, or
+    the typed error of a message the leader did not answer), none hangs, and publishing
+    the failed ones again with their msg ids stores each message exactly once."""
+    from jetspark.errors import JetSparkError
+
+    n = 1000
+    leader = cluster.stream_leader(S)
+    headers = [{"Nats-Msg-Id": f"async-{q}"} for q in range(2 * n)]
+    try:
+        with jetspark.connect(cluster.url, **FAST) as js:
+            first = [js.publish_async(f"el.{q % 3}", b"a%d" % q, headers=headers[q]) for q in range(n)]
+            js.publish_async_completed(timeout=60)
+            assert all(f.result().seq > 300 for f in first)
+            cluster.kill(leader)
+            second = [js.publish_async(f"el.{q % 3}", b"a%d" % q, headers=headers[q]) for q in range(n, 2 * n)]
+            js.publish_async_completed(timeout=60)  # raises if any future is still open
+            failed = []
+            for q, f in zip(range(n, 2 * n), second):
+                err = f.exception()
+                if err is not None:
+                    assert isinstance(err, JetSparkError), repr(err)  # typed, as publish raises
+                    failed.append(q)
+            for q in failed:  # publish retries through the election; the msg id keeps it single
+                js.publish(f"el.{q % 3}", b"a%d" % q, headers=headers[q])
+            stored_data = [data for _, _, data in got(js.read_batches(S, 301))]
+        assert sorted(stored_data) == sorted(b"a%d" % q for q in range(2 * n))  # each once
+    finally:
+        with jetspark.connect(cluster.url, timeout=TIMEOUT) as js:
+            if S in js.stream_names():
+                js.delete_stream(S)
+        cluster.restart(leader)
