@@ -21,7 +21,12 @@ a nats-py release changes those internals.
 
 ``Client`` also keeps each header block as received next to nats-py's parsed
 dict (``RawHeaders``, an override of the private ``_process_headers``), so
-repeated keys and exact sizes survive on the public path too.
+repeated keys and exact sizes survive on the public path too
+(``raw_header_block``).
+
+``subscription_consumer`` reads which consumer a nats-py push subscription is on
+(private ``_consumer``: nats-py makes an ordered consumer again after a gap and
+records its new name only there); tests/remote/test_fastpath.py checks it.
 """
 
 from __future__ import annotations
@@ -34,7 +39,18 @@ from nats.aio.client import Client as _NATS
 
 from jetspark.protocol import headers as H
 
-__all__ = ["RAW_DELIVERY", "RAW_WRITES", "Client", "RawHeaders", "RawInbox", "raw_writer", "status_of", "subscribe_raw"]
+__all__ = [
+    "RAW_DELIVERY",
+    "RAW_WRITES",
+    "Client",
+    "RawHeaders",
+    "RawInbox",
+    "raw_header_block",
+    "raw_writer",
+    "status_of",
+    "subscribe_raw",
+    "subscription_consumer",
+]
 
 RawHandler = Callable[[bytes, bytes, bytes, Optional[bytes]], None]
 
@@ -119,7 +135,7 @@ async def subscribe_raw(nc, subject: str, handler: RawHandler, *, public: bool =
         await sub.unsubscribe()  # not keyed as expected: the public path
 
     async def deliver(msg) -> None:
-        handler(msg.subject.encode(), (msg.reply or "").encode(), msg.data, _raw_header_block(msg.headers))
+        handler(msg.subject.encode(), (msg.reply or "").encode(), msg.data, raw_header_block(msg.headers))
 
     sub = await nc.subscribe(subject, cb=deliver, pending_msgs_limit=0, pending_bytes_limit=0)
     return RawSubscription(nc, sub, False)
@@ -147,7 +163,7 @@ def status_of(headers: Optional[bytes]) -> Optional[tuple[bytes, bytes]]:
     return code, desc
 
 
-def _raw_header_block(hdrs) -> Optional[bytes]:
+def raw_header_block(hdrs) -> Optional[bytes]:
     """The header block of a nats-py ``Msg``: as received (``RawHeaders``), else rebuilt from the dict."""
     if not hdrs:
         return None
@@ -160,6 +176,12 @@ def _raw_header_block(hdrs) -> Optional[bytes]:
         head = f"NATS/1.0 {status} {hdrs.get('Description') or ''}".rstrip().encode() + b"\r\n"
         return head + (H.encode(rest)[10:] if rest else b"\r\n")
     return H.encode(rest)
+
+
+def subscription_consumer(psub) -> Optional[str]:
+    """The consumer a nats-py push subscription is on now (None if nats-py stops keeping it
+    where this looks: tests/remote/test_fastpath.py fails then)."""
+    return getattr(psub, "_consumer", None)
 
 
 class RawInbox:

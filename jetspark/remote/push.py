@@ -34,7 +34,7 @@ from jetspark.api import AckPolicy, ConsumerConfig, ConsumerInfo
 from jetspark.backend.push import Ended, PushBase, deliver, log
 from jetspark.errors import NextMsgTimeoutError
 from jetspark.protocol import headers as H
-from jetspark.remote.fastpath import _raw_header_block
+from jetspark.remote.fastpath import raw_header_block, subscription_consumer
 from jetspark.remote.pull import Msg
 from jetspark.remote.session import Session
 
@@ -84,10 +84,11 @@ class PushSubscription(PushBase):
     @property
     def consumer(self) -> str:
         # nats-py renames an ordered consumer's subscription when it makes the consumer again.
-        return getattr(getattr(self, "_psub", None), "_consumer", None) or self._consumer
+        psub = getattr(self, "_psub", None)
+        return (subscription_consumer(psub) if psub is not None else None) or self._consumer
 
     def _msg(self, m) -> Msg:
-        hdr = _raw_header_block(m.headers)
+        hdr = raw_header_block(m.headers)
         return Msg(self._acks, m.subject, m.data, H.decode(hdr) if hdr else None, m.reply or "")
 
     # ------------------------------------------------------------------ with a callback

@@ -114,3 +114,20 @@ def test_fetch_and_acks_on_the_public_path_match_the_hooks(js, name):
         assert js.consumer_info(s, "d").config.ack_policy == AckPolicy.EXPLICIT
     assert results[True] == results[False]
     assert results[False][1:] == (10, 5)
+
+
+def test_the_consumer_of_a_nats_py_push_subscription_is_where_subscription_consumer_reads_it(js, name):
+    """An ordered push subscription reports the consumer nats-py is on (jetspark/remote/push.py),
+    read from nats-py's private ``_consumer`` (fastpath.subscription_consumer)."""
+    stream = name()
+    js.add_stream(name=stream, subjects=[f"{stream}.>"])
+    js.publish(f"{stream}.a", b"x")
+    sub = js.subscribe(f"{stream}.>", ordered_consumer=True)
+    try:
+        assert sub.next_msg(timeout=5).data == b"x"
+        got = fastpath.subscription_consumer(sub._psub)
+        assert got is not None, "nats-py's PushSubscription no longer keeps _consumer: jetspark/remote/fastpath.py needs a look"
+        assert [c.name for c in js.consumers_info(stream)] == [got] == [sub.consumer]
+    finally:
+        sub.unsubscribe()
+        js.delete_stream(stream)
