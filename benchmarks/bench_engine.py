@@ -319,35 +319,26 @@ class Bench:
                 for off in range(0, count, window):
                     await asyncio.gather(*(njs.publish(subject, payload) for _ in range(min(window, count - off))))
 
-        def engine_rep(r: int, count: int) -> float:
-            stream = f"PUB{r}"
-            js.add_stream(name=stream, subjects=[f"pub{r}.>"])
-            subject = f"pub{r}.x"
+        def engine_rep(r: int, count: int, use_async: bool = False) -> float:
+            """js.publish in a loop (publish_async then publish_async_completed() with
+            ``use_async``) into a fresh stream; msgs/s, after checking all were stored."""
+            stream = f"{'APUB' if use_async else 'PUB'}{r}"
+            js.add_stream(name=stream, subjects=[f"{stream.lower()}.>"])
+            subject = f"{stream.lower()}.x"
             gc.collect()
             t = time.perf_counter()
-            for _ in range(count):
-                js.publish(subject, payload)
+            if use_async:
+                for _ in range(count):
+                    js.publish_async(subject, payload)
+                js.publish_async_completed()
+            else:
+                for _ in range(count):
+                    js.publish(subject, payload)
             dt = time.perf_counter() - t
             got = js.stream_info(stream).state.messages
             js.delete_stream(stream)
             if got != count:
-                raise AssertionError(f"engine stored {got} of {count} messages")
-            return count / dt
-
-        def engine_async_rep(r: int, count: int) -> float:
-            stream = f"APUB{r}"
-            js.add_stream(name=stream, subjects=[f"apub{r}.>"])
-            subject = f"apub{r}.x"
-            gc.collect()
-            t = time.perf_counter()
-            for _ in range(count):
-                js.publish_async(subject, payload)
-            js.publish_async_completed()
-            dt = time.perf_counter() - t
-            got = js.stream_info(stream).state.messages
-            js.delete_stream(stream)
-            if got != count:
-                raise AssertionError(f"engine stored {got} of {count} messages with publish_async")
+                raise AssertionError(f"engine stored {got} of {count} messages{' with publish_async' if use_async else ''}")
             return count / dt
 
         def anchor_rep(r: int, count: int) -> float:
@@ -367,13 +358,13 @@ class Bench:
         engine_rep(999, 2000)  # warm-up, not measured
         anchor_rep(999, 2000)
         if with_async:
-            engine_async_rep(999, 2000)
+            engine_rep(999, 2000, use_async=True)
         eng, anc, eng_async = [], [], []
         for r in range(reps):  # interleaved, so drift in machine load hits both sides alike
             eng.append(engine_rep(r, n))
             anc.append(anchor_rep(r, n))
             if with_async:
-                eng_async.append(engine_async_rep(r, n))
+                eng_async.append(engine_rep(r, n, use_async=True))
             log(
                 f"1 single publish {r + 1}/{reps}: engine {rate(eng[-1])}, anchor {rate(anc[-1])}"
                 + (f", engine publish_async {rate(eng_async[-1])}" if with_async else "")

@@ -195,10 +195,32 @@ class Bench:
             )
         ]  # fmt: skip
 
+    def anchor_publish_async(self, stream: str, subjects_filter: str, subjects: list, datas: list, count: int, ids: bool = False) -> float:
+        """The anchor of rows 2, 2b and 4: nats-py's own ``publish_async`` per message (with a
+        Nats-Msg-Id header with ``ids``), then ``publish_async_completed()``, into a fresh
+        stream; msgs/s, after checking every message was stored."""
+        njs = self.anchor.js
+
+        async def publish() -> None:
+            for i in range(count):
+                await njs.publish_async(subjects[i], datas[i], headers={"Nats-Msg-Id": f"id-{i}"} if ids else None)
+            await njs.publish_async_completed()
+
+        self.anchor.run(njs.add_stream(name=stream, subjects=[subjects_filter]))
+        gc.collect()
+        t0 = time.perf_counter()
+        self.anchor.run(publish())
+        dt = time.perf_counter() - t0
+        got = self.anchor.run(njs.stream_info(stream)).state.messages
+        self.anchor.run(njs.delete_stream(stream))
+        if got != count:
+            raise AssertionError(f"nats-py stored {got} of {count}")
+        return count / dt
+
     # ---- rows 2 and 2b ------------------------------------------------------------
 
     def row_publish(self) -> list[Row]:
-        s, js, njs = self.sizes, self.js, self.anchor.js
+        s, js = self.sizes, self.js
         n = s.publish_msgs
         table = be.message_table(n, "pub")
         with_ids = table.append_column("msg_id", pa.array([f"id-{i}" for i in range(n)], pa.string()))
@@ -221,34 +243,13 @@ class Bench:
                 raise AssertionError(f"stored {got} of {t.num_rows}")
             return t.num_rows / dt
 
-        async def anchor_publish(ids: bool) -> None:
-            if ids:
-                for i in range(n):
-                    await njs.publish_async(subjects[i], datas[i], headers={"Nats-Msg-Id": f"id-{i}"})
-            else:
-                for i in range(n):
-                    await njs.publish_async(subjects[i], datas[i])
-            await njs.publish_async_completed()
-
-        def anchor(ids: bool, r: int) -> float:
-            self.anchor.run(njs.add_stream(name=f"APUB{r}", subjects=["pub.>"]))
-            gc.collect()
-            t0 = time.perf_counter()
-            self.anchor.run(anchor_publish(ids))
-            dt = time.perf_counter() - t0
-            got = self.anchor.run(njs.stream_info(f"APUB{r}")).state.messages
-            self.anchor.run(njs.delete_stream(f"APUB{r}"))
-            if got != n:
-                raise AssertionError(f"nats-py stored {got} of {n}")
-            return n / dt
-
         rows = []
         for key, t, ids in (("2", table, False), ("2b", with_ids, True)):
             ours(t.slice(0, 5000), 99)  # warm-up
             mine, anc = [], []
             for r in range(s.publish_reps):
                 mine.append(ours(t, r))
-                anc.append(anchor(ids, r))
+                anc.append(self.anchor_publish_async(f"APUB{r}", "pub.>", subjects, datas, n, ids))
                 log(f"{key} batch append {r + 1}/{s.publish_reps}: jetspark {rate(mine[-1])}, nats-py publish_async {rate(anc[-1])}")
             m, a = statistics.median(mine), statistics.median(anc)
             name = "batch append: js.publish_batch(table, stream=)" + (" with msg_id" if ids else "")
@@ -267,7 +268,7 @@ class Bench:
     # ---- row 4 ------------------------------------------------------------------
 
     def row_publish_async(self) -> list[Row]:
-        s, js, njs = self.sizes, self.js, self.anchor.js
+        s, js = self.sizes, self.js
         n = s.publish_msgs
         table = be.message_table(n, "pa")
         subjects = table.column("subject").to_pylist()
@@ -290,29 +291,12 @@ class Bench:
                 raise AssertionError(f"stored {got} of {count}")
             return count / dt
 
-        async def anchor_publish(count: int) -> None:
-            for i in range(count):
-                await njs.publish_async(subjects[i], datas[i])
-            await njs.publish_async_completed()
-
-        def anchor(r: int, count: int) -> float:
-            self.anchor.run(njs.add_stream(name=f"APA{r}", subjects=["pa.>"]))
-            gc.collect()
-            t0 = time.perf_counter()
-            self.anchor.run(anchor_publish(count))
-            dt = time.perf_counter() - t0
-            got = self.anchor.run(njs.stream_info(f"APA{r}")).state.messages
-            self.anchor.run(njs.delete_stream(f"APA{r}"))
-            if got != count:
-                raise AssertionError(f"nats-py stored {got} of {count}")
-            return count / dt
-
         ours(99, 5000)  # warm-up
-        anchor(99, 5000)
+        self.anchor_publish_async("APA99", "pa.>", subjects, datas, 5000)
         mine, anc = [], []
         for r in range(s.publish_reps):
             mine.append(ours(r, n))
-            anc.append(anchor(r, n))
+            anc.append(self.anchor_publish_async(f"APA{r}", "pa.>", subjects, datas, n))
             log(f"4 publish_async {r + 1}/{s.publish_reps}: jetspark {rate(mine[-1])}, nats-py publish_async {rate(anc[-1])}")
         m, a = statistics.median(mine), statistics.median(anc)
         return [
