@@ -16,22 +16,17 @@ import threading
 import pytest
 
 from jetspark.errors import ConsumerNotFoundError, FetchTimeoutError, NotFoundError
-from tests.conftest import BACKENDS, JETSPARK_BACKENDS, _backend
 from tests.contract import consumer_support as cs
 from tests.contract.consumer_support import server_streams_removed  # noqa: F401  (autouse)
 
 GUARD = 30  # seconds: a hang guard, never a measurement
 
 
-@pytest.fixture(params=JETSPARK_BACKENDS)
-def backend(request, tmp_path):
-    yield from _backend(request, tmp_path)
-
-
-@pytest.fixture(params=BACKENDS)
-def any_backend(request, tmp_path):
-    """Every backend, the oracle (plain nats-py) included: for the verbs nats-py has."""
-    yield from _backend(request, tmp_path)
+@pytest.fixture
+def js(jetspark_backend):
+    """The backends with continuous pulls (nats-py has none; the oracle joins only
+    test_fetch_with_heartbeat, through tests/conftest.py's ``backend``)."""
+    return jetspark_backend
 
 
 def setup(js, n: int = 0, **consumer):
@@ -199,8 +194,8 @@ def test_deleting_the_stream_ends_consume_through_its_error_callback(js):
     assert len(errors) == 1 and isinstance(errors[0], NotFoundError), errors
 
 
-def test_fetch_with_heartbeat(any_backend):
-    js = any_backend
+def test_fetch_with_heartbeat(backend):
+    js = backend
     sub = setup(js, 2)
     assert [m.data for m in sub.fetch(5, timeout=1, heartbeat=0.1)] == [b"m1", b"m2"]
     with pytest.raises(FetchTimeoutError):  # on a server heartbeats came meanwhile: not a NoHeartbeatError
