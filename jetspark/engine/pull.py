@@ -97,10 +97,6 @@ class Msg:
 class PullSubscription(live.LivePulls):
     """A pull consumer bound to a stream (nats-py ``JetStreamContext.PullSubscription``)."""
 
-    # True: fetch takes for a push consumer's subscription (jetspark/engine/push.py's taker)
-    # instead of answering a pull request, which a push consumer refuses.
-    _push = False
-
     def __init__(self, js: "JetStream", stream: str, consumer: str) -> None:
         self._js = js
         self.stream = stream
@@ -117,7 +113,7 @@ class PullSubscription(live.LivePulls):
         """
         batch, timeout, no_wait, max_bytes = V.fetch_args(batch, timeout, no_wait, max_bytes)
         live.fetch_heartbeat(heartbeat, timeout)
-        msgs = self._js._fetch_wait(self.stream, self.consumer, batch, max_bytes or 0, 0.0 if no_wait else timeout, push=self._push)
+        msgs = self._js._fetch_wait(self.stream, self.consumer, batch, max_bytes or 0, 0.0 if no_wait else timeout)
         if not msgs:
             raise FetchTimeoutError(f"no message from consumer {self.consumer!r} of stream {self.stream!r} within {timeout} s")
         return msgs

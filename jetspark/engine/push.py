@@ -7,9 +7,10 @@ redeliveries after ``ack_wait`` or a nak, in the consumer's order), up to
 ``TAKE`` messages at a time, which the subscription then holds until it
 hands them out.  Every subscriber of one consumer (threads, or processes on
 the same store: a queue group) takes from the same consumer state, so each
-message goes to exactly one of them.  Waiting for new messages is
-``PullSubscription.fetch``'s wait, in slices of ``SLICE`` seconds so that
-``unsubscribe`` and ``drain`` are noticed.
+message goes to exactly one of them.  Waiting for new messages is the wait of
+a fetch (``JetStream._fetch_wait``: woken by a commit in any process,
+jetspark/engine/wakeup.py), which ``unsubscribe``, ``drain`` and the handle's
+``close`` end at once through the subscription's ``wakeup.Interrupt``.
 
 A subscription holds a binding on its consumer (bindings.py) while it
 lives: the consumer shows ``push_bound`` and is not removed for inactivity.
@@ -25,14 +26,16 @@ it took, as ADR-17 describes for a server's ordered consumer.
 from __future__ import annotations
 
 import collections
+import math
 import threading
 import time
 from typing import TYPE_CHECKING, Callable, Optional
 
 from jetspark.api import ConsumerConfig, ConsumerInfo, DeliverPolicy
 from jetspark.backend.push import Ended, PushBase, deliver, log
-from jetspark.engine.pull import Msg, PullSubscription
-from jetspark.errors import ClosedError, ConsumerNotFoundError, FetchTimeoutError, JetSparkError, NextMsgTimeoutError
+from jetspark.engine import wakeup
+from jetspark.engine.pull import Msg
+from jetspark.errors import ClosedError, ConsumerNotFoundError, JetSparkError, NextMsgTimeoutError
 
 if TYPE_CHECKING:
     from jetspark.engine.handle import JetStream
@@ -40,16 +43,8 @@ if TYPE_CHECKING:
 # Messages a subscription takes from its consumer at a time (a server pushes up to
 # max_ack_pending at once; fewer here spreads a queue group's messages wider).
 TAKE = 64
-# The longest a wait for messages goes without looking whether the subscription ended.
-SLICE = 0.1
 # A subscription's states: taking and handing out; handing out what it holds (drain); done.
 OPEN, DRAINING, CLOSED = "open", "draining", "closed"
-
-
-class _Taker(PullSubscription):
-    """``PullSubscription.fetch`` (its wait for new messages, jetspark/engine/wakeup.py) on a push consumer."""
-
-    _push = True
 
 
 class PushSubscription(PushBase):
@@ -60,7 +55,7 @@ class PushSubscription(PushBase):
     ) -> None:
         super().__init__(js, stream, info.name, cb, auto_ack, owned)
         self._ordered = ordered  # the ordered consumer's config, to make it again
-        self._taker = _Taker(js, stream, info.name)
+        self._interrupt = wakeup.Interrupt()  # ends a wait for messages when the subscription ends
         self._held: collections.deque[Msg] = collections.deque()
         self._taking = threading.Lock()  # one taker at a time (next_msg from several threads)
         self._finishing = threading.Lock()
@@ -76,20 +71,19 @@ class PushSubscription(PushBase):
     def _receive(self, timeout: Optional[float]) -> list[Msg]:
         """Messages from the consumer, waiting up to ``timeout`` (None: until some come or the
         subscription stops taking); [] when none came."""
-        deadline = None if timeout is None else _now() + timeout
+        deadline = math.inf if timeout is None else _now() + timeout
         while self._state is OPEN:
-            left = SLICE if deadline is None else min(SLICE, deadline - _now())
             try:
-                msgs = self._taker.fetch(TAKE, timeout=max(left, 0.0))
-            except FetchTimeoutError:
-                if deadline is not None and _now() >= deadline:
-                    return []
-                continue
+                msgs = self._js._fetch_wait(self.stream, self._consumer, TAKE, 0, max(deadline - _now(), 0.0), self._interrupt, push=True)
             except ConsumerNotFoundError:
                 if self._ordered is None:
                     raise
                 self._reset("its consumer is gone")
                 continue
+            if not msgs:
+                if _now() >= deadline:
+                    return []
+                continue  # interrupted: the loop looks at the state
             if self._ordered is not None:
                 msgs = self._in_order(msgs)
                 if not msgs:
@@ -127,7 +121,6 @@ class PushSubscription(PushBase):
             config = config.evolve(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=sseq + 1, opt_start_time=None)
         info = js.add_consumer(self.stream, config)
         self._consumer = info.name
-        self._taker = _Taker(js, self.stream, info.name)
         self._binding = js._bind(self.stream, info.name)
         self._last = (sseq, 0)
 
@@ -169,8 +162,9 @@ class PushSubscription(PushBase):
     # ------------------------------------------------------------------ ending
 
     def _end(self, drain: bool) -> None:
-        # Takes no more messages: a wait in progress notices within SLICE.
+        # Takes no more messages: a wait in progress ends now.
         self._state = DRAINING if drain else CLOSED
+        self._interrupt.set()
         if not drain:
             self._held.clear()  # as a client drops what the server pushed: redelivered after ack_wait
         if self._thread is not None:
@@ -199,9 +193,16 @@ class PushSubscription(PushBase):
         self._ended = True
         self._closing = True
         self._state = CLOSED
+        self._interrupt.set()
         self._held.clear()
         self._join_thread()
         self._finish()
+
+    def __del__(self) -> None:
+        try:
+            self._interrupt.close()
+        except Exception:
+            pass
 
 
 _now = time.monotonic

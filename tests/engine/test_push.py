@@ -96,7 +96,7 @@ def test_messages_ends_when_another_thread_unsubscribes(js):
     reader = threading.Thread(target=lambda: got.extend(m.data for m in sub.messages()))
     reader.start()
     js.publish("a.x", b"m1")
-    sub.unsubscribe()  # the reader's wait notices within push.SLICE
+    sub.unsubscribe()  # ends the reader's wait at once (its wakeup.Interrupt)
     reader.join(10)
     assert not reader.is_alive()
     assert got in ([], [b"m1"])  # taken before or after the unsubscribe: either way the loop ended
