@@ -723,18 +723,34 @@ class Consumer:
 
     # ------------------------------------------------------------------ stream events (under the lock)
 
-    def drop(self, seqs: np.ndarray, now: Optional[int] = None) -> None:
+    def drop(self, seqs: np.ndarray) -> list[int]:
         """Messages the stream removed: pending ones leave as if termed (docs/semantics.md §5.4),
-        which counts as an ack at ``now`` (the stream's clock if not given)."""
+        which counts as an ack now.  Under ack policy all that ack, as any, acknowledges every
+        delivery below it too (nats-server: the removal's processTerm is a processAckMsg), so
+        the floor moves to the highest of them.  Returns what the consumer released, for an
+        interest or work-queue stream to remove."""
         if not self.pending:
-            return
+            return []
         keys = np.fromiter(self.pending, dtype=np.int64, count=len(self.pending))
         hit = sorted(keys[np.isin(keys, seqs)].tolist())
-        for q in hit:
-            self._ack_explicit(q) if self.is_explicit else self.pending.pop(q, None)
+        if not hit:
+            return []
+        now = self.stream.clock()
+        released: list[int] = []
+        if self.config.ack_policy == AckPolicy.ALL:
+            released = self._ack_all(hit[-1], self.pending[hit[-1]][0], now)
+            hit = [q for q in hit if q in self.pending]  # (none: pending deliveries lie above the floor)
+            if self.redelivery_queue:
+                self.redelivery_queue = [q for q in self.redelivery_queue if q in self.pending]
+        else:
+            for q in hit:
+                self._ack_explicit(q)
         if hit:
-            self.acked_ns = self.stream.clock() if now is None else now
+            for q in hit:
+                self.pending.pop(q, None)
+            self.acked_ns = now
             self.write(DROP, [(q, 0, 0, 0) for q in hit])
+        return released
 
     def purged(self, start: int, wider: bool = False) -> None:
         """The stream purged what this consumer could see below ``start`` (consumer.go purge).

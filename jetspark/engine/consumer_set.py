@@ -375,10 +375,11 @@ class ConsumerSet:
         st.remove(seqs[~keep])
 
     def dropped(self, seqs: np.ndarray) -> None:
-        """The stream removed these: pending deliveries leave as if termed."""
-        for c in self.by_name.values():
-            if c.pending:
-                c.drop(seqs)
+        """The stream removed these: pending deliveries leave as if termed, and what such a
+        term acknowledged along (ack policy all) is released like any ack's."""
+        released = [q for c in list(self.by_name.values()) if c.pending for q in c.drop(seqs)]
+        if released:
+            self.release(released)
 
 
 def _renamed(exc: StoreError, tmp: Path, home: Path) -> StoreError:

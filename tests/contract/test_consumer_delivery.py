@@ -825,6 +825,23 @@ def test_deleted_and_evicted_pending_messages_leave_pending(js):
     assert [m.metadata.sequence.stream for m in sub.fetch(10)] == [6, 7, 8, 9, 10, 11, 12]
 
 
+def test_removed_pending_messages_under_ack_all_ack_everything_below(js):
+    # The term that a removed pending message counts as is an ack like any other: under ack
+    # policy all it acknowledges every delivery below it too, and the floor moves to it.
+    add_stream(js, max_msgs=7)
+    sub = consumer(js, ack_policy=AckPolicy.ALL)
+    assert [m.metadata.sequence.stream for m in sub.fetch(4)] == [1, 2, 3, 4]
+    read = lambda: (seqs(info(js)), counts(info(js)))  # noqa: E731
+    for _ in range(2):  # 8 and 9 evict 1 and 2
+        js.publish("a.1", b"x")
+    eventually(js, read, (((4, 4), (2, 2)), (2, 0, 5, 0)))
+    js.delete_msg("S", 4)  # the last delivery: it takes 3 along
+    eventually(js, read, (((4, 4), (4, 4)), (0, 0, 5, 0)))
+    assert [m.metadata.sequence.stream for m in sub.fetch(10)] == [5, 6, 7, 8, 9]
+    js.delete_msg("S", 6)
+    eventually(js, read, (((9, 9), (6, 6)), (3, 0, 0, 0)))
+
+
 # ---------------------------------------------------------------- fetch(max_bytes)
 
 # max_bytes -> messages one pull returns.  nats-server counts each delivery as

@@ -214,6 +214,21 @@ def test_interest_ack_all_releases_everything_below(js):
     assert state(js, "S") == (0, 5, 4, 1)
 
 
+def test_interest_removed_pending_message_under_ack_all_releases_what_is_below(js):
+    # A pending message the stream removes counts as termed, an ack: under ack policy all it
+    # acknowledges the deliveries below it, and the stream lets them go.
+    interest_stream(js)
+    js.add_consumer("S", durable_name="A", ack_policy=AckPolicy.ALL)
+    js.add_consumer("S", durable_name="B", filter_subject="b.*")
+    for subject in ("a.1", "a.2", "a.3", "b.1", "a.4"):
+        js.publish(subject, b"x")
+    assert [m.metadata.sequence.stream for m in js.pull_subscribe_bind(stream="S", durable="A").fetch(4)] == [1, 2, 3, 4]
+    js.delete_msg("S", 3)
+    # 1 and 2 acknowledged with it; 4 still pending, and B's too; 5 not delivered.
+    eventually(js, lambda: state(js, "S"), (2, 4, 5, 2))
+    eventually(js, lambda: seqs(js.consumer_info("S", "A")), ((4, 4), (3, 3)))
+
+
 def test_interest_deleting_consumers(js):
     interest_stream(js)
     js.add_consumer("S", durable_name="A")
