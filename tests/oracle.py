@@ -782,13 +782,22 @@ class OracleJS:
 
 def stored(js, stream: str) -> dict:
     """seq -> RawStreamMsg of every message ``stream`` holds, read one by one with get_msg
-    (through any handle: the oracle, or an engine handle as its own plain reference)."""
-    state = js.stream_info(stream).state
-    out = {}
-    for seq in range(max(state.first_seq, 1), state.last_seq + 1):  # (an empty stream: first_seq 0)
-        try:
-            out[seq] = js.get_msg(stream, seq)
-        except MsgNotFoundError:
-            pass
-    assert len(out) == state.messages
+    (through any handle: the oracle, or an engine handle as its own plain reference).
+
+    One consistent view: if the stream's state changed while the messages were read (a
+    replicated stream removes acknowledged interest or work-queue messages through its
+    raft group after the ack is answered), the reading starts again; a state that did not
+    change must count exactly the messages read."""
+    for _ in range(100):
+        state = js.stream_info(stream).state
+        out = {}
+        for seq in range(max(state.first_seq, 1), state.last_seq + 1):  # (an empty stream: first_seq 0)
+            try:
+                out[seq] = js.get_msg(stream, seq)
+            except MsgNotFoundError:
+                pass
+        after = js.stream_info(stream).state
+        if (after.messages, after.first_seq, after.last_seq) == (state.messages, state.first_seq, state.last_seq):
+            break
+    assert len(out) == state.messages, f"{stream}: get_msg found {len(out)} messages, stream_info counts {state.messages}"
     return out

@@ -707,7 +707,8 @@ class JetStreamAPI(Protocol):
         10014 no such consumer; 10059 no stream; ``ValueError``/``TypeError`` for a
         ``seq`` outside 0..2**63-1; ``AckFloorError`` (saying why) when the consumer
         cannot be brought there (the nats:// backend: the server stops delivering,
-        e.g. a paused consumer): the floor is never left short silently."""
+        e.g. a paused consumer, or the consumer's floor does not show the call's acks
+        within the timeout): the floor is never left short silently."""
         ...
 
     def ack_floor(self, stream: str, durable: str) -> SequenceInfo:

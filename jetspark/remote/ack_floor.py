@@ -290,22 +290,35 @@ class _Floor:
             inbox, self.inbox = self.inbox, None
             await inbox.close()
 
-    async def consumer_info(self, *, acks_shown: bool = False) -> ConsumerInfo:
-        """The consumer's state once it counts every delivery this call received (and, with
-        ``acks_shown``, once its floor shows this call's acks), or as it is after the
-        session's timeout.  On a cluster an info answered right after a pull can predate its
-        deliveries (seen under ack policy none: a count made from it would pull past seq), and
-        an interest or work-queue stream can drop an acknowledged message before the
-        consumer's info shows the ack (tests/contract/test_bulk.py, deliveries pending past
-        seq: the stream says "reached" while the floor is stale)."""
-        want = min(self.acked, self.seq) if acks_shown and self.policy != AckPolicy.NONE else 0
+    async def consumer_info(self) -> ConsumerInfo:
+        """The consumer's state once it counts every delivery this call received, or as it is
+        after the session's timeout.  On a cluster an info answered right after a pull can
+        predate its deliveries (seen under ack policy none: a count made from it would pull
+        past seq)."""
         deadline = asyncio.get_running_loop().time() + self.session.timeout
         while True:
             info = await jsapi.consumer_info(self.session, self.stream, self.durable)
-            settled = info.delivered.stream_seq >= self.received and info.ack_floor.stream_seq >= want
-            if settled or asyncio.get_running_loop().time() > deadline:
+            if info.delivered.stream_seq >= self.received or asyncio.get_running_loop().time() > deadline:
                 return info
             await asyncio.sleep(0.01)
+
+    async def answer(self, info: ConsumerInfo) -> ConsumerInfo:
+        """The consumer's state once its floor shows this call's acks, re-read for up to the
+        session's timeout.  An interest or work-queue stream drops an acknowledged message
+        before the consumer's info shows the ack (tests/contract/test_bulk.py, deliveries
+        pending past seq: the stream says "reached" while the floor is stale), and a
+        replicated consumer moves its floor when its raft group applies the ack.  A floor
+        that never shows them is an AckFloorError, not a stale answer."""
+        want = min(self.acked, self.seq) if self.policy != AckPolicy.NONE else 0
+        deadline = asyncio.get_running_loop().time() + self.session.timeout
+        while info.ack_floor.stream_seq < want:
+            if asyncio.get_running_loop().time() > deadline:
+                raise self.fail(
+                    info, f"its ack floor still shows {info.ack_floor.stream_seq} after {self.session.timeout:g}s, while this call acknowledged up to {want}"
+                )
+            await asyncio.sleep(0.01)
+            info = await jsapi.consumer_info(self.session, self.stream, self.durable)
+        return info
 
 
 async def _advance(session: Session, stream: str, durable: str, seq: int) -> SequenceInfo:
@@ -339,8 +352,7 @@ async def _advance(session: Session, stream: str, durable: str, seq: int) -> Seq
                     info,
                     f"the server delivered and acknowledged nothing more (a paused or push consumer?) in {STALLS} rounds ({info.num_pending} matching messages undelivered, {info.num_ack_pending} deliveries ack-pending)",
                 )
-        if info.ack_floor.stream_seq < min(call.acked, seq):
-            info = await call.consumer_info(acks_shown=True)
+        info = await call.answer(info)
     finally:
         await call.close()
     return SequenceInfo(consumer_seq=info.ack_floor.consumer_seq, stream_seq=info.ack_floor.stream_seq)

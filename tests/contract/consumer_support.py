@@ -170,7 +170,13 @@ def eventually(js, read, expected, timeout: float = 2.0):
     check it for messages published after the consumer was created wait
     here first).  The engine must be exact at once.
     """
-    deadline = time.monotonic() + (timeout if js.is_server else 0)
+    settles(read, expected, timeout if js.is_server else 0)
+
+
+def settles(read, expected, timeout: float) -> None:
+    """Assert ``read() == expected`` within ``timeout`` seconds (``eventually`` for a handle
+    known to be on a server)."""
+    deadline = time.monotonic() + timeout
     while True:
         got = read()
         if got == expected or time.monotonic() >= deadline:
