@@ -65,9 +65,10 @@ class JetStreamDataSource(DataSource):
 
     def reader(self, schema):
         from jetspark.connector.options import reader_options
-        from jetspark.connector.source import BatchReader
+        from jetspark.connector.source import BatchReader, FilteringBatchReader
 
-        return BatchReader(reader_options(self.options, streaming=False))
+        opts = reader_options(self.options, streaming=False)
+        return FilteringBatchReader(opts) if opts.push_filters else BatchReader(opts)
 
     def streamReader(self, schema):
         from jetspark.connector.options import reader_options
@@ -109,14 +110,16 @@ def _open_store(opts) -> None:
     handle(opts.store, opts.connection)
 
 
-# Spark refuses a batch read of a Python data source that takes filters (ours does: subject,
-# seq and timestamp ranges are read exactly) unless this is on: DATA_SOURCE_PUSHDOWN_DISABLED.
+# Spark refuses a batch read of a Python data source that takes filters (ours, with the
+# pushFilters option: subject, seq and timestamp ranges are read exactly) unless this is on:
+# DATA_SOURCE_PUSHDOWN_DISABLED.
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
 def register(spark) -> None:
     """Make ``format("jetstream")`` available in this Spark session, and switch on the
-    filter pushdown its batch reads need (``PUSHDOWN_CONF``, a session setting)."""
+    filter pushdown its batch reads with ``pushFilters`` need (``PUSHDOWN_CONF``, a session
+    setting)."""
     spark.dataSource.register(JetStreamDataSource)
     if str(spark.conf.get(PUSHDOWN_CONF, "false")).lower() != "true":
         spark.conf.set(PUSHDOWN_CONF, "true")

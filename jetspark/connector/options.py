@@ -43,6 +43,7 @@ class ReaderOptions:
     include_headers: bool
     min_partitions: int
     rows_per_partition: int
+    push_filters: bool = False  # batch: take filters into the read (source.FilteringBatchReader)
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ _READER_KEYS = {
     "store", "path", "stream", "subjects", "subject", "consumer", "startingoffsets", "startingtimestamp",
     "endingoffsets", "maxoffsetspertrigger", "maxbytespertrigger", "minoffsetspertrigger",
     "maxtriggerdelay", "failondataloss", "includeheaders", "minpartitions", "rowsperpartition",
-    "checkpointlocation",
+    "pushfilters", "checkpointlocation",
 }  # fmt: skip
 # Spark hands writers its own query options too (checkpointLocation, queryName).
 _WRITER_KEYS = {"store", "path", "stream", "subject", "registryreplicas", "checkpointlocation", "queryname"}
@@ -187,6 +188,9 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
     if delay_raw is not None and limits["minOffsetsPerTrigger"] is None:
         raise OptionError("option maxTriggerDelay only applies together with minOffsetsPerTrigger")
     delay = parse_duration(delay_raw, "maxTriggerDelay") if delay_raw is not None else 15 * 60.0
+    push_filters = _bool(options, "pushFilters", False)
+    if streaming and _get(options, "pushFilters") is not None:
+        raise OptionError("option pushFilters is for batch reads (spark.read); a streaming read takes every message of its range")
 
     return ReaderOptions(
         store=_store(options),
@@ -204,6 +208,7 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
         include_headers=_bool(options, "includeHeaders", False),
         min_partitions=_positive_int(options, "minPartitions") or 1,
         rows_per_partition=_positive_int(options, "rowsPerPartition") or 1_000_000,
+        push_filters=push_filters,
     )
 
 
@@ -233,6 +238,6 @@ _CANONICAL = {
         "store", "path", "stream", "subjects", "subject", "consumer", "startingOffsets", "startingTimestamp",
         "endingOffsets", "maxOffsetsPerTrigger", "maxBytesPerTrigger", "minOffsetsPerTrigger",
         "maxTriggerDelay", "failOnDataLoss", "includeHeaders", "minPartitions", "rowsPerPartition",
-        "checkpointLocation", "queryName", "registryReplicas",
+        "pushFilters", "checkpointLocation", "queryName", "registryReplicas",
     )
 }  # fmt: skip

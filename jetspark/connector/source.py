@@ -101,12 +101,54 @@ def _start_seq(js, opts: ReaderOptions) -> int:
 
 
 class BatchReader(DataSourceReader):
+    """A batch read of the options' range; Spark applies every filter after it."""
+
     def __init__(self, opts: ReaderOptions) -> None:
         self.opts = opts
         self.subjects = opts.subjects
         self.lo: Optional[int] = None
         self.hi: Optional[int] = None
         self.ts_bounds: list[tuple[str, int]] = []
+
+    def partitions(self):
+        js = handle(self.opts.store, self.opts.connection)
+        state = _stream_info(js, self.opts).state
+        lo = _start_seq(js, self.opts)
+        hi = state.last_seq if self.opts.ending is None else min(self.opts.ending, state.last_seq)
+        if self.lo is not None:
+            lo = max(lo, self.lo)
+        if self.hi is not None:
+            hi = min(hi, self.hi)
+        for kind, us in self.ts_bounds:
+            # Timestamps never decrease along a stream, so a time bound is a sequence bound.
+            if kind == "GreaterThan":
+                lo = max(lo, js.seq_for_time(self.opts.stream, (us + 1) * 1000))
+            elif kind == "GreaterThanOrEqual":
+                lo = max(lo, js.seq_for_time(self.opts.stream, us * 1000))
+            elif kind == "LessThan":
+                hi = min(hi, js.seq_for_time(self.opts.stream, us * 1000) - 1)
+            else:
+                hi = min(hi, js.seq_for_time(self.opts.stream, (us + 1) * 1000) - 1)
+        return split(self.opts, max(lo, state.first_seq, 1), hi, self.subjects) or [
+            SeqRange(self.opts.store, self.opts.stream, 1, 0, self.subjects, self.opts.include_headers, self.opts.connection)
+        ]
+
+    def read(self, partition: SeqRange):
+        if partition.lo > partition.hi:
+            return iter(())
+        return read_range(partition)
+
+
+class FilteringBatchReader(BatchReader):
+    """A batch read that takes Spark's filters on subject, seq and timestamp into the
+    range it reads (``.option("pushFilters", "true")``).
+
+    Opt-in, because Spark 4.2 and 4.3 keep a DataFrame's planned read on its data source
+    (``PythonDataSourceV2.readInfo``): a later query of the same DataFrame with no filter
+    Spark hands to Python (a plain ``count()``) reuses it, pushed filters and all, and
+    counts only the rows the earlier query's filters kept, without a word.  With this
+    option, ``load()`` a DataFrame per query (tests/connector/test_batch_read.py pins the
+    behaviour, so a Spark that plans each scan afresh shows up there)."""
 
     def pushFilters(self, filters):
         """Subject equality / IN / prefix and seq ranges are read exactly; timestamp
@@ -153,34 +195,6 @@ class BatchReader(DataSourceReader):
             self.lo = lo if self.lo is None else max(self.lo, lo)
         if hi is not None:
             self.hi = hi if self.hi is None else min(self.hi, hi)
-
-    def partitions(self):
-        js = handle(self.opts.store, self.opts.connection)
-        state = _stream_info(js, self.opts).state
-        lo = _start_seq(js, self.opts)
-        hi = state.last_seq if self.opts.ending is None else min(self.opts.ending, state.last_seq)
-        if self.lo is not None:
-            lo = max(lo, self.lo)
-        if self.hi is not None:
-            hi = min(hi, self.hi)
-        for kind, us in self.ts_bounds:
-            # Timestamps never decrease along a stream, so a time bound is a sequence bound.
-            if kind == "GreaterThan":
-                lo = max(lo, js.seq_for_time(self.opts.stream, (us + 1) * 1000))
-            elif kind == "GreaterThanOrEqual":
-                lo = max(lo, js.seq_for_time(self.opts.stream, us * 1000))
-            elif kind == "LessThan":
-                hi = min(hi, js.seq_for_time(self.opts.stream, us * 1000) - 1)
-            else:
-                hi = min(hi, js.seq_for_time(self.opts.stream, (us + 1) * 1000) - 1)
-        return split(self.opts, max(lo, state.first_seq, 1), hi, self.subjects) or [
-            SeqRange(self.opts.store, self.opts.stream, 1, 0, self.subjects, self.opts.include_headers, self.opts.connection)
-        ]
-
-    def read(self, partition: SeqRange):
-        if partition.lo > partition.hi:
-            return iter(())
-        return read_range(partition)
 
 
 def _literal(s: str) -> bool:

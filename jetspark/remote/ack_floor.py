@@ -303,18 +303,20 @@ class _Floor:
             await asyncio.sleep(0.01)
 
     async def answer(self, info: ConsumerInfo) -> ConsumerInfo:
-        """The consumer's state once its floor shows this call's acks, re-read for up to the
-        session's timeout.  An interest or work-queue stream drops an acknowledged message
-        before the consumer's info shows the ack (tests/contract/test_bulk.py, deliveries
-        pending past seq: the stream says "reached" while the floor is stale), and a
-        replicated consumer moves its floor when its raft group applies the ack.  A floor
-        that never shows them is an AckFloorError, not a stale answer."""
-        want = min(self.acked, self.seq) if self.policy != AckPolicy.NONE else 0
+        """The consumer's state once its floor shows this call's acks (under ack policy none,
+        its deliveries), re-read for up to the session's timeout.  An interest or work-queue
+        stream drops an acknowledged message before the consumer's info shows the ack
+        (tests/contract/test_bulk.py, deliveries pending past seq: the stream says "reached"
+        while the floor is stale), and a replicated consumer moves its floor when its raft
+        group applies the ack or delivery.  A floor that never shows them is an
+        AckFloorError, not a stale answer."""
+        want = min(self.received if self.policy == AckPolicy.NONE else self.acked, self.seq)
         deadline = asyncio.get_running_loop().time() + self.session.timeout
         while info.ack_floor.stream_seq < want:
             if asyncio.get_running_loop().time() > deadline:
                 raise self.fail(
-                    info, f"its ack floor still shows {info.ack_floor.stream_seq} after {self.session.timeout:g}s, while this call acknowledged up to {want}"
+                    info,
+                    f"its ack floor still shows {info.ack_floor.stream_seq} after {self.session.timeout:g}s, while this call acknowledged (or, under ack policy none, was delivered) up to {want}",
                 )
             await asyncio.sleep(0.01)
             info = await jsapi.consumer_info(self.session, self.stream, self.durable)

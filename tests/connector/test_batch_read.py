@@ -80,17 +80,21 @@ def test_store_as_load_path(filled, spark):
 
 
 def test_register_makes_batch_reads_work_in_a_session_of_ones_own(filled, spark):
-    # A session not made by local_session(): the pushdown setting is off, as Spark ships it.
+    # A session not made by local_session(): the pushdown setting is off, as Spark ships it,
+    # which only reads with pushFilters need.
     import jetspark
     from jetspark.connector import PUSHDOWN_CONF
 
     spark.conf.unset(PUSHDOWN_CONF)
     try:
+        read = lambda **o: spark.read.format("jetstream").option("stream", "S").options(**o).load(filled.path)  # noqa: E731
+        assert seqs(read().where("seq > 20")) == [21, 22, 23, 24]  # Spark filters: no setting needed
         with pytest.raises(Exception, match="DATA_SOURCE_PUSHDOWN_DISABLED"):
-            spark.read.format("jetstream").option("stream", "S").load(filled.path).count()
+            read(pushFilters="true").count()
         jetspark.register(spark)
         assert spark.conf.get(PUSHDOWN_CONF) == "true"
-        assert seqs(spark.read.format("jetstream").option("stream", "S").load(filled.path)) == list(range(1, N + 1))
+        assert seqs(read(pushFilters="true")) == list(range(1, N + 1))
+        assert seqs(read(pushFilters="true").where("seq > 20")) == [21, 22, 23, 24]
     finally:
         spark.conf.set(PUSHDOWN_CONF, "true")
 
@@ -111,6 +115,32 @@ def test_subjects_option_with_wildcards(filled, subjects):
 
 # ---------------------------------------------------------------------- filter pushdown
 
+
+def test_without_push_filters_spark_filters_and_a_dataframe_answers_every_query(filled):
+    # The default: the source reads the options' range and Spark applies every filter, so
+    # one DataFrame answers a filtered query and then an unfiltered one right.
+    df = filled.read(rowsPerPartition="1")
+    narrowed = df.where("subject = 'x.b' AND seq > 10")
+    assert has_filter(narrowed)
+    assert seqs(narrowed) == expected_seqs(lambda s, q: s == "x.b" and q > 10)
+    assert narrowed.rdd.getNumPartitions() == N  # nothing narrowed the read
+    assert df.count() == N
+    assert seqs(df.where("seq <= 3")) == [1, 2, 3]
+    assert df.count() == N
+
+
+def test_spark_keeps_a_dataframes_pushed_read_for_its_next_query(filled):
+    # Why pushFilters is opt-in: Spark (4.2, 4.3) keeps the read it planned with pushed
+    # filters on the DataFrame's data source, and a later query with no filter it hands to
+    # Python runs that read again -- a count of only the first query's rows.  This pins
+    # Spark's behaviour: once it fails, Spark plans each scan afresh, and pushFilters can
+    # be the default (jetspark/connector/source.py, FilteringBatchReader).
+    df = filled.read(pushFilters="true")
+    assert df.where("subject = 'x.b'").count() == len(expected_seqs(lambda s, q: s == "x.b"))
+    assert df.count() == len(expected_seqs(lambda s, q: s == "x.b"))  # not N
+    assert filled.read(pushFilters="true").count() == N  # a DataFrame per query
+
+
 PUSHED = {
     "subject = 'x.b'": lambda s, q: s == "x.b",
     "subject IN ('x.a', 'y.c', 'nope.z')": lambda s, q: s in ("x.a", "y.c"),
@@ -128,7 +158,7 @@ PUSHED = {
 
 @pytest.mark.parametrize("condition", list(PUSHED))
 def test_pushed_filters_leave_no_filter_and_read_right(filled, condition):
-    df = filled.read().where(condition)
+    df = filled.read(pushFilters="true").where(condition)
     assert not has_filter(df), f"{condition} should be fully pushed to the source"
     assert seqs(df) == expected_seqs(PUSHED[condition])
 
@@ -139,7 +169,7 @@ def test_pushed_filters_leave_no_filter_and_read_right(filled, condition):
 )
 def test_seq_filters_narrow_the_range_read(filled, condition, n_read):
     # One sequence per partition: the partition count is the number of sequences read.
-    df = filled.read(rowsPerPartition="1").where(condition)
+    df = filled.read(rowsPerPartition="1", pushFilters="true").where(condition)
     assert df.rdd.getNumPartitions() == n_read
 
 
@@ -162,16 +192,16 @@ NOT_PUSHED = {
 
 @pytest.mark.parametrize("condition", list(NOT_PUSHED))
 def test_filters_spark_keeps_still_read_right(filled, condition):
-    df = filled.read().where(condition)
+    df = filled.read(pushFilters="true").where(condition)
     assert has_filter(df), f"{condition} cannot be answered by the source alone"
     assert seqs(df) == expected_seqs(NOT_PUSHED[condition])
 
 
 def test_subject_filter_on_top_of_subjects_option(filled):
     # The option already filters; Spark intersects with the condition.
-    df = filled.read(subjects="x.*").where("subject IN ('x.a', 'y.c')")
+    df = filled.read(subjects="x.*", pushFilters="true").where("subject IN ('x.a', 'y.c')")
     assert seqs(df) == expected_seqs(lambda s, q: s == "x.a")
-    df = filled.read(subjects="x.*,y.*").where("subject = 'y.d' AND seq > 10")
+    df = filled.read(subjects="x.*,y.*", pushFilters="true").where("subject = 'y.d' AND seq > 10")
     assert seqs(df) == expected_seqs(lambda s, q: s == "y.d" and q > 10)
 
 
@@ -208,7 +238,7 @@ def test_timestamp_filters_narrow_the_read_and_stay_right(timed, op, k, expected
         cond = ts.between(F.lit(times[k[0]]), F.lit(times[k[1]]))
     else:
         cond = {">=": ts >= F.lit(times[k]), ">": ts > F.lit(times[k]), "<": ts < F.lit(times[k]), "<=": ts <= F.lit(times[k])}[op]
-    df = store.read(rowsPerPartition="1").where(cond)
+    df = store.read(rowsPerPartition="1", pushFilters="true").where(cond)
     assert seqs(df) == list(expected)
     # The source reads only the matching sequence range (one per partition here)...
     assert df.rdd.getNumPartitions() == len(expected)

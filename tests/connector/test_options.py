@@ -56,6 +56,8 @@ CASES = [
     ),
     ("stream", {"failOnDataLoss": "maybe"}, ["option failOnDataLoss must be true or false, not 'maybe'"]),
     ("read", {"includeHeaders": "maybe"}, ["option includeHeaders must be true or false, not 'maybe'"]),
+    ("read", {"pushFilters": "sometimes"}, ["option pushFilters must be true or false, not 'sometimes'"]),
+    ("stream", {"pushFilters": "true"}, ["option pushFilters is for batch reads (spark.read); a streaming read takes every message of its range"]),
     ("read", {"minPartitions": "0"}, ["option minPartitions must be a positive integer, not '0'"]),
     ("read", {"rowsPerPartition": "many"}, ["option rowsPerPartition must be a positive integer, not 'many'"]),
     ("write", {"bogus": "1"}, ["unknown write option 'bogus'; accepted: checkpointLocation, path, ", "store, stream, subject"]),

@@ -31,9 +31,9 @@ from pyspark.sql import functions as F
 store, checkpoint = sys.argv[1], sys.argv[2]
 spark = jetspark.local_session("jetspark-connect-test")
 out = {{"session": type(spark).__module__}}
-read = lambda: spark.read.format("jetstream").option("store", store).option("stream", "S").load()  # noqa: E731
-# A filter the source takes (pushdown is on once register() has run); load() again per query.
-out["batch_s1"] = sorted(r.seq for r in read().where(F.col("subject") == "s.1").select("seq").collect())
+read = lambda **o: spark.read.format("jetstream").option("store", store).option("stream", "S").options(**o).load()  # noqa: E731
+# A filter the source takes (Spark lets it once register() has run); load() again per query.
+out["batch_s1"] = sorted(r.seq for r in read(pushFilters="true").where(F.col("subject") == "s.1").select("seq").collect())
 out["batch_count"] = read().count()
 events = spark.readStream.format("jetstream").option("store", store).option("stream", "S").option("consumer", "connect").option("startingOffsets", "earliest").load()
 q = events.writeStream.format("memory").queryName("connect_seen").trigger(availableNow=True).start()
