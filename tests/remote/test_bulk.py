@@ -230,6 +230,32 @@ def test_advance_ack_floor_while_a_publisher_appends_past_seq(js, server, name, 
         assert left == [q for q in sorted(live) if filters and live[q] not in filters]
 
 
+@pytest.mark.parametrize("policy", [AckPolicy.ALL, AckPolicy.EXPLICIT])
+def test_advance_ack_floor_when_num_pending_still_counts_deleted_messages(js, name, monkeypatch, caplog, policy):
+    # A server takes a deleted message out of a consumer's num_pending a moment after the
+    # delete was answered (a replicated consumer later still): here the consumer's info
+    # keeps counting two deleted ones.  The call must still deliver nothing past seq.
+    from jetspark.remote import ack_floor, jsapi
+
+    s = name()
+    js.add_stream(name=s, subjects=[f"{s}.>"])
+    js.add_consumer(s, ConsumerConfig(durable_name="spark", ack_policy=policy, filter_subjects=[f"{s}.0", f"{s}.2"]))
+    js.publish_batch(table(s, 30), stream=s)  # seq q on {s}.{(q - 1) % 3}
+    js.delete_msg(s, 9)
+    js.delete_msg(s, 10)
+    real = jsapi.consumer_info
+
+    async def lagging(session, stream, durable):
+        info = await real(session, stream, durable)
+        info.num_pending += 2
+        return info
+
+    monkeypatch.setattr(ack_floor.jsapi, "consumer_info", lagging)
+    assert js.advance_ack_floor(s, "spark", 11).stream_seq == 7  # 9 and 10 gone, 8 not matched
+    check_exact(js, s, 11, 7)
+    assert "past seq" not in caplog.text
+
+
 def statuses_first(base):
     """The call's pulls answered out of order, on a real server: statuses (closing ones and
     stale ones of earlier pulls, as a cluster's leader can send them) ahead of the messages
