@@ -724,7 +724,7 @@ class Consumer:
     # ------------------------------------------------------------------ stream events (under the lock)
 
     def drop(self, seqs: np.ndarray) -> list[int]:
-        """Messages the stream removed: pending ones leave as if termed (docs/semantics.md §5.4),
+        """Messages the stream removed: pending ones leave as if termed (docs/semantics.md §5.3),
         which counts as an ack now.  Under ack policy all that ack, as any, acknowledges every
         delivery below it too (nats-server: the removal's processTerm is a processAckMsg), so
         the floor moves to the highest of them.  Returns what the consumer released, for an

@@ -24,9 +24,10 @@ cluster a pull's closing status can overtake the tail of its messages):
    they come, the last one as a request so the next round's consumer info sees it.
    A pull is over when all its messages came or its own closing status did (sent
    once the server served it); only then is the consumer re-read.
-A round that moves nothing three times running, or a consumer whose limits stop
-it (max_ack_pending held by deliveries past ``seq``, a paused or push consumer)
-raises ``AckFloorError``: the floor is never left short silently.
+A round that moves nothing three times running, a consumer whose limits stop it
+(max_ack_pending held by deliveries past ``seq``, a paused or push consumer), or a
+floor that does not show the call's acks within the timeout raises
+``AckFloorError``: the floor is never left short silently.
 
 The only way left to deliver past ``seq`` is a message in (delivered, ``seq``]
 removed between the count and the pull (a concurrent delete or age limit); such
