@@ -427,7 +427,10 @@ class JetStreamAPI(Protocol):
         truncated or missing part (or manifest) is ``CorruptBackupError`` naming the
         file.  10130 when a stream of that name exists; 10062 ("restore failed: ...")
         when the stream cannot be created, e.g. its subjects overlap another stream's.  A restore that fails leaves no stream behind.  ``progress``
-        as for ``backup_stream``, over both reads of the backup (checked, then restored)."""
+        as for ``backup_stream``, over both reads of the backup (checked, then restored).
+        On a cluster it returns once every restored consumer has a leader; a replicated
+        consumer comes back at its ack floor, so what was delivered but not acknowledged
+        when the backup was taken is delivered again (docs/semantics.md §4)."""
         ...
 
     # ------------------------------------------------------------------ messages

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any, Iterator, Mapping, Optional
 
 from jetspark import validate as V
@@ -181,7 +182,30 @@ class NatsJetStream(HandleBase):
     def _restore_stream(self, archive: Archive, meter: Meter) -> StreamInfo:
         subject = self._stream_subject("RESTORE", archive.stream)
         resp = self._session.run(snapshot.restore(self._session, subject, archive, meter), what=f"restore_stream {archive.stream!r}", timeout=PROGRESS)
-        return wire.stream_info_from_wire(resp)
+        info = wire.stream_info_from_wire(resp)
+        placed = self.stream_info(archive.stream).cluster  # (the restore's answer has no cluster part)
+        if placed is not None and placed.name:  # a stream on a cluster
+            self._await_consumer_leaders(archive.stream, int(archive.doc.get("consumers") or 0))
+        return info
+
+    def _await_consumer_leaders(self, stream: str, want: int) -> None:
+        """A cluster answers a restore before the stream's consumers are back: each is placed
+        and elects a leader afterwards, and until then it is missing or shows a fresh state
+        (delivered and ack floor 0; tests/cluster/test_push_and_backup.py).  Return once
+        ``want`` of them have a leader, so that the consumers are there as they were when
+        ``restore_stream`` returns; RequestTimeoutError if they do not within the restore's
+        wait (the stream itself is restored)."""
+        wait = max(self._session.timeout, snapshot.RESTORE_WAIT)
+        deadline = time.monotonic() + wait
+        while True:
+            ready = sum(1 for c in self.consumers_info(stream) if c.cluster is not None and c.cluster.leader)
+            if ready >= want:
+                return
+            if time.monotonic() > deadline:
+                raise RequestTimeoutError(
+                    f"restore_stream {stream!r}: the stream is restored, but only {ready} of its {want} consumers have a leader after {wait:g}s"
+                )
+            time.sleep(0.02)
 
     # ------------------------------------------------------------------ messages
 

@@ -28,12 +28,13 @@ from jetspark.backend.archive import Archive, Meter, Writer
 from jetspark.errors import BackupError, ServerError, error_from_response
 from jetspark.remote.session import Session
 
-__all__ = ["PART", "restore", "snapshot"]
+__all__ = ["PART", "RESTORE_WAIT", "restore", "snapshot"]
 
 PART = "stream.tar.s2"
 CHUNK = 128 << 10
-# The server answers the end of an upload once it has restored the stream from it.
-_RESTORE_WAIT = 60.0
+# The server answers the end of an upload once it has restored the stream from it (and a
+# cluster's restored consumers have leaders within it: NatsJetStream._restore_stream).
+RESTORE_WAIT = 60.0
 
 
 async def snapshot(session: Session, subject: str, name: str, writer: Writer, consumers: bool, meter: Meter) -> dict:
@@ -95,7 +96,7 @@ async def restore(session: Session, subject: str, archive: Archive, meter: Meter
     if buffered:
         await _send_chunk(session, deliver, buffered, what)
         meter.add(len(buffered))
-    msg = await session.request(deliver, b"", what=what, timeout=max(session.timeout, _RESTORE_WAIT))
+    msg = await session.request(deliver, b"", what=what, timeout=max(session.timeout, RESTORE_WAIT))
     done = json.loads(msg.data)
     if "error" in done:
         raise error_from_response(done["error"])
