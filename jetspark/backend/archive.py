@@ -20,7 +20,9 @@ The manifest::
 
 A backup is written into a hidden directory next to its place and renamed there once
 its manifest is on disk (files and directories fsynced first), so a backup that fails
-leaves nothing behind and a directory with a ``backup.json`` holds a whole one.
+leaves nothing behind and a directory with a ``backup.json`` holds a whole one.  A writer
+killed mid-copy cannot remove its hidden directory (``.<name>.partial-<host>-<pid>-<id>``):
+the next backup to the same place removes those of writers on this host that are gone.
 Reading checks the manifest's own checksum and shape (``open_archive``); ``verify``
 checks the size and SHA-256 of every part before a backend writes anything, and
 ``read_part`` checks them again while the backend copies, in case the files changed
@@ -33,9 +35,11 @@ import contextlib
 import datetime as _dt
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
+import socket
 import uuid
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterator, Optional
@@ -52,6 +56,8 @@ CHUNK = 1 << 20
 # Who reads back what: a backup restores only on the kind of backend that wrote it.
 BACKENDS = {"engine": "an embedded store", "nats": "a NATS server"}
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+
+log = logging.getLogger("jetspark.backup")
 
 
 class Meter:
@@ -124,7 +130,8 @@ class Writer:
     @property
     def tmp(self) -> Path:
         if self._tmp is None:
-            tmp = self.target.with_name(f".{self.target.name}.partial-{uuid.uuid4().hex[:12]}")
+            remove_dead_partials(self.target)
+            tmp = self.target.with_name(f"{_partial_prefix(self.target)}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
             with _io(tmp, "creating"):
                 tmp.parent.mkdir(parents=True, exist_ok=True)
                 tmp.mkdir()
@@ -187,6 +194,39 @@ class Writer:
             bytes=sum(p["size"] for p in self.files),
             created=created,
         )
+
+
+def _partial_prefix(target: Path) -> str:
+    return f".{target.name}.partial-"
+
+
+def remove_dead_partials(target: Path) -> None:
+    """Remove the hidden work directories of backups to ``target`` whose writer, a process
+    on this host, is gone (killed mid-copy: its ``with`` block never ran).  A directory of
+    a live process, of another host, or named otherwise is left alone; a pid reused by
+    another process only keeps a dead one's directory until that process ends."""
+    prefix, host = _partial_prefix(target), socket.gethostname()
+    try:
+        names = [n for n in os.listdir(target.parent) if n.startswith(prefix)]
+    except OSError:
+        return  # no parent yet: nothing to remove
+    for name in names:
+        owner, _, rest = name[len(prefix) :].rpartition("-")  # <host>-<pid>, <id>
+        owner_host, _, pid = owner.rpartition("-")
+        if owner_host != host or not pid.isdigit() or not rest or _alive(int(pid)):
+            continue
+        shutil.rmtree(target.parent / name, ignore_errors=True)
+        log.warning("removed %s, the work directory of a backup whose process (pid %s) ended before finishing it", target.parent / name, pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 def check_target(target: Path) -> None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import socket
 import traceback
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -263,6 +265,40 @@ def test_a_backup_taken_while_another_process_appends_is_one_state(tmp_path, sto
                 floor = other.consumer_info("S", "C").ack_floor.stream_seq
                 assert 0 < floor <= state.last_seq
         assert infos[0].state.last_seq <= infos[1].state.last_seq <= infos[2].state.last_seq <= result
+
+
+def _backup_and_die(store, target) -> None:
+    """Back up stream S and kill this process with SIGKILL once the first bytes are copied."""
+    import signal
+
+    def die(done, total) -> None:
+        if done > 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    with jetspark.connect(store) as js:
+        js.backup_stream("S", target, progress=die)
+
+
+def test_a_backup_killed_mid_copy_leaves_nothing_the_next_one_keeps(tmp_path, store, procs):
+    with jetspark.connect(store) as js:
+        js.add_stream(name="S", subjects=["s.>"])
+        js.publish_batch(pa.table({"subject": ["s.x"] * 3000, "data": [os.urandom(1000) for _ in range(3000)]}), stream="S")
+        target = tmp_path / "bk"
+        p = SPAWN.Process(target=_backup_and_die, args=(store, target))
+        procs.append(p)
+        p.start()
+        p.join(60)
+        assert p.exitcode == -9  # killed mid-copy
+        left = [n for n in os.listdir(tmp_path) if n.startswith(".bk.partial-")]
+        assert len(left) == 1 and not target.exists()  # its work directory, nothing in place
+        # A live writer's work directory (this process's, say) is never taken.
+        live = tmp_path / f".bk.partial-{socket.gethostname()}-{os.getpid()}-0123456789ab"
+        live.mkdir()
+        info = js.backup_stream("S", target)
+        assert sorted(n for n in os.listdir(tmp_path) if n.startswith(".bk.")) == [live.name]  # the dead one's is gone
+        assert info.state.messages == 3000
+        with jetspark.connect(tmp_path / "restored") as other:
+            assert other.restore_stream(target).state == info.state
 
 
 # ---------------------------------------------------------------- any stream
