@@ -32,6 +32,8 @@ _NO_WAIT_EXPIRES = 0.05
 # How long past a fetch's expiry we wait for the server's status that ends it.
 _FETCH_GRACE = 1.0
 _END_STATUSES = (b"404", b"408", b"409")
+# Before a pull request that found no responder goes again (the consumer has no leader yet).
+_NO_LEADER_PAUSE = 0.05
 
 
 class Msg:
@@ -153,7 +155,8 @@ class PullSubscription(live.LivePulls):
         inbox = await RawInbox(public=session.public_path).open(nc, inbox_subject)
         msgs: list[Msg] = []
         try:
-            await nc.publish(f"{session.api_prefix}.CONSUMER.MSG.NEXT.{self.stream}.{self.consumer}", json.dumps(request).encode(), reply=inbox_subject)
+            subject = f"{session.api_prefix}.CONSUMER.MSG.NEXT.{self.stream}.{self.consumer}"
+            await nc.publish(subject, json.dumps(request).encode(), reply=inbox_subject)
             deadline = time.monotonic() + expires + _FETCH_GRACE
             heard = time.monotonic()  # the last time the server said anything
             pending: list = []
@@ -189,8 +192,21 @@ class PullSubscription(live.LivePulls):
                     if status[0] == b"409" and status[1] == PUSH_BASED.encode() and not msgs:
                         raise push_based_error()
                     break
-                elif status[0] == b"503":  # no responders: no such consumer (or stream)
-                    raise api_error(10014)
+                elif status[0] == b"503":
+                    # No responders: no such consumer (or stream), or one that has no leader to
+                    # answer yet (a replicated consumer just after its creation, or through an
+                    # election: tests/contract/test_consumer_delivery.py on the cluster).  Its
+                    # info tells them apart (10014 / 10059 when it is gone); a consumer that is
+                    # there gets the request again, for what is left of its expiry.
+                    if msgs:
+                        break
+                    await jsapi.consumer_info(session, self.stream, self.consumer)
+                    await asyncio.sleep(_NO_LEADER_PAUSE)
+                    left = deadline - time.monotonic() - _NO_WAIT_EXPIRES  # it ends before the inbox does
+                    if left < _NO_WAIT_EXPIRES:
+                        break
+                    request["expires"] = wire.s_to_ns(min(expires, left))
+                    await nc.publish(subject, json.dumps(request).encode(), reply=inbox_subject)
                 # 100: idle heartbeat; anything else: ignore
             return msgs
         finally:

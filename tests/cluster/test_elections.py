@@ -191,3 +191,16 @@ def test_publish_async_through_a_leader_kill(cluster, stream):
             if S in js.stream_names():
                 js.delete_stream(S)
         cluster.restart(leader)
+
+
+def test_a_fetch_through_the_consumers_election_waits_for_its_new_leader(cluster, stream):
+    """A pull request to a consumer with no leader finds no responder (503), as to one that
+    does not exist: the fetch asks the consumer's info which it is, and pulls again."""
+    with jetspark.connect(cluster.url, **FAST) as js:
+        leader = cluster.names.index(js.consumer_info(S, "spark").cluster.leader)
+        cluster.kill(leader)
+        try:
+            msgs = js.pull_subscribe_bind("spark", S).fetch(5, timeout=20)
+            assert [m.metadata.sequence.stream for m in msgs] == [1, 2, 3, 4, 5]
+        finally:
+            cluster.restart(leader)
