@@ -17,15 +17,17 @@ or a reconnect (the server forgot our requests) sets ``pending`` to 0.
 
 A caller waiting in ``next`` while nothing at all comes from the server (no message, no
 heartbeat, no status) for two heartbeats gets ``NoHeartbeatError``; ``pending`` is then
-0, so its next call pulls afresh.  Statuses that end the pull (409 Consumer Deleted; no
-responders, i.e. no such consumer; 400 Bad Request and a request past the consumer's
-max_request_* limits) are queued after the messages that came before them and raised by
-``next``, which ends the iteration; other 409s (Server Shutdown, Exceeded MaxWaiting) end
-one request only and are logged, as nats.go does.
+0, so its next call pulls afresh.  Statuses that end the pull (409 Consumer Deleted; 400
+Bad Request and a request past the consumer's max_request_* limits) are queued after the
+messages that came before them and raised by ``next``, which ends the iteration; other
+409s (Server Shutdown, Exceeded MaxWaiting) end one request only and are logged, as
+nats.go does.  No responders (503) ends the pull only when the consumer's info says it is
+gone: a replicated consumer has none for a moment after its creation or in an election.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 import logging
@@ -39,14 +41,17 @@ from jetspark import validate as V
 from jetspark.backend import live
 from jetspark.errors import (
     ClosedError,
+    ConsumerNotFoundError,
     FetchTimeoutError,
+    JetSparkError,
     NoHeartbeatError,
     ServerConnectionError,
+    StreamNotFoundError,
     api_error,
     error_from_response,
 )
 from jetspark.protocol import headers as H
-from jetspark.remote import wire
+from jetspark.remote import jsapi, wire
 from jetspark.remote.fastpath import status_of, subscribe_raw
 
 __all__ = ["Messages"]
@@ -58,6 +63,8 @@ _OPEN, _DRAINING, _CLOSED = range(3)
 _FINAL_409 = (b"consumer deleted", b"exceeded maxrequest", b"consumer is push based")
 # A waiting next() looks at the connection and the heartbeat clock at least this often.
 _SLICE = 1.0
+# Before pulling again after a request found no responder (the consumer has no leader yet).
+_NO_LEADER_PAUSE = 0.05
 
 
 class _Failure:
@@ -144,15 +151,45 @@ class Messages(live.MessagesBase):
                     "messages() of consumer %r of stream %r: the server ended a pull request: %s", self.consumer, self.stream, desc.decode(errors="replace")
                 )
                 return
+            if code == b"503":
+                # No responders: no such consumer (or stream), or one with no leader to answer
+                # yet (a replicated consumer just after its creation, or through an election).
+                # Pending stays as it is (no request goes out meanwhile) until its info says.
+                try:
+                    self._session.loop.spawn(self._no_responders())
+                except RuntimeError:  # the loop is stopped: the session is closed, next() says so
+                    pass
+                return
             if code == b"409" and low.startswith(b"consumer deleted"):
                 err = api_error(10014)
-            elif code == b"503":
-                err = api_error(10014)  # no responders: no such consumer (or stream)
             else:  # 400 Bad Request, a request the consumer's limits refuse: asking again cannot help
                 err = error_from_response({"code": int(code), "err_code": 0, "description": desc.decode(errors="replace")})
             log.debug("messages() of consumer %r of stream %r: the server ended the pull: %s %s", self.consumer, self.stream, code, desc)
-            self._ended = True
-            self._items.append(_Failure(err))
+            self._end(err)
+
+    def _end(self, err: BaseException) -> None:
+        """A final status: no more pull requests; ``next`` raises ``err`` after what came before (caller holds the lock)."""
+        self._ended = True
+        self._items.append(_Failure(err))
+        self._cond.notify()
+
+    async def _no_responders(self) -> None:
+        """A pull request found no responder: the consumer's info tells a consumer that is
+        gone (its 10014 / 10059 ends the pull) from one with no leader yet, asked again
+        after a pause (as pull.PullSubscription.fetch does)."""
+        try:
+            await jsapi.consumer_info(self._session, self.stream, self.consumer)
+        except (ConsumerNotFoundError, StreamNotFoundError) as exc:
+            with self._cond:
+                if not self._ended:
+                    self._end(exc)
+            return
+        except JetSparkError as exc:  # no answer either: the heartbeat clock or the next check asks again
+            log.debug("messages() of consumer %r of stream %r: no responder, and no consumer info: %s", self.consumer, self.stream, exc)
+        await asyncio.sleep(_NO_LEADER_PAUSE)
+        with self._cond:
+            self._pending = self._pending_bytes = 0
+            self._check_pending()
             self._cond.notify()
 
     def _check_pending(self) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 import jetspark
 from jetspark import AckPolicy
-from jetspark.errors import RequestTimeoutError
+from jetspark.errors import NoHeartbeatError, RequestTimeoutError
 from tests.cluster.conftest import TIMEOUT
 from tests.oracle import stored
 from tests.servers import NatsCluster
@@ -204,3 +204,33 @@ def test_a_fetch_through_the_consumers_election_waits_for_its_new_leader(cluster
             assert [m.metadata.sequence.stream for m in msgs] == [1, 2, 3, 4, 5]
         finally:
             cluster.restart(leader)
+
+
+def test_a_continuous_pull_through_the_consumers_election(cluster, stream):
+    """messages() across the consumer leader's death: the silence of the election is a
+    NoHeartbeatError from next(), after which the iterator pulls afresh; the new leader's
+    deliveries (and redeliveries of what the old one sent unacked) reach it, every message,
+    none missing."""
+    with jetspark.connect(cluster.url, **FAST) as js:
+        leader = cluster.names.index(js.consumer_info(S, "spark").cluster.leader)
+        seen = set()
+        with js.pull_subscribe_bind("spark", S).messages(max_messages=50, heartbeat=1.0) as it:
+            for _ in range(100):
+                m = it.next(timeout=20)
+                seen.add(m.metadata.sequence.stream)
+                m.ack()
+            cluster.kill(leader)
+            missed = 0
+            try:
+                while len(seen) < 300:
+                    try:
+                        m = it.next(timeout=30)
+                    except NoHeartbeatError:  # the election's silence, said as nats.go says it;
+                        missed += 1  # the next call pulls afresh
+                        assert missed < 20, "no new leader delivered"
+                        continue
+                    seen.add(m.metadata.sequence.stream)
+                    m.ack()
+            finally:
+                cluster.restart(leader)
+        assert seen == set(range(1, 301))
