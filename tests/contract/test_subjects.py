@@ -13,6 +13,7 @@ import contextlib
 import pytest
 
 import jetspark.errors
+from tests.contract import consumer_support as cs
 
 HTTP_CODE = {10052: 500, 10060: 400, 10065: 400}
 
@@ -312,7 +313,8 @@ def test_update_adding_an_overlapping_subject_is_10065(js):
 def test_deleting_a_stream_releases_its_subjects(js):
     js.add_stream(name="A", subjects=["a.>"])
     js.delete_stream("A")
-    assert js.add_stream(name="B", subjects=["a.b"]).config.subjects == ["a.b"]
+    # (the account's last stream gone: a server may refuse a file stream for a moment, 10049)
+    assert cs.add_stream(js, name="B", subjects=["a.b"]).config.subjects == ["a.b"]
     assert js.publish("a.b").stream == "B"
 
 
