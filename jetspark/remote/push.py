@@ -53,6 +53,11 @@ class PushSubscription(PushBase):
     ) -> None:  # fmt: skip
         super().__init__(js, stream, info.name, cb, auto_ack, owned)
         self._session = session
+        # The consumer's name as last seen: from nats-py's subscription, or from the reply
+        # subject of the last message (which can name an ordered consumer's new consumer
+        # before nats-py has taken the answer that created it).
+        self._latest = info.name
+        self._psub_name: Optional[str] = info.name
         self._acks = session if info.config.ack_policy != AckPolicy.NONE and ordered is None else None
         self._handoff: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         self._getter: Optional[asyncio.Future] = None  # next_msg's pending take, kept across timeouts
@@ -83,13 +88,24 @@ class PushSubscription(PushBase):
 
     @property
     def consumer(self) -> str:
-        # nats-py renames an ordered consumer's subscription when it makes the consumer again.
+        # nats-py renames an ordered consumer's subscription when it makes the consumer
+        # again; whichever of that and a delivered message's reply subject changed last names
+        # the consumer now (tests/contract/test_push.py, the ordered consumer).
         psub = getattr(self, "_psub", None)
-        return (subscription_consumer(psub) if psub is not None else None) or self._consumer
+        name = subscription_consumer(psub) if psub is not None else None
+        if name and name != self._psub_name:
+            self._psub_name = self._latest = name
+        return self._latest or self._consumer
 
     def _msg(self, m) -> Msg:
         hdr = raw_header_block(m.headers)
-        return Msg(self._acks, m.subject, m.data, H.decode(hdr) if hdr else None, m.reply or "")
+        msg = Msg(self._acks, m.subject, m.data, H.decode(hdr) if hdr else None, m.reply or "")
+        if m.reply:
+            try:
+                self._latest = msg.metadata.consumer
+            except ValueError:
+                pass  # not a JetStream delivery's reply subject
+        return msg
 
     # ------------------------------------------------------------------ with a callback
 
