@@ -58,6 +58,7 @@ class PushSubscription(PushBase):
         # before nats-py has taken the answer that created it).
         self._latest = info.name
         self._psub_name: Optional[str] = info.name
+        self._ordered = ordered is not None  # only an ordered consumer is ever made again
         self._acks = session if info.config.ack_policy != AckPolicy.NONE and ordered is None else None
         self._handoff: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         self._getter: Optional[asyncio.Future] = None  # next_msg's pending take, kept across timeouts
@@ -100,7 +101,7 @@ class PushSubscription(PushBase):
     def _msg(self, m) -> Msg:
         hdr = raw_header_block(m.headers)
         msg = Msg(self._acks, m.subject, m.data, H.decode(hdr) if hdr else None, m.reply or "")
-        if m.reply:
+        if self._ordered and m.reply:
             try:
                 self._latest = msg.metadata.consumer
             except ValueError:

@@ -114,6 +114,21 @@ def test_the_first_requests_to_a_cold_cluster(tmp_path):
         cold.stop()
 
 
+def restart_without_the_stream(cluster, leader: int) -> None:
+    """Delete S, then restart the killed node: catching up a replica cut off mid-batch was
+    seen to stall for minutes under load (its monitoring silent), and the tests that use
+    this are about the publishes (tests/cluster/test_node_loss.py restarts nodes)."""
+    with jetspark.connect(cluster.url, timeout=TIMEOUT) as js:
+        if S in js.stream_names():
+            js.delete_stream(S)
+    cluster.restart(leader)
+
+
+def consumer_leader(cluster, js) -> int:
+    """The index of the node leading the durable 'spark'."""
+    return cluster.names.index(js.consumer_info(S, "spark").cluster.leader)
+
+
 def test_publish_batch_with_msg_ids_through_a_leader_kill(cluster, stream, caplog):
     """The stream's leader killed while a batch with msg ids is being published: rows no
     leader took are sent again, unanswered ones too (the stream deduplicates them), and
@@ -150,13 +165,7 @@ def test_publish_batch_with_msg_ids_through_a_leader_kill(cluster, stream, caplo
         assert sorted(data for _, _, data in batch) == sorted(b"b%d" % q for q in range(n))  # each row once
         assert {seq: data for seq, _, data in batch} == {seqs[q]: b"b%d" % q for q in range(n)}  # where the BatchAck says
     finally:
-        # The killed node comes back once the stream is gone: catching up a replica cut off
-        # mid-batch was seen to stall for minutes under load (its monitoring silent), and
-        # this test is about the publish (tests/cluster/test_node_loss.py restarts nodes).
-        with jetspark.connect(cluster.url, timeout=TIMEOUT) as js:
-            if S in js.stream_names():
-                js.delete_stream(S)
-        cluster.restart(leader)
+        restart_without_the_stream(cluster, leader)
 
 
 def test_publish_async_through_a_leader_kill(cluster, stream):
@@ -187,17 +196,14 @@ def test_publish_async_through_a_leader_kill(cluster, stream):
             stored_data = [data for _, _, data in got(js.read_batches(S, 301))]
         assert sorted(stored_data) == sorted(b"a%d" % q for q in range(2 * n))  # each once
     finally:
-        with jetspark.connect(cluster.url, timeout=TIMEOUT) as js:
-            if S in js.stream_names():
-                js.delete_stream(S)
-        cluster.restart(leader)
+        restart_without_the_stream(cluster, leader)
 
 
 def test_a_fetch_through_the_consumers_election_waits_for_its_new_leader(cluster, stream):
     """A pull request to a consumer with no leader finds no responder (503), as to one that
     does not exist: the fetch asks the consumer's info which it is, and pulls again."""
     with jetspark.connect(cluster.url, **FAST) as js:
-        leader = cluster.names.index(js.consumer_info(S, "spark").cluster.leader)
+        leader = consumer_leader(cluster, js)
         cluster.kill(leader)
         try:
             msgs = js.pull_subscribe_bind("spark", S).fetch(5, timeout=20)
@@ -212,7 +218,7 @@ def test_a_continuous_pull_through_the_consumers_election(cluster, stream):
     deliveries (and redeliveries of what the old one sent unacked) reach it, every message,
     none missing."""
     with jetspark.connect(cluster.url, **FAST) as js:
-        leader = cluster.names.index(js.consumer_info(S, "spark").cluster.leader)
+        leader = consumer_leader(cluster, js)
         seen = set()
         with js.pull_subscribe_bind("spark", S).messages(max_messages=50, heartbeat=1.0) as it:
             for _ in range(100):
