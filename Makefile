@@ -43,13 +43,14 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 # Prerequisites run in order: the Java check comes before anything else.
 .NOTPARALLEL:
 .DEFAULT_GOAL := help
-.PHONY: help demo demo-cluster test lint bench notebooks venv clean check-java
+.PHONY: help demo demo-cluster test lint docs bench notebooks venv clean check-java
 
 help:
 	@echo "make demo    run the Spark pipeline demo (DEMO_ARGS='--seconds N --rate R --store DIR')"
 	@echo "make demo-cluster  the demo on a local 3-node NATS cluster, one node killed and restarted midway"
 	@echo "make test    run make lint, then the test suite (PYTEST_ARGS='...', TESTS=tests/...)"
 	@echo "make lint    check formatting and lint with ruff (fix: .venv/bin/ruff format . && .venv/bin/ruff check --fix .)"
+	@echo "make docs    build the documentation site into site/ (strict: warnings are errors)"
 	@echo "make bench   run the scripts in benchmarks/ (BENCH_ARGS=--quick for a short run)"
 	@echo "make notebooks   run notebooks/*.ipynb and store them with their outputs (scripts/run_notebooks.py)"
 	@echo "make venv    create $(VENV) and install jetspark with its dev extras"
@@ -82,6 +83,10 @@ bench: check-java $(STAMP)
 	done; \
 	[ -n "$$found" ] || { echo "make bench: no benchmark scripts in benchmarks/" >&2; exit 1; }
 
+# The documentation site (mkdocs.yml, docs/) into site/, strict: a warning is an error.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict --quiet --site-dir site
+
 # nbclient, ipykernel and matplotlib come with the dev extras (tests/test_notebooks.py runs them too).
 notebooks: check-java $(STAMP)
 	$(VENV_PY) scripts/run_notebooks.py
@@ -94,7 +99,7 @@ $(STAMP): pyproject.toml $(VENV_CFG)
 	@touch $@ $(RUNTIME_STAMP)
 
 $(RUNTIME_STAMP): pyproject.toml $(VENV_CFG)
-	$(VENV_PY) -m pip install --disable-pip-version-check -e .
+	$(VENV_PY) -m pip install --disable-pip-version-check -e '.[spark]'
 	@touch $@
 
 $(VENV_CFG):
@@ -130,5 +135,5 @@ check-java:
 	fi
 
 clean:
-	rm -rf build dist *.egg-info .pytest_cache .hypothesis spark-warehouse metastore_db derby.log
+	rm -rf build dist site *.egg-info .pytest_cache .hypothesis spark-warehouse metastore_db derby.log
 	find . -path ./.git -prune -o -path './$(VENV)' -prune -o -type d -name __pycache__ -exec rm -rf {} +
