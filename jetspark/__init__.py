@@ -12,6 +12,7 @@ import os
 import re
 import typing
 
+from jetspark._version import __version__ as __version__
 from jetspark.api import (
     AckPolicy,
     BackupInfo,
@@ -68,8 +69,6 @@ from jetspark.errors import (
 
 if typing.TYPE_CHECKING:
     from jetspark.backend import JetStreamAPI
-
-__version__ = "0.1.0"
 
 __all__ = [
     "APIError",
