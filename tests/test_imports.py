@@ -23,7 +23,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "jetspark"
 
 # What each layer may import from jetspark, besides its own package.
-SHARED = ("jetspark.api", "jetspark.errors", "jetspark.validate", "jetspark.protocol", "jetspark.backend", "jetspark.connect_options")
+SHARED = ("jetspark.api", "jetspark.errors", "jetspark.validate", "jetspark.protocol", "jetspark.backend", "jetspark.connect_options", "jetspark._extras")
 ALLOWED = {
     "jetspark.engine": SHARED,
     "jetspark.remote": SHARED,
@@ -36,6 +36,7 @@ ALLOWED = {
     "jetspark.validate": ("jetspark.api", "jetspark.errors", "jetspark.protocol"),
     "jetspark.connect_options": ("jetspark.api", "jetspark.errors", "jetspark.validate", "jetspark.protocol"),
     "jetspark.backend": SHARED,
+    "jetspark._extras": (),
 }
 # Third-party packages a layer must never load.
 FORBIDDEN = {
@@ -46,6 +47,8 @@ FORBIDDEN = {
     "jetspark.errors": ("pyspark", "nats", "pyarrow", "numpy"),
     "jetspark.validate": ("pyspark", "nats"),
     "jetspark.backend": ("pyspark", "nats"),
+    # It looks for the spark extra without importing it.
+    "jetspark._extras": ("pyspark", "pandas", "nats", "pyarrow", "numpy"),
 }
 
 

@@ -17,7 +17,7 @@ Register it once per session, then read and write streams::
 Source schema: ``stream string, subject string, seq long, timestamp timestamp,
 data binary`` plus ``headers map<string, array<string>>`` with
 ``includeHeaders``.  Offsets are ``{"stream": ..., "seq": <last sequence
-processed>}``.  ``help(JetStreamDataSource)`` lists every option.
+processed>}``.  See the README for every option.
 """
 
 from __future__ import annotations
@@ -39,8 +39,6 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from jetspark.connector import options as _options
-
 SOURCE_SCHEMA = StructType(
     [
         StructField("stream", StringType(), False),
@@ -57,10 +55,7 @@ HEADERS_FIELD = StructField("headers", MapType(StringType(), ArrayType(StringTyp
 
 
 class JetStreamDataSource(DataSource):
-    """``format("jetstream")``: batch and micro-batch source, batch and streaming sink.
-
-    (The options are appended below at import, from ``jetspark.connector.options.OPTIONS``.)
-    """
+    """``format("jetstream")``: batch and micro-batch source, batch and streaming sink."""
 
     @classmethod
     def name(cls) -> str:
@@ -75,18 +70,16 @@ class JetStreamDataSource(DataSource):
 
     def reader(self, schema):
         from jetspark.connector.options import reader_options
-        from jetspark.connector.source import BatchReader, FilteringBatchReader, user_schema
+        from jetspark.connector.source import BatchReader, FilteringBatchReader
 
         opts = reader_options(self.options, streaming=False)
-        cast = user_schema(schema, self.schema())
-        return FilteringBatchReader(opts, cast) if opts.push_filters else BatchReader(opts, cast)
+        return FilteringBatchReader(opts) if opts.push_filters else BatchReader(opts)
 
     def streamReader(self, schema):
         from jetspark.connector.options import reader_options
-        from jetspark.connector.source import StreamReader, user_schema
+        from jetspark.connector.source import StreamReader
 
-        opts = reader_options(self.options, streaming=True)
-        return StreamReader(opts, user_schema(schema, self.schema()))
+        return StreamReader(reader_options(self.options, streaming=True))
 
     def writer(self, schema, overwrite: bool):
         from jetspark.connector.options import writer_options
@@ -114,34 +107,12 @@ class JetStreamDataSource(DataSource):
         return StreamWriter(opts)
 
 
-# help() and the API reference show the options from the one place they are declared.
-JetStreamDataSource.__doc__ = f"""``format("jetstream")``: batch and micro-batch source, batch and streaming sink.
-
-Read with ``spark.read`` / ``spark.readStream``, write with ``df.write`` /
-``df.writeStream``, after ``jetspark.register(spark)``.  Options are given with
-``.option(name, value)``; names are case-insensitive, and an option that does
-not apply is refused with ``OptionError`` naming the accepted ones.
-
-Source columns: ``stream``, ``subject``, ``seq``, ``timestamp``, ``data``, and
-``headers`` with ``includeHeaders``.  Sink columns: ``subject``, ``data``,
-optionally ``headers`` and ``msg_id``.
-
-Options:
-
-{_options.options_table()}
-"""
-
-
 def _open_store(opts) -> None:
     """Open the sink's store on the driver, so a store that does not exist (or a server
-    that cannot be reached), or a ``stream`` option naming no stream there, fails the
-    write before any task runs."""
-    from jetspark.connector.source import named_stream_info
+    that cannot be reached) fails the write before any task runs."""
     from jetspark.connector.store import handle
 
-    js = handle(opts.store, opts.connection)
-    if opts.stream is not None:
-        named_stream_info(js, opts.store, opts.stream)
+    handle(opts.store, opts.connection)
 
 
 # Spark refuses a batch read of a Python data source that takes filters (ours, with the
