@@ -17,7 +17,7 @@ Register it once per session, then read and write streams::
 Source schema: ``stream string, subject string, seq long, timestamp timestamp,
 data binary`` plus ``headers map<string, array<string>>`` with
 ``includeHeaders``.  Offsets are ``{"stream": ..., "seq": <last sequence
-processed>}``.  See the README for every option.
+processed>}``.  ``help(JetStreamDataSource)`` lists every option.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from jetspark.connector import options as _options
+
 SOURCE_SCHEMA = StructType(
     [
         StructField("stream", StringType(), False),
@@ -55,7 +57,10 @@ HEADERS_FIELD = StructField("headers", MapType(StringType(), ArrayType(StringTyp
 
 
 class JetStreamDataSource(DataSource):
-    """``format("jetstream")``: batch and micro-batch source, batch and streaming sink."""
+    """``format("jetstream")``: batch and micro-batch source, batch and streaming sink.
+
+    (The options are appended below at import, from ``jetspark.connector.options.OPTIONS``.)
+    """
 
     @classmethod
     def name(cls) -> str:
@@ -70,16 +75,18 @@ class JetStreamDataSource(DataSource):
 
     def reader(self, schema):
         from jetspark.connector.options import reader_options
-        from jetspark.connector.source import BatchReader, FilteringBatchReader
+        from jetspark.connector.source import BatchReader, FilteringBatchReader, user_schema
 
         opts = reader_options(self.options, streaming=False)
-        return FilteringBatchReader(opts) if opts.push_filters else BatchReader(opts)
+        cast = user_schema(schema, self.schema())
+        return FilteringBatchReader(opts, cast) if opts.push_filters else BatchReader(opts, cast)
 
     def streamReader(self, schema):
         from jetspark.connector.options import reader_options
-        from jetspark.connector.source import StreamReader
+        from jetspark.connector.source import StreamReader, user_schema
 
-        return StreamReader(reader_options(self.options, streaming=True))
+        opts = reader_options(self.options, streaming=True)
+        return StreamReader(opts, user_schema(schema, self.schema()))
 
     def writer(self, schema, overwrite: bool):
         from jetspark.connector.options import writer_options
@@ -107,12 +114,34 @@ class JetStreamDataSource(DataSource):
         return StreamWriter(opts)
 
 
+# help() and the API reference show the options from the one place they are declared.
+JetStreamDataSource.__doc__ = f"""``format("jetstream")``: batch and micro-batch source, batch and streaming sink.
+
+Read with ``spark.read`` / ``spark.readStream``, write with ``df.write`` /
+``df.writeStream``, after ``jetspark.register(spark)``.  Options are given with
+``.option(name, value)``; names are case-insensitive, and an option that does
+not apply is refused with ``OptionError`` naming the accepted ones.
+
+Source columns: ``stream``, ``subject``, ``seq``, ``timestamp``, ``data``, and
+``headers`` with ``includeHeaders``.  Sink columns: ``subject``, ``data``,
+optionally ``headers`` and ``msg_id``.
+
+Options:
+
+{_options.options_table()}
+"""
+
+
 def _open_store(opts) -> None:
     """Open the sink's store on the driver, so a store that does not exist (or a server
-    that cannot be reached) fails the write before any task runs."""
+    that cannot be reached), or a ``stream`` option naming no stream there, fails the
+    write before any task runs."""
+    from jetspark.connector.source import named_stream_info
     from jetspark.connector.store import handle
 
-    handle(opts.store, opts.connection)
+    js = handle(opts.store, opts.connection)
+    if opts.stream is not None:
+        named_stream_info(js, opts.store, opts.stream)
 
 
 # Spark refuses a batch read of a Python data source that takes filters (ours, with the
