@@ -73,15 +73,20 @@ def read_range(p: SeqRange) -> Iterator:
     yield from js.read_batches(p.stream, p.lo, p.hi, subjects=list(p.subjects) or None, headers=p.include_headers)
 
 
-def _stream_info(js, opts: ReaderOptions):
-    """The stream's info; a stream that does not exist is an option error that names it."""
+def named_stream_info(js, store: str, stream: str):
+    """``stream``'s info; a stream that does not exist is an option error that names it, the
+    store and the streams there are (the source's and the sink's ``stream`` option alike)."""
     from jetspark.errors import StreamNotFoundError
 
     try:
-        return js.stream_info(opts.stream)
+        return js.stream_info(stream)
     except StreamNotFoundError:
         names = ", ".join(sorted(js.stream_names())) or "none"
-        raise OptionError(f"option stream: there is no stream {opts.stream!r} in the store {opts.store} (streams: {names})") from None
+        raise OptionError(f"option stream: there is no stream {stream!r} in the store {store} (streams: {names})") from None
+
+
+def _stream_info(js, opts: ReaderOptions):
+    return named_stream_info(js, opts.store, opts.stream)
 
 
 def _start_seq(js, opts: ReaderOptions) -> int:
@@ -97,14 +102,54 @@ def _start_seq(js, opts: ReaderOptions) -> int:
     return js.seq_for_time(opts.stream, opts.starting.value * 1_000_000)
 
 
+def user_schema(given, fixed):
+    """The Arrow schema to hand Spark batches in when a ``.schema(...)`` given to the reader
+    differs from the source's own (``fixed``) in nullability alone; None when it is the
+    source's.  Any other difference is an OptionError naming the source's columns and the
+    first difference, raised while Spark plans the read (on the driver): Spark's own check,
+    in the tasks, only says the returned batches do not match."""
+    if given is None or given == fixed:
+        return None
+    shape = lambda schema: [(f.name, f.dataType.simpleString()) for f in schema.fields]  # noqa: E731
+    if shape(given) == shape(fixed):
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return to_arrow_schema(given, timezone="UTC")
+    columns = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in fixed.fields)
+    raise OptionError(
+        f"the jetstream source's schema is fixed: {columns} (headers is added with includeHeaders); "
+        f"the schema given to the reader differs ({_first_difference(given, fixed)}): leave out .schema(...), "
+        "then select, rename or cast columns after load()"
+    )
+
+
+def _first_difference(given, fixed) -> str:
+    theirs = {f.name: f for f in fixed.fields}
+    mine = {f.name: f for f in given.fields}
+    for f in given.fields:
+        if f.name not in theirs:
+            return f"column {f.name!r} is not one of the source's"
+        if f.dataType.simpleString() != theirs[f.name].dataType.simpleString():
+            return f"column {f.name!r} is {f.dataType.simpleString()}, the source's is {theirs[f.name].dataType.simpleString()}"
+    for f in fixed.fields:
+        if f.name not in mine:
+            return f"it has no column {f.name!r}"
+    return f"its columns are in another order: {', '.join(mine)}"
+
+
+def _cast(batches, schema) -> Iterator:
+    return batches if schema is None else (b.cast(schema) for b in batches)
+
+
 # ---------------------------------------------------------------------- batch
 
 
 class BatchReader(DataSourceReader):
     """A batch read of the options' range; Spark applies every filter after it."""
 
-    def __init__(self, opts: ReaderOptions) -> None:
+    def __init__(self, opts: ReaderOptions, cast=None) -> None:
         self.opts = opts
+        self.cast = cast  # user_schema's
         self.subjects = opts.subjects
         self.lo: Optional[int] = None
         self.hi: Optional[int] = None
@@ -136,7 +181,7 @@ class BatchReader(DataSourceReader):
     def read(self, partition: SeqRange):
         if partition.lo > partition.hi:
             return iter(())
-        return read_range(partition)
+        return _cast(read_range(partition), self.cast)
 
 
 class FilteringBatchReader(BatchReader):
@@ -220,8 +265,9 @@ def _micros(value) -> int:
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, opts: ReaderOptions) -> None:
+    def __init__(self, opts: ReaderOptions, cast=None) -> None:
         self.opts = opts
+        self.cast = cast  # user_schema's
         self._target: Optional[int] = None
         self._last_batch = time.monotonic()
         js = handle(opts.store, opts.connection)
@@ -336,7 +382,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return split(self.opts, max(lo, first), hi, self.opts.subjects)
 
     def read(self, partition: SeqRange):
-        return read_range(partition)
+        return _cast(read_range(partition), self.cast)
 
     def commit(self, end: dict) -> None:
         """Spark's commit of a batch's end: usually released already by ``latestOffset``."""
