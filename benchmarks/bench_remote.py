@@ -40,6 +40,7 @@ import asyncio
 import gc
 import os
 import shutil
+import socket
 import statistics
 import sys
 import tempfile
@@ -70,6 +71,57 @@ class Sizes:
 
 FULL = Sizes(wq_msgs=200_000, read_msgs=500_000, anchor_read_msgs=200_000, read_reps=3, publish_msgs=200_000, publish_rows=50_000, publish_reps=3)
 QUICK = Sizes(wq_msgs=50_000, read_msgs=100_000, anchor_read_msgs=50_000, read_reps=3, publish_msgs=50_000, publish_rows=25_000, publish_reps=2)
+
+
+class RawConnection:
+    """A bare NATS connection on a blocking socket, no client library: the ceilings' side."""
+
+    def __init__(self, url: str) -> None:
+        host, _, port = url.removeprefix("nats://").rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.buf = b""
+        self._read_until(b"\r\n")  # INFO
+        self.send(b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true,"protocol":1}\r\n')
+        self.ping()
+        self.tail = b"\n"
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _read_until(self, token: bytes) -> None:
+        while token not in self.buf:
+            got = self.sock.recv(1 << 16)
+            if not got:
+                raise ConnectionError("the server closed the connection")
+            self.buf += got
+        self.buf = self.buf[self.buf.index(token) + len(token) :]
+
+    def ping(self) -> None:
+        """Until the server has processed everything sent so far."""
+        self.send(b"PING\r\n")
+        self._read_until(b"PONG\r\n")
+
+    def count_some(self) -> int:
+        """Frames (MSG or HMSG) in the next read off the socket, counted by their leading
+        "\\nMSG " / "\\nHMSG " without parsing (a 100-byte random payload holding one is
+        a 1-in-2^32 event)."""
+        data = self.sock.recv(1 << 20)
+        if not data:
+            raise ConnectionError("the server closed the connection")
+        chunk = self.tail + data
+        # (the last 5 bytes are read again with the next read: a frame start split across
+        # two reads is counted once, one that was wholly in them is taken off again)
+        frames = chunk.count(b"\nMSG ") + chunk.count(b"\nHMSG ") - self.tail.count(b"\nMSG ")
+        self.tail = chunk[-5:]
+        return frames
+
+    def count_frames(self, n: int) -> None:
+        got = 0
+        while got < n:
+            got += self.count_some()
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 class Anchor:
@@ -105,22 +157,97 @@ class Bench:
             except Exception:
                 traceback.print_exc()
 
+    # ---- the ceilings --------------------------------------------------------------
+
+    def ceiling_read(self, stream: str, n: int) -> tuple[float, float]:
+        """(msgs/s, CPU s per msg) of a bare socket subscribed to a push consumer's deliver
+        subject (ack none) over the first ``n`` messages of ``stream``, counting frames
+        without parsing them: what one Python process can receive from the server at all."""
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+        deliver = f"ceiling.{stream}.{time.monotonic_ns()}"
+        raw = RawConnection(self.server.url)
+        try:
+            raw.send(f"SUB {deliver} 1\r\n".encode())
+            raw.ping()
+            gc.collect()
+            cpu, t = time.process_time(), time.perf_counter()
+            info = self.anchor.run(
+                self.anchor.js.add_consumer(
+                    stream, ConsumerConfig(deliver_subject=deliver, ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL, inactive_threshold=30.0)
+                )
+            )
+            raw.count_frames(n)
+            dt, cpu = time.perf_counter() - t, time.process_time() - cpu
+        finally:
+            raw.close()
+        self.anchor.run(self.anchor.js.delete_consumer(stream, info.name))
+        return n / dt, cpu / n
+
+    def ceiling_write(self, stream: str, subjects_filter: str, subjects: list, datas: list, window: int = 4000) -> float:
+        """msgs/s of a bare socket sending ``PUB subject <inbox>.<i> size`` for every message
+        (the lines built before the clock), at most ``window`` unanswered, counting the
+        PubAck frames that come back without parsing them; checks every message was stored."""
+        n = len(datas)
+        inbox = f"_INBOX.ceiling{time.monotonic_ns()}"
+        lines = [b"PUB %s %s.%d %d\r\n%s\r\n" % (subjects[i].encode(), inbox.encode(), i, len(datas[i]), datas[i]) for i in range(n)]
+        self.anchor.run(self.anchor.js.add_stream(name=stream, subjects=[subjects_filter]))
+        raw = RawConnection(self.server.url)
+        try:
+            raw.send(f"SUB {inbox}.* 1\r\n".encode())
+            raw.ping()
+            gc.collect()
+            t = time.perf_counter()
+            sent = got = 0
+            while got < n:
+                if sent < n and sent - got <= window - 1000:
+                    end = min(n, sent + 1000)
+                    raw.send(b"".join(lines[sent:end]))
+                    sent = end
+                    continue
+                got += raw.count_some()
+            dt = time.perf_counter() - t
+        finally:
+            raw.close()
+        stored = self.anchor.run(self.anchor.js.stream_info(stream)).state.messages
+        self.anchor.run(self.anchor.js.delete_stream(stream))
+        if stored != n:
+            raise AssertionError(f"the raw socket stored {stored} of {n}")
+        return n / dt
+
     # ---- row 1 ------------------------------------------------------------------
+
+    def fill(self, name: str, n: int, **config) -> None:
+        from jetspark import AckPolicy, RetentionPolicy
+
+        self.js.add_stream(name=name, subjects=[f"{name.lower()}.>"], **config)
+        if config.get("retention") == RetentionPolicy.INTEREST:  # (which keeps nothing nobody is interested in)
+            self.js.add_consumer(name, durable_name="keep", ack_policy=AckPolicy.EXPLICIT)
+        log(f"filling {name} with {n:,} messages")
+        for off in range(0, n, 50_000):
+            self.js.publish_batch(be.message_table(min(50_000, n - off), name.lower()), stream=name)
+        if self.js.stream_info(name).state.messages != n:
+            raise AssertionError(f"{name} was not filled")
+
+    def ours_read(self, stream: str, n: int) -> tuple[float, float]:
+        """(msgs/s, CPU s per msg) of one ``read_batches(stream, 1, n)`` pass."""
+        gc.collect()
+        cpu, t = time.process_time(), time.perf_counter()
+        rows = sum(b.num_rows for b in self.js.read_batches(stream, 1, n))
+        dt, cpu = time.perf_counter() - t, time.process_time() - cpu
+        if rows != n:
+            raise AssertionError(f"read_batches returned {rows} rows for {n} sequences of {stream}")
+        return n / dt, cpu / n
 
     def row_read(self) -> list[Row]:
         from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+        from jetspark import RetentionPolicy
+
         s, js, njs = self.sizes, self.js, self.anchor.js
         n, na = s.read_msgs, s.anchor_read_msgs
-        js.add_stream(name="READ", subjects=["read.>"])
-        log(f"1 filling READ with {n:,} messages")
-        for off in range(0, n, 50_000):
-            js.publish_batch(be.message_table(min(50_000, n - off), "read"), stream="READ")
-        if js.stream_info("READ").state.messages != n:
-            raise AssertionError("READ was not filled")
-
-        def ours() -> float:
-            return be.read_rate(js, "READ", n)
+        self.fill("READ", n)
+        self.fill("READI", n, retention=RetentionPolicy.INTEREST)
 
         async def drain() -> float:
             sub = await njs.pull_subscribe(
@@ -136,22 +263,41 @@ class Bench:
             return na / dt
 
         sum(b.num_rows for b in js.read_batches("READ", 1, 20_000))  # warm-up (imports, first consumer)
-        mine, anc = [], []
+        self.ceiling_read("READ", 20_000)
+        mine, mine_i, ceil, anc = [], [], [], []
         for r in range(s.read_reps):
-            mine.append(ours())
+            ceil.append(self.ceiling_read("READ", n))
+            mine.append(self.ours_read("READ", n))
+            mine_i.append(self.ours_read("READI", n))
             gc.collect()
             anc.append(self.anchor.run(drain()))
-            log(f"1 range read {r + 1}/{s.read_reps}: jetspark {rate(mine[-1])}, nats-py fetch {rate(anc[-1])}")
-        js.delete_stream("READ")
-        m, a = statistics.median(mine), statistics.median(anc)
-        return [
-            Row(
-                "1", f"range read into Arrow: js.read_batches(stream, 1, {n:,})", rate(m), rate(a) + " (pull fetch(1000))", f"{m / a:.2f}x",
-                ">= 2x anchor", verdict([(m / a >= 2, "< 2x anchor")]), f"jetspark {spread(mine)}; anchor {spread(anc)}",
-                [f"jetspark: {n:,} msgs per pass into pyarrow RecordBatches (65,536 rows) with the engine's schema, through an ephemeral "
-                 f"ack-less pull consumer; anchor: nats-py pull_subscribe (ephemeral, ack none) fetch(batch=1000) over {na:,} msgs, "
-                 f"Msg objects only (no Arrow); {s.read_reps} interleaved repetitions."],
+            log(
+                f"1 range read {r + 1}/{s.read_reps}: ceiling {rate(ceil[-1][0])}, jetspark {rate(mine[-1][0])} "
+                f"({mine[-1][1] * 1e6:.2f} us CPU/msg), interest stream {rate(mine_i[-1][0])}, nats-py fetch {rate(anc[-1])}"
             )
+        if js.stream_info("READI").state.messages != n:
+            raise AssertionError("reading the interest stream removed messages")
+        js.delete_stream("READ")
+        js.delete_stream("READI")
+        c = statistics.median(x[0] for x in ceil)
+        m, mi, a = statistics.median(x[0] for x in mine), statistics.median(x[0] for x in mine_i), statistics.median(anc)
+        cpu, cpu_i, cpu_c = (statistics.median(x[1] for x in xs) * 1e6 for xs in (mine, mine_i, ceil))
+        notes = (
+            f"jetspark: {n:,} msgs per pass into pyarrow RecordBatches (65,536 rows) with the engine's schema, through an ephemeral "
+            f"ack-less pull consumer; ceiling: a bare socket subscribed to a push consumer's deliver subject (ack none), counting "
+            f"frames without parsing them, {n:,} msgs; anchor: nats-py pull_subscribe (ephemeral, ack none) fetch(batch=1000) over "
+            f"{na:,} msgs, Msg objects only (no Arrow); CPU/msg is this process's CPU time (all threads) over the messages; "
+            f"{s.read_reps} interleaved repetitions."
+        )
+        return [
+            Row("1c", "ceiling: bare socket on a push consumer, counting frames", rate(c), "-", "1.00 of ceiling", "-", "info",
+                f"{spread([x[0] for x in ceil])}; {cpu_c:.2f} us CPU/msg"),
+            Row("1", f"range read into Arrow: js.read_batches(stream, 1, {n:,})", rate(m), rate(a) + " (pull fetch(1000))",
+                f"{m / c:.2f} of ceiling; {m / a:.1f}x anchor", ">= 0.5 of ceiling; CPU <= 1 us/msg",
+                verdict([(m / c >= 0.5, "< 0.5 of ceiling"), (cpu <= 1.0, f"{cpu:.2f} us CPU/msg")]),
+                f"jetspark {spread([x[0] for x in mine])}, {cpu:.2f} us CPU/msg; anchor {spread(anc)}", [notes]),
+            Row("1i", f"range read of an interest stream: js.read_batches(stream, 1, {n:,})", rate(mi), "-", f"{mi / c:.2f} of ceiling",
+                ">= 0.5 of ceiling", verdict([(mi / c >= 0.5, "< 0.5 of ceiling")]), f"{spread([x[0] for x in mine_i])}, {cpu_i:.2f} us CPU/msg"),
         ]  # fmt: skip
 
     # ---- row 3 ------------------------------------------------------------------
@@ -166,32 +312,36 @@ class Bench:
             js.add_consumer(name, durable_name="spark", ack_policy=AckPolicy.EXPLICIT)
             for off in range(0, n, 50_000):
                 js.publish_batch(be.message_table(min(50_000, n - off), name.lower()), stream=name)
-        js.add_stream(name="WQL", subjects=["wql.>"])
-        js.publish_batch(be.message_table(min(50_000, n), "wql"), stream="WQL")
+        self.fill("WQL", n)
         log(f"3 work-queue streams filled with {n:,} messages")
         gets = min(n, 20_000)  # the plain-get path is slow: a smaller range
         be.read_rate(js, "WQD", min(n, 10_000))  # warm-up
-        direct, plain, limits = [], [], []
+        direct, plain, limits, ceil = [], [], [], []
         for r in range(s.read_reps):
-            direct.append(be.read_rate(js, "WQD", n))
+            ceil.append(self.ceiling_read("WQL", n))
+            direct.append(self.ours_read("WQD", n))
             plain.append(be.read_rate(js, "WQG", gets))
-            limits.append(be.read_rate(js, "WQL", min(50_000, n)))
+            limits.append(be.read_rate(js, "WQL", n))
             log(
-                f"3 work-queue read {r + 1}/{s.read_reps}: direct gets {rate(direct[-1])}, MSG.GET {rate(plain[-1])}, limits stream via a consumer {rate(limits[-1])}"
+                f"3 work-queue read {r + 1}/{s.read_reps}: ceiling {rate(ceil[-1][0])}, direct gets {rate(direct[-1][0])} "
+                f"({direct[-1][1] * 1e6:.2f} us CPU/msg), MSG.GET {rate(plain[-1])}, limits stream via a consumer {rate(limits[-1])}"
             )
         if [c.name for c in js.consumers_info("WQD")] != ["spark"] or js.stream_info("WQD").state.messages != n:
             raise AssertionError("the work-queue read created a consumer or removed messages")
         for name in ("WQD", "WQG", "WQL"):
             js.delete_stream(name)
-        m, a, lim = statistics.median(direct), statistics.median(plain), statistics.median(limits)
+        m, a, lim = statistics.median(x[0] for x in direct), statistics.median(plain), statistics.median(limits)
+        c, cpu = statistics.median(x[0] for x in ceil), statistics.median(x[1] for x in direct) * 1e6
         return [
             Row(
                 "3", f"work-queue read: js.read_batches(wq stream, 1, {n:,}), allow_direct", rate(m), rate(a) + " (one MSG.GET per seq)",
-                f"{m / a:.2f}x", ">= 200,000 msg/s", verdict([(m >= 200_000, "< 200,000 msg/s")]),
-                f"direct {spread(direct)}; MSG.GET {spread(plain)}; limits stream via a reader consumer {rate(lim)} ({m / lim:.2f}x of it)",
+                f"{m / c:.2f} of ceiling; {m / a:.1f}x anchor", ">= 0.5 of ceiling", verdict([(m / c >= 0.5, "< 0.5 of ceiling")]),
+                f"direct {spread([x[0] for x in direct])}, {cpu:.2f} us CPU/msg; MSG.GET {spread(plain)}; ceiling {rate(c)}; "
+                f"limits stream via a reader consumer {rate(lim)} ({m / lim:.2f}x of it)",
                 [f"a work-queue stream with its durable (no second consumer allowed): batched direct gets of {n:,} msgs on an allow_direct "
-                 f"stream, vs the plain gets of a stream without allow_direct over {gets:,} msgs; for scale, the range read of a limits "
-                 f"stream through a reader consumer; {s.read_reps} interleaved repetitions."],
+                 f"stream, vs the plain gets of a stream without allow_direct over {gets:,} msgs; the ceiling is row 1c's bare socket on "
+                 f"a push consumer of a limits stream holding the same messages (a work-queue stream takes no second consumer); for scale, "
+                 f"the range read of that limits stream through a reader consumer; {s.read_reps} interleaved repetitions."],
             )
         ]  # fmt: skip
 
@@ -244,19 +394,32 @@ class Bench:
             return t.num_rows / dt
 
         rows = []
+        ceil: list[float] = []
         for key, t, ids in (("2", table, False), ("2b", with_ids, True)):
             ours(t.slice(0, 5000), 99)  # warm-up
             mine, anc = [], []
             for r in range(s.publish_reps):
+                if not ids:
+                    ceil.append(self.ceiling_write(f"CPUB{r}", "pub.>", subjects, datas))
                 mine.append(ours(t, r))
                 anc.append(self.anchor_publish_async(f"APUB{r}", "pub.>", subjects, datas, n, ids))
-                log(f"{key} batch append {r + 1}/{s.publish_reps}: jetspark {rate(mine[-1])}, nats-py publish_async {rate(anc[-1])}")
+                log(
+                    f"{key} batch append {r + 1}/{s.publish_reps}: jetspark {rate(mine[-1])}, nats-py publish_async {rate(anc[-1])}"
+                    + (f", ceiling {rate(ceil[-1])}" if not ids else "")
+                )
             m, a = statistics.median(mine), statistics.median(anc)
+            c = statistics.median(ceil)
             name = "batch append: js.publish_batch(table, stream=)" + (" with msg_id" if ids else "")
             target = ">= 2x anchor" if not ids else ""
+            if not ids:
+                rows.append(
+                    Row("2c", "ceiling: bare socket sending the PUBs, counting PubAck frames", rate(c), "-", "1.00 of ceiling", "-", "info",
+                        spread(ceil), [f"{n:,} ready-made PUB lines with reply subjects, at most 4,000 unanswered, written 1,000 per "
+                                       "write on a blocking socket; the PubAcks counted, not parsed."])
+                )  # fmt: skip
             rows.append(
                 Row(
-                    key, name, rate(m), rate(a) + " (publish_async)", f"{m / a:.2f}x", target,
+                    key, name, rate(m), rate(a) + " (publish_async)", f"{m / c:.2f} of ceiling; {m / a:.2f}x anchor", target,
                     verdict([(m / a >= 2, "< 2x anchor")]) if not ids else "info", f"jetspark {spread(mine)}; anchor {spread(anc)}",
                     [f"{n:,} msgs per repetition in slices of {s.publish_rows:,} rows, every PubAck awaited, fresh stream each time; anchor: "
                      f"nats-py js.publish_async per row{' with a Nats-Msg-Id header' if ids else ''} then publish_async_completed(); "
@@ -301,7 +464,7 @@ class Bench:
         m, a = statistics.median(mine), statistics.median(anc)
         return [
             Row(
-                "4", name, rate(m), rate(a) + " (publish_async)", f"{m / a:.2f}x", "-", "info", f"jetspark {spread(mine)}; anchor {spread(anc)}",
+                "4", name, rate(m), rate(a) + " (publish_async)", f"{m / a:.2f}x", ">= 1.0x anchor", verdict([(m / a >= 1.0, "< 1.0x anchor")]), f"jetspark {spread(mine)}; anchor {spread(anc)}",
                 [f"{n:,} msgs per repetition on {be.SUBJECTS_PER_TABLE} subjects, a fresh stream each time; both sides with a window of 4,000 "
                  "pending (the default of both); jetspark from a synchronous caller (its event loop in a thread), the anchor in its own "
                  f"asyncio loop; {s.publish_reps} interleaved repetitions."],
