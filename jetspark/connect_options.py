@@ -17,6 +17,7 @@ from typing import Any, Mapping, Optional
 from urllib.parse import urlsplit, urlunsplit
 
 from jetspark import validate as V
+from jetspark.errors import LocationError
 
 __all__ = ["ConnectOptions", "redact_url"]
 
@@ -37,19 +38,42 @@ def redact_url(url: str) -> str:
     return _URL_USERINFO.sub(sub, url)
 
 
+_NATS_SCHEMES = ("nats", "tls", "ws", "wss")
+_ONE_SLASH = re.compile(r"^(?P<scheme>nats|tls|wss?):/*(?P<rest>[^/].*)$", re.IGNORECASE)
+
+
 def split_servers(url: str) -> list[str]:
-    """``nats://a:4222,nats://b:4222`` (or ``nats://a:4222,b:4222``) -> a list of server URLs."""
+    """``nats://a:4222,nats://b:4222`` (or ``nats://a:4222,b:4222``) -> a list of server URLs.
+
+    A part that is not a server URL is ``LocationError`` naming it as given (``nats:/h:4222``
+    with the ``nats://h:4222`` it probably meant), never a URL rebuilt around it."""
     parts = [p.strip() for p in url.split(",") if p.strip()]
     if not parts:
-        raise ValueError("no server URL given")
+        raise LocationError(f"no server URL given: {url!r}", "url")
     scheme = parts[0].split("://", 1)[0] + "://" if "://" in parts[0] else "nats://"
     out = []
     for p in parts:
         u = p if "://" in p else scheme + p
         split = urlsplit(u)
-        if not split.hostname:
-            raise ValueError(f"not a server URL: {redact_url(u)!r}")
-        if split.port is None:
+        try:
+            port = split.port
+        except ValueError:
+            port = -1
+        why = None
+        typo = _ONE_SLASH.match(p) if "://" not in p else None
+        if typo is not None:
+            why = f"did you mean {typo.group('scheme').lower()}://{redact_url(typo.group('rest'))}?"
+        elif split.scheme.lower() not in _NATS_SCHEMES:
+            why = f"a NATS server URL starts with {', '.join(s + '://' for s in _NATS_SCHEMES)}"
+        elif not split.hostname:
+            why = "no host"
+        elif port == -1 or split.netloc.endswith(":"):
+            why = "the port must be a number from 0 to 65535"
+        elif split.path not in ("", "/") or split.query or split.fragment:
+            why = "a server URL is scheme://[user[:password]@]host[:port], with nothing after the port"
+        if why is not None:
+            raise LocationError(f"not a server URL: {redact_url(p)!r} ({why})", "url")
+        if port is None:
             u = urlunsplit((split.scheme, split.netloc + ":4222", split.path, split.query, split.fragment))
         out.append(u)
     return out

@@ -30,6 +30,9 @@
     ├── RequestTimeoutError (TimeoutError)    nats:// backend: the server did not answer in time
     ├── TooManyStalledMsgsError               publish_async's window stayed full for ``wait_stall``
     ├── PublishAsyncTimeoutError (TimeoutError)  publish_async_completed's timeout passed first
+    ├── LocationError (ValueError)            connect(), the CLI's --store/--server, the Spark store
+    │                                         option: a store path that looks like a URL, a malformed
+    │                                         server URL (``argument`` names what was given)
     ├── OptionError (ValueError)              Spark connector: an option is missing or not accepted
     ├── DataLossError                         Spark connector: retention removed messages before
     │                                         the query read them (failOnDataLoss=true)
@@ -61,6 +64,7 @@ __all__ = [
     "DataLossError",
     "FetchTimeoutError",
     "JetSparkError",
+    "LocationError",
     "MsgNotFoundError",
     "NextMsgTimeoutError",
     "NoHeartbeatError",
@@ -100,7 +104,11 @@ class APIError(JetSparkError):
         super().__init__(code, err_code, description)
 
     def __str__(self) -> str:
-        return f"{type(self).__name__}: code={self.code} err_code={self.err_code} description={self.description!r}"
+        # The class name is left to the traceback and repr, which print it already.
+        return f"{self.description or 'error'} (code={self.code} err_code={self.err_code})"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code}, err_code={self.err_code}, description={self.description!r})"
 
     def __reduce__(self):
         return (type(self), (self.code, self.err_code, self.description))
@@ -365,6 +373,20 @@ def error_from_response(error: dict) -> APIError:
     code = int(error.get("code", 0))
     cls = _API_ERRORS[err_code][2] if err_code in _API_ERRORS else _BY_HTTP_CODE.get(code, APIError)
     return cls(code, err_code, str(error.get("description", "")))
+
+
+class LocationError(JetSparkError, ValueError):
+    """Where to connect cannot be used as given: a store path that looks like a URL
+    (``nats:/host:4222``, which would otherwise create a local directory of that name), or a
+    server URL that cannot be parsed.  The message shows the form probably meant; ``argument``
+    names what carried it (``url``, ``--store``, the ``store`` option).  Nothing was created."""
+
+    def __init__(self, message: str = "", argument: str = "") -> None:
+        self.argument = argument
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.argument))
 
 
 class OptionError(JetSparkError, ValueError):

@@ -3,8 +3,8 @@
 The two backends are siblings behind one declared API (jetspark/backend.py):
 neither imports the other, both import the shared pieces (``jetspark.api``,
 ``jetspark.errors``, ``jetspark.validate``, ``jetspark.protocol``); the
-connector and the CLI use only the public API.  ``jetspark.connect`` (the
-package root) is the one place that picks a backend.
+connector and the CLI use only the public API.  ``jetspark.connect``
+(``jetspark.connection``) is the one place that picks a backend.
 
 Imports are read with ``ast`` from every module, including imports inside
 functions (a lazy import is still a dependency); only ``if TYPE_CHECKING:``
@@ -27,8 +27,10 @@ SHARED = ("jetspark.api", "jetspark.errors", "jetspark.validate", "jetspark.prot
 ALLOWED = {
     "jetspark.engine": SHARED,
     "jetspark.remote": SHARED,
-    "jetspark.connector": ("jetspark",) + SHARED,
-    "jetspark.cli": ("jetspark", "jetspark.demo") + SHARED,
+    "jetspark.connector": ("jetspark", "jetspark.connection") + SHARED,
+    "jetspark.cli": ("jetspark", "jetspark.connection", "jetspark.demo") + SHARED,
+    # connect() picks a backend: the one module besides the package root that loads both.
+    "jetspark.connection": ("jetspark.engine", "jetspark.remote") + SHARED,
     "jetspark.demo": ("jetspark", "jetspark.connector") + SHARED,  # the demo is a Spark pipeline on the connector
     "jetspark.protocol": ("jetspark.api", "jetspark.errors"),
     "jetspark.api": ("jetspark.errors",),
@@ -163,8 +165,8 @@ def test_no_import_circles():
 def test_the_checker_sees_lazy_imports_and_skips_type_checking():
     # The rules above are only as good as the import reader: it must see an import inside a
     # function and ignore one under TYPE_CHECKING.
-    assert "jetspark.remote" in IMPORTS["jetspark"]  # connect() imports it lazily
-    assert "jetspark.engine.handle" in IMPORTS["jetspark"]
+    assert "jetspark.remote" in IMPORTS["jetspark.connection"]  # connect() imports it lazily
+    assert "jetspark.engine.handle" in IMPORTS["jetspark.connection"]
 
 
 def _fresh(code: str) -> str:

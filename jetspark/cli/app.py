@@ -14,8 +14,12 @@ from jetspark.cli.consumers import consumer
 from jetspark.cli.context import DEFAULT_STORE, Group, State
 from jetspark.cli.contexts import choose, context
 from jetspark.cli.messages import fetch, pub, sub, view
+from jetspark.cli.shell import completion, man
 from jetspark.cli.streams import stream
 from jetspark.cli.tools import bench, demo
+from jetspark.connect_options import split_servers
+from jetspark.connection import check_store_path
+from jetspark.errors import LocationError
 
 __all__ = ["cli", "main"]
 
@@ -39,8 +43,15 @@ class Root(Group):
     show_envvar=True,
     metavar="PATH",
     help="Directory of the embedded store.",
+    callback=lambda ctx, param, value: _location(ctx, param, value, store=True),
 )
-@click.option("-s", "--server", metavar="URL", help="A NATS server (nats://host:port[,nats://host2:port]) instead of the embedded store.")
+@click.option(
+    "-s",
+    "--server",
+    metavar="URL",
+    callback=lambda ctx, param, value: _location(ctx, param, value, store=False),
+    help="A NATS server (nats://host:port[,nats://host2:port]) instead of the embedded store.",
+)
 @click.option(
     "--context",
     "context_name",
@@ -80,6 +91,21 @@ def cli(ctx: click.Context, store: str, server: Optional[str], context_name: Opt
     ctx.obj = State(store=store, server=server, debug=debug, trace=trace, context=name, use_selected=use_selected)
 
 
+def _location(ctx: click.Context, param: click.Parameter, value: Optional[str], *, store: bool) -> Optional[str]:
+    """--store (or $JETSPARK_STORE) that looks like a URL, or a --server URL that is not one, is
+    a usage error before anything is opened or created (jetspark.connection)."""
+    if value is None:
+        return value
+    try:
+        if store:
+            check_store_path(value, argument="", how="-s/--server {url}")
+        else:
+            split_servers(value)
+    except LocationError as err:
+        raise click.BadParameter(str(err), ctx=ctx, param=param) from None
+    return value
+
+
 def configure_logging(level: Optional[str]) -> None:
     """Send the ``jetspark`` loggers (``jetspark`` the engine, ``jetspark.remote`` the nats://
     backend, ``jetspark.connector`` Spark's side) to stderr at ``level``; None leaves them
@@ -97,7 +123,7 @@ def configure_logging(level: Optional[str]) -> None:
     root.setLevel(level)
 
 
-for command in (stream, consumer, pub, sub, fetch, context, demo, bench):
+for command in (stream, consumer, pub, sub, fetch, context, demo, bench, completion, man):
     cli.add_command(command)
 stream.add_command(view)  # (it prints messages as sub does: its code is with sub's)
 

@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from jetspark.errors import OptionError
+from jetspark.connection import check_store_path, is_server_url
+from jetspark.errors import LocationError, OptionError
 from jetspark.protocol.subjects import is_valid as is_valid_subject
 
 DEFAULT_STORE = "./jetspark-data"
@@ -132,7 +133,16 @@ def _get(options: Mapping[str, str], key: str) -> Optional[str]:
 
 
 def _store(options: Mapping[str, str]) -> str:
-    return _get(options, "store") or _get(options, "path") or os.environ.get("JETSPARK_STORE") or DEFAULT_STORE
+    store = _get(options, "store") or _get(options, "path") or os.environ.get("JETSPARK_STORE") or DEFAULT_STORE
+    if not is_server_url(store):
+        # Checked here, in the driver: a mistyped server URL ("nats:/host:4222") never reaches
+        # an executor as a directory name.
+        key = "store" if _get(options, "store") else "path (load/save)" if _get(options, "path") else "$JETSPARK_STORE"
+        try:
+            check_store_path(store, argument=f"option {key}", how='.option("store", "{url}")')
+        except LocationError as err:
+            raise OptionError(str(err)) from None
+    return store
 
 
 def _connection(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:

@@ -12,6 +12,7 @@ import os
 import threading
 
 import jetspark
+from jetspark.connection import is_server_url
 
 _handles: dict[tuple[int, str], object] = {}
 _lock = threading.Lock()
@@ -32,7 +33,7 @@ def handle(store: str, connection: tuple[tuple[str, str], ...] = ()):
 
 def _open(store: str, connection: tuple[tuple[str, str], ...]):
     if not connection:
-        if store.strip().lower().startswith(jetspark._SERVER_SCHEMES):
+        if is_server_url(store):
             return jetspark.connect(store)
         return jetspark.connect(store, create=False)
     return jetspark.connect(jetspark.ConnectOptions.from_strings(store, dict(connection)))

@@ -120,7 +120,7 @@ def test_add_refuses_an_existing_name_unless_forced_and_needs_one_place(cli, tmp
         (("--store", tmp_path, "--server", "nats://h"), "either --store PATH or --server URL: give exactly one"),
         (("--store", tmp_path, "--user", "u"), "connection options (user) apply to --server, not to --store"),
         (("--server", "nats://h", "--password", "p"), "--password needs --user"),
-        (("--server", "http://h"), "server 'http://h:4222' is not a NATS server URL"),
+        (("--server", "http://h"), "not a server URL: 'http://h' (a NATS server URL starts with nats://"),
         (("--server", "nats://h", "--js-domain", "a.b"), "domain must be one subject token"),
         (("--server", "nats://h", "--creds", tmp_path / "missing.creds"), "does not exist"),
     ]:
