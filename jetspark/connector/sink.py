@@ -1,9 +1,10 @@
 """The sink: DataFrame rows become messages, exactly once.
 
 Rows carry ``subject`` (or the ``subject`` option), ``data`` (binary or
-string), and optionally ``headers`` (map) and ``msg_id``.  A row without a
-``msg_id`` gets a deterministic ``Nats-Msg-Id`` built from (query id, batch
-id, partition, row), so a retried task or a replayed micro-batch is dropped
+string), and optionally ``headers`` (map) and ``msg_id``.  A row's ``Nats-Msg-Id`` is its
+``msg_id``, else the one its ``headers`` carry (``_given_ids``), else a
+deterministic id built from (query id, batch id, partition, row), so a retried
+task or a replayed micro-batch is dropped
 by the stream's duplicate window; a micro-batch the store's registry
 (registry.py, stream ``JETSPARK_SINKS``) records as committed for the query
 is skipped outright, even after the window.
@@ -37,6 +38,7 @@ from jetspark.connector.store import handle
 from jetspark.errors import JetSparkError, OptionError
 
 ALLOWED = ("subject", "data", "headers", "msg_id")
+MSG_ID_HEADER = "Nats-Msg-Id"
 
 
 class ColumnTypeError(JetSparkError, TypeError):
@@ -151,7 +153,8 @@ def write_batches(opts: WriterOptions, batches: Iterator[pa.RecordBatch], id_pre
                 raise NullValueError(
                     "a row's headers map has a null value; a header needs a value (an empty string is one), and a row without headers has a null map"
                 )
-        own_ids = "msg_id" in batch.schema.names and batch.column("msg_id").null_count < n
+        given = _given_ids(batch)
+        own_ids = given is not None and given.null_count < n
         parts = [(opts.stream, None)] if opts.stream is not None else None
         if not own_ids:
             table = pa.table(cols)
@@ -161,10 +164,7 @@ def write_batches(opts: WriterOptions, batches: Iterator[pa.RecordBatch], id_pre
                 js.publish_batch(table, stream=parts[0][0], msg_id_prefix=f"{id_prefix}:", msg_id_start=rows)
                 rows += n
                 continue
-        ids = _msg_ids(id_prefix, rows, n)
-        if "msg_id" in batch.schema.names:
-            ids = pc.coalesce(batch.column("msg_id"), ids)
-        cols["msg_id"] = ids
+        cols["msg_id"] = pc.coalesce(given, _msg_ids(id_prefix, rows, n))
         table = pa.table(cols)
         if opts.stream is not None:
             js.publish_batch(table, stream=opts.stream)
@@ -173,6 +173,24 @@ def write_batches(opts: WriterOptions, batches: Iterator[pa.RecordBatch], id_pre
                 js.publish_batch(part, stream=name)
         rows += n
     return rows
+
+
+def _given_ids(batch: pa.RecordBatch) -> Optional[pa.Array]:
+    """Each row's own message id, null where it has none: its ``msg_id``, else the
+    ``Nats-Msg-Id`` its headers carry (the first value; an empty one is none), as a
+    publish with that header is deduplicated by it.  A copy of a stream read with
+    includeHeaders keeps its ids, so copying it again stores nothing twice.  None when
+    the batch has neither column."""
+    ids = batch.column("msg_id") if "msg_id" in batch.schema.names else None
+    if "headers" in batch.schema.names and (ids is None or ids.null_count):
+        found = pc.map_lookup(batch.column("headers"), pa.scalar(MSG_ID_HEADER, pa.string()), "first")
+        if found.null_count < len(found):
+            if pa.types.is_list(found.type):
+                carried = pa.array([(v[0] or None) if v else None for v in found.to_pylist()], pa.string())
+            else:
+                carried = pa.array([v or None for v in found.to_pylist()], pa.string())
+            ids = carried if ids is None else pc.coalesce(ids, carried)
+    return ids
 
 
 def _null_header_value(column: pa.Array) -> bool:

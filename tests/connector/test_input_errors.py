@@ -1,5 +1,6 @@
 """Bad input to the connector: a store that does not exist, sink columns of the wrong
-type, nulls where a message needs a value.  Each fails with an error that names what is
+type, nulls where a message needs a value, a sink stream that does not exist, a schema
+given to the reader that is not the source's.  Each fails with an error that names what is
 wrong and what is accepted, and writes nothing (README "Sink", "Read options")."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import os
 import shutil
 
 import pytest
+from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 import jetspark
@@ -172,3 +174,75 @@ def test_a_null_where_a_message_needs_a_value_fails_and_writes_nothing(sink, spa
         df.write.format("jetstream").option("store", sink.path).mode("append").save()
     assert expected in error_text(info.value)
     assert sink.js.stream_info("W").state.messages == 0
+
+
+# ---------------------------------------------------------------- a sink stream that does not exist
+
+
+GUARD = "CASE WHEN raise_error('a task ran') IS NULL THEN 'x' END"
+
+
+@pytest.mark.parametrize("how", ["write", "writeStream"])
+def test_a_sink_stream_that_does_not_exist_is_refused_before_any_task(sink, spark, how):
+    """The stream option of the sink is checked on the driver, with the source's words for
+    it; a task would only know the server's 'stream not found'."""
+    if how == "write":
+        df = spark.range(1).selectExpr("'w.a' AS subject", f"{GUARD} AS data")
+        with pytest.raises(Exception) as info:
+            df.write.format("jetstream").option("store", sink.path).option("stream", "NOPE").mode("append").save()
+    else:
+        sink.js.add_stream(name="S", subjects=["s.>"])
+        sink.js.publish("s.a", b"x")
+        df = sink.read_stream(startingOffsets="earliest").selectExpr("'w.a' AS subject", f"{GUARD} AS data")
+        with pytest.raises(Exception) as info:
+            run_available_now(df, sink="jetstream", checkpoint=sink.checkpoint(), store=sink.path, stream="NOPE")
+    text = error_text(info.value)
+    assert f"OptionError: option stream: there is no stream 'NOPE' in the store {sink.path} (streams: {sink.stream_list()})" in text
+    assert "] a task ran" not in text  # the guard's error, "[USER_RAISED_EXCEPTION] a task ran" (the plan shown names it too)
+    assert sink.js.stream_info("W").state.messages == 0
+    assert "NOPE" not in sink.js.stream_names()
+
+
+# ---------------------------------------------------------------- a schema given to the reader
+
+
+SOURCE_COLUMNS = "stream string, subject string, seq bigint, timestamp timestamp, data binary"
+# (a schema given with .schema(...), how it differs)
+OTHER_SCHEMAS = [
+    ("stream string, subject string, seq bigint, timestamp timestamp, data string", "column 'data' is string, the source's is binary"),
+    ("stream string, subject string, seq bigint, timestamp timestamp", "it has no column 'data'"),
+    (SOURCE_COLUMNS + ", key string", "column 'key' is not one of the source's"),
+    ("subject string, stream string, seq bigint, timestamp timestamp, data binary", "its columns are in another order: subject, stream, seq, timestamp, data"),
+]
+
+
+@pytest.mark.parametrize("how", ["read", "readStream"])
+@pytest.mark.parametrize("ddl, difference", OTHER_SCHEMAS, ids=["type", "missing", "extra", "order"])
+def test_a_schema_given_to_the_reader_that_differs_is_an_option_error(store, spark, how, ddl, difference):
+    store.js.add_stream(name="S", subjects=["s.>"])
+    store.publish("s.a", 3)
+    reader = (spark.read if how == "read" else spark.readStream).format("jetstream").schema(ddl)
+    df = reader.option("store", store.path).option("stream", "S").option("startingOffsets", "earliest").load()
+    with pytest.raises(Exception) as info:
+        df.collect() if how == "read" else run_available_now(df)
+    text = error_text(info.value)
+    assert f"OptionError: the jetstream source's schema is fixed: {SOURCE_COLUMNS} (headers is added with includeHeaders); " in text
+    assert f"the schema given to the reader differs ({difference}): leave out .schema(...)" in text
+    assert "DATA_SOURCE_RETURN_SCHEMA_MISMATCH" not in text
+
+
+def test_a_schema_given_to_the_reader_as_the_source_has_it_reads(store, spark):
+    """The source's own columns as DDL (every column nullable, as DDL makes them) read as
+    without .schema(...); so do they with headers."""
+    store.js.add_stream(name="S", subjects=["s.>"])
+    store.js.publish("s.a", b"x", headers={"k": ["1", "2"]})
+    store.publish("s.b", 2)
+    plain = store.read()
+    given = spark.read.format("jetstream").schema(SOURCE_COLUMNS).option("store", store.path).option("stream", "S").load()
+    assert given.schema != plain.schema
+    assert_df_equality(given, plain, ignore_nullable=True)
+    with_headers = store.read(includeHeaders="true")
+    given = spark.read.format("jetstream").schema(SOURCE_COLUMNS + ", headers map<string, array<string>>")
+    given = given.option("store", store.path).option("stream", "S").option("includeHeaders", "true").load()
+    assert_df_equality(given, with_headers, ignore_nullable=True)
+    assert given.where("seq = 1").first().headers == {"k": ["1", "2"]}

@@ -130,10 +130,10 @@ def test_overwrite_is_refused(sink, spark):
         ("zz.1", "x", {}, ["NoStreamResponseError", "no stream captures subject 'zz.1'"]),
         ("w.big", "x" * 20, {}, ["err_code=10054", "message size exceeds maximum allowed"]),
         ("v.1", "x", {"stream": "W"}, ["err_code=10003", "not captured by stream 'W'"]),
-        ("w.1", "x", {"stream": "NOPE"}, ["err_code=10059", "stream not found"]),
         (None, "x", {}, ['a row has a null subject and the sink has no .option("subject", "...") to use instead']),
     ],
-    ids=["no-stream-for-subject", "max-msg-size", "subject-not-in-stream-option", "no-such-stream", "null-subject"],
+    # A stream option naming no stream: test_input_errors.py, refused before any task.
+    ids=["no-stream-for-subject", "max-msg-size", "subject-not-in-stream-option", "null-subject"],
 )
 def test_publish_errors_fail_the_write(store, spark, subject, data, options, expected):
     store.js.add_stream(name="W", subjects=["w.>"], max_msg_size=10)
@@ -202,3 +202,38 @@ def test_task_retry_writes_no_duplicates(sink, spark, tmp_path):
     data = [m["data"] for m in stored(sink.js)]
     assert len(data) == 400
     assert Counter(int(d.split(b" ")[1]) for d in data) == Counter(range(400))
+
+
+def test_a_copy_keeps_the_msg_ids_its_headers_carry(sink, spark):
+    """A stream copied through Spark with its headers keeps each message's Nats-Msg-Id, as a
+    publish carrying that header would: copying it again (a batch write, then a streaming
+    query of its own) stores nothing twice.  A message without one gets a generated id, new
+    for each write; a msg_id column wins over the header."""
+    js = sink.js
+    js.add_stream(name="S", subjects=["s.>"])
+    js.publish("s.a", b"a", headers={"Nats-Msg-Id": "id-a"})
+    js.publish("s.b", b"b", headers={"Nats-Msg-Id": "id-b", "k": ["1", "2"]})
+    js.publish("s.c", b"no id")
+    js.publish("s.d", b"d", headers={"Nats-Msg-Id": "id-d"})
+    copy = lambda df: df.select(F.concat(F.lit("w."), "subject").alias("subject"), "data", "headers")  # noqa: E731
+
+    write(sink, copy(sink.read(includeHeaders="true")).coalesce(2))
+    msgs = stored(js)
+    assert sorted(m["data"] for m in msgs) == [b"a", b"b", b"d", b"no id"]
+    ids = {m["data"]: m["headers"]["Nats-Msg-Id"] for m in msgs}
+    assert ids[b"a"] == ["id-a"] and ids[b"b"] == ["id-b"] and ids[b"d"] == ["id-d"]
+    assert ids[b"no id"][0] not in ("id-a", "id-b", "id-d")
+    assert next(m for m in msgs if m["data"] == b"b")["headers"]["k"] == ["1", "2"]
+
+    df = copy(sink.read_stream(startingOffsets="earliest", includeHeaders="true"))
+    run_available_now(df, sink="jetstream", checkpoint=sink.checkpoint(), store=sink.path)
+    again = stored(js)[len(msgs) :]
+    # Only the message without an id of its own is there twice.
+    assert [m["data"] for m in again] == [b"no id"]
+    assert again[0]["headers"]["Nats-Msg-Id"] != ids[b"no id"]
+
+    # A msg_id column is the row's id, whatever the headers carry.
+    df = spark.createDataFrame([("w.x", "x", {"Nats-Msg-Id": "id-a"}, "own-x")], "subject string, data string, headers map<string, string>, msg_id string")
+    write(sink, df)
+    last = stored(js)[-1]
+    assert last["data"] == b"x" and last["headers"]["Nats-Msg-Id"] == ["own-x"]
