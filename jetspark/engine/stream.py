@@ -28,7 +28,7 @@ from jetspark.api import (
     StreamState,
     ns_to_datetime,
 )
-from jetspark.engine import metafile
+from jetspark.engine import metafile, refusals
 from jetspark.engine.consumer_set import ConsumerSet
 from jetspark.engine.records import msgid_hash
 from jetspark.engine.state_header import MAX_LAST_ID
@@ -281,12 +281,19 @@ class Stream:
         h = s.header
         if c.sealed:
             raise api_error(10109)
+        if hdr:
+            hdr = refusals.strip_request_info(hdr)
+            refusals.check_trace(hdr)
         self.check_size(len(hdr), len(data))
         msg_id = rollup = None
         if hdr:
+            # Headers of features the engine lacks are refused where the server refuses them.
+            refusals.check_batch(hdr)
+            refusals.check_incr(hdr)
             expected_stream = H.lookup(hdr, H.EXPECTED_STREAM)
             if expected_stream is not None and expected_stream != c.name:
                 raise api_error(10060)
+            refusals.check_ttl_enabled(hdr)
             subj_seq = H.lookup(hdr, H.EXPECTED_LAST_SUBJ_SEQ)
             subj_seq_subject = H.lookup(hdr, H.EXPECTED_LAST_SUBJ_SEQ_SUBJECT)
             if subj_seq is not None:
@@ -298,6 +305,7 @@ class Stream:
             last_seq = H.lookup(hdr, H.EXPECTED_LAST_SEQ)
             if last_seq is not None and _int(last_seq) != h.last_seq:
                 raise api_error(10071, seq=h.last_seq)
+            refusals.check_schedules(hdr, subject)
             msg_id = H.lookup(hdr, H.MSG_ID) or None
             if msg_id is not None:
                 hit = self._duplicate(msg_id)
@@ -314,10 +322,13 @@ class Stream:
                 if rollup not in ("sub", "all"):
                     raise api_error(10111, err=f'rollup value invalid: "{H.lookup(hdr, H.ROLLUP)}"')
         sid = s.subject_ids.get(subject)
+        interested = c.retention != RetentionPolicy.INTEREST or self._has_interest(subject)
+        if hdr and interested:
+            refusals.check_ttl_valid(hdr)  # (a message no consumer wants is taken before this check)
         self.check_discard_new(sid, len(subject.encode()), len(hdr), len(data))
 
         ts = self.now()
-        if c.retention == RetentionPolicy.INTEREST and not self._has_interest(subject):
+        if not interested:
             # Not stored, but the sequence is consumed (docs/semantics.md §3.3).
             seq = s.append_skip(ts)
         else:

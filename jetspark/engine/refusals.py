@@ -1,0 +1,196 @@
+"""Publish headers for server features the embedded engine does not implement.
+
+nats-server refuses a message that asks, through a header, for a feature its
+stream does not have enabled; the engine has none of these features, so it
+refuses such a message as the server refuses it on a stream without the
+feature: same ``code``, ``err_code`` and description, at the same point of the
+server's order of checks (docs/semantics.md §3.6), so nothing is stored and
+no ``Nats-Msg-Id`` is recorded.  The features and their headers:
+
+- per-message TTL (``allow_msg_ttl``): ``Nats-TTL`` -> 10166, 10165 when the value
+  is not a TTL;
+- counters (``allow_msg_counter``): ``Nats-Incr`` -> 10168, 10171 when the value
+  is not an integer;
+- message schedules (``allow_msg_schedules``): ``Nats-Schedule``,
+  ``Nats-Schedule-Time-Zone`` (when it names no time zone) -> 10188;
+  ``Nats-Schedule-Next``/``Nats-Scheduler`` -> 10212 (or 10188 for a
+  well-formed purge);
+- atomic batches (``allow_atomic``): ``Nats-Batch-Id`` -> 10174;
+- ``Nats-Stream-Source``, which only a stream's own sourcing may set -> 10227.
+
+A header with an empty value counts as absent, as on the server.  Message
+tracing (``Nats-Trace-Dest``) has no server error to give: the engine cannot
+send trace events, so it refuses the message with a ``BadRequestError`` that
+says so.  ``Nats-Request-Info`` is removed before the message is stored, as
+the server removes it.  Tests: tests/contract/test_refused_features.py.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from jetspark.errors import BadRequestError
+from jetspark.protocol import headers as H
+
+TTL = "Nats-TTL"
+INCR = "Nats-Incr"
+SCHEDULE = "Nats-Schedule"
+SCHEDULE_TIME_ZONE = "Nats-Schedule-Time-Zone"
+SCHEDULE_NEXT = "Nats-Schedule-Next"
+SCHEDULER = "Nats-Scheduler"
+BATCH_ID = "Nats-Batch-Id"
+STREAM_SOURCE = "Nats-Stream-Source"
+TRACE_DEST = "Nats-Trace-Dest"
+REQUEST_INFO = "Nats-Request-Info"
+
+# The server's descriptions (HTTP 400 each).
+_ERRORS = {
+    10165: "invalid per-message TTL",
+    10166: "per-message TTL is disabled",
+    10168: "message counters is disabled",
+    10171: "message counter increment is invalid",
+    10174: "atomic publish is disabled",
+    10188: "message schedules is disabled",
+    10212: "message schedules invalid scheduler",
+    10227: "message stream source header is not allowed",
+}
+
+
+def refused(err_code: int) -> BadRequestError:
+    return BadRequestError(400, err_code, _ERRORS[err_code])
+
+
+def _value(hdr: bytes, key: str) -> Optional[str]:
+    """The header's value, None when absent or empty (the server's test is its length)."""
+    return H.lookup(hdr, key) or None
+
+
+# ---------------------------------------------------------------------- the checks, in the server's order
+
+
+def strip_request_info(hdr: bytes) -> bytes:
+    """The header block without ``Nats-Request-Info`` lines (the server drops them on arrival)."""
+    needle = ("\r\n" + REQUEST_INFO + ":").encode()
+    if needle not in hdr:
+        return hdr
+    lines = hdr.split(b"\r\n")
+    kept = [ln for ln in lines[1:] if not ln.startswith(needle[2:])]
+    return b"\r\n".join([lines[0], *kept])
+
+
+def check_trace(hdr: bytes) -> None:
+    if _value(hdr, TRACE_DEST) is not None:
+        raise BadRequestError(
+            400, 10003, f"message tracing ({TRACE_DEST} header) is not supported by the embedded engine; publish without it, or trace on a nats-server"
+        )
+
+
+def check_batch(hdr: bytes) -> None:
+    """After sealed and size: a message of an atomic batch."""
+    if _value(hdr, BATCH_ID) is not None:
+        raise refused(10174)
+
+
+def check_incr(hdr: bytes) -> None:
+    """First of the header checks: a counter increment."""
+    value = _value(hdr, INCR)
+    if value is None:
+        return
+    if not re.fullmatch(r"[+-]?[0-9]+", value):
+        raise refused(10171)
+    raise refused(10168)
+
+
+def check_ttl_enabled(hdr: bytes) -> None:
+    """After Nats-Expected-Stream: a valid TTL asks for a feature the stream lacks."""
+    value = _value(hdr, TTL)
+    if value is not None and ttl_seconds(value) not in (0, None):
+        raise refused(10166)
+
+
+def check_schedules(hdr: bytes, subject: str) -> None:
+    """After the expected sequences: schedules, then Nats-Stream-Source."""
+    if _value(hdr, SCHEDULE) is not None:
+        raise refused(10188)
+    zone = H.lookup(hdr, SCHEDULE_TIME_ZONE)
+    if zone is not None and not _known_zone(zone):
+        raise refused(10188)
+    nxt = _value(hdr, SCHEDULE_NEXT)
+    scheduler = _value(hdr, SCHEDULER)
+    if nxt is not None:
+        if nxt != "purge" or scheduler is None or scheduler == subject or not _publish_subject(scheduler):
+            raise refused(10212)
+        raise refused(10188)
+    if scheduler is not None:
+        raise refused(10212)
+    if _value(hdr, STREAM_SOURCE) is not None:
+        raise refused(10227)
+
+
+def check_ttl_valid(hdr: bytes) -> None:
+    """Before the discard-new limits: a Nats-TTL that is not a TTL."""
+    value = _value(hdr, TTL)
+    if value is not None and ttl_seconds(value) is None:
+        raise refused(10165)
+
+
+# ---------------------------------------------------------------------- values as the server reads them
+
+_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_GO_PART = re.compile(r"([0-9]*(?:\.[0-9]*)?)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+
+
+def _go_duration(text: str) -> Optional[float]:
+    """Seconds, as Go's time.ParseDuration reads ``text`` ("1h30m", "1.5s", "0"), or None."""
+    sign = 1.0
+    if text[:1] in "+-":
+        sign, text = (-1.0 if text[0] == "-" else 1.0), text[1:]
+    if text == "0":
+        return 0.0
+    if not text:
+        return None
+    total, pos = 0.0, 0
+    while pos < len(text):
+        m = _GO_PART.match(text, pos)
+        if not m or m.group(1) in ("", "."):
+            return None
+        total += float(m.group(1)) * _GO_UNITS[m.group(2)]
+        pos = m.end()
+    if total * 1e9 > 2**63 - 1:
+        return None
+    return sign * total
+
+
+def ttl_seconds(value: str) -> Optional[int]:
+    """A Nats-TTL value as the server reads it: -1 for "never", the whole seconds of a Go
+    duration of at least 1 s or of a plain number, 0 for a plain 0 (no TTL); None when it
+    is not a TTL (the server's 10165)."""
+    if value.lower() == "never":
+        return -1
+    dur = _go_duration(value)
+    if dur is not None:
+        return int(dur) if dur >= 1 else None
+    if value.isascii() and value.isdigit() and int(value) <= 2**63 - 1:
+        return int(value)
+    return None
+
+
+def _known_zone(name: str) -> bool:
+    """A time zone Go's time.LoadLocation knows (an empty one is refused)."""
+    if not name:
+        return False
+    if name in ("UTC", "Local"):
+        return True
+    try:
+        import zoneinfo
+
+        zoneinfo.ZoneInfo(name)
+    except (ValueError, OSError, zoneinfo.ZoneInfoNotFoundError):
+        return False
+    return True
+
+
+def _publish_subject(subject: str) -> bool:
+    tokens = subject.split(".")
+    return all(t and t not in ("*", ">") and not any(c.isspace() for c in t) for t in tokens)
