@@ -50,6 +50,9 @@ driver.
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 __all__ = [
     "PUSH_BASED",
     "APIError",
@@ -110,7 +113,7 @@ class APIError(JetSparkError):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(code={self.code}, err_code={self.err_code}, description={self.description!r})"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.code, self.err_code, self.description))
 
 
@@ -152,7 +155,7 @@ class NoStreamResponseError(JetSparkError, LookupError):
     def __str__(self) -> str:
         return f"no stream captures subject {self.subject!r}; add a stream whose subjects match it"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.subject,))
 
 
@@ -182,11 +185,11 @@ class NoHeartbeatError(JetSparkError, TimeoutError):
 class StoreError(JetSparkError):
     """The store directory cannot be used as it is; ``path`` names the file concerned."""
 
-    def __init__(self, message: str = "", path: str = "") -> None:
+    def __init__(self, message: str = "", path: str | os.PathLike[str] = "") -> None:
         self.path = str(path)
         super().__init__(message)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (str(self), self.path))
 
 
@@ -206,7 +209,7 @@ class StoreIOError(StoreError, OSError):
     nothing, and the store works again once the cause is gone.
     """
 
-    def __init__(self, errno: int = 0, strerror: str = "", filename: str = "", action: str = "") -> None:
+    def __init__(self, errno: int = 0, strerror: str = "", filename: str | os.PathLike[str] = "", action: str = "") -> None:
         OSError.__init__(self, errno, strerror, filename)
         self.path = str(filename)
         self.action = action
@@ -215,7 +218,7 @@ class StoreIOError(StoreError, OSError):
         what = f" while {self.action}" if self.action else ""
         return f"[Errno {self.errno}] {self.strerror}: {self.filename!r}{what}; nothing was stored by this call"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.errno, self.strerror, self.filename, self.action))
 
 
@@ -228,11 +231,11 @@ class BackupError(JetSparkError):
     target directory is not empty, the directory holds no backup, or the backup was taken
     on the other kind of backend.  ``path`` names the file or directory concerned."""
 
-    def __init__(self, message: str = "", path: str = "") -> None:
+    def __init__(self, message: str = "", path: str | os.PathLike[str] = "") -> None:
         self.path = str(path)
         super().__init__(message)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (str(self), self.path))
 
 
@@ -263,7 +266,7 @@ class PermissionDeniedError(JetSparkError, PermissionError):
         self.subject = subject
         super().__init__(message)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (str(self), self.subject))
 
 
@@ -349,7 +352,7 @@ def push_based_error() -> APIError:
     return APIError(409, 0, PUSH_BASED)
 
 
-def api_error(err_code: int, **fields) -> APIError:
+def api_error(err_code: int, **fields: object) -> APIError:
     """Build the typed error the server reports for ``err_code``.
 
     ``fields`` fill the server's description template, e.g.
@@ -367,7 +370,7 @@ _BY_HTTP_CODE: dict[int, type[APIError]] = {
 }
 
 
-def error_from_response(error: dict) -> APIError:
+def error_from_response(error: dict[str, Any]) -> APIError:
     """Translate a JetStream ``{"code", "err_code", "description"}`` error object."""
     err_code = int(error.get("err_code", 0))
     code = int(error.get("code", 0))
@@ -385,7 +388,7 @@ class LocationError(JetSparkError, ValueError):
         self.argument = argument
         super().__init__(message)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (str(self), self.argument))
 
 
@@ -413,7 +416,7 @@ class AckFloorError(JetSparkError):
         return (f"cannot advance the ack floor of consumer {self.consumer!r} on stream {self.stream!r} to seq {self.seq}: "
                 f"{self.reason} (its ack floor is at stream seq {self.floor})")  # fmt: skip
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.stream, self.consumer, self.seq, self.floor, self.reason))
 
 
