@@ -11,12 +11,14 @@ same server back.
 file and store directory per node, client, route and monitoring ports all
 free loopback ports); ``start()`` returns once a meta leader is elected and
 every node is current and can hold a replica.  ``kill(i)`` SIGKILLs node i,
-``stop_node(i)`` stops it gracefully, ``restart(i)`` brings it back on the same store, ``stop()`` stops every node and removes the files.
+``stop_node(i)`` stops it gracefully, ``restart(i)`` brings it back on the same store,
+``frozen(i)`` SIGSTOPs it for a block (SIGCONT after), ``stop()`` stops every node and removes the files.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -206,6 +208,29 @@ class NatsCluster:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
         self.down.add(i)
+
+    def freeze(self, i: int) -> None:
+        """SIGSTOP node i: its sockets stay open and say nothing, as a hung process's do (the
+        others and its clients learn it only from silence).  ``thaw(i)`` resumes it; use
+        ``frozen(i)``, which always does."""
+        proc = self.procs[i]
+        assert proc is not None and proc.poll() is None, f"node {self.names[i]} is not running"
+        os.kill(proc.pid, signal.SIGSTOP)
+
+    def thaw(self, i: int) -> None:
+        """SIGCONT node i (a no-op for a node that is not stopped)."""
+        proc = self.procs[i]
+        if proc is not None and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+
+    @contextlib.contextmanager
+    def frozen(self, i: int):
+        """Node i frozen (SIGSTOP) for the block, resumed (SIGCONT) however it ends."""
+        self.freeze(i)
+        try:
+            yield
+        finally:
+            self.thaw(i)
 
     def stop_node(self, i: int) -> None:
         """Stop node i gracefully (SIGTERM): it announces its shutdown, and the meta leader
