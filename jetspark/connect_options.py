@@ -22,8 +22,8 @@ from jetspark.errors import LocationError
 __all__ = ["ConnectOptions", "redact_url"]
 
 _SECRET_FIELDS = ("password", "token", "nkeys_seed_str")
-_FLOAT_FIELDS = ("timeout", "connect_timeout", "reconnect_time_wait", "retry_budget")
-_INT_FIELDS = ("max_reconnect_attempts", "publish_window", "publish_async_max_pending")
+_FLOAT_FIELDS = ("timeout", "connect_timeout", "reconnect_time_wait", "retry_budget", "ping_interval")
+_INT_FIELDS = ("max_reconnect_attempts", "publish_window", "publish_async_max_pending", "max_outstanding_pings")
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:@/,]*)(?::(?P<pw>[^@/,]*))?@")
 
 
@@ -86,7 +86,10 @@ class ConnectOptions:
     - ``timeout``: seconds every call may take before it fails with a clear
       error (``ServerConnectionError`` when the server is gone,
       ``RequestTimeoutError`` when it is there but silent); default 5.
-    - ``connect_timeout``: seconds for one TCP/TLS connect attempt (default: ``timeout``).
+    - ``connect_timeout``: seconds for one connect attempt to one server, up to its INFO
+      (default: ``timeout``).  With several servers each gets an attempt of its own, so a
+      first server that accepts the connection and then says nothing (a hung process) is
+      followed by the others.
     - ``user``/``password``, ``token``: plain credentials (also accepted in the URL).
     - ``user_credentials``: path of a ``.creds`` file (JWT + nkey seed, decentralised auth).
     - ``nkeys_seed``: path of a file holding an nkey seed; ``nkeys_seed_str``: the seed itself.
@@ -98,6 +101,12 @@ class ConnectOptions:
     - ``max_reconnect_attempts``/``reconnect_time_wait``: after a lost connection,
       nats-py reconnects in the background; calls made meanwhile wait up to
       ``timeout`` for it.
+    - ``ping_interval``/``max_outstanding_pings``: the client pings the server every
+      ``ping_interval`` seconds (default 2) and takes it for gone when more than
+      ``max_outstanding_pings`` (default 2) pings are unanswered: a server that stops
+      answering without closing the connection (a hung or frozen process, a network
+      partition) is noticed within about 4 to 6 s, and the client reconnects to another
+      server of the list (nats-py's own defaults, 120 s and 2, notice it after minutes).
     - ``publish_window``: how many publishes ``publish_batch`` keeps in flight.
     - ``publish_async_max_pending``: how many ``publish_async`` futures may be pending
       at once (default 4000, nats-py's); a call beyond waits for room.
@@ -129,6 +138,8 @@ class ConnectOptions:
     publish_window: int = 16384
     publish_async_max_pending: int = 4000
     retry_budget: float = 30.0
+    ping_interval: float = 2.0
+    max_outstanding_pings: int = 2
 
     def __post_init__(self) -> None:
         if isinstance(self.servers, str):
@@ -150,6 +161,8 @@ class ConnectOptions:
             raise ValueError("password needs user")
         if self.publish_window < 1:
             raise ValueError("publish_window must be at least 1")
+        if not self.ping_interval > 0:
+            raise ValueError(f"ping_interval must be a positive number of seconds, not {self.ping_interval!r}")
 
     def _check_types(self) -> None:
         """Every option of the type nats-py needs, named when it is not (a wrong one would
@@ -164,7 +177,7 @@ class ConnectOptions:
                 V.timeout(value, f.name)
             elif f.name == "max_reconnect_attempts":
                 V.integer(value, f.name, -1, V.INT32[1])  # -1: forever, as in nats-py
-            elif f.name in ("publish_window", "publish_async_max_pending"):
+            elif f.name in ("publish_window", "publish_async_max_pending", "max_outstanding_pings"):
                 V.integer(value, f.name, 1, V.INT32[1])
             else:
                 V.text(value, f.name)
@@ -251,6 +264,8 @@ class ConnectOptions:
             "connect_timeout": self.connect_timeout or self.timeout,
             "max_reconnect_attempts": self.max_reconnect_attempts,
             "reconnect_time_wait": self.reconnect_time_wait,
+            "ping_interval": self.ping_interval,
+            "max_outstanding_pings": self.max_outstanding_pings,
         }
         if self.user is not None:
             kw["user"] = self.user

@@ -24,10 +24,15 @@ cluster a pull's closing status can overtake the tail of its messages):
    they come, the last one as a request so the next round's consumer info sees it.
    A pull is over when all its messages came or its own closing status did (sent
    once the server served it); only then is the consumer re-read.
-A round that moves nothing three times running, a consumer whose limits stop it
-(max_ack_pending held by deliveries past ``seq``, a paused or push consumer), or a
-floor that does not show the call's acks within the timeout raises
-``AckFloorError``: the floor is never left short silently.
+A consumer that cannot deliver (paused, push) or whose limits stop it (max_ack_pending
+held by deliveries past ``seq``) raises ``AckFloorError`` at once.  Rounds that move
+nothing three times running, or a floor that does not show the call's acks within the
+timeout, are a transient state (a consumer leader answering from a copy of the stream
+still catching up, acks in transit through a raft group): the call starts over, after a
+pause, from the consumer's state as the server then reports it, and raises
+``AckFloorError`` only when the retry budget is spent.  Nothing read from such a state
+moves the floor past what the call acknowledged itself: the floor is never left short
+silently, nor moved on a stale count.
 
 The only way left to deliver past ``seq`` is a message in (delivered, ``seq``]
 removed between the count and the pull (a concurrent delete or age limit); such
@@ -51,8 +56,10 @@ from jetspark.remote.session import PROGRESS, Session
 
 log = logging.getLogger("jetspark.remote")
 
-# Rounds in a row that move neither the floor nor the consumer before the call gives up.
+# Rounds in a row that move neither the floor nor the consumer before the call starts over
+# (within the retry budget), and the pause after each such round, times its number.
 STALLS = 3
+STALL_WAIT = 0.05
 # Ack subjects sent per round for deliveries already pending (then the floor is re-read).
 FORGE_CHUNK = 16384
 # Matching sequences listed per round where they cannot be counted (gets of the range).
@@ -61,10 +68,26 @@ WALK_CHUNK = 4096
 DETAILS_MAX = 100_000
 
 
+class _NoProgress(AckFloorError):
+    """Rounds that moved nothing, or a floor that did not show the call's acks in time, on a
+    consumer that can deliver: a transient state (a consumer leader elected on a node whose
+    copy of the stream is still behind answers from that copy; a replicated consumer applies
+    acks through its raft group), waited out within the retry budget, the call starting
+    over from the consumer's state as the server then gives it."""
+
+
 def advance_ack_floor(session: Session, stream: str, durable: str, seq: int) -> SequenceInfo:
-    # Acknowledging is idempotent: through a leader election the call starts over from the
-    # consumer's state on the server (jetspark.remote.retry).
-    return session.run_retrying(lambda: _advance(session, stream, durable, seq), what=f"advance_ack_floor of {durable!r} on {stream!r}", timeout=PROGRESS)
+    # Acknowledging is idempotent: through a leader election, or a state that makes no
+    # progress for a while, the call starts over from the consumer's state on the server
+    # (jetspark.remote.retry), within the session's retry budget.
+    what = f"advance_ack_floor of {durable!r} on {stream!r}"
+    try:
+        return session.run_retrying(lambda: _advance(session, stream, durable, seq), what=what, timeout=PROGRESS,
+                                    also=lambda e: isinstance(e, _NoProgress))  # fmt: skip
+    except _NoProgress as exc:
+        raise AckFloorError(
+            exc.stream, exc.consumer, exc.seq, exc.floor, f"{exc.reason}, and still so after the retry_budget ({session.retry_budget:g} s)"
+        ) from None
 
 
 def _filters(info: ConsumerInfo) -> Optional[list[str]]:
@@ -97,6 +120,21 @@ class _Floor:
 
     def fail(self, info: ConsumerInfo, reason: str) -> AckFloorError:
         return AckFloorError(self.stream, self.durable, self.seq, info.ack_floor.stream_seq, reason)
+
+    async def stalled(self, info: ConsumerInfo) -> AckFloorError:
+        """The error for rounds that moved nothing: final when the consumer cannot deliver
+        (paused, push), else ``_NoProgress``, which the call waits out."""
+        raw = await self.session.api(self.session.consumer_subject("INFO", self.stream, self.durable), what=f"consumer_info {self.durable!r}")
+        cfg = raw.get("config") or {}
+        if raw.get("paused"):
+            return self.fail(info, f"the consumer is paused (until {cfg.get('pause_until')}): it delivers nothing")
+        if cfg.get("deliver_subject"):
+            return self.fail(info, "it is a push consumer: the server delivers its messages to its subscribers, not to pulls")
+        return _NoProgress(
+            self.stream, self.durable, self.seq, info.ack_floor.stream_seq,
+            f"the server delivered and acknowledged nothing more in {STALLS} rounds ({info.num_pending} matching messages "
+            f"undelivered, {info.num_ack_pending} deliveries ack-pending, the last delivered at stream seq {info.delivered.stream_seq})",
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ reading the stream
 
@@ -146,6 +184,9 @@ class _Floor:
         n = info.num_pending
         delivered = info.delivered.stream_seq
         if n <= 0 or delivered >= self.seq:
+            # (num_pending 0 with matching messages in (delivered, seq] is a consumer answering
+            # from a stale copy of the stream: nothing is pulled on its word, and the rounds
+            # that then move nothing are waited out, _NoProgress.)
             return 0
         sinfo = await jsapi.stream_info(self.session, self.stream)
         state = sinfo.state
@@ -319,10 +360,10 @@ class _Floor:
         deadline = asyncio.get_running_loop().time() + self.session.timeout
         while info.ack_floor.stream_seq < want:
             if asyncio.get_running_loop().time() > deadline:
-                raise self.fail(
-                    info,
+                raise _NoProgress(
+                    self.stream, self.durable, self.seq, info.ack_floor.stream_seq,
                     f"its ack floor still shows {info.ack_floor.stream_seq} after {self.session.timeout:g}s, while this call acknowledged (or, under ack policy none, was delivered) up to {want}",
-                )
+                )  # fmt: skip
             await asyncio.sleep(0.01)
             info = await jsapi.consumer_info(self.session, self.stream, self.durable)
         return info
@@ -355,10 +396,10 @@ async def _advance(session: Session, stream: str, durable: str, seq: int) -> Seq
             after = (info.ack_floor.stream_seq, info.ack_floor.consumer_seq, info.delivered.consumer_seq, info.num_ack_pending)
             stalls = 0 if after != before else stalls + 1
             if stalls >= STALLS:
-                raise call.fail(
-                    info,
-                    f"the server delivered and acknowledged nothing more (a paused or push consumer?) in {STALLS} rounds ({info.num_pending} matching messages undelivered, {info.num_ack_pending} deliveries ack-pending)",
-                )
+                raise await call.stalled(info)
+            if stalls:
+                # A round that moved nothing: give a consumer state in transit a moment.
+                await asyncio.sleep(STALL_WAIT * stalls)
         info = await call.answer(info)
     finally:
         await call.close()

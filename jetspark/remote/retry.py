@@ -105,9 +105,11 @@ def unknown_outcome(err: JetSparkError, what: str) -> JetSparkError:
 
 def exhausted(err: JetSparkError, backoff: Backoff) -> JetSparkError:
     """The last error of a call retried until the budget ran out, saying so."""
-    if backoff.attempts == 0 or isinstance(err, APIError):
-        return err  # (an APIError keeps the server's own fields; the log said it was retried)
-    return type(err)(f"{err} (tried {backoff.attempts + 1} times over {backoff.elapsed:.1f} s, the retry_budget: is a node or the cluster's quorum down?)")
+    if backoff.attempts == 0 or not isinstance(err, (RequestTimeoutError, ServerConnectionError)):
+        return err  # (an APIError keeps the server's own fields, others their own; the log said it was retried)
+    # What was tried, not a guess at the cause: the server this client was talking to may
+    # have been unreachable (a frozen node) while the cluster's quorum was intact.
+    return type(err)(f"{err} (tried {backoff.attempts + 1} times over {backoff.elapsed:.1f} s, the retry_budget)")
 
 
 class Retrier:

@@ -108,7 +108,10 @@ class Session:
         self._inbox_denied = False  # the server refuses our reply subscriptions: no request can succeed
         self._last_violation: tuple[float, str, str] | None = None  # (when, kind, subject)
         self.loop = Loop()
-        budget = max(self.timeout, self.options.connect_timeout or 0.0)
+        # Each server an attempt of its own (nats-py bounds one by connect_timeout): a first
+        # server that accepts the connection and then hangs must not use up the others' time.
+        attempt = self.options.connect_timeout or self.timeout
+        budget = max(self.timeout, attempt * len(self.options.servers))
         try:
             self._nc = self.loop.run(self._connect(budget), budget + 5)
         except LoopTimeout:
