@@ -327,19 +327,58 @@ class BackupInfo(Base):
     created: _dt.datetime
 
 
+# nats-py's config fields that jetspark's configs do not have: neither backend takes them
+# (the embedded engine does not implement them; the nats:// backend sends only jetspark's
+# fields).  Set to a value that means "off" (None, False, 0, empty, "none", "default") they
+# are the same as unset and dropped; any other value is refused, naming the field
+# (tests/contract/test_config_fields.py).
+NOT_SUPPORTED: Dict[str, tuple] = {
+    "stream": (
+        "template_owner", "placement", "mirror", "sources", "republish", "subject_transform", "mirror_direct", "compression",
+        "allow_msg_ttl", "allow_msg_schedules", "allow_atomic", "allow_batched", "allow_msg_counter", "persist_mode",
+        "consumer_limits", "subject_delete_marker_ttl",
+    ),
+    "consumer": ("rate_limit_bps", "sample_freq", "pause_until"),
+}  # fmt: skip
+
+
+def _off(value: Any) -> bool:
+    """Does ``value`` leave a feature off, as leaving its field unset does?"""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return all(_off(getattr(value, f.name)) for f in fields(value))
+    if isinstance(value, dict):
+        return all(_off(v) for v in value.values())
+    value = getattr(value, "value", value)  # an enum member
+    return not value or (isinstance(value, str) and value.lower() in ("none", "default"))
+
+
 def with_params(cls, config, params: dict):
     """``config`` (a ``cls``, a dict or None) with keyword overrides, as nats-py's
-    ``add_stream(config=None, **params)`` takes them; unknown names are refused."""
+    ``add_stream(config=None, **params)`` takes them; unknown names are refused, in a dict
+    config too, and so are nats-py's fields jetspark does not support (``NOT_SUPPORTED``)."""
     from jetspark.errors import BadRequestError
+
+    what = "stream" if cls is StreamConfig else "consumer"
+    known = cls.__dataclass_fields__
+
+    def kept(given: Dict[str, Any], where: str) -> Dict[str, Any]:
+        unsupported = sorted(k for k, v in given.items() if k in NOT_SUPPORTED[what] and not _off(v))
+        if unsupported:
+            raise BadRequestError(
+                400, 10003,
+                f"{what} config field(s) {unsupported} ({where}) are not supported by jetspark: the embedded engine does not "
+                f"implement them and jetspark's nats:// backend does not send them; leave them unset",
+            )  # fmt: skip
+        unknown = sorted(set(given) - set(known) - set(NOT_SUPPORTED[what]))
+        if unknown:
+            raise BadRequestError(400, 10003, f"unknown {what} config field(s) {unknown} ({where}); accepted: {sorted(known)}")
+        return {k: v for k, v in given.items() if k in known}
 
     if config is None:
         config = cls()
     elif isinstance(config, dict):
-        config = cls.from_response(config)
-    unknown = set(params) - set(cls.__dataclass_fields__)
-    if unknown:
-        what = "stream" if cls is StreamConfig else "consumer"
-        raise BadRequestError(400, 10003, f"unknown {what} config field(s) {sorted(unknown)}; accepted: {sorted(cls.__dataclass_fields__)}")
+        config = cls(**kept(config, "in the config dict"))
+    params = kept(params, "given as keywords")
     return config.evolve(**params) if params else config
 
 
