@@ -97,6 +97,35 @@ class HandleBase:
         super().__init_subclass__(**kwargs)
         _document(cls)
 
+    if TYPE_CHECKING:
+        # What each backend's handle defines (the module docstring lists them), declared
+        # for the type checker only: nothing here exists at run time.
+        _BACKUP_KIND: str
+        close: Callable[[], None]
+        _check_open: Callable[[], None]
+        _new_inbox: Callable[[], str]
+        _new_async_publisher: Callable[[], Any]
+        _add_stream: Callable[[StreamConfig], StreamInfo]
+        _update_stream: Callable[[StreamConfig], StreamInfo]
+        _stream_info: Callable[..., StreamInfo]
+        _purge_stream: Callable[..., bool]
+        _get_msg: Callable[..., RawStreamMsg]
+        _delete_msg: Callable[..., bool]
+        _publish_batch: Callable[..., BatchAck]
+        _read_batches: Callable[..., Iterator[pa.RecordBatch]]
+        _seq_for_bytes: Callable[..., int]
+        _seq_for_time: Callable[..., int]
+        _advance_ack_floor: Callable[..., SequenceInfo]
+        _ordered_consumer: Callable[..., Iterator[MsgAPI]]
+        _put_consumer: Callable[..., ConsumerInfo]
+        _subscription: Callable[..., Any]
+        _push_subscription: Callable[..., Any]
+        _backup_stream: Callable[..., BackupInfo]
+        _restore_stream: Callable[..., StreamInfo]
+        find_stream_name_by_subject: Callable[..., str]
+        consumer_info: Callable[..., ConsumerInfo]
+        delete_consumer: Callable[[str, str], bool]
+
     # ------------------------------------------------------------------ lifecycle
 
     def __enter__(self):
@@ -144,7 +173,7 @@ class HandleBase:
                 import pyarrow as pa
 
                 n = table.num_rows
-                err.batch_ack = BatchAck(stream, pa.array([0] * n, pa.int64()), pa.array([False] * n, pa.bool_()))
+                err.batch_ack = BatchAck(stream, pa.array([0] * n, pa.int64()), pa.array([False] * n, pa.bool_()))  # type: ignore[attr-defined]
             raise
 
     # publish_async: the arguments and the window here; the backend's publisher
