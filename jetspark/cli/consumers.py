@@ -1,8 +1,8 @@
-"""``jetspark consumer ...``: add, edit, info, ls, rm, next (durable pull consumers)."""
+"""``jetspark consumer ...``: add, edit, info, ls, report, rm, next (pull and push, durable and ephemeral consumers)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import click
 
@@ -19,6 +19,9 @@ from jetspark.cli.output import (
     fmt_time,
     kv_block,
     output_options,
+    pair_diff,
+    plural,
+    replicas_text,
     table,
 )
 from jetspark.cli.parse import (
@@ -37,7 +40,8 @@ __all__ = ["consumer"]
 def consumer():
     """Manage consumers and read from them.
 
-    Durable pull consumers: add, edit, info, ls, rm, next.
+    add, edit, info, ls, report, rm, next: pull or push consumers, durable or
+    ephemeral (`consumer next` and `fetch` read pull consumers).
 
     \b
     Example:
@@ -134,14 +138,25 @@ def _deliver_text(c: ConsumerConfig) -> str:
     return policy.replace("_", " ").title()
 
 
-def render_consumer_info(info: ConsumerInfo) -> str:
-    c = info.config
+def _mode(c: ConsumerConfig) -> str:
+    return "Push" if c.deliver_subject else "Pull"
+
+
+def _config_pairs(name: str, c: ConsumerConfig, every: bool = False) -> list[tuple[str, Any]]:
+    """The "Configuration" lines of ``consumer info``; ``every`` keeps those info leaves out
+    when unset (for ``consumer edit``'s diff)."""
     filters = c.filter_subjects or ([c.filter_subject] if c.filter_subject else [])
+    push = bool(c.deliver_subject)
     config = [
-        ("Name", info.name),
-        ("Durable Name", c.durable_name),
+        ("Name", name),
+        ("Durable Name", c.durable_name if c.durable_name or not every else "-"),
+        ("Ephemeral", None if c.durable_name else "true"),
         ("Description", c.description),
-        ("Pull Mode", "true"),
+        ("Pull Mode", None if push else "true"),
+        ("Delivery Subject", c.deliver_subject),
+        ("Deliver Queue Group", c.deliver_group),
+        ("Idle Heartbeat", format_duration(c.idle_heartbeat) if c.idle_heartbeat else None),
+        ("Flow Control", "true" if c.flow_control else None),
         ("Filter Subjects" if len(filters) > 1 else "Filter Subject", ", ".join(filters) if filters else None),
         ("Deliver Policy", _deliver_text(c)),
         ("Ack Policy", str(getattr(c.ack_policy, "value", c.ack_policy)).title()),
@@ -150,12 +165,20 @@ def render_consumer_info(info: ConsumerInfo) -> str:
         ("Maximum Deliveries", fmt_limit(c.max_deliver)),
         ("Backoff", ", ".join(format_duration(b) for b in c.backoff) if c.backoff else None),
         ("Max Ack Pending", fmt_limit(c.max_ack_pending)),
-        ("Max Waiting Pulls", fmt_limit(c.max_waiting)),
+        ("Max Waiting Pulls", None if c.deliver_subject else fmt_limit(c.max_waiting)),
         ("Inactive Threshold", format_duration(c.inactive_threshold) if c.inactive_threshold else None),
         ("Headers Only", "true" if c.headers_only else None),
     ]
     for k, v in sorted((c.metadata or {}).items()):
         config.append((f"Metadata {k}", v))
+    if every:
+        config = [(k, "-" if v is None else v) for k, v in config]
+    return config
+
+
+def render_consumer_info(info: ConsumerInfo) -> str:
+    c = info.config
+    config = _config_pairs(info.name, c)
     d, a = info.delivered, info.ack_floor
     state = [
         (
@@ -174,7 +197,8 @@ def render_consumer_info(info: ConsumerInfo) -> str:
         ),
         ("Redelivered Messages", fmt_count(info.num_redelivered)),
         ("Unprocessed Messages", fmt_count(info.num_pending)),
-        ("Waiting Pulls", fmt_count(info.num_waiting)),
+        ("Waiting Pulls", None if c.deliver_subject else fmt_count(info.num_waiting)),
+        ("Active Interest", ("true" if info.push_bound else "false") if c.deliver_subject else None),
     ]
     head = f"Information for Consumer {info.stream_name} > {info.name}" + (f" created {fmt_time(info.created)}" if info.created else "")
     cluster = cluster_pairs(info.cluster)
@@ -185,29 +209,73 @@ def render_consumer_info(info: ConsumerInfo) -> str:
 # ---------------------------------------------------------------------- commands
 
 
+def _push_options(fn):
+    for opt in reversed(
+        [
+            click.option(
+                "--ephemeral", is_flag=True, help="An ephemeral consumer: removed after --inactive-threshold (default 5s) without activity; NAME is optional."
+            ),
+            click.option("--pull", "mode", flag_value="pull", default=True, help="A pull consumer, read with `consumer next` or `fetch` (the default)."),
+            click.option("--target", "deliver_subject", metavar="SUBJECT", help="A push consumer delivering to SUBJECT (not one the stream captures)."),
+            click.option("--deliver-group", metavar="GROUP", help="Push: deliver only to subscriptions in this queue group."),
+            click.option(
+                "--heartbeat",
+                "idle_heartbeat",
+                type=DURATION,
+                help="Push: send an idle heartbeat this often while nothing is delivered, e.g. 5s (100ms or more).",
+            ),
+            click.option(
+                "--flow-control",
+                is_flag=True,
+                default=None,
+                help="Push: flow control, pausing deliveries a subscriber cannot keep up with (needs --heartbeat).",
+            ),
+        ]
+    ):
+        fn = opt(fn)
+    return fn
+
+
 @consumer.command("add")
 @click.argument("stream_name", metavar="STREAM")
-@click.argument("name")
+@click.argument("name", required=False)
+@_push_options
 @_options(edit=False)
 @output_options
 @needs_store()
-def add(js, stream_name: str, name: str, ack_policy: str, deliver, replay: str, as_json: bool, **params):
-    """Add a durable pull consumer NAME on STREAM.
+def add(js, stream_name: str, name: Optional[str], ack_policy: str, deliver, replay: str, ephemeral: bool, mode: str, as_json: bool, **params):
+    """Add a consumer NAME on STREAM: durable and pull by default.
 
-    Adding one that exists with the same configuration does nothing; with a
-    different one it fails (err_code 10148): use `consumer edit`.
+    --ephemeral makes an ephemeral one (its name is chosen for it when NAME
+    is not given); --target SUBJECT a push one, with --deliver-group,
+    --heartbeat and --flow-control as in `nats consumer add`.  Adding one
+    that exists with the same configuration does nothing; with a different
+    one it fails (err_code 10148): use `consumer edit`.
 
     \b
     Example:
       jetspark consumer add ORDERS NEW --filter orders.new --deliver all --wait 30s --max-deliver 5
+      jetspark consumer add ORDERS --ephemeral --inactive-threshold 1h
+      jetspark consumer add ORDERS MONITOR --target monitor.orders --deliver-group workers --heartbeat 5s --flow-control
     """
+    if name is None and not ephemeral:
+        raise click.UsageError("give the consumer's NAME (or --ephemeral, for one named for you)")
+    push = {k: params.pop(k) for k in ("deliver_subject", "deliver_group", "idle_heartbeat", "flow_control")}
+    if not push["deliver_subject"]:
+        given = [
+            flag for flag, key in (("--deliver-group", "deliver_group"), ("--heartbeat", "idle_heartbeat"), ("--flow-control", "flow_control")) if push[key]
+        ]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: for a push consumer only; add --target SUBJECT")
     config = ConsumerConfig(
-        durable_name=name,
+        name=name if ephemeral else None,
+        durable_name=None if ephemeral else name,
         ack_policy=ack_policy,
         deliver_policy=deliver.policy,
         opt_start_seq=deliver.seq,
         opt_start_time=deliver.time,
         replay_policy=replay,
+        **push,
     ).evolve(**_changes(params))
     info = js.create_consumer(stream_name, config)
     if as_json:
@@ -237,8 +305,7 @@ def edit(js, stream_name: str, name: str, as_json: bool, **params):
     if as_json:
         emit_json(info)
         return
-    a, b = old.as_dict(), info.config.as_dict()
-    diff = [f"  {k}: {a.get(k, '-')} -> {b.get(k, '-')}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    diff = pair_diff(_config_pairs(name, old, every=True), _config_pairs(name, info.config, every=True))
     click.echo(f"Consumer {stream_name} > {name} updated" + (":" if diff else " (no changes)"))
     for line in diff:
         click.echo(line)
@@ -343,3 +410,71 @@ def next_(js, stream_name: str, name: str, count: int, wait: float, ack: bool, n
       jetspark consumer next ORDERS NEW --count 10 --no-ack --raw
     """
     deliver(js, stream_name, name, count=count, per_fetch=1, wait=wait, ack=ack, nak=nak, term=term, raw=raw, as_json=as_json)
+
+
+@consumer.command("report")
+@click.argument("stream_name", metavar="STREAM")
+@click.option(
+    "--sort",
+    type=click.Choice(["name", "pending", "ack-pending", "redelivered"]),
+    default="name",
+    show_default=True,
+    help="Sort the rows by this column (numbers largest first).",
+)
+@output_options
+@needs_store()
+def report(js, stream_name: str, sort: str, as_json: bool):
+    """Report on every consumer of STREAM in a table.
+
+    Mode (pull or push), ack policy and wait, messages awaiting an ack,
+    redelivered, unprocessed, and the ack floor's stream sequence, as
+    `nats consumer report` lists them.
+
+    \b
+    Example:
+      jetspark consumer report ORDERS
+      jetspark consumer report ORDERS --sort pending --json
+    """
+    rows = []
+    for i in js.consumers_info(stream_name):
+        c = i.config
+        rows.append(
+            {
+                "consumer": i.name,
+                "mode": _mode(c).lower(),
+                "durable": bool(c.durable_name),
+                "ack_policy": str(getattr(c.ack_policy, "value", c.ack_policy)),
+                "ack_wait": c.ack_wait,
+                "ack_pending": i.num_ack_pending,
+                "redelivered": i.num_redelivered,
+                "unprocessed": i.num_pending,
+                "ack_floor": i.ack_floor.stream_seq,
+                "cluster": replicas_text(i.cluster) or None,
+            }
+        )
+    key = {"pending": "unprocessed", "ack-pending": "ack_pending", "redelivered": "redelivered"}.get(sort)
+    rows.sort(key=(lambda r: r["consumer"]) if key is None else (lambda r: (-r[key], r["consumer"])))
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        click.echo(f"No consumers defined on {stream_name}")
+        return
+    clustered = any(r["cluster"] for r in rows)
+    body = [
+        (
+            r["consumer"],
+            r["mode"].title() + ("" if r["durable"] else " (ephemeral)"),
+            r["ack_policy"].title(),
+            format_duration(r["ack_wait"]) if r["ack_wait"] is not None else "-",
+            fmt_count(r["ack_pending"]),
+            fmt_count(r["redelivered"]),
+            fmt_count(r["unprocessed"]),
+            fmt_count(r["ack_floor"]),
+        )
+        + ((r["cluster"] or "",) if clustered else ())
+        for r in rows
+    ]
+    headers = ["Consumer", "Mode", "Ack Policy", "Ack Wait", "Ack Pending", "Redelivered", "Unprocessed", "Ack Floor"] + (["Cluster"] if clustered else [])
+    title = f"Consumer report for {stream_name} with {plural(len(rows), 'consumer')}"
+    click.echo(table(headers, body, right=(3, 4, 5, 6, 7), title=title))

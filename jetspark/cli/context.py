@@ -238,7 +238,7 @@ def needs_store(create: bool = False) -> Callable:
 def _not_found(js, exc: APIError, params: dict) -> str:
     """A stream or consumer not found, named (the server's description names neither), with
     what there is instead: ``stream 'ORDRES' not found (err_code 10059); streams: ORDERS``."""
-    stream = params.get("stream_name") or params.get("name")
+    stream = params.get("stream_name") or params.get("name") or params.get("source")
     if isinstance(exc, ConsumerNotFoundError):
         consumer = params.get("consumer") or params.get("name")
         text = f"consumer {consumer!r} not found on stream {stream!r} (err_code {exc.err_code})"

@@ -31,6 +31,7 @@ import click
 from jetspark.connect_options import ConnectOptions, redact_url
 
 __all__ = [
+    "CONFIG_DIR_VAR",
     "MASK",
     "OPTION_KEYS",
     "SECRET_KEYS",
@@ -55,6 +56,7 @@ __all__ = [
 OPTION_KEYS = ("user", "password", "token", "user_credentials", "nkeys_seed", "tls_ca", "tls_cert", "tls_key", "domain")
 SECRET_KEYS = ("password", "token")
 MASK = "********"
+CONFIG_DIR_VAR = "JETSPARK_CONFIG_DIR"  # replaces the user's configuration directory
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 NAME_RULE = "letters, digits, '_', '-' and '.' (not first), up to 64 characters"
 _SERVER_SCHEMES = ("nats", "tls", "ws", "wss")
@@ -62,7 +64,7 @@ _SERVER_SCHEMES = ("nats", "tls", "ws", "wss")
 
 def config_dir() -> Path:
     """jetspark's configuration directory: $JETSPARK_CONFIG_DIR, else the platform's (per user)."""
-    override = os.environ.get("JETSPARK_CONFIG_DIR")
+    override = os.environ.get(CONFIG_DIR_VAR)
     if override:
         return Path(override)
     import platformdirs  # only the commands that touch contexts pay for it

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import sys
 import time
@@ -168,7 +169,9 @@ def pub(
                     raise
                 stats.add(ack, len(data))
                 if as_json:
-                    emit_json_line({"stream": ack.stream, "seq": ack.seq, "duplicate": bool(ack.duplicate), **({"domain": ack.domain} if ack.domain else {})})
+                    # The PubAck as the API gives it: duplicate is None (not False) when the
+                    # server left it out, as nats-py has it.
+                    emit_json_line({f.name: getattr(ack, f.name) for f in dataclasses.fields(ack)})
                 pending += 1
                 if pending >= 256:
                     bar.update(pending)
@@ -180,14 +183,15 @@ def pub(
     if stats.count == 1:
         ack = stats.last
         dup = " (duplicate: already stored, not stored again)" if ack.duplicate else ""
-        click.echo(f"Published {fmt_count(stats.nbytes)} bytes to {subj}: stream {ack.stream} seq {ack.seq}{dup}")
+        click.echo(f"Published {plural(stats.nbytes, 'byte')} to {subj}: stream {ack.stream} seq {ack.seq}{dup}")
         return
     rate = f" ({fmt_count(int(stats.count / elapsed))} msg/s)" if elapsed > 0 else ""
     click.echo(f"Published {plural(stats.count, 'message')} ({format_size(stats.nbytes)}) in {elapsed:.2f}s{rate}")
     for name, (k, lo, hi) in sorted(stats.streams.items()):
-        click.echo(f"  stream {name}: {fmt_count(k)} acks, seq {fmt_count(lo)}..{fmt_count(hi)}")
+        click.echo(f"  stream {name}: {plural(k, 'ack')}, seq {fmt_count(lo)}..{fmt_count(hi)}")
     if stats.duplicates:
-        click.echo(f"  {plural(stats.duplicates, 'duplicate')} (same Nats-Msg-Id within the duplicate window) were not stored again")
+        were = "was" if stats.duplicates == 1 else "were"
+        click.echo(f"  {plural(stats.duplicates, 'duplicate')} (same Nats-Msg-Id within the duplicate window) {were} not stored again")
 
 
 def _header(text: str) -> tuple[str, str]:
@@ -362,23 +366,28 @@ def show_message(m: dict, *, raw: bool, as_json: bool) -> None:
 @click.command("view")
 @click.argument("name")
 @click.argument("size", type=click.IntRange(min=1), default=10, required=False)
+@click.option("--count", type=click.IntRange(min=1), help="Stop after this many messages (in a pipe: print this many, across pages).")
 @click.option("--id", "start_seq", type=click.IntRange(min=1), help="Start at this stream sequence.")
 @click.option("--since", type=DURATION, help="Start with messages stored this long ago, e.g. 1h.")
 @click.option("--subject", help="Only messages on this subject (wildcards allowed).")
 @click.option("--raw", is_flag=True, help="Print only message bodies, one per line.")
 @output_options
 @needs_store()
-def view(js, name: str, size: int, start_seq: Optional[int], since: Optional[float], subject: Optional[str], raw: bool, as_json: bool):
+def view(js, name: str, size: int, count: Optional[int], start_seq: Optional[int], since: Optional[float], subject: Optional[str], raw: bool, as_json: bool):
     """View a stream's messages, a page of SIZE (default 10) at a time.
 
-    On a terminal it asks before each next page; otherwise (a pipe, a file)
-    it prints every page.  Nothing is recorded in the store.
+    On a terminal it asks "Next page?" after each page, up to --count
+    messages if given.  Anywhere else (a pipe, a file, --json) there is no
+    one to ask: it prints one page, or --count messages when given, and
+    says on stderr when more are left (`nats stream view` refuses to run
+    outside a terminal; `jetspark sub --no-follow` reads a whole stream).
+    Nothing is recorded in the store.
 
     \b
     Example:
       jetspark stream view ORDERS
       jetspark stream view ORDERS 50 --since 1h --subject 'orders.new'
-      jetspark stream view ORDERS --id 1000 --raw
+      jetspark stream view ORDERS --id 1000 --count 3 --raw
     """
     if start_seq is not None and since is not None:
         raise click.UsageError("--id and --since cannot be combined")
@@ -390,25 +399,36 @@ def view(js, name: str, size: int, start_seq: Optional[int], since: Optional[flo
     else:
         next_seq = info.state.first_seq or 1
     ask = sys.stdin.isatty() and sys.stdout.isatty() and not as_json
+    # Without a terminal, one "page" is everything to print: --count messages, or SIZE.
+    page_size = size if ask or count is None else count
     filters = [subject] if subject else None
     shown = 0
     while True:
-        page = []
-        for batch in js.read_batches(name, next_seq, None, subjects=filters, batch_size=size, headers=True):
-            page.extend(batch.to_pylist())
-            if len(page) >= size:
-                break
-        page = page[:size]
-        for row in page:
+        want = page_size if count is None else min(page_size, count - shown)
+        page = _read_page(js, name, next_seq, filters, want + 1)  # one more: are there more?
+        more = len(page) > want
+        for row in page[:want]:
             show_message(_from_row(row), raw=raw, as_json=as_json)
-        shown += len(page)
-        if len(page) < size:
-            if not shown and not as_json:
-                click.echo(f"No messages in {name}" + (f" on {subject}" if subject else ""), err=True)
+        shown += min(len(page), want)
+        if not shown and not as_json:
+            click.echo(f"No messages in {name}" + (f" on {subject}" if subject else ""), err=True)
+        if not more or (count is not None and shown >= count):
             return
-        next_seq = page[-1]["seq"] + 1
-        if ask and not click.confirm("Next page?", default=True):
+        if not ask:
+            click.echo(f"(more messages after sequence {page[want - 1]['seq']}: add --count N to print more, or --id to start later)", err=True)
             return
+        next_seq = page[want - 1]["seq"] + 1
+        if not click.confirm("Next page?", default=True):
+            return
+
+
+def _read_page(js, name: str, start: int, filters, n: int) -> list[dict]:
+    page: list[dict] = []
+    for batch in js.read_batches(name, start, None, subjects=filters, batch_size=n, headers=True):
+        page.extend(batch.to_pylist())
+        if len(page) >= n:
+            break
+    return page[:n]
 
 
 def _last_seq(js, stream_name: str, subject: str) -> int:
@@ -469,7 +489,7 @@ def deliver(js, stream_name: str, consumer: str, *, count: int, per_fetch: int, 
             except FetchTimeoutError:
                 if got == 0:
                     raise
-                click.echo(f"{fmt_count(got)} of {fmt_count(count)} messages: no more within {wait:g}s", err=True)
+                click.echo(f"{fmt_count(got)} of {plural(count, 'message')}: no more within {wait:g}s", err=True)
                 break
             for msg in msgs:
                 _show_delivered(msg, action, raw, as_json)

@@ -39,6 +39,7 @@ __all__ = [
     "jsonable",
     "kv_block",
     "output_options",
+    "pair_diff",
     "plural",
     "progress",
     "progress_options",
@@ -138,6 +139,13 @@ def kv_block(pairs: Sequence[tuple[str, Any]], indent: int = 2) -> str:
         return ""
     width = max(len(k) for k, _ in pairs)
     return "\n".join(f"{' ' * indent}{k.rjust(width)}: {v}" for k, v in pairs)
+
+
+def pair_diff(old: list[tuple[str, Any]], new: list[tuple[str, Any]]) -> list[str]:
+    """``  Label: old -> new`` for each label whose value differs (in the order shown)."""
+    a, b = dict(old), dict(new)
+    labels = list(a) + [k for k in b if k not in a]
+    return [f"  {k}: {a.get(k, '-')} -> {b.get(k, '-')}" for k in labels if a.get(k, "-") != b.get(k, "-")]
 
 
 def fmt_count(n: Optional[int]) -> str:

@@ -1,4 +1,5 @@
-"""``jetspark stream ...``: add, edit, info, ls, rm, purge, get, rmm, report, check, backup, restore.
+"""``jetspark stream ...``: add, edit, info, ls, rm, purge, get, rmm, report, check, backup, restore
+(and, from stream_extra, subjects, find, seal, copy; ``view`` is with ``sub`` in messages).
 
 Flags are named as in the ``nats`` CLI where the idea is the same
 (``--subjects``, ``--retention``, ``--max-age 1h``, ``--dupe-window``...).
@@ -6,26 +7,21 @@ Flags are named as in the ``nats`` CLI where the idea is the same
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import click
 
-from jetspark.api import RawStreamMsg, StreamConfig, StreamInfo
-from jetspark.cli.context import Commands, needs_store
+from jetspark.api import RawStreamMsg, StreamConfig
+from jetspark.cli.context import Commands, describe_error, needs_store
 from jetspark.cli.messages import print_body, write_bytes
 from jetspark.cli.output import (
     body_fields,
-    cluster_pairs,
     emit_json,
-    fmt_age,
     fmt_ago,
     fmt_count,
     fmt_date,
-    fmt_limit,
     fmt_time,
-    kv_block,
     output_options,
     plural,
     progress,
@@ -35,25 +31,21 @@ from jetspark.cli.output import (
     table,
 )
 from jetspark.cli.parse import (
-    DURATION,
-    SIZE,
-    format_duration,
     format_size,
-    parse_header,
-    split_list,
 )
+from jetspark.cli.stream_config import config_changes, config_diff, config_from_file, config_options, render_stream_info
+from jetspark.cli.stream_extra import copy, find, seal, subjects
+from jetspark.errors import APIError, MsgNotFoundError
 
 __all__ = ["stream"]
-
-_RETENTION = {"limits": "limits", "interest": "interest", "workqueue": "workqueue", "work": "workqueue", "workq": "workqueue"}
-_STORAGE = {"file": "file", "memory": "memory"}
 
 
 @click.group(cls=Commands)
 def stream():
     """Manage streams.
 
-    add, edit, info, ls, rm, purge, get, view, rmm, report, check, backup, restore.
+    add, copy, edit, info, ls, find, subjects, report, rm, purge, seal, get,
+    view, rmm, check, backup, restore.
 
     \b
     Example:
@@ -62,201 +54,12 @@ def stream():
     """
 
 
-# ---------------------------------------------------------------------- config flags
-
-
-def _config_options(edit: bool):
-    """The StreamConfig flags of ``stream add`` (and, without the fixed ones, ``stream edit``)."""
-
-    def deco(fn):
-        opts = [
-            click.option(
-                "--subjects", multiple=True, metavar="SUBJECT", help="Subjects the stream captures (repeat, or comma-separate). Default: the stream's name."
-            ),
-            click.option("--description", help="A description of the stream."),
-        ]
-        if not edit:
-            opts.append(click.option("--storage", type=click.Choice(list(_STORAGE), case_sensitive=False), help="Storage backend: file (default) or memory."))
-        opts += [
-            click.option("--replicas", type=int, help="Number of replicas (the embedded engine keeps 1)."),
-            click.option(
-                "--retention",
-                type=click.Choice(list(_RETENTION), case_sensitive=False),
-                help="Retention policy: limits (default), interest, or workqueue (work, workq).",
-            ),
-            click.option(
-                "--discard",
-                type=click.Choice(["old", "new"], case_sensitive=False),
-                help="What to do when a limit is reached: discard old messages (default) or refuse new ones.",
-            ),
-            click.option(
-                "--discard-per-subject/--no-discard-per-subject",
-                default=None,
-                help="Apply discard new per subject (needs --discard new and --max-msgs-per-subject).",
-            ),
-        ]
-        if not edit:
-            opts.append(click.option("--first-sequence", type=int, help="The stream's first sequence number."))
-        opts += [
-            click.option("--max-age", type=DURATION, help="Maximum age of messages, e.g. 1h30m, 7d (0: unlimited)."),
-            click.option("--max-bytes", type=SIZE, help="Maximum bytes kept, e.g. 10MB, 1GiB (1024-based; -1: unlimited)."),
-            click.option("--max-consumers", type=int, help="Maximum number of consumers (-1: unlimited)."),
-            click.option("--max-msg-size", type=SIZE, help="Maximum size of one message, e.g. 1MB (-1: unlimited)."),
-            click.option("--max-msgs", type=int, help="Maximum number of messages kept (-1: unlimited)."),
-            click.option("--max-msgs-per-subject", type=int, help="Maximum messages kept per subject (-1: unlimited)."),
-            click.option("--dupe-window", type=DURATION, help="Duplicate-detection window for Nats-Msg-Id, e.g. 2m (default 2m, or max-age if smaller)."),
-            click.option("--allow-rollup/--no-allow-rollup", default=None, help="Allow Nats-Rollup headers to purge subjects or the stream."),
-            click.option("--deny-delete/--allow-delete", default=None, help="Refuse deleting single messages (rmm)."),
-            click.option("--deny-purge/--allow-purge", default=None, help="Refuse purges."),
-            click.option("--allow-direct/--no-allow-direct", default=None, help="Allow direct get."),
-            click.option("--ack/--no-ack", default=None, help="Acknowledge publishes (default yes)."),
-            click.option("--metadata", multiple=True, metavar="KEY=VALUE", help="Metadata to attach (repeat)."),
-            click.option(
-                "--config",
-                "config_file",
-                type=click.File("r"),
-                help="Read the config from a JSON file: a StreamConfig as `stream info --json` prints it (durations in seconds); flags override it.",
-            ),
-        ]
-        for opt in reversed(opts):
-            fn = opt(fn)
-        return fn
-
-    return deco
-
-
-def _changes(params: dict[str, Any]) -> dict[str, Any]:
-    """The StreamConfig fields the flags set (None: not given)."""
-    out: dict[str, Any] = {}
-
-    def put(field: str, value: Any) -> None:
-        if value is not None:
-            out[field] = value
-
-    if params.get("subjects"):
-        out["subjects"] = split_list(params["subjects"])
-    put("description", params.get("description"))
-    if params.get("storage"):
-        out["storage"] = _STORAGE[params["storage"].lower()]
-    put("num_replicas", params.get("replicas"))
-    if params.get("retention"):
-        out["retention"] = _RETENTION[params["retention"].lower()]
-    if params.get("discard"):
-        out["discard"] = params["discard"].lower()
-    put("discard_new_per_subject", params.get("discard_per_subject"))
-    put("first_seq", params.get("first_sequence"))
-    put("max_age", params.get("max_age"))
-    put("max_bytes", params.get("max_bytes"))
-    put("max_consumers", params.get("max_consumers"))
-    put("max_msg_size", params.get("max_msg_size"))
-    put("max_msgs", params.get("max_msgs"))
-    put("max_msgs_per_subject", params.get("max_msgs_per_subject"))
-    put("duplicate_window", params.get("dupe_window"))
-    put("allow_rollup_hdrs", params.get("allow_rollup"))
-    put("deny_delete", params.get("deny_delete"))
-    put("deny_purge", params.get("deny_purge"))
-    put("allow_direct", params.get("allow_direct"))
-    if params.get("ack") is not None:
-        out["no_ack"] = not params["ack"]
-    if params.get("metadata"):
-        meta = {}
-        for item in params["metadata"]:
-            key, sep, value = item.partition("=")
-            if not sep:
-                try:
-                    key, value = parse_header(item)
-                except ValueError:
-                    raise click.BadParameter(f"{item!r}: use KEY=VALUE", param_hint="--metadata") from None
-            meta[key.strip()] = value.strip()
-        out["metadata"] = meta
-    return out
-
-
-def _config_from_file(fh) -> StreamConfig:
-    try:
-        doc = json.load(fh)
-    except ValueError as exc:
-        raise click.BadParameter(f"{fh.name}: not JSON: {exc}", param_hint="--config") from None
-    if isinstance(doc, dict) and isinstance(doc.get("config"), dict):
-        doc = doc["config"]  # the whole `stream info --json` document
-    if not isinstance(doc, dict):
-        raise click.BadParameter(f"{fh.name}: expected a JSON object", param_hint="--config")
-    return StreamConfig.from_response(doc)
-
-
-# ---------------------------------------------------------------------- rendering
-
-
-def _title(value: Any) -> str:
-    text = str(getattr(value, "value", value))
-    return {"workqueue": "WorkQueue"}.get(text, text.replace("_", " ").title())
-
-
-def render_stream_info(info: StreamInfo) -> str:
-    c, s = info.config, info.state
-    discard = _title(c.discard) + (" (new per subject)" if c.discard_new_per_subject else "")
-    config = [
-        ("Subjects", ", ".join(c.subjects or [])),
-        ("Description", c.description),
-        ("Storage", _title(c.storage)),
-        ("Retention", _title(c.retention)),
-        ("Replicas", c.num_replicas),
-        ("Acknowledgments", "false" if c.no_ack else "true"),
-        ("Discard Policy", discard),
-        ("Duplicate Window", format_duration(c.duplicate_window)),
-        ("Direct Get", str(bool(c.allow_direct)).lower()),
-        ("Allows Msg Delete", str(not c.deny_delete).lower()),
-        ("Allows Purge", str(not c.deny_purge).lower()),
-        ("Allows Rollups", str(bool(c.allow_rollup_hdrs)).lower()),
-        ("Sealed", "true" if c.sealed else None),
-        ("Maximum Messages", fmt_limit(c.max_msgs)),
-        ("Maximum Per Subject", fmt_limit(c.max_msgs_per_subject)),
-        ("Maximum Bytes", fmt_limit(c.max_bytes, "bytes")),
-        ("Maximum Age", fmt_age(c.max_age)),
-        ("Maximum Message Size", fmt_limit(c.max_msg_size, "bytes")),
-        ("Maximum Consumers", fmt_limit(c.max_consumers)),
-        ("First Sequence", fmt_count(c.first_seq) if c.first_seq else None),
-    ]
-    for k, v in sorted((c.metadata or {}).items()):
-        config.append((f"Metadata {k}", v))
-    state = [
-        ("Messages", fmt_count(s.messages)),
-        ("Bytes", format_size(s.bytes)),
-        ("First Sequence", fmt_count(s.first_seq) + (f" @ {fmt_time(s.first_ts)}" if s.first_ts else "")),
-        ("Last Sequence", fmt_count(s.last_seq) + (f" @ {fmt_time(s.last_ts)}" if s.last_ts else "")),
-        ("Deleted Messages", fmt_count(s.num_deleted)),
-        ("Active Consumers", fmt_count(s.consumer_count)),
-        ("Number of Subjects", fmt_count(s.num_subjects)),
-    ]
-    if s.lost:
-        state.append(("Lost", json.dumps(s.lost, default=str)))
-    out = [f"Information for Stream {c.name}" + (f" created {fmt_time(info.created)}" if info.created else ""), ""]
-    out += ["Configuration:", "", kv_block(config), ""]
-    if cluster_pairs(info.cluster):
-        out += ["Cluster Information:", "", kv_block(cluster_pairs(info.cluster)), ""]
-    out += ["State:", "", kv_block(state)]
-    if s.subjects:
-        width = max(len(k) for k in s.subjects)
-        out += ["", "Subjects:", ""]
-        out += [f"  {k.ljust(width)}  {fmt_count(v)}" for k, v in sorted(s.subjects.items())]
-    return "\n".join(out)
-
-
-def _config_diff(old: StreamConfig, new: StreamConfig) -> list[str]:
-    a, b = old.as_dict(), new.as_dict()
-    lines = []
-    for key in sorted(set(a) | set(b)):
-        if a.get(key) != b.get(key):
-            lines.append(f"  {key}: {a.get(key, '-')!s} -> {b.get(key, '-')!s}")
-    return lines
-
-
 # ---------------------------------------------------------------------- commands
 
 
 @stream.command("add")
 @click.argument("name", required=False)
-@_config_options(edit=False)
+@config_options(edit=False)
 @output_options
 @needs_store(create=True)
 def add(js, name: Optional[str], config_file, as_json: bool, **params):
@@ -269,12 +72,12 @@ def add(js, name: Optional[str], config_file, as_json: bool, **params):
     Example:
       jetspark stream add ORDERS --subjects 'orders.>' --max-age 1h --max-bytes 1GiB --dupe-window 5m
     """
-    config = _config_from_file(config_file) if config_file else StreamConfig()
+    config = config_from_file(config_file) if config_file else StreamConfig()
     if name:
         config = config.evolve(name=name)
     if not config.name:
         raise click.UsageError("give the stream's NAME (or a --config file with a name)")
-    info = js.add_stream(config.evolve(**_changes(params)))
+    info = js.add_stream(config.evolve(**config_changes(params)))
     if as_json:
         emit_json(info)
         return
@@ -284,7 +87,7 @@ def add(js, name: Optional[str], config_file, as_json: bool, **params):
 
 @stream.command("edit")
 @click.argument("name")
-@_config_options(edit=True)
+@config_options(edit=True)
 @output_options
 @needs_store()
 def edit(js, name: str, config_file, as_json: bool, **params):
@@ -297,14 +100,14 @@ def edit(js, name: str, config_file, as_json: bool, **params):
       jetspark stream edit ORDERS --max-age 7d --description 'all orders'
     """
     old = js.stream_info(name).config
-    base = _config_from_file(config_file).evolve(name=name) if config_file else old
-    changes = _changes(params)
+    base = config_from_file(config_file).evolve(name=name) if config_file else old
+    changes = config_changes(params)
     new = base.evolve(**changes)
     info = js.update_stream(new)
     if as_json:
         emit_json(info)
         return
-    diff = _config_diff(old, info.config)
+    diff = config_diff(old, info.config)
     click.echo(f"Stream {name} updated" + (":" if diff else " (no changes)"))
     for line in diff:
         click.echo(line)
@@ -443,7 +246,10 @@ def report(js, sort: str, as_json: bool):
                 "deleted": s.num_deleted,
                 "subjects": s.num_subjects,
                 "consumers": s.consumer_count,
-                "replicas": replicas_text(i.cluster),
+                # The configured number (None where the backend does not say), and the
+                # replicas by name, leader starred, as the text's Replicas column.
+                "replicas": i.config.num_replicas,
+                "cluster": replicas_text(i.cluster) or None,
             }
         )
     if sort == "name":
@@ -456,7 +262,7 @@ def report(js, sort: str, as_json: bool):
     if not rows:
         click.echo("No streams defined")
         return
-    clustered = any(r["replicas"] for r in rows)  # a Replicas column, as nats stream report, on a cluster
+    clustered = any(r["cluster"] for r in rows)  # a Replicas column, as nats stream report, on a cluster
     body = [
         (
             r["stream"],
@@ -470,7 +276,7 @@ def report(js, sort: str, as_json: bool):
             fmt_count(r["deleted"]),
             fmt_count(r["subjects"]),
         )
-        + ((r["replicas"],) if clustered else ())
+        + ((r["cluster"] or "",) if clustered else ())
         for r in rows
     ]
     click.echo(
@@ -569,7 +375,11 @@ def get(js, name: str, seq: Optional[int], last_for: Optional[str], raw: bool, a
     """
     if (seq is None) == (last_for is None):
         raise click.UsageError("give a sequence number or --last-for SUBJECT (one of the two)")
-    msg = js.get_msg(name, seq=seq) if seq is not None else js.get_last_msg(name, last_for)
+    try:
+        msg = js.get_msg(name, seq=seq) if seq is not None else js.get_last_msg(name, last_for)
+    except MsgNotFoundError as exc:
+        what = f"message {seq}" if seq is not None else f"message on {last_for}"
+        raise click.ClickException(f"no {what} in stream {name}{_range(js, name)}: {describe_error(exc)}") from exc
     if as_json:
         emit_json(message_json(msg))
         return
@@ -578,6 +388,15 @@ def get(js, name: str, seq: Optional[int], last_for: Optional[str], raw: bool, a
         return
     click.echo(f"Item: {msg.stream}#{msg.seq} received {fmt_time(msg.time)} on subject {msg.subject}")
     print_body(msg.data, msg.headers)
+
+
+def _range(js, name: str) -> str:
+    """`` (sequences 1..5)``, for an error about one message (empty if the stream is gone)."""
+    try:
+        s = js.stream_info(name).state
+    except APIError:
+        return ""
+    return f" (sequences {fmt_count(s.first_seq)}..{fmt_count(s.last_seq)})" if s.messages else " (no messages)"
 
 
 def message_json(msg: RawStreamMsg) -> dict:
@@ -605,7 +424,11 @@ def rmm(js, name: str, seq: int, force: bool):
     """
     if not force:
         click.confirm(f"Really delete message {seq} from stream {name}?", abort=True)
-    js.delete_msg(name, seq)
+    try:
+        js.delete_msg(name, seq)
+    except APIError as exc:
+        # The server's words ("stream store EOF", "no message found") name neither.
+        raise click.ClickException(f"cannot delete message {seq} from stream {name}{_range(js, name)}: {describe_error(exc)}") from exc
     click.echo(f"Deleted message {seq} from stream {name}")
 
 
@@ -673,3 +496,7 @@ def restore(js, directory: Path, as_json: bool, show_progress: Optional[bool]):
         f"Restored stream {info.config.name} from {directory}: {plural(info.state.messages, 'message')}, {plural(info.state.consumer_count, 'consumer')}\n"
     )
     click.echo(render_stream_info(info))
+
+
+for _command in (subjects, find, seal, copy):
+    stream.add_command(_command)

@@ -1,10 +1,12 @@
-"""jetspark consumer add|edit|info|ls|rm|next, and jetspark fetch."""
+"""jetspark consumer add|edit|info|ls|report|rm|next, and jetspark fetch."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
+
+import jetspark
 
 
 def test_add_info_ls(orders):
@@ -99,8 +101,9 @@ def test_edit(orders):
 
 def test_edit_prints_the_new_config(orders):
     orders("consumer", "add", "ORDERS", "C")
-    r = orders("consumer", "edit", "ORDERS", "C", "--max-deliver", "7")
-    assert "max_deliver: -1 -> 7" in r.stdout
+    r = orders("consumer", "edit", "ORDERS", "C", "--max-deliver", "7", "--wait", "1m30s")
+    # The changes in consumer info's words and units.
+    assert r.stdout.split("\n\n")[0].splitlines() == ["Consumer ORDERS > C updated:", "  Ack Wait: 30s -> 1m30s", "  Maximum Deliveries: unlimited -> 7"]
 
 
 def test_next_acks(orders):
@@ -193,3 +196,112 @@ def test_ls_and_info_show_the_last_delivery_and_ack(orders):
     assert re.search(r"Acknowledgment Floor: Consumer sequence: 2 Stream sequence: 2 Last Ack: \d+s ago", text)
     info = orders.json("consumer", "info", "ORDERS", "C")
     assert info["delivered"]["last_active"] <= info["ack_floor"]["last_active"]  # RFC 3339 UTC: ordered as text
+
+
+# ---------------------------------------------------------------------- ephemeral and push consumers
+
+
+def test_ephemeral_consumer_named_for_you(orders):
+    info = orders.json("consumer", "add", "ORDERS", "--ephemeral", "--inactive-threshold", "1h")
+    name = info["name"]
+    assert name and "durable_name" not in info["config"] and info["config"]["inactive_threshold"] == 3600.0
+    assert orders.json("consumer", "ls", "ORDERS", "--names") == [name]
+    assert "Ephemeral: true" in orders("consumer", "info", "ORDERS", name).stdout
+    # It is a pull consumer: consumer next reads it.
+    assert [m["seq"] for m in orders.json_lines("consumer", "next", "ORDERS", name, "--count", "2")] == [1, 2]
+
+
+def test_ephemeral_consumer_with_a_name_and_its_default_threshold(orders):
+    info = orders.json("consumer", "add", "ORDERS", "TMP", "--ephemeral")
+    assert (info["name"], info["config"]["name"], info["config"].get("durable_name")) == ("TMP", "TMP", None)
+    assert info["config"]["inactive_threshold"] == 5.0  # the server's default for an ephemeral
+
+
+def test_a_consumer_needs_a_name_unless_ephemeral(orders):
+    r = orders("consumer", "add", "ORDERS", code=2)
+    assert "give the consumer's NAME (or --ephemeral" in r.stderr
+    assert orders.json("consumer", "ls", "ORDERS") == []
+
+
+def test_push_consumer(orders):
+    # (nats-py binds a queue subscription to the consumer named as its queue group.)
+    r = orders("consumer", "add", "ORDERS", "workers", "--target", "monitor.orders", "--deliver-group", "workers", "--heartbeat", "5s", "--flow-control")
+    text = r.stdout
+    for line in ("Delivery Subject: monitor.orders", "Deliver Queue Group: workers", "Idle Heartbeat: 5s", "Flow Control: true", "Active Interest: false"):
+        assert line in text
+    assert "Pull Mode" not in text and "Waiting Pulls" not in text
+    c = orders.json("consumer", "info", "ORDERS", "workers")["config"]
+    assert (c["deliver_subject"], c["deliver_group"], c["idle_heartbeat"], c["flow_control"]) == ("monitor.orders", "workers", 5.0, True)
+    # A push subscription on the API receives what the consumer delivers.
+    with jetspark.connect(orders.store) as js:
+        sub = js.subscribe("orders.>", durable="workers", stream="ORDERS", queue="workers", manual_ack=True)
+        msg = sub.next_msg(timeout=30)
+        assert (msg.subject, msg.metadata.sequence.stream) == ("orders.new", 1)
+        msg.ack()
+        sub.unsubscribe()
+    # Pull-only commands say what the consumer is.
+    r = orders("consumer", "next", "ORDERS", "workers", code=1)
+    assert r.stderr.startswith("Error: ")
+
+
+@pytest.mark.parametrize(
+    "flags, error",
+    [
+        (["--heartbeat", "1s"], "--heartbeat: for a push consumer only; add --target SUBJECT"),
+        (["--flow-control"], "--flow-control: for a push consumer only; add --target SUBJECT"),
+        (["--deliver-group", "g"], "--deliver-group: for a push consumer only; add --target SUBJECT"),
+    ],
+)
+def test_push_flags_need_a_target(orders, flags, error):
+    r = orders("consumer", "add", "ORDERS", "P", *flags, code=2)
+    assert error in r.stderr
+    assert orders.json("consumer", "ls", "ORDERS") == []
+
+
+@pytest.mark.parametrize(
+    "flags, error",
+    [
+        (["--target", "orders.loop"], "consumer deliver subject forms a cycle (err_code 10081)"),
+        (["--target", "mon.*"], "(err_code 10079)"),
+        (["--target", "mon", "--flow-control"], "(err_code 10108)"),
+        (["--target", "mon", "--heartbeat", "10ms"], "(err_code 10083)"),
+    ],
+)
+def test_push_config_errors_are_the_server_s(orders, flags, error):
+    r = orders("consumer", "add", "ORDERS", "P", *flags, code=1)
+    assert r.stderr.startswith("Error: ") and error in r.stderr
+    assert orders.json("consumer", "ls", "ORDERS") == []
+
+
+# ---------------------------------------------------------------------- report
+
+
+def test_report(orders):
+    orders("consumer", "add", "ORDERS", "B_PULL", "--filter", "orders.new")
+    orders("consumer", "add", "ORDERS", "A_PUSH", "--target", "mon.a", "--ack", "none")
+    orders("consumer", "next", "ORDERS", "B_PULL", "--count", "2", "--no-ack")
+    rows = orders.json("consumer", "report", "ORDERS")
+    assert [r["consumer"] for r in rows] == ["A_PUSH", "B_PULL"]
+    push, pull = rows
+    assert (push["mode"], push["ack_policy"], push["unprocessed"], push["ack_pending"]) == ("push", "none", 5, 0)
+    assert (pull["mode"], pull["ack_policy"], pull["ack_wait"], pull["ack_pending"], pull["unprocessed"], pull["ack_floor"]) == (
+        "pull",
+        "explicit",
+        30.0,
+        2,
+        1,
+        0,
+    )
+    assert pull["durable"] is True and pull["cluster"] is None
+    assert [r["consumer"] for r in orders.json("consumer", "report", "ORDERS", "--sort", "ack-pending")] == ["B_PULL", "A_PUSH"]
+    text = orders("consumer", "report", "ORDERS").stdout
+    lines = text.splitlines()
+    assert lines[0] == "Consumer report for ORDERS with 2 consumers"
+    assert lines[2].split() == ["Consumer", "Mode", "Ack", "Policy", "Ack", "Wait", "Ack", "Pending", "Redelivered", "Unprocessed", "Ack", "Floor"]
+    assert lines[4].split() == ["A_PUSH", "Push", "None", "-", "0", "0", "5", "0"]
+    assert lines[5].split() == ["B_PULL", "Pull", "Explicit", "30s", "2", "0", "1", "0"]
+    orders("stream", "add", "EMPTY", "--subjects", "empty")
+    assert orders("consumer", "report", "EMPTY").stdout == "No consumers defined on EMPTY\n"
+    assert orders.json("consumer", "report", "EMPTY") == []
+    r = orders("consumer", "report", "NOPE", code=1)
+    assert r.stderr.startswith("Error: stream 'NOPE' not found (err_code 10059)")

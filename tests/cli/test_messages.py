@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -13,7 +14,14 @@ import jetspark
 def test_pub_one(orders):
     r = orders("pub", "orders.new", "hello")
     assert r.stdout.strip() == "Published 5 bytes to orders.new: stream ORDERS seq 6"
-    assert orders.json_lines("pub", "orders.new", "again") == [{"stream": "ORDERS", "seq": 7, "duplicate": False}]
+    assert orders("pub", "orders.new", "1").stdout.strip() == "Published 1 byte to orders.new: stream ORDERS seq 7"
+    assert orders("pub", "orders.new", "").stdout.strip() == "Published 0 bytes to orders.new: stream ORDERS seq 8"
+    # --json prints the PubAck as the API returns it: duplicate None (the server left it
+    # out), not False.
+    with jetspark.connect(orders.store) as js:
+        api = dataclasses.asdict(js.publish("orders.new", b"api"))
+    assert api == {"stream": "ORDERS", "seq": 9, "domain": None, "duplicate": None}
+    assert orders.json_lines("pub", "orders.new", "again") == [{**api, "seq": 10}]
 
 
 def test_pub_count_templates_headers_and_id(cli):
@@ -21,6 +29,11 @@ def test_pub_count_templates_headers_and_id(cli):
     r = cli("pub", "t.{{Count}}", '{"n": {{Count}}}', "--count", "3", "-H", "Source:cli", "-H", "Seq:{{Count}}", "--id", "m-{{Count}}")
     assert r.stdout.splitlines()[0].startswith("Published 3 messages (")
     assert "stream T: 3 acks, seq 1..3" in r.stdout
+    r = cli("pub", "t.one", "x", "--count", "1")
+    assert r.stdout == "Published 1 byte to t.one: stream T seq 4\n"
+    cli("pub", "t.x", "x", "--id", "n-1")
+    r = cli("pub", "t.x", "x", "--count", "2", "--id", "n-{{Count}}")  # n-1 a duplicate, n-2 new
+    assert "stream T: 2 acks, seq 5..6" in r.stdout and "  1 duplicate (same Nats-Msg-Id within the duplicate window) was not stored again" in r.stdout
     js = jetspark.connect(cli.store)
     m = js.get_msg("T", seq=2)
     assert (m.subject, m.data, m.headers) == ("t.2", b'{"n": 2}', {"Source": "cli", "Seq": "2", "Nats-Msg-Id": "m-2"})
@@ -35,7 +48,7 @@ def test_pub_no_templates(cli):
 
 def test_pub_dedup_with_id(orders):
     acks = orders.json_lines("pub", "orders.new", "x", "--id", "order-2")
-    assert acks == [{"stream": "ORDERS", "seq": 2, "duplicate": True}]
+    assert acks == [{"stream": "ORDERS", "seq": 2, "domain": None, "duplicate": True}]
     r = orders("pub", "orders.new", "x", "--count", "4", "--id", "order-{{Count}}")
     assert "3 duplicates (same Nats-Msg-Id within the duplicate window) were not stored again" in r.stdout
     assert orders.json("stream", "info", "ORDERS")["state"]["messages"] == 6

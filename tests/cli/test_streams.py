@@ -1,4 +1,4 @@
-"""jetspark stream add|edit|info|ls|rm|purge|get|rmm|report."""
+"""jetspark stream add|edit|info|ls|rm|purge|get|view|rmm|report (subjects, find, seal, copy: test_stream_extra.py)."""
 
 from __future__ import annotations
 
@@ -136,6 +136,8 @@ def test_report(orders):
     assert (big["messages"], big["first_seq"], big["last_seq"], big["consumers"]) == (20, 1, 20, 0)
     assert (o["messages"], o["first_seq"], o["last_seq"], o["consumers"], o["subjects"]) == (5, 1, 5, 1, 3)
     assert big["bytes"] > o["bytes"] > 0
+    # The configured replicas as a number (the engine keeps one); no cluster to name.
+    assert (o["replicas"], o["cluster"]) == (1, None)
     assert [r["stream"] for r in orders.json("stream", "report", "--sort", "messages")] == ["BIG", "ORDERS"]
     assert [r["stream"] for r in orders.json("stream", "report", "--sort", "consumers")] == ["ORDERS", "BIG"]
     text = orders("stream", "report").stdout
@@ -147,10 +149,23 @@ def test_report(orders):
 def test_edit_changes_only_the_given_flags(orders):
     r = orders("stream", "edit", "ORDERS", "--max-msgs", "4", "--description", "edited")
     assert "Stream ORDERS updated:" in r.stdout
-    assert "max_msgs: -1 -> 4" in r.stdout
-    assert "description: - -> edited" in r.stdout
+    # The changes in stream info's words and units.
+    assert r.stdout.startswith("Stream ORDERS updated:\n  Description: - -> edited\n  Maximum Messages: unlimited -> 4\n\n")
     assert "Messages: 4" in r.stdout  # the lower limit removed the oldest message
     assert "Duplicate Window: 2m" in r.stdout  # untouched fields keep their values
+
+
+def test_edit_shows_durations_and_sizes_as_info_does(orders):
+    orders("stream", "edit", "ORDERS", "--max-age", "7d")
+    r = orders("stream", "edit", "ORDERS", "--max-age", "1d", "--max-bytes", "1GiB", "--deny-purge")
+    assert r.stdout.split("\n\n")[0].splitlines() == [
+        "Stream ORDERS updated:",
+        "  Allows Purge: true -> false",
+        "  Maximum Bytes: unlimited -> 1.0 GiB",
+        "  Maximum Age: 7d -> 1d",
+    ]
+    assert "Maximum Age: 1d" in orders("stream", "info", "ORDERS").stdout
+    assert orders("stream", "edit", "ORDERS", "--max-age", "1d").stdout.startswith("Stream ORDERS updated (no changes)\n")
 
 
 def test_edit_json(orders):
@@ -181,18 +196,66 @@ def test_get(orders):
 
 
 def test_view(orders):
-    # Not on a terminal: every page, in order (on one, it asks before each next page).
-    assert orders("stream", "view", "ORDERS", "2", "--raw").stdout.splitlines() == ['{"id": 1}', '{"id": 2}', '{"id": 3}', "eu", "shipped"]
+    # Not on a terminal: one page of SIZE, and a note on stderr that there is more.
+    r = orders("stream", "view", "ORDERS", "2", "--raw")
+    assert r.stdout.splitlines() == ['{"id": 1}', '{"id": 2}']
+    assert r.stderr == "(more messages after sequence 2: add --count N to print more, or --id to start later)\n"
+    # --count: that many messages, across pages; none is left, so no note.
+    r = orders("stream", "view", "ORDERS", "2", "--raw", "--count", "5")
+    assert r.stdout.splitlines() == ['{"id": 1}', '{"id": 2}', '{"id": 3}', "eu", "shipped"] and r.stderr == ""
+    assert orders("stream", "view", "ORDERS", "--raw", "--count", "1", "--id", "5").stdout == "shipped\n"
+    r = orders("stream", "view", "ORDERS", "5", "--raw")  # exactly one page: nothing more to say
+    assert len(r.stdout.splitlines()) == 5 and r.stderr == ""
     assert [m["seq"] for m in orders.json_lines("stream", "view", "ORDERS", "--id", "4")] == [4, 5]
     assert [m["seq"] for m in orders.json_lines("stream", "view", "ORDERS", "--subject", "orders.*.new")] == [4]
     assert [m["seq"] for m in orders.json_lines("stream", "view", "ORDERS", "--since", "1h")] == [1, 2, 3, 4, 5]
-    text = orders("stream", "view", "ORDERS", "1").stdout
+    assert [m["seq"] for m in orders.json_lines("stream", "view", "ORDERS", "1", "--count", "3")] == [1, 2, 3]
+    text = orders("stream", "view", "ORDERS", "1", "--id", "4").stdout
     assert "[ORDERS #4] orders.eu.new @ " in text and "Region: eu" in text
     r = orders("stream", "view", "ORDERS", "--subject", "orders.none")
     assert r.stdout == "" and r.stderr == "No messages in ORDERS on orders.none\n"
     assert "cannot be combined" in orders("stream", "view", "ORDERS", "--id", "1", "--since", "1h", code=2).stderr
+    assert "0 is not in the range x>=1" in orders("stream", "view", "ORDERS", "--count", "0", code=2).stderr
     r = orders("stream", "view", "NOPE", code=1)
     assert "stream 'NOPE' not found" in r.stderr
+
+
+def test_view_on_a_terminal_asks_before_each_next_page(orders):
+    """In a pseudo-terminal: a page, "Next page?", the next page on yes, the end on no."""
+    out = run_in_terminal(orders.store, ["stream", "view", "ORDERS", "2", "--raw"], answers=["y", "n"])
+    assert out.count("Next page?") == 2
+    assert out.index('{"id": 2}') < out.index("Next page?") < out.index('{"id": 3}')
+    assert "shipped" not in out  # the second answer was no
+    # --count stops the paging: 3 messages in pages of 2, one question.
+    out = run_in_terminal(orders.store, ["stream", "view", "ORDERS", "2", "--raw", "--count", "3"], answers=["y"])
+    assert out.count("Next page?") == 1 and '{"id": 3}' in out and "eu" not in out
+
+
+def run_in_terminal(store, args, answers) -> str:
+    """Run the CLI with stdin and stdout on a pseudo-terminal, answering each "Next page?"."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    main, tty = pty.openpty()
+    env = {**os.environ, "JETSPARK_STORE": str(store), "COLUMNS": "200"}
+    proc = subprocess.Popen([sys.executable, "-m", "jetspark.cli", *args], stdin=tty, stdout=tty, stderr=tty, env=env, close_fds=True)
+    os.close(tty)
+    seen, pending = b"", list(answers)
+    while True:
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+        if pending and seen.count(b"Next page?") > len(answers) - len(pending):
+            os.write(main, pending.pop(0).encode() + b"\n")
+    os.close(main)
+    assert proc.wait(timeout=120) == 0, seen.decode(errors="replace")
+    return seen.decode(errors="replace").replace("\r\n", "\n")
 
 
 def test_get_binary_body_in_json(orders):
@@ -203,7 +266,9 @@ def test_get_binary_body_in_json(orders):
 
 def test_get_errors(orders):
     r = orders("stream", "get", "ORDERS", "99", code=1)
-    assert r.stderr.strip() == "Error: no message found (err_code 10037)"
+    assert r.stderr.strip() == "Error: no message 99 in stream ORDERS (sequences 1..5): no message found (err_code 10037)"
+    r = orders("stream", "get", "ORDERS", "--last-for", "nothing.here", code=1)
+    assert r.stderr.strip() == "Error: no message on nothing.here in stream ORDERS (sequences 1..5): no message found (err_code 10037)"
     assert "one of the two" in orders("stream", "get", "ORDERS", code=2).stderr
     assert "one of the two" in orders("stream", "get", "ORDERS", "1", "--last-for", "x", code=2).stderr
     assert orders("stream", "get", "NOPE", "1", code=1).stderr.strip() == "Error: stream 'NOPE' not found (err_code 10059); streams: ORDERS"
@@ -250,12 +315,17 @@ def test_rmm(orders):
     assert orders("stream", "rmm", "ORDERS", "2", "-f").stdout.strip() == "Deleted message 2 from stream ORDERS"
     info = orders.json("stream", "info", "ORDERS")
     assert (info["state"]["messages"], info["state"]["num_deleted"]) == (4, 1)
-    assert "err_code" in orders("stream", "rmm", "ORDERS", "2", "-f", code=1).stderr
+    r = orders("stream", "rmm", "ORDERS", "2", "-f", code=1)
+    assert r.stderr.startswith("Error: cannot delete message 2 from stream ORDERS (sequences 1..5): ") and "(err_code " in r.stderr
+    r = orders("stream", "rmm", "ORDERS", "99999", "-f", code=1)
+    assert r.stderr.strip() == "Error: cannot delete message 99999 from stream ORDERS (sequences 1..5): stream store EOF (err_code 10057)"
     orders("stream", "rmm", "ORDERS", "3", input="n\n", code=1)
     orders("stream", "rmm", "ORDERS", "3", input="y\n")
     orders("stream", "add", "NODEL", "--subjects", "nodel", "--deny-delete")
     orders("pub", "nodel", "x")
-    assert orders("stream", "rmm", "NODEL", "1", "-f", code=1).stderr.strip() == "Error: message delete not permitted (err_code 10057)"
+    r = orders("stream", "rmm", "NODEL", "1", "-f", code=1)
+    assert r.stderr.strip() == "Error: cannot delete message 1 from stream NODEL (sequences 1..1): message delete not permitted (err_code 10057)"
+    assert orders.json("stream", "info", "NODEL")["state"]["messages"] == 1
 
 
 def test_rm(orders):
