@@ -46,4 +46,5 @@ def test_the_cli_shows_where_a_stream_and_a_consumer_live(cluster, js, tmp_path)
     report = cli("--server", cluster.url, "stream", "report").stdout
     assert "Replicas" in report
     assert f"{leader}*" in report and all(n in report for n in cluster.names)
-    assert cli.json("--server", cluster.url, "stream", "report")[0]["replicas"].startswith(f"{leader}*")
+    row = cli.json("--server", cluster.url, "stream", "report")[0]
+    assert row["replicas"] == 3 and row["cluster"].startswith(f"{leader}*")
