@@ -51,6 +51,7 @@ driver.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 __all__ = [
@@ -87,10 +88,21 @@ __all__ = [
     "StreamNotFoundError",
     "TooManyStalledMsgsError",
     "SubscriptionError",
+    "add_note",
     "api_error",
     "error_from_response",
     "push_based_error",
 ]
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)``: the note is shown under the error's traceback.  Python 3.10
+    has no ``add_note``; there the note goes into ``__notes__`` all the same, where 3.11
+    keeps it (and tools that show notes read it)."""
+    if sys.version_info >= (3, 11):
+        exc.add_note(note)
+    else:
+        exc.__notes__ = [*getattr(exc, "__notes__", ()), note]  # type: ignore[attr-defined]
 
 
 class JetSparkError(Exception):

@@ -21,7 +21,7 @@ from jetspark import validate as V
 from jetspark.api import BatchAck, RetentionPolicy, datetime_to_ns
 from jetspark.engine.records import SID_NONE, _runs, msgid_hash, template_crcs
 from jetspark.engine.stream import Stream, _id_key
-from jetspark.errors import BadRequestError, api_error
+from jetspark.errors import BadRequestError, add_note, api_error
 from jetspark.protocol import headers as H
 from jetspark.protocol import msg_ids
 from jetspark.protocol import subjects as subj
@@ -284,7 +284,7 @@ def _publish_rows(stream, subjects, data, hdr_col, id_col) -> BatchAck:
             try:
                 ack = stream._publish_locked(subject, data_list[i] or b"", blocks[i])
             except Exception as exc:
-                exc.add_note(f"row {i} of the batch was refused; nothing from the batch was stored")
+                add_note(exc, f"row {i} of the batch was refused; nothing from the batch was stored")
                 raise
             seqs.append(ack.seq)
             dups.append(bool(ack.duplicate))
@@ -302,7 +302,7 @@ def _publish_fast(stream, subjects, data, id_col=None, id_range=None) -> BatchAc
     if c.max_msg_size > 0 and (lens > c.max_msg_size).any():
         row = int(np.flatnonzero(lens > c.max_msg_size)[0])
         err = api_error(10054)
-        err.add_note(f"row {row} of the batch is {lens[row]} bytes; max_msg_size is {c.max_msg_size}; nothing was stored")
+        add_note(err, f"row {row} of the batch is {lens[row]} bytes; max_msg_size is {c.max_msg_size}; nothing was stored")
         raise err
     offsets = np.frombuffer(data.buffers()[1], dtype=np.int32, count=len(data) + 1, offset=data.offset * 4)
     payload = data.buffers()[2]
@@ -331,7 +331,7 @@ def _publish_fast(stream, subjects, data, id_col=None, id_range=None) -> BatchAc
                 bad = (hl > c.max_msg_size) | (hl + lens[keep] > c.max_msg_size)
                 if bad.any():
                     err = api_error(10054)
-                    err.add_note("a row's Nats-Msg-Id header makes it larger than max_msg_size; nothing was stored")
+                    add_note(err, "a row's Nats-Msg-Id header makes it larger than max_msg_size; nothing was stored")
                     raise err
         sid_of = np.array([s.subject_id(u) for u in uniq], dtype=np.uint32)
         sids = sid_of[idx]

@@ -23,6 +23,7 @@ from jetspark.errors import (
     APIError,
     JetSparkError,
     NoStreamResponseError,
+    add_note,
     api_error,
     error_from_response,
 )
@@ -79,7 +80,7 @@ def publish_batch(session: Session, table: pa.Table, stream: str, msg_ids: Optio
         if limit > 0 and (lens > limit).any():
             row = int(np.flatnonzero(lens > limit)[0])
             err = api_error(10054)
-            err.add_note(f"row {row} of the batch is {int(lens[row])} bytes; {what} is {limit}; nothing was stored")
+            add_note(err, f"row {row} of the batch is {int(lens[row])} bytes; {what} is {limit}; nothing was stored")
             raise err
     subj_bytes = [u.encode() for u in uniq]
     rows = [subj_bytes[k] for k in ids.tolist()]
@@ -105,8 +106,8 @@ def publish_batch(session: Session, table: pa.Table, stream: str, msg_ids: Optio
                 retrier.failed(err, also=lambda e: isinstance(e, NoStreamResponseError))
             except JetSparkError as final:
                 if not acks.noted:
-                    final.add_note(f"{int(acks.done.sum())} of {n} rows were stored (see the error's batch_ack); the others are unknown or not stored")
-                final.batch_ack = BatchAck(c.name, from_numpy(pa.int64(), acks.seqs), pa.array(acks.dups.tolist(), pa.bool_()))
+                    add_note(final, f"{int(acks.done.sum())} of {n} rows were stored (see the error's batch_ack); the others are unknown or not stored")
+                final.batch_ack = BatchAck(c.name, from_numpy(pa.int64(), acks.seqs), pa.array(acks.dups.tolist(), pa.bool_()))  # type: ignore[attr-defined]
                 raise
     seqs, dups = acks.seqs, acks.dups
     return BatchAck(c.name, from_numpy(pa.int64(), seqs), pa.array(dups.tolist(), pa.bool_()) if dups.any() else _false(n))
@@ -145,7 +146,7 @@ async def _publish_rows(session: Session, subjects: list[bytes], datas: list[byt
     window = session.options.publish_window
     write = raw_writer(nc, public=session.public_path)
     sent = got = 0
-    first_error: Optional[tuple[int, BaseException]] = None
+    first_error: Optional[tuple[int, JetSparkError]] = None
     acks.refusal = None
     timeout = session.timeout
     try:
@@ -218,7 +219,7 @@ async def _publish_rows(session: Session, subjects: list[bytes], datas: list[byt
     if first_error is not None:
         row, err = first_error
         stored = int(done.sum())
-        err.add_note(f"row {row} of the batch was refused; {stored} of {n} rows were stored, {m - sent} were not sent")
+        add_note(err, f"row {row} of the batch was refused; {stored} of {n} rows were stored, {m - sent} were not sent")
         acks.noted = True
         raise err
 

@@ -31,7 +31,7 @@ from typing import Any, Optional
 
 from jetspark.api import PubAck
 from jetspark.backend.window import PublishWindow, mark_completing, settle, settle_all
-from jetspark.errors import BadRequestError, ClosedError, JetSparkError, NoStreamResponseError, error_from_response
+from jetspark.errors import BadRequestError, ClosedError, JetSparkError, NoStreamResponseError, add_note, error_from_response
 from jetspark.protocol import headers as H
 from jetspark.protocol import subjects as subj
 from jetspark.remote.fastpath import raw_writer, status_of, subscribe_raw
@@ -112,7 +112,8 @@ class AsyncPublisher:
                 if not self._queue:
                     self._scheduled = False
                     return
-                items, size = [], 0
+                items: list[tuple[Any, ...]] = []
+                size = 0
                 while self._queue and len(items) < CHUNK and size < CHUNK_BYTES:
                     items.append(self._queue.popleft())
                     size += len(items[-1][1])
@@ -176,7 +177,7 @@ class AsyncPublisher:
                 await nc.publish(subject, payload, reply=reply, headers=hdrs)
         except Exception as exc:
             err = self._error(exc, "sending publish_async")
-            err.add_note("the message may or may not be stored")
+            add_note(err, "the message may or may not be stored")
             settle_all((entry[0], err) for entry in filter(None, (self._awaiting.pop(t, None) for t in tokens)))
 
     async def _reply_prefix(self, nc) -> bytes:
@@ -220,7 +221,7 @@ class AsyncPublisher:
             entry = awaiting.pop(token, None)
             if entry is not None:
                 err = self.session.silence(f"the PubAck of publish_async to {entry[1]!r}", self.session.timeout)
-                err.add_note("the message may or may not be stored")
+                add_note(err, "the message may or may not be stored")
                 settle(entry[0], err)
         self._arm_sweeper()
 
