@@ -147,7 +147,7 @@ def _store(options: Mapping[str, str]) -> str:
 
 def _connection(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """Options for a nats:// store, prefixed ``nats.`` (``nats.user``, ``nats.creds``,
-    ``nats.tls.ca``, ``nats.timeout``, ...): see the README's "A real NATS server"."""
+    ``nats.tls.ca``, ``nats.timeout``, ...): docs/guides/nats-server.md."""
     conn = tuple(sorted((k[5:], v) for k, v in options.items() if k.lower().startswith("nats.")))
     if conn and not _store(options).startswith(("nats://", "tls://")):
         raise OptionError(f"options {', '.join('nats.' + k for k, _ in conn)} are for a nats:// store, not {_store(options)!r}")
