@@ -246,12 +246,20 @@ def check_records(storage, repair: bool) -> tuple[list[Problem], list[int]]:
         s.drop_damaged(bad)
     problems += _check_interval_sums(s, set(bad.tolist()), repair)
     for kind in ("dedup", "dedup_ranges"):
+        path = s.journal_path(kind)
+        committed = h.dedup_len if kind == "dedup" else h.ranges_len
+        size = path.stat().st_size if path.exists() else 0
         n = s.damaged_id_records(kind, repair)
         if n:
+            why = (
+                f"missing or failing their checksum (the file holds {size} of the {committed} bytes the stream header commits: truncated or removed)"
+                if size < committed
+                else "failing their checksum"
+            )
             problems.append(
                 Problem(
-                    str(s.journal_path(kind)),
-                    f"{n} message-id record(s) fail their checksum; a repair forgets those ids (a message re-sent with one inside the window is stored again)",
+                    str(path),
+                    f"{n} message-id record(s) {why}; a repair forgets those ids (a message re-sent with one inside the window is stored again)",
                     repaired=repair,
                 )
             )

@@ -113,11 +113,18 @@ class MessageIds:
 
     def _window_start(self, kind: str, size: int, total: int, cutoff: int) -> int:
         """Offset of a time-ordered journal's first record with ts >= cutoff (bisection)."""
-        fd = self.journals.fds[kind]
+        held = os.fstat(self.journals.fds[kind]).st_size
+        if held < total:
+            path = self.journals.path(kind)
+            raise CorruptStoreError(
+                f"{path}: the file holds {held} of the {total} bytes the stream header commits (truncated or removed); "
+                "check_stream(name, repair=True) forgets the missing ids",
+                path,
+            )
         lo, hi = 0, total // size
         while lo < hi:
             mid = (lo + hi) // 2
-            (ts,) = _TS.unpack(os.pread(fd, 8, mid * size))
+            (ts,) = _TS.unpack(self._read(kind, 8, mid * size))
             if ts < cutoff:
                 lo = mid + 1
             else:
@@ -127,7 +134,7 @@ class MessageIds:
     def _read_ids(self, upto: int) -> None:
         if upto <= self.ids_upto:
             return
-        raw = self.journals.read("dedup", upto - self.ids_upto, self.ids_upto)
+        raw = self._read("dedup", upto - self.ids_upto, self.ids_upto)
         self._check_records(raw, DEDUP.size, "dedup", self.ids_upto)
         for ts, seq, h, _ in DEDUP.iter_unpack(raw):
             self.ids[h] = (seq, ts)
@@ -136,12 +143,20 @@ class MessageIds:
     def _read_ranges(self, upto: int) -> None:
         if upto <= self.ranges_upto:
             return
-        raw = self.journals.read("dedup_ranges", upto - self.ranges_upto, self.ranges_upto)
+        raw = self._read("dedup_ranges", upto - self.ranges_upto, self.ranges_upto)
         self._check_records(raw, RANGE.size, "dedup_ranges", self.ranges_upto)
         for ts, seq, h, first, last, _ in RANGE.iter_unpack(raw):
             self.ranges.setdefault(h, []).append((first, last, seq, ts))
         self.ranges_n += len(raw) // RANGE.size
         self.ranges_upto = upto
+
+    def _read(self, kind: str, n: int, off: int) -> bytes:
+        """Committed bytes of a journal; a file cut short or removed is damage, reported with
+        its repair (it was a raw struct.error from the bisection)."""
+        try:
+            return self.journals.read(kind, n, off)
+        except CorruptStoreError as exc:
+            raise CorruptStoreError(f"{exc.args[0]}; check_stream(name, repair=True) forgets the missing ids", exc.path) from None
 
     def _check_records(self, raw: bytes, size: int, kind: str, base: int) -> None:
         ok = record_checks(raw, size)
