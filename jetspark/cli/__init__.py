@@ -6,10 +6,13 @@
     context.py    State (the lazily opened store) and the one error boundary
     contexts.py   jetspark context add|info|ls|select|unselect|rm, and which one applies
     context_files.py  saved contexts: files in the user's config directory
-    streams.py    jetspark stream add|edit|info|ls|rm|purge|get|rmm|report
-    consumers.py  jetspark consumer add|edit|info|ls|rm|next
-    messages.py   jetspark pub, sub, fetch
+    streams.py    jetspark stream add|edit|info|ls|rm|purge|get|rmm|report|check|backup|restore
+    stream_extra.py  jetspark stream subjects|find|seal|copy
+    stream_config.py the StreamConfig flags and stream info's rendering
+    consumers.py  jetspark consumer add|edit|info|ls|report|rm|next
+    messages.py   jetspark pub, sub, fetch, stream view
     tools.py      jetspark demo, bench
+    shell.py      jetspark completion, man
     parse.py      durations and sizes, as the nats CLI reads them
     templates.py  {{Count}}-style body templates for pub
     output.py     tables, JSON, progress bars

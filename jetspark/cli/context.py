@@ -160,7 +160,8 @@ def _silence_stdout() -> None:
 def describe_error(exc: BaseException) -> str:
     """One line for a library error: API errors as ``description (err_code N)``."""
     if isinstance(exc, APIError):
-        return f"{exc.description} (err_code {exc.err_code})"
+        # A server status without an err_code (a 409 to a pull request, say) shows its status.
+        return f"{exc.description} (err_code {exc.err_code})" if exc.err_code else f"{exc.description} (status {exc.code})"
     if isinstance(exc, JetSparkError):
         return str(exc) or type(exc).__name__
     if isinstance(exc, OSError):

@@ -26,7 +26,7 @@ from jetspark.cli.output import (
 )
 from jetspark.cli.parse import DURATION, format_size, parse_header
 from jetspark.cli.templates import Template, TemplateError
-from jetspark.errors import FetchTimeoutError, JetSparkError, StreamNotFoundError
+from jetspark.errors import PUSH_BASED, APIError, FetchTimeoutError, JetSparkError, StreamNotFoundError
 
 __all__ = ["deliver", "fetch", "print_body", "pub", "sub", "write_bytes"]
 
@@ -486,6 +486,14 @@ def deliver(js, stream_name: str, consumer: str, *, count: int, per_fetch: int, 
         while got < count:
             try:
                 msgs = sub_.fetch(batch=min(per_fetch, count - got), timeout=wait)
+            except APIError as exc:
+                if exc.description != PUSH_BASED:
+                    raise
+                target = js.consumer_info(stream_name, consumer).config.deliver_subject
+                raise click.ClickException(
+                    f"consumer {consumer!r} on stream {stream_name!r} is a push consumer (it delivers to {target}): "
+                    "consumer next and fetch read pull consumers; a push subscription (js.subscribe) reads this one"
+                ) from exc
             except FetchTimeoutError:
                 if got == 0:
                     raise

@@ -321,3 +321,10 @@ def test_bench_without_the_script(cli, tmp_path, monkeypatch):
 
 def test_bench_script_location():
     assert tools.BENCH_SCRIPT == ROOT / "benchmarks" / "bench_engine.py"
+
+
+def test_an_api_error_without_an_err_code_shows_its_status():
+    from jetspark.cli.context import describe_error
+
+    assert describe_error(jetspark.errors.APIError(409, 0, "Consumer is push based")) == "Consumer is push based (status 409)"
+    assert describe_error(jetspark.errors.APIError(404, 10059, "stream not found")) == "stream not found (err_code 10059)"

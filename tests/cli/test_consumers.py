@@ -240,8 +240,11 @@ def test_push_consumer(orders):
         msg.ack()
         sub.unsubscribe()
     # Pull-only commands say what the consumer is.
-    r = orders("consumer", "next", "ORDERS", "workers", code=1)
-    assert r.stderr.startswith("Error: ")
+    for args in (["consumer", "next", "ORDERS", "workers"], ["fetch", "ORDERS", "workers"]):
+        assert orders(*args, code=1).stderr == (
+            "Error: consumer 'workers' on stream 'ORDERS' is a push consumer (it delivers to monitor.orders): "
+            "consumer next and fetch read pull consumers; a push subscription (js.subscribe) reads this one\n"
+        )
 
 
 @pytest.mark.parametrize(

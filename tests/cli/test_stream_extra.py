@@ -136,6 +136,8 @@ def test_the_commands_on_a_nats_server(cli, server):
         assert cli.json("-s", url, "stream", "seal", "SRV", "-f")["config"]["sealed"] is True
         assert "(err_code" in cli("-s", url, "pub", "srv.a", "late", code=1).stderr
         cli("-s", url, "consumer", "add", "SRV", "P", "--target", "deliver.p", "--heartbeat", "1s", "--flow-control")
+        r = cli("-s", url, "consumer", "next", "SRV", "P", "--wait", "10s", code=1)
+        assert r.stderr.startswith("Error: consumer 'P' on stream 'SRV' is a push consumer (it delivers to deliver.p)")
         cli("-s", url, "consumer", "add", "SRV", "--ephemeral", "--inactive-threshold", "1h")
         rows = cli.json("-s", url, "consumer", "report", "SRV")
         assert sorted((r["mode"], r["durable"]) for r in rows) == [("pull", False), ("push", True)]
