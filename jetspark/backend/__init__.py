@@ -83,7 +83,7 @@ class MsgAPI(Protocol):
 
     subject: str
     data: bytes
-    headers: Optional[dict]
+    headers: Optional[dict[str, Any]]
 
     @property
     def reply(self) -> str:
