@@ -142,22 +142,26 @@ def test_work_goes_on_during_a_freeze_of_each_node_that_matters(cluster, stream)
         assert info.ack_floor.stream_seq == last and info.num_pending == 0
 
 
-def test_connect_follows_a_first_server_that_hangs(cluster):
-    """A server that accepts the connection and then says nothing (a listening socket no
-    one serves: the kernel completes the handshake) listed with a live node: the connect
-    reaches the live one.  nats-py tries the servers in a random order, so the hung one
-    comes first in about half of the connects."""
-    hung = socket.socket()
-    hung.bind(("127.0.0.1", 0))
-    hung.listen(16)
+def test_connect_follows_a_first_server_that_hangs(cluster, monkeypatch):
+    """Servers that accept the connection and then say nothing (listening sockets no one
+    serves: the kernel completes the handshake) listed before a live node: the connect
+    gives each its attempt and reaches the live one.  nats-py shuffles the list; kept in
+    the given order here, the hung ones always come first."""
+    import nats.aio.client
+
+    monkeypatch.setattr(nats.aio.client, "shuffle", lambda pool: None)
+    hung = [socket.socket() for _ in range(2)]
     try:
-        url = f"nats://127.0.0.1:{hung.getsockname()[1]},{cluster.node_url(0)}"
-        for _ in range(6):
-            with jetspark.connect(url, timeout=1.0) as js:
-                assert connected_node(cluster, js) == 0
-                assert S not in js.stream_names()
+        for s in hung:
+            s.bind(("127.0.0.1", 0))
+            s.listen(16)
+        url = ",".join([*(f"nats://127.0.0.1:{s.getsockname()[1]}" for s in hung), cluster.node_url(0)])
+        with jetspark.connect(url, timeout=1.0) as js:
+            assert connected_node(cluster, js) == 0
+            assert S not in js.stream_names()
     finally:
-        hung.close()
+        for s in hung:
+            s.close()
 
 
 def test_a_consumer_state_that_lags_is_waited_out(cluster, stream, monkeypatch):
