@@ -8,6 +8,8 @@ nats-py's.
 
 from __future__ import annotations
 
+import typing
+
 from jetspark._version import __version__ as __version__
 from jetspark.api import (
     AckPolicy,
@@ -64,6 +66,9 @@ from jetspark.errors import (
     SubscriptionError,
     TooManyStalledMsgsError,
 )
+
+if typing.TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = [
     "APIError",
@@ -122,14 +127,14 @@ __all__ = [
 ]
 
 
-def register(spark) -> None:
+def register(spark: SparkSession) -> None:
     """Make ``format("jetstream")`` available in a SparkSession."""
     from jetspark.connector import register as _register
 
     _register(spark)
 
 
-def local_session(app_name: str = "jetspark", master: str = "local[2]", **conf):
+def local_session(app_name: str = "jetspark", master: str = "local[2]", **conf: typing.Any) -> SparkSession:
     """A local SparkSession set up for jetspark, with ``format("jetstream")`` registered.
 
     ``conf``: Spark settings on top of jetspark's (``**{"spark.ui.enabled": "true"}``)."""

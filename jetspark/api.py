@@ -17,7 +17,7 @@ import dataclasses
 import datetime as _dt
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, TypeVar, cast
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -101,17 +101,19 @@ class Base:
     @classmethod
     def from_response(cls: type[_B], resp: Dict[str, Any]) -> _B:
         """Build from a dict, ignoring unknown keys (open-world, as nats-py)."""
-        names = {f.name for f in fields(cls)}
+        # (Base is no dataclass itself; every subclass is: cast for the type checker.)
+        names = {f.name for f in fields(cast(Any, cls))}
         return cls(**{k: v for k, v in resp.items() if k in names})
 
     def evolve(self: _B, **changes: Any) -> _B:
         """A copy with ``changes`` applied."""
-        return dataclasses.replace(self, **changes)
+        changed: _B = dataclasses.replace(cast(Any, self), **changes)
+        return changed
 
     def as_dict(self) -> Dict[str, Any]:
         """The fields that are set, recursively, with enums as their values."""
         out: Dict[str, Any] = {}
-        for f in fields(self):
+        for f in fields(cast(Any, self)):
             value = getattr(self, f.name)
             if value is None:
                 continue
@@ -332,7 +334,7 @@ class BackupInfo(Base):
 # fields).  Set to a value that means "off" (None, False, 0, empty, "none", "default") they
 # are the same as unset and dropped; any other value is refused, naming the field
 # (tests/contract/test_config_fields.py).
-NOT_SUPPORTED: Dict[str, tuple] = {
+NOT_SUPPORTED: Dict[str, tuple[str, ...]] = {
     "stream": (
         "template_owner", "placement", "mirror", "sources", "republish", "subject_transform", "mirror_direct", "compression",
         "allow_msg_ttl", "allow_msg_schedules", "allow_atomic", "allow_batched", "allow_msg_counter", "persist_mode",
@@ -352,14 +354,14 @@ def _off(value: Any) -> bool:
     return not value or (isinstance(value, str) and value.lower() in ("none", "default"))
 
 
-def with_params(cls, config, params: dict):
+def with_params(cls: type[_B], config: Any, params: Dict[str, Any]) -> _B:
     """``config`` (a ``cls``, a dict or None) with keyword overrides, as nats-py's
     ``add_stream(config=None, **params)`` takes them; unknown names are refused, in a dict
     config too, and so are nats-py's fields jetspark does not support (``NOT_SUPPORTED``)."""
     from jetspark.errors import BadRequestError
 
     what = "stream" if cls is StreamConfig else "consumer"
-    known = cls.__dataclass_fields__
+    known = cast(Any, cls).__dataclass_fields__
 
     def kept(given: Dict[str, Any], where: str) -> Dict[str, Any]:
         unsupported = sorted(k for k, v in given.items() if k in NOT_SUPPORTED[what] and not _off(v))
@@ -379,7 +381,8 @@ def with_params(cls, config, params: dict):
     elif isinstance(config, dict):
         config = cls(**kept(config, "in the config dict"))
     params = kept(params, "given as keywords")
-    return config.evolve(**params) if params else config
+    result: _B = config.evolve(**params) if params else config
+    return result
 
 
 # ------------------------------------------------------------ delivery and bulk results

@@ -30,7 +30,7 @@ _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:@
 def redact_url(url: str) -> str:
     """``nats://user:secret@host`` -> ``nats://user:***@host`` (a lone token ``nats://tok@host`` -> ``nats://***@host``)."""
 
-    def sub(m: re.Match) -> str:
+    def sub(m: re.Match[str]) -> str:
         if m.group("pw") is not None:
             return f"{m.group('scheme')}{m.group('user')}:***@"
         return f"{m.group('scheme')}***@"

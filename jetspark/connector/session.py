@@ -11,7 +11,10 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # Package data (pyproject.toml): in a wheel as in a checkout.
 CONF_DIR = Path(__file__).resolve().parent / "conf"
@@ -43,7 +46,7 @@ def spark_conf(conf_dir: Optional[Path] = None) -> dict[str, str]:
     return conf
 
 
-def local_session(app_name: str = "jetspark", master: str = "local[2]", *, jvm_started: Optional[Callable[[], None]] = None, **extra: str):
+def local_session(app_name: str = "jetspark", master: str = "local[2]", *, jvm_started: Optional[Callable[[], None]] = None, **extra: str) -> SparkSession:
     """Build (or get) a local SparkSession with the jetstream format registered.
 
     Under Spark Connect (``SPARK_REMOTE`` set, e.g. ``sc://host:15002`` or ``local[2]``)
@@ -73,7 +76,7 @@ def local_session(app_name: str = "jetspark", master: str = "local[2]", *, jvm_s
 
         if SparkContext._gateway is None:
             # The JVM alone first, launched with what the session's SparkConf would give it.
-            SparkContext._ensure_initialized(conf=SparkConf(loadDefaults=False).setMaster(master).setAppName(app_name).setAll(settings.items()))
+            SparkContext._ensure_initialized(conf=SparkConf(loadDefaults=False).setMaster(master).setAppName(app_name).setAll(list(settings.items())))
             jvm_started()
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
