@@ -12,6 +12,14 @@ gets one PubAck per row) that costs more than the work itself
   nats-py's private ``Client._process_msg``).
 - ``raw_writer``: many ready-made protocol lines written with one call
   (nats-py's private ``_send_command`` and ``_flush_pending``).
+- ``FrameFeed``: the bytes nats-py's read loop receives, framed in bulk
+  (``jetspark.protocol.frames``) instead of by nats-py's parser, which
+  handles one frame per step; ``Client`` puts it in place of nats-py's
+  private parser ``Client._ps``, whose ``parse(data)`` the read loop calls
+  with every read (``FRAME_FEED``).  Frames of a subscription made with
+  ``subscribe_frames`` (a range read's deliveries) reach its handler as
+  runs of ``Frames`` of one buffer, without a Python object per message;
+  every other frame goes where nats-py's parser sends it.
 
 Each checks, once at import, that nats-py's internals are what it expects
 (``RAW_DELIVERY``, ``RAW_WRITES``); if not, or with ``public=True``, it falls
@@ -33,13 +41,22 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 from typing import Awaitable, Callable, Optional
 
+import nats.aio.client as _nats_client
+import numpy as np
 from nats.aio.client import Client as _NATS
+from nats.errors import ProtocolError
+from nats.protocol.parser import Parser as _Parser
 
+from jetspark.protocol import frames as F
 from jetspark.protocol import headers as H
 
 __all__ = [
+    "FRAME_FEED",
+    "FrameFeed",
+    "FrameInbox",
     "RAW_DELIVERY",
     "RAW_WRITES",
     "Client",
@@ -48,6 +65,7 @@ __all__ = [
     "raw_header_block",
     "raw_writer",
     "status_of",
+    "subscribe_frames",
     "subscribe_raw",
     "subscription_consumer",
 ]
@@ -68,6 +86,134 @@ RAW_WRITES = _has_method(_NATS, "_send_command", ["self", "cmd"]) and _has_metho
 _RAW_HEADERS = _has_method(_NATS, "_process_headers", ["self", "headers"])
 
 
+def _read_loop_feeds_parser() -> bool:
+    try:
+        return "self._ps.parse(" in inspect.getsource(_NATS._read_loop)
+    except (OSError, TypeError, AttributeError):
+        return False
+
+
+# nats-py's read loop hands each read to Client._ps.parse(data) (a Parser; reset() on reconnect),
+# and its parser calls back _process_msg/_process_ping/_process_pong/_process_info/_process_err.
+FRAME_FEED = (
+    RAW_DELIVERY
+    and _has_method(_Parser, "parse", ["self", "data"])
+    and callable(getattr(_Parser, "reset", None))
+    and _read_loop_feeds_parser()
+    and all(_has_method(_NATS, m, ["self"]) for m in ("_process_ping", "_process_pong", "_process_info", "_process_err"))
+    and isinstance(getattr(_nats_client, "DEFAULT_BUFFER_SIZE", None), int)
+)
+# A read this long (nats-py's read size) likely left more waiting: it is kept and framed with
+# what follows, up to this much, so each framing pass covers many frames.
+STASH_BYTES = 1 << 20
+FrameHandler = Callable[[bytes, F.Frames], None]
+
+
+class FrameFeed:
+    """Stands in for nats-py's protocol parser (``Client._ps``): the one hook through which
+    this module takes the bytes nats-py receives.
+
+    ``parse(data)`` is what nats-py's read loop calls with each read.  A full-size read is
+    kept (more is likely waiting, and the next read returns at once) until the reads come
+    short, ``STASH_BYTES`` have gathered, or the loop falls idle (a callback frames what
+    is kept then); then everything gathered is framed at once (``frames.scan``).  Runs of
+    frames of a ``bulk`` subscription go to its handler; every other frame goes, in order,
+    where nats-py's own parser sends it."""
+
+    def __init__(self, nc) -> None:
+        self.nc = nc
+        self.bulk: dict[int, FrameHandler] = {}
+        self.reader = F.FrameReader()
+        self._stash: list[bytes] = []
+        self._stashed = 0
+        self._kicked = False
+        self._lock: Optional[asyncio.Lock] = None
+        self._failed: Optional[BaseException] = None
+
+    def reset(self) -> None:
+        self.reader.reset()
+        self._stash, self._stashed, self._failed = [], 0, None
+
+    async def parse(self, data: bytes = b"") -> None:
+        if self._failed is not None:
+            exc, self._failed = self._failed, None
+            raise ProtocolError() from exc
+        self._stash.append(data)
+        self._stashed += len(data)
+        if len(data) >= _nats_client.DEFAULT_BUFFER_SIZE and self._stashed < STASH_BYTES:
+            if not self._kicked:
+                self._kicked = True
+                asyncio.get_running_loop().call_soon(self._kick)
+            return
+        await self._drain()
+
+    def _kick(self) -> None:
+        self._kicked = False
+        if self._stash:
+            asyncio.ensure_future(self._drain_later())
+
+    async def _drain_later(self) -> None:
+        try:
+            await self._drain()
+        except ProtocolError as exc:  # the read loop raises it with its next read
+            self._failed = exc
+
+    async def _drain(self) -> None:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:  # (a drain from the idle callback and one from the read loop keep their order)
+            if not self._stash:
+                return
+            data = self._stash[0] if len(self._stash) == 1 else b"".join(self._stash)
+            self._stash, self._stashed = [], 0
+            try:
+                buf, frames = self.reader.feed(data)
+            except F.FrameError as exc:
+                raise ProtocolError() from exc
+            if len(frames):
+                await self._dispatch(buf, frames)
+
+    async def _dispatch(self, buf: bytes, f: F.Frames) -> None:
+        n = len(f)
+        bulk = self.bulk
+        is_bulk = None
+        if bulk:
+            is_bulk = (f.kind <= F.HMSG) & np.isin(f.sid, np.fromiter(bulk, dtype=np.int64, count=len(bulk)))
+            if is_bulk.all() and (f.sid == f.sid[0]).all():
+                handler = bulk.get(int(f.sid[0]))
+                if handler is not None:
+                    handler(buf, f)
+                return
+        i = 0
+        while i < n:
+            if is_bulk is not None and is_bulk[i]:
+                sid = f.sid[i]
+                j = i + 1
+                while j < n and is_bulk[j] and f.sid[j] == sid:
+                    j += 1
+                handler = bulk.get(int(sid))
+                if handler is not None:  # (gone: dropped, as nats-py drops a message of a sid it no longer has)
+                    handler(buf, f[i:j])
+                i = j
+                continue
+            await self._one(buf, f, i)
+            i += 1
+
+    async def _one(self, buf: bytes, f: F.Frames, i: int) -> None:
+        kind, sid, sl, sh, rl, rh, hl, dl, dh = (int(getattr(f, c)[i]) for c in F.Frames.__slots__)
+        nc = self.nc
+        if kind <= F.HMSG:
+            await nc._process_msg(sid, buf[sl:sh], buf[rl:rh], buf[dl:dh], buf[hl:dl] if dl > hl else None)
+        elif kind == F.PING:
+            await nc._process_ping()
+        elif kind == F.PONG:
+            await nc._process_pong()
+        elif kind == F.INFO:
+            await nc._process_info(json.loads(buf[sl:sh].decode()))
+        elif kind == F.ERR:
+            await nc._process_err(buf[sl:sh].decode().lower())
+
+
 class RawHeaders(dict):
     """nats-py's parsed headers plus ``raw``, the block as received."""
 
@@ -80,6 +226,8 @@ class Client(_NATS):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._raw_handlers: dict[int, RawHandler] = {}
+        if FRAME_FEED:
+            self._ps = FrameFeed(self)
 
     if RAW_DELIVERY:
 
@@ -113,6 +261,9 @@ class RawSubscription:
     async def unsubscribe(self) -> None:
         if self.fast:
             self._nc._raw_handlers.pop(self.sub._id, None)
+            feed = self._nc._ps
+            if isinstance(feed, FrameFeed):
+                feed.bulk.pop(self.sub._id, None)
         try:
             await self.sub.unsubscribe()
         except Exception:  # the connection is gone: so is the subscription
@@ -139,6 +290,23 @@ async def subscribe_raw(nc, subject: str, handler: RawHandler, *, public: bool =
 
     sub = await nc.subscribe(subject, cb=deliver, pending_msgs_limit=0, pending_bytes_limit=0)
     return RawSubscription(nc, sub, False)
+
+
+async def subscribe_frames(nc, subject: str, handler: FrameHandler) -> Optional[RawSubscription]:
+    """Subscribe ``subject`` with ``handler(buf, frames)`` called (on the loop) with runs of its
+    deliveries as ``jetspark.protocol.frames.Frames`` of the buffer they came in; None when
+    nats-py's internals differ (``FRAME_FEED``) or ``nc`` is not our ``Client``: then
+    ``subscribe_raw`` (a tuple per message) is the way."""
+    feed = getattr(nc, "_ps", None)
+    if not (FRAME_FEED and isinstance(nc, Client) and isinstance(feed, FrameFeed)):
+        return None
+    sub = await nc.subscribe(subject, pending_msgs_limit=0, pending_bytes_limit=0)
+    sid = vars(sub).get("_id")
+    if isinstance(sid, int) and nc._subs.get(sid) is sub:
+        feed.bulk[sid] = handler
+        return RawSubscription(nc, sub, True)
+    await sub.unsubscribe()
+    return None
 
 
 def raw_writer(nc, *, public: bool = False) -> Optional[Callable[[bytes], Awaitable[None]]]:
@@ -218,3 +386,69 @@ class RawInbox:
         sub, self._sub = self._sub, None
         if sub is not None:
             await sub.unsubscribe()
+
+
+class FrameInbox:
+    """A subscription whose deliveries are taken in bulk as ``(buf, Frames)`` runs: through
+    ``subscribe_frames``, or (``public``, or nats-py's internals differ) from tuples made into
+    the same runs."""
+
+    def __init__(self, public: bool = False) -> None:
+        self.runs: list[tuple[bytes, F.Frames]] = []
+        self._event: Optional[asyncio.Event] = None
+        self._sub: Optional[RawSubscription] = None
+        self._raw: Optional[RawInbox] = None
+        self._public = public
+
+    @property
+    def fast(self) -> bool:
+        return self._sub is not None
+
+    async def open(self, nc, subject: str) -> "FrameInbox":
+        self._event = asyncio.Event()
+        if not self._public:
+            self._sub = await subscribe_frames(nc, subject, self._push)
+        if self._sub is None:
+            self._raw = await RawInbox(public=self._public).open(nc, subject)
+        return self
+
+    def _push(self, buf: bytes, frames: F.Frames) -> None:
+        self.runs.append((buf, frames))
+        self._event.set()
+
+    async def take(self, timeout: float) -> list[tuple[bytes, F.Frames]]:
+        """Every run received so far, waiting up to ``timeout`` for one (asyncio.TimeoutError)."""
+        if self._raw is not None:
+            return [frames_of(await self._raw.take(timeout))]
+        if not self.runs:
+            self._event.clear()
+            await asyncio.wait_for(self._event.wait(), timeout)
+        runs, self.runs = self.runs, []
+        return runs
+
+    async def close(self) -> None:
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            await sub.unsubscribe()
+        raw, self._raw = self._raw, None
+        if raw is not None:
+            await raw.close()
+
+
+def frames_of(items: list) -> tuple[bytes, F.Frames]:
+    """``(subject, reply, data, headers)`` tuples as one run of MSG frames over one buffer."""
+    pieces: list[bytes] = []
+    cols: list[list[int]] = [[] for _ in F.Frames.__slots__]
+    at = 0
+    for subject, reply, data, hdr in items:
+        hdr = hdr or b""
+        row = (F.HMSG if hdr else F.MSG, 0, at, at + len(subject))
+        at += len(subject)
+        row += (at, at + len(reply))
+        at += len(reply)
+        row += (at, at + len(hdr), at + len(hdr) + len(data))
+        at += len(hdr) + len(data)
+        pieces += (subject, reply, hdr, data)
+        for col, v in zip(cols, row):
+            col.append(v)
+    return b"".join(pieces), F.Frames(*(np.array(c, dtype=np.int64) for c in cols))

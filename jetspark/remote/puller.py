@@ -1,8 +1,9 @@
 """Pulling a range of a stream off the server in bulk: the machinery under the range reads.
 
 - ``Puller``: pipelined pull requests on one consumer, deliveries taken off
-  the wire in bulk (``fastpath.RawInbox``: no per-message future or task, as
-  nats-py's ``fetch`` costs), consumer sequences checked for gaps.
+  the wire in bulk (``fastpath.FrameInbox``: runs of frames, their reply
+  subjects read with array operations, no Python object per message),
+  consumer sequences checked for gaps.
 - ``RangeRead``: an ephemeral, ack-less, in-memory consumer (R1 on a limits stream)
   (deliver by_start_sequence, the subject filters) drained by a ``Puller``;
   a gap or a consumer that went away restarts the read after the last
@@ -21,12 +22,14 @@ import json
 import logging
 from typing import Optional, Sequence
 
+import numpy as np
 from nats.nuid import NUID
 
 from jetspark.errors import ConsumerNotFoundError, JetSparkError, MsgNotFoundError
 from jetspark.protocol import subjects as subj
+from jetspark.protocol.deliveries import FrameChunk, ack_fields
 from jetspark.remote import jsapi, wire
-from jetspark.remote.fastpath import RawInbox, status_of
+from jetspark.remote.fastpath import FrameInbox, status_of
 from jetspark.remote.session import Session
 
 log = logging.getLogger("jetspark.remote")
@@ -79,7 +82,7 @@ def reply_offset(reply: bytes) -> int:
 
 
 class Puller:
-    """Pipelined pull requests on one consumer, taken in bulk off the wire (``RawInbox``).
+    """Pipelined pull requests on one consumer, taken in bulk off the wire (``FrameInbox``).
 
     Ends when a delivery reaches stream sequence ``hi``, when ``limit``
     messages have come, when a delivery says nothing more matches
@@ -111,19 +114,20 @@ class Puller:
         self.off: Optional[int] = None
         self._requests: collections.deque[int] = collections.deque()  # messages each open request may still bring
         self._served = 0  # requests served in full whose closing status has not come yet
-        self._inbox: Optional[RawInbox] = None
+        self._inbox: Optional[FrameInbox] = None
         self._nc = None
         self._inbox_subject = ""
         self._subject = f"{session.api_prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         self._max_bytes = PULL_MAX_BYTES
-        self._buf: list = []
-        self._pos = 0
+        self._runs: collections.deque = collections.deque()  # [buf, frames, next frame, (end, ack fields, base) or None]
+        self._skip = 0
+        self._served_now = False
 
     async def start(self) -> None:
         self._nc = nc = await self.session.ready()
         self._max_bytes = max(PULL_MAX_BYTES, 2 * self.session.max_payload + 65536)
         self._inbox_subject = nc.new_inbox()
-        self._inbox = await RawInbox(public=self.session.public_path).open(nc, self._inbox_subject)
+        self._inbox = await FrameInbox(public=self.session.public_path).open(nc, self._inbox_subject)
         await self._top_up()
 
     async def close(self) -> None:
@@ -149,75 +153,117 @@ class Puller:
             await asyncio.wait_for(self._nc.publish(self._subject, json.dumps(req).encode(), reply=self._inbox_subject), self.session.timeout)
             self._requests.append(int(want))
 
-    async def next_chunk(self, max_msgs: int, max_bytes: int = MAX_BATCH_BYTES) -> Chunk:
-        """Up to ``max_msgs`` messages (fewer only at the end); empty once the pull is done."""
-        out = Chunk()
-        subjects, datas, replies, headers, seqs, times = out.subjects, out.datas, out.replies, out.headers, out.seqs, out.times
-        keep_headers = self.keep_headers
-        nbytes = 0
-        n = 0
+    async def next_chunk(self, max_msgs: int, max_bytes: int = MAX_BATCH_BYTES) -> FrameChunk:
+        """Up to ``max_msgs`` messages (fewer only at the end); empty once the pull is done.
+
+        Deliveries come as runs of frames (``fastpath.FrameInbox``) and are taken a run
+        at a time with array operations; statuses (frames without a reply subject) one
+        by one, in their place among the deliveries."""
+        parts: list = []
+        seqs: list = []
+        times: list = []
+        n = nbytes = 0
         timeout = self.session.timeout
-        buf, pos = self._buf, self._pos
-        try:
-            while not self.done and n < max_msgs and nbytes < max_bytes:
-                if pos >= len(buf):
-                    if not self._requests or not self.eager:
-                        await self._top_up()
-                        if not self._requests:
-                            self.done = True  # nothing more can be in range
-                            break
-                    try:
-                        buf, pos = await self._inbox.take(timeout), 0
-                    except asyncio.TimeoutError as exc:
-                        buf, pos = [], 0
-                        raise self.session.silence(f"the messages of consumer {self.consumer!r} on stream {self.stream!r}", timeout) from exc
-                subject, reply, data, hdr = buf[pos]
-                pos += 1
-                if not reply:
-                    await self._status(hdr)
-                    continue
-                if self.off is None:
-                    self.off = reply_offset(reply)
-                t = reply.split(b".")
-                o = self.off
-                sseq = int(t[o + 3])
-                if self.next_cseq is not None:
-                    cseq = int(t[o + 4])
-                    if cseq != self.next_cseq:
-                        if cseq < self.next_cseq:
-                            continue  # a repeat of something already received
-                        self.gap = True  # lost deliveries: restart after last_sseq
-                        self.done = True
-                        break
-                    self.next_cseq = cseq + 1
-                served = False
-                if self._requests:
-                    self._requests[0] -= 1
-                    if self._requests[0] <= 0:
-                        self._requests.popleft()
-                        self._served += 1
-                        served = True
-                if sseq > self.hi:
-                    self.done = True
-                    break
-                subjects.append(subject)
-                datas.append(data)
-                replies.append(reply)
-                seqs.append(sseq)
-                times.append(int(t[o + 5]))
-                if keep_headers:
-                    headers.append(hdr)
-                nbytes += len(data)
-                n += 1
-                self.last_sseq = sseq
-                self.received += 1
-                if sseq >= self.hi or t[o + 6] == b"0" or (self.limit is not None and self.received >= self.limit):
-                    self.done = True
-                elif served and self.eager:
+        while not self.done and n < max_msgs and nbytes < max_bytes:
+            if not self._runs:
+                if not self._requests or not self.eager:
                     await self._top_up()
-        finally:
-            self._buf, self._pos = buf, pos
-        return out
+                    if not self._requests:
+                        self.done = True  # nothing more can be in range
+                        break
+                try:
+                    taken = await self._inbox.take(timeout)
+                except asyncio.TimeoutError as exc:
+                    raise self.session.silence(f"the messages of consumer {self.consumer!r} on stream {self.stream!r}", timeout) from exc
+                self._runs.extend([buf, f, 0, None] for buf, f in taken)
+                continue
+            run = self._runs[0]
+            buf, f, pos, meta = run
+            if pos >= len(f):
+                self._runs.popleft()
+                continue
+            if f.reply_hi[pos] == f.reply_lo[pos]:
+                run[2] = pos + 1
+                await self._status(buf[f.hdr_lo[pos] : f.data_lo[pos]] or None)
+                continue
+            if meta is None:
+                # The run's deliveries up to its next status, their reply subjects read at once.
+                stat = np.flatnonzero(f.reply_hi[pos:] == f.reply_lo[pos:])
+                end = pos + (int(stat[0]) if len(stat) else len(f) - pos)
+                if self.off is None:
+                    self.off = reply_offset(buf[f.reply_lo[pos] : f.reply_hi[pos]])
+                meta = run[3] = (end, ack_fields(buf, f[pos:end]), pos)
+            end, ack, base = meta
+            k = self._take(ack, pos - base, end - pos, max_msgs - n)
+            if k:
+                i, j = pos - base, pos - base + k
+                part = f[pos : pos + k]
+                parts.append((buf, part))
+                seqs.append(ack.sseq[i:j])
+                times.append(ack.time[i:j])
+                n += k
+                nbytes += int((part.data_hi - part.data_lo).sum())
+                self.last_sseq = int(ack.sseq[j - 1])
+                self.received += k
+                if self.next_cseq is not None:
+                    self.next_cseq = int(ack.cseq[j - 1]) + 1
+            run[2] = pos + k + self._skip
+            if run[2] >= end:
+                run[3] = None
+            if self._served_now and self.eager and not self.done:
+                await self._top_up()
+        if not parts:
+            return FrameChunk([], np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        return FrameChunk(parts, np.concatenate(seqs), np.concatenate(times))
+
+    def _take(self, ack, i: int, avail: int, room: int) -> int:
+        """How many of the deliveries ``ack[i:i + avail]`` to keep (at most ``room``), applying
+        what the one-by-one reading did: consumer sequences in order (a repeat is skipped:
+        ``_skip``; a gap ends the pull), nothing past ``hi``, the end at ``hi``, at
+        num_pending 0 or at ``limit``; counts them against the open requests."""
+        self._skip = 0
+        self._served_now = False
+        k = min(avail, room)
+        sseq = ack.sseq[i : i + k]
+        bad = sseq > self.hi
+        if self.next_cseq is not None:
+            cseq = ack.cseq[i : i + k]
+            expected = self.next_cseq + np.arange(k, dtype=np.int64)
+            bad |= cseq != expected
+        fin = (sseq >= self.hi) | ack.last[i : i + k]
+        if self.limit is not None and self.limit - self.received <= k:
+            fin[max(self.limit - self.received - 1, 0) :] = True
+        first_bad = int(np.argmax(bad)) if bad.any() else k
+        first_fin = int(np.argmax(fin)) if fin.any() else k
+        if first_fin < first_bad:
+            k = first_fin + 1
+            self.done = True
+        elif first_bad < k:
+            j = first_bad
+            if sseq[j] > self.hi and (self.next_cseq is None or ack.cseq[i + j] == self.next_cseq + j):
+                self._count(j + 1)
+                self.done = True
+                return j
+            if self.next_cseq is not None and ack.cseq[i + j] < self.next_cseq + j:
+                self._skip = 1  # a repeat of something already received
+            else:
+                self.gap = True  # lost deliveries: restart after last_sseq
+                self.done = True
+            k = j
+        self._count(k)
+        return k
+
+    def _count(self, k: int) -> None:
+        """``k`` deliveries against the open requests, oldest first."""
+        requests = self._requests
+        while k and requests:
+            took = min(k, requests[0])
+            requests[0] -= took
+            k -= took
+            if requests[0] <= 0:
+                requests.popleft()
+                self._served += 1
+                self._served_now = True
 
     async def _status(self, hdr: Optional[bytes]) -> None:
         st = status_of(hdr)

@@ -21,6 +21,7 @@ from jetspark.errors import BadRequestError, JetSparkError, MsgNotFoundError
 from jetspark.protocol import headers as H
 from jetspark.protocol import subjects as subj
 from jetspark.protocol.arrow import HEADERS_TYPE, schema
+from jetspark.protocol.deliveries import FrameChunk
 from jetspark.remote import jsapi, wire
 from jetspark.remote.direct import DirectRead
 from jetspark.remote.pull import Msg
@@ -136,7 +137,34 @@ def from_numpy(type_: pa.DataType, values: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
 
 
+def _column(offsets: np.ndarray, body: bytes, type_: pa.DataType) -> pa.Array:
+    """A binary/string Arrow array from joined bytes and their offsets."""
+    n = len(offsets) - 1
+    if offsets[-1] < (1 << 31) - 1:
+        return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(body)])
+    large = pa.large_binary() if type_ == pa.binary() else pa.large_string()
+    return pa.Array.from_buffers(large, n, [None, pa.py_buffer(offsets), pa.py_buffer(body)]).cast(type_)
+
+
+def _frames_to_batch(stream: str, chunk: FrameChunk, headers: bool) -> pa.RecordBatch:
+    """A range read's chunk of frames into Arrow: its spans joined straight into column buffers."""
+    n = len(chunk)
+    columns = [
+        _binary([stream.encode()], pa.string()).take(from_numpy(pa.int32(), np.zeros(n, dtype=np.int32))),
+        _column(*chunk.column("subject"), pa.string()),
+        from_numpy(pa.int64(), chunk.seq_array),
+        from_numpy(pa.timestamp("us", tz="UTC"), chunk.time_array // 1000),
+        _column(*chunk.column("data"), pa.binary()),
+    ]
+    if headers:
+        rows = [list(H.decode_multi(h).items()) if h else None for h in chunk.headers]
+        columns.append(pa.array(rows, type=HEADERS_TYPE) if any(r is not None for r in rows) else pa.nulls(n, HEADERS_TYPE))
+    return pa.RecordBatch.from_arrays(columns, schema=schema(headers))
+
+
 def _to_batch(stream: str, chunk: Chunk, headers: bool) -> pa.RecordBatch:
+    if isinstance(chunk, FrameChunk):
+        return _frames_to_batch(stream, chunk, headers)
     n = len(chunk)
     seqs = np.array(chunk.seqs, dtype=np.int64)
     ts = np.array(chunk.times, dtype=np.int64)

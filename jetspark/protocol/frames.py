@@ -1,0 +1,237 @@
+"""What a NATS server sends a client, split into frames in bulk: pure, no I/O.
+
+``scan(buf)`` finds every whole frame in ``buf`` (the bytes a connection
+received, any number of frames, the last one possibly cut short) and returns
+them as ``Frames``: NumPy arrays of positions into ``buf`` (subject, reply
+subject, header block, payload) and numbers (kind, sid), plus where the
+first frame not yet whole begins.  Nothing is copied out of ``buf``.
+
+Runs of ``MSG``/``HMSG`` frames, nearly everything a bulk read receives, are
+framed with array operations over the whole buffer: every ``MSG ``/``HMSG ``
+right after a line end is a candidate frame start, each candidate's control
+line is read with vector arithmetic, and a run is accepted as far as each
+frame ends exactly where the next candidate begins (a payload that happens
+to hold ``\\r\\nMSG `` breaks the chain there, and the frame after it is
+framed again from its true start).  Anything else (``PING``, ``PONG``,
+``+OK``, ``-ERR``, ``INFO``, a control line spaced unusually) is framed one
+at a time with regular expressions that accept what nats-py's own parser
+accepts (``nats.protocol.parser``); tests/remote/test_frames.py feeds both
+the same bytes split at arbitrary points and compares.
+
+``FrameReader`` keeps the unfinished tail between reads.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import numpy as np
+
+from jetspark.errors import JetSparkError
+
+__all__ = ["ERR", "HMSG", "INFO", "MSG", "OK", "PING", "PONG", "FrameError", "FrameReader", "Frames", "scan", "parse_ints"]
+
+MSG, HMSG, PING, PONG, OK, ERR, INFO = 1, 2, 3, 4, 5, 6, 7
+
+# nats-py waits for more bytes while a line without its end stays under this; past it, or a
+# whole line it does not know, is a protocol error.
+MAX_CONTROL_LINE = 4096
+
+_MSG = re.compile(rb"MSG\s+(\S+)\s+(\S+)\s+((\S+)[^\S\r\n]+)?(\d+)\r\n")
+_HMSG = re.compile(rb"HMSG\s+(\S+)\s+(\S+)\s+((\S+)[^\S\r\n]+)?(\d+)\s+(\d+)\r\n")
+_OK = re.compile(rb"\+OK\s*\r\n")
+_ERR = re.compile(rb"-ERR\s+('.+')?\r\n")
+_PING = re.compile(rb"PING\s*\r\n")
+_PONG = re.compile(rb"PONG\s*\r\n")
+_INFO = re.compile(rb"INFO\s+([^\r\n]+)\r\n")
+
+_COLUMNS = ("kind", "sid", "subj_lo", "subj_hi", "reply_lo", "reply_hi", "hdr_lo", "data_lo", "data_hi")
+
+
+class FrameError(JetSparkError):
+    """Bytes from the server that are no NATS protocol."""
+
+
+class Frames:
+    """Frames found in one buffer, as parallel int64 arrays of positions into it.
+
+    ``kind``: MSG, HMSG, PING, PONG, OK, ERR or INFO; ``sid``: the subscription
+    (MSG/HMSG, else 0).  A message's subject is ``buf[subj_lo:subj_hi]``, its
+    reply subject ``buf[reply_lo:reply_hi]`` (empty: none), its header block
+    ``buf[hdr_lo:data_lo]`` (empty: none, as nats-py says for ``HMSG`` with a
+    zero header size) and its payload ``buf[data_lo:data_hi]``.  ``-ERR`` and
+    ``INFO`` keep their argument in ``subj_lo:subj_hi``."""
+
+    __slots__ = _COLUMNS
+
+    def __init__(self, *columns: np.ndarray) -> None:
+        for name, col in zip(_COLUMNS, columns):
+            setattr(self, name, col)
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def __getitem__(self, key) -> "Frames":
+        return Frames(*(getattr(self, name)[key] for name in _COLUMNS))
+
+    @staticmethod
+    def concat(parts: list["Frames"]) -> "Frames":
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return Frames(*(np.zeros(0, dtype=np.int64) for _ in _COLUMNS))
+        return Frames(*(np.concatenate([getattr(p, name) for p in parts]) for name in _COLUMNS))
+
+
+_POW10 = [10 ** np.arange(w - 1, -1, -1, dtype=np.int64) for w in range(20)]
+
+
+def parse_ints(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The decimal numbers ``a[lo:hi]`` (each 1 to 19 digits: an int64 time in ns), and whether each is one."""
+    lens = hi - lo
+    ok = (lens >= 1) & (lens <= 19)
+    if not len(lo):
+        return np.zeros(0, dtype=np.int64), ok
+    width = max(1, min(int(lens.max()), 19))
+    # One row per number, right-aligned in ``width`` columns; columns before its first digit count 0.
+    idx = hi[:, None] + np.arange(-width, 0)
+    # (an index below 0 reads from the end: such a column is padding, zeroed below)
+    digits = (a[idx] if len(a) >= width else a[np.clip(idx, 0, len(a) - 1)]) - np.uint8(48)  # (below "0" wraps past 9)
+    pad = idx < lo[:, None]
+    digits[pad] = 0
+    ok &= (digits <= 9).all(axis=1)
+    return digits.astype(np.int64) @ _POW10[width], ok
+
+
+def _chain(a: np.ndarray, n: int, pos: int, cands: np.ndarray, nl: np.ndarray, sp: np.ndarray) -> tuple[Optional[Frames], int]:
+    """The run of MSG/HMSG frames from ``pos`` (``cands``: candidate starts, ``pos`` first),
+    framed with array operations; (None, pos) when the frame at ``pos`` is not one of them
+    as a server writes it (single spaces) or is not whole yet."""
+    k = np.searchsorted(nl, cands)
+    whole_line = k < len(nl)
+    cands, k = cands[whole_line], k[whole_line]
+    if not len(cands) or cands[0] != pos:
+        return None, pos
+    ce = nl[k]  # each control line's "\n"
+    i0 = np.searchsorted(sp, cands)
+    i1 = np.searchsorted(sp, ce)
+    cnt = i1 - i0
+    is_h = a[cands] == 72
+    spaces = cnt - is_h  # 3: no reply subject, 4: one
+    valid = (a[ce - 1] == 13) & ((spaces == 3) | (spaces == 4))
+    top = len(sp) - 1
+    s = [sp[np.minimum(i0 + j, top)] for j in range(5)]
+    last = sp[np.maximum(i1 - 1, 0)]
+    before_last = sp[np.maximum(i1 - 2, 0)]
+    has_reply = spaces == 4
+    # No empty token: each space is followed by something other than a space.
+    valid &= (s[1] > s[0] + 1) & (s[2] > s[1] + 1) & (last < ce - 2)
+    valid &= ~has_reply | (s[3] > s[2] + 1)
+    valid &= ~(is_h & has_reply) | (s[4] > s[3] + 1)
+    sid, ok_sid = parse_ints(a, s[1] + 1, s[2])
+    total, ok_total = parse_ints(a, last + 1, ce - 1)
+    hsize = np.zeros(len(cands), dtype=np.int64)
+    ok_h = np.ones(len(cands), dtype=bool)
+    if is_h.any():
+        hsize[is_h], ok_h[is_h] = parse_ints(a, before_last[is_h] + 1, last[is_h])
+    valid &= ok_total & (~is_h | ok_h & (hsize <= total))
+    # nats-py reads the sid with int(): any token of digits (here the common ones).
+    valid &= ok_sid
+    data_hi = ce + 1 + total
+    fe = data_hi + 2
+    bad = ~valid | (fe > n)
+    bad[1:] |= fe[:-1] != cands[1:]
+    stop = int(np.argmax(bad)) if bad.any() else len(cands)
+    if stop == 0:
+        return None, pos
+    sl = slice(0, stop)
+    kind = np.where(is_h[sl], HMSG, MSG).astype(np.int64)
+    reply_lo = np.where(has_reply[sl], s[2][sl] + 1, s[2][sl])
+    reply_hi = np.where(has_reply[sl], s[3][sl], s[2][sl])
+    hdr_lo = ce[sl] + 1
+    frames = Frames(kind, sid[sl], s[0][sl] + 1, s[1][sl], reply_lo, reply_hi, hdr_lo, hdr_lo + hsize[sl], data_hi[sl])
+    return frames, int(fe[stop - 1])
+
+
+def _one(buf: bytes, pos: int, n: int) -> tuple[Optional[tuple], int]:
+    """One frame at ``pos`` as nats-py's parser reads it: (row, end), (None, pos) if not whole yet."""
+    m = _MSG.match(buf, pos)
+    h = None if m else _HMSG.match(buf, pos)
+    if m or h:
+        g = m or h
+        sid = int(g.group(2))
+        total = int(g.group(6 if h else 5))
+        hsize = int(g.group(5)) if h else 0
+        start = g.end()
+        if start + total + 2 > n:
+            return None, pos
+        if hsize > total:
+            raise FrameError(f"malformed HMSG: header size {hsize} > total size {total}")
+        r_lo, r_hi = g.span(4) if g.group(4) is not None else (start, start)
+        return (HMSG if h else MSG, sid, g.start(1), g.end(1), r_lo, r_hi, start, start + hsize, start + total), start + total + 2
+    for kind, rx in ((OK, _OK), (ERR, _ERR), (PING, _PING), (PONG, _PONG), (INFO, _INFO)):
+        g = rx.match(buf, pos)
+        if g:
+            lo, hi = g.span(1) if kind in (ERR, INFO) and g.group(1) is not None else (g.end(), g.end())
+            return (kind, 0, lo, hi, 0, 0, 0, 0, 0), g.end()
+    if n - pos < MAX_CONTROL_LINE and buf.find(b"\r\n", pos) >= 0:
+        raise FrameError(f"not a NATS protocol line: {bytes(buf[pos : pos + 80])!r}")
+    return None, pos
+
+
+def scan(buf: bytes, pos: int = 0) -> tuple[Frames, int]:
+    """Every whole frame of ``buf`` from ``pos`` on, and where the rest (a frame not yet
+    whole, or nothing) begins.  Raises ``FrameError`` on bytes nats-py's parser refuses."""
+    n = len(buf)
+    if pos >= n:
+        return Frames.concat([]), pos
+    a = np.frombuffer(buf, dtype=np.uint8)
+    nl = np.flatnonzero(a == 10)
+    sp = np.flatnonzero(a == 32)
+    # Candidate frame starts: "MSG " or "HMSG " right after a "\n".
+    q = nl + 1
+    q = q[q + 5 <= n]
+    is_m = (a[q] == 77) & (a[q + 1] == 83) & (a[q + 2] == 71) & (a[q + 3] == 32)
+    is_hm = (a[q] == 72) & (a[q + 1] == 77) & (a[q + 2] == 83) & (a[q + 3] == 71) & (a[q + 4] == 32)
+    starts = q[is_m | is_hm]
+    parts: list[Frames] = []
+    rows: list[tuple] = []
+    while pos < n:
+        if buf.startswith((b"MSG ", b"HMSG "), pos):
+            cands = np.concatenate(([pos], starts[np.searchsorted(starts, pos, side="right") :]))
+            run, end = _chain(a, n, pos, cands, nl, sp)
+            if run is not None:
+                if rows:
+                    parts.append(Frames(*(np.array(c, dtype=np.int64) for c in zip(*rows))))
+                    rows = []
+                parts.append(run)
+                pos = end
+                continue
+        row, end = _one(buf, pos, n)
+        if row is None:
+            break
+        rows.append(row)
+        pos = end
+    if rows:
+        parts.append(Frames(*(np.array(c, dtype=np.int64) for c in zip(*rows))))
+    return Frames.concat(parts), pos
+
+
+class FrameReader:
+    """Frames from a connection's reads: ``feed(data)`` -> (buffer, frames in it), the
+    unfinished tail kept for the next read."""
+
+    __slots__ = ("_rest",)
+
+    def __init__(self) -> None:
+        self._rest = b""
+
+    def reset(self) -> None:
+        self._rest = b""
+
+    def feed(self, data: bytes) -> tuple[bytes, Frames]:
+        buf = self._rest + data if self._rest else bytes(data)
+        frames, end = scan(buf)
+        self._rest = buf[end:]
+        return buf, frames
