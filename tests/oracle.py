@@ -393,6 +393,23 @@ class PullSubscription:
             await sub.unsubscribe()
 
 
+class _Messages:
+    def __init__(self, sub: "PushSubscription") -> None:
+        self._sub = sub
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> Msg:
+        try:
+            return self._sub.next_msg(None)
+        except ClosedError:
+            raise StopIteration from None
+
+    def __call__(self):
+        return self
+
+
 class PushSubscription:
     """nats-py's PushSubscription, synchronous: a callback runs in a worker thread (awaited, so in
     order), next_msg and messages() take from nats-py's queue.  A drain without a callback runs
@@ -437,12 +454,17 @@ class PushSubscription:
             return None
         raise NextMsgTimeoutError(f"nothing within {timeout} s")
 
+    @property
     def messages(self):
-        while True:
-            try:
-                yield self.next_msg(None)
-            except ClosedError:
-                return
+        # nats-py's property (an async iterator there); callable too, as jetspark's.
+        if self._has_cb:
+            raise SubscriptionError("nats: cannot iterate over a subscription with a callback")
+        return _Messages(self)
+
+    @property
+    def pending_msgs(self) -> int:
+        held = self._getter is not None and self._getter.done() and not self._getter.cancelled() and self._getter.exception() is None
+        return self._psub.pending_msgs + int(held)
 
     def unsubscribe(self) -> None:
         async def unsubscribe():
@@ -572,9 +594,11 @@ class OracleJS:
             return self._raw(f"$JS.API.STREAM.PURGE.{name}", req or None)["success"]
         return self._run(self._js.purge_stream(name, seq=seq, subject=subject, keep=keep))
 
-    def publish(self, subject: str, payload: bytes = b"", headers: Optional[dict] = None, stream: Optional[str] = None) -> api.PubAck:
+    def publish(
+        self, subject: str, payload: bytes = b"", headers: Optional[dict] = None, stream: Optional[str] = None, *, timeout: Optional[float] = None
+    ) -> api.PubAck:
         try:
-            ack = self._run(self._js.publish(subject, payload, stream=stream, headers=dict(headers) if headers else None))
+            ack = self._run(self._js.publish(subject, payload, timeout=timeout, stream=stream, headers=dict(headers) if headers else None))
         except NoStreamResponseError:
             raise NoStreamResponseError(subject) from None
         return api.PubAck(stream=ack.stream, seq=ack.seq, domain=ack.domain, duplicate=ack.duplicate)
@@ -620,7 +644,20 @@ class OracleJS:
         except asyncio.TimeoutError:
             raise PublishAsyncTimeoutError(f"publish_async futures still pending after {timeout} s") from None
 
-    def get_msg(self, stream: str, seq: Optional[int] = None, last_by_subj: Optional[str] = None, next_by_subj: Optional[str] = None) -> api.RawStreamMsg:
+    def get_msg(
+        self,
+        stream: str,
+        seq: Optional[int] = None,
+        subject: Optional[str] = None,
+        direct: bool = False,
+        next: bool = False,
+        *,
+        last_by_subj: Optional[str] = None,
+        next_by_subj: Optional[str] = None,
+    ) -> api.RawStreamMsg:
+        if subject is not None or next or direct:
+            # nats-py's own arguments, as its caller gives them.
+            return raw_msg(self._run(self._js.get_msg(stream, seq=seq, subject=subject, direct=direct, next=next)), stream)
         if last_by_subj is not None and next_by_subj is None and seq is None and _name_ok(stream):
             m = self._run(self._js.get_msg(stream, subject=last_by_subj))
         elif next_by_subj is not None and last_by_subj is None and seq and _name_ok(stream):
@@ -650,10 +687,10 @@ class OracleJS:
         m.data = base64.b64decode(m.data) if m.data else None
         return m
 
-    def get_last_msg(self, stream: str, subject: str) -> api.RawStreamMsg:
+    def get_last_msg(self, stream: str, subject: str, direct: bool = False) -> api.RawStreamMsg:
         if not _name_ok(stream):
             return self.get_msg(stream, last_by_subj=subject)
-        return raw_msg(self._run(self._js.get_last_msg(stream, subject)), stream)
+        return raw_msg(self._run(self._js.get_last_msg(stream, subject, direct=direct)), stream)
 
     def delete_msg(self, stream: str, seq: int) -> bool:
         if not _name_ok(stream):
@@ -662,12 +699,12 @@ class OracleJS:
 
     # -- consumers
 
-    def add_consumer(self, stream: str, config: Optional[api.ConsumerConfig] = None, **params) -> api.ConsumerInfo:
+    def add_consumer(self, stream: str, config: Optional[api.ConsumerConfig] = None, timeout: Optional[float] = None, **params) -> api.ConsumerInfo:
         """Create or update (nats-py's add_consumer sends no action)."""
         config = api.with_params(api.ConsumerConfig, config, params)
         names = [n for n in (config.name, config.durable_name) if n is not None]
         if _name_ok(stream) and all(_name_ok(n) for n in names):
-            return consumer_info(self._run(self._js.add_consumer(stream, _config(config, napi.ConsumerConfig))))
+            return consumer_info(self._run(self._js.add_consumer(stream, _config(config, napi.ConsumerConfig), timeout=timeout)))
         return self._consumer_request(stream, config, None)
 
     def create_consumer(self, stream: str, config: Optional[api.ConsumerConfig] = None, **params) -> api.ConsumerInfo:
@@ -704,10 +741,10 @@ class OracleJS:
             return self._raw(f"$JS.API.CONSUMER.DELETE.{stream}.{consumer}")["success"]
         return self._run(self._js.delete_consumer(stream, consumer))
 
-    def consumer_info(self, stream: str, consumer: str) -> api.ConsumerInfo:
+    def consumer_info(self, stream: str, consumer: str, timeout: Optional[float] = None) -> api.ConsumerInfo:
         if not (_name_ok(stream) and _name_ok(consumer)):
             return consumer_info(napi.ConsumerInfo.from_response(self._raw(f"$JS.API.CONSUMER.INFO.{stream}.{consumer}")))
-        return consumer_info(self._run(self._js.consumer_info(stream, consumer)))
+        return consumer_info(self._run(self._js.consumer_info(stream, consumer, timeout=timeout)))
 
     def consumers_info(self, stream: str) -> list[api.ConsumerInfo]:
         return [consumer_info(c) for c in self._run(self._js.consumers_info(stream))]

@@ -279,7 +279,7 @@ class PushSubscriptionAPI(Protocol):
     With a callback, one thread of its own calls it for each message, in delivery
     order, one at a time; an exception from the callback is logged (logger
     ``jetspark.push``) and delivery goes on, the message unacknowledged.
-    Without a callback, ``next_msg`` and ``messages()`` hand the messages out.
+    Without a callback, ``next_msg`` and ``messages`` hand the messages out.
     Messages are delivered as the consumer's policies say (``max_ack_pending``,
     redelivery after ``ack_wait`` or a nak, ``max_deliver``); a queue group's
     members share the consumer, each message going to one of them.  When the
@@ -298,10 +298,18 @@ class PushSubscriptionAPI(Protocol):
         callback."""
         ...
 
+    @property
     def messages(self) -> Iterator[MsgAPI]:
         """Every message, as ``next_msg(None)`` returns them, until the subscription ends
-        (``unsubscribe``/``drain``, from this thread or another): ``for msg in sub.messages()``.
-        ``SubscriptionError`` on a subscription with a callback."""
+        (``unsubscribe``/``drain``, from this thread or another): ``for msg in sub.messages``,
+        a property as in nats-py (a synchronous iterator; calling it, ``sub.messages()``, returns
+        the same iterator).  ``SubscriptionError`` on a subscription with a callback."""
+        ...
+
+    @property
+    def pending_msgs(self) -> int:
+        """How many messages were delivered to the subscription and not yet handed out
+        (to ``next_msg``/``messages`` or to the callback), as nats-py counts its pending queue."""
         ...
 
     def consumer_info(self) -> ConsumerInfo:
@@ -319,7 +327,7 @@ class PushSubscriptionAPI(Protocol):
     def drain(self) -> None:
         """Stop taking new messages and hand out what the subscription holds, then end as
         ``unsubscribe``.  With a callback, returns once the callback has handled them all;
-        without, returns at once and ``next_msg``/``messages()`` hand out the rest."""
+        without, returns at once and ``next_msg``/``messages`` hand out the rest."""
         ...
 
 
@@ -435,7 +443,15 @@ class JetStreamAPI(Protocol):
 
     # ------------------------------------------------------------------ messages
 
-    def publish(self, subject: str, payload: bytes = b"", headers: Optional[Mapping[str, object]] = None, stream: Optional[str] = None) -> PubAck:
+    def publish(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        headers: Optional[Mapping[str, object]] = None,
+        stream: Optional[str] = None,
+        *,
+        timeout: Optional[float] = None,
+    ) -> PubAck:
         """Store one message in the stream that captures ``subject`` and return its
         ``PubAck`` (stream, seq; ``duplicate=True`` with the first message's seq
         for a ``Nats-Msg-Id`` seen within ``duplicate_window``, storing nothing, §3.5).
@@ -448,7 +464,10 @@ class JetStreamAPI(Protocol):
         10060/10071/10070/10193 for an expected header that does not match; 10109
         sealed; 10077 a limit with discard new (§3.2), checked in the server's
         order (§3.6).  Returned means stored (on the engine: written to the
-        operating system, or to the disk with ``sync="fsync"``)."""
+        operating system, or to the disk with ``sync="fsync"``).  ``timeout``
+        (nats-py's, keyword only here: the third positional is ``headers``): seconds
+        the server has to answer this call (None: the handle's); a number > 0 on the
+        engine too, where nothing waits on a network."""
         ...
 
     def publish_async(
@@ -497,17 +516,33 @@ class JetStreamAPI(Protocol):
         its own thread)."""
         ...
 
-    def get_msg(self, stream: str, seq: Optional[int] = None, last_by_subj: Optional[str] = None, next_by_subj: Optional[str] = None) -> RawStreamMsg:
-        """One stored message: the one at ``seq``; the last one on subject
-        ``last_by_subj``; or the first at or after ``seq`` (default: the first) on
-        ``next_by_subj`` (wildcards allowed).  ``MsgNotFoundError`` (10037) when there
-        is no such message (deleted, purged, never stored); 10003 when the call names
-        no message (no ``seq`` and no subject) or gives both ``seq`` and
-        ``last_by_subj``; 10059 no stream."""
+    def get_msg(
+        self,
+        stream: str,
+        seq: Optional[int] = None,
+        subject: Optional[str] = None,
+        direct: bool = False,
+        next: bool = False,
+        *,
+        last_by_subj: Optional[str] = None,
+        next_by_subj: Optional[str] = None,
+    ) -> RawStreamMsg:
+        """One stored message, with nats-py's arguments: the one at ``seq``; with
+        ``subject`` the last one on that subject (wildcards allowed), or with
+        ``next=True`` the first at or after ``seq`` (default: the first) on it.
+        ``last_by_subj``/``next_by_subj`` name the request's fields directly.
+        ``direct`` is accepted and answers the same message (jetspark reads through the
+        stream's API either way; docs/reference/differences-nats-py.md).
+
+        ``MsgNotFoundError`` (10037) when there is no such message (deleted, purged,
+        never stored); 10059 no stream.  ``BadRequestError`` 10003 saying what it takes
+        when the call names no message (no ``seq`` and no subject), gives ``seq`` and
+        ``subject`` without ``next=True`` (nats-py would drop ``seq``), ``next=True``
+        without a subject, or both ``seq`` and ``last_by_subj`` (the server's)."""
         ...
 
-    def get_last_msg(self, stream: str, subject: str) -> RawStreamMsg:
-        """``get_msg(stream, last_by_subj=subject)``."""
+    def get_last_msg(self, stream: str, subject: str, direct: bool = False) -> RawStreamMsg:
+        """``get_msg(stream, subject=subject)``; ``direct`` as there."""
         ...
 
     def delete_msg(self, stream: str, seq: int) -> bool:
@@ -518,10 +553,10 @@ class JetStreamAPI(Protocol):
 
     # ------------------------------------------------------------------ consumers
 
-    def add_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, **params: Any) -> ConsumerInfo:
+    def add_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, timeout: Optional[float] = None, **params: Any) -> ConsumerInfo:
         """Create a consumer from ``config`` (a ``ConsumerConfig`` or a dict) with
         ``params`` overriding its fields, or update it if one of that name exists
-        with another config (nats-py's behaviour).  Without ``durable_name`` or
+        with another config (nats-py's behaviour).  ``timeout``: as ``publish``'s.  Without ``durable_name`` or
         ``name`` it is an ephemeral with a generated name (gone after
         ``inactive_threshold``, 5 s by default).  Returns its info, the config
         echoed with the server's defaults (§5.1).  Errors: the config rules with the
@@ -545,8 +580,8 @@ class JetStreamAPI(Protocol):
         go (§3.3).  10014 when there is none."""
         ...
 
-    def consumer_info(self, stream: str, consumer: str) -> ConsumerInfo:
-        """The consumer's config and state: ``delivered`` and ``ack_floor`` sequence
+    def consumer_info(self, stream: str, consumer: str, timeout: Optional[float] = None) -> ConsumerInfo:
+        """The consumer's config and state (``timeout``: as ``publish``'s): ``delivered`` and ``ack_floor`` sequence
         pairs, ``num_pending``, ``num_ack_pending``, ``num_redelivered`` (§6), with
         every ``Msg.ack()`` given before the call applied.  10014 when there is none."""
         ...

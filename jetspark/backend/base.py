@@ -8,9 +8,10 @@ checks and config-with-overrides, ``pull_subscribe`` over
 the backend for what differs, through these hooks:
 
 - ``_add_stream(config)`` / ``_update_stream(config)``: a checked ``StreamConfig``;
-- ``_put_consumer(stream, config, action)``: a checked ``ConsumerConfig``;
+- ``_put_consumer(stream, config, action, timeout)``: a checked ``ConsumerConfig``;
   ``action`` is ``""`` (create or update), ``"create"`` or ``"update"``,
-  as in the server's ``CONSUMER.CREATE`` request;
+  as in the server's ``CONSUMER.CREATE`` request; ``timeout`` the call's own
+  (``call_timeout``: None for the handle's);
 - ``_publish_batch(table, stream, msg_id_prefix, msg_id_start)``: a table as
   ``jetspark.validate.batch_table`` returns it, for a named stream;
 - ``_subscription(stream, consumer)``: the backend's pull subscription on an
@@ -80,7 +81,7 @@ if TYPE_CHECKING:
 
     from jetspark.backend import MsgAPI, PullSubscriptionAPI, PushSubscriptionAPI
 
-__all__ = ["HandleBase", "new_consumer_name"]
+__all__ = ["HandleBase", "call_timeout", "new_consumer_name"]
 
 _NEW_PUBLISHER = threading.Lock()
 
@@ -88,6 +89,17 @@ _NEW_PUBLISHER = threading.Lock()
 def new_consumer_name() -> str:
     """A generated consumer name: 22 random letters and digits, like nats-py's NUID."""
     return secrets.token_urlsafe(16).replace("-", "x").replace("_", "y")[:22]
+
+
+def call_timeout(value: Any) -> Optional[float]:
+    """nats-py's per-call ``timeout=`` (``publish``, ``add_consumer``, ``consumer_info``): None
+    for the handle's own, else a finite number of seconds > 0."""
+    if value is None:
+        return None
+    wait = V.timeout(value, "timeout")
+    if wait == 0:
+        raise ValueError("timeout must be a finite number of seconds > 0 (None: the handle's timeout), not 0")
+    return wait
 
 
 class HandleBase:
@@ -152,10 +164,48 @@ class HandleBase:
 
     # ------------------------------------------------------------------ messages
 
-    def get_msg(self, stream: str, seq: Optional[int] = None, last_by_subj: Optional[str] = None, next_by_subj: Optional[str] = None) -> RawStreamMsg:
+    def get_msg(
+        self,
+        stream: str,
+        seq: Optional[int] = None,
+        subject: Optional[str] = None,
+        direct: bool = False,
+        next: bool = False,
+        *,
+        last_by_subj: Optional[str] = None,
+        next_by_subj: Optional[str] = None,
+    ) -> RawStreamMsg:
+        # nats-py's arguments (subject=, next=) are the request's last_by_subj / next_by_subj.
+        V.boolean(direct, "direct", optional=True)  # (None and False alike, as nats-py reads them)
+        next = bool(V.boolean(next, "next", optional=True))
+        V.filter_subject(subject, "subject")
+        if subject is not None:
+            if last_by_subj is not None or next_by_subj is not None:
+                raise BadRequestError(400, 10003, "bad request: get_msg takes subject= (with next=) or last_by_subj=/next_by_subj=, not both")
+            if next:
+                next_by_subj = subject
+            elif seq is not None:
+                # nats-py drops seq here and returns the last message on subject: refused
+                # rather than answering a question that was not asked.
+                raise BadRequestError(
+                    400,
+                    10003,
+                    "bad request: get_msg with seq= and subject= needs next=True (the first message at or after seq on subject); subject= alone reads the last message on it",
+                )
+            else:
+                last_by_subj = subject
+        elif next and next_by_subj is None:
+            raise BadRequestError(400, 10003, "bad request: get_msg(next=True) needs subject= (the first message at or after seq on it; '>' for any subject)")
+        if seq is None and last_by_subj is None and next_by_subj is None:
+            raise BadRequestError(
+                400,
+                10003,
+                "bad request: get_msg needs seq= (a stream sequence) or subject= (the last message on it; with next=True, the first at or after seq)",
+            )
         return self._get_msg(stream, *V.get_msg_args(seq, last_by_subj, next_by_subj))
 
-    def get_last_msg(self, stream: str, subject: str) -> RawStreamMsg:
+    def get_last_msg(self, stream: str, subject: str, direct: bool = False) -> RawStreamMsg:
+        V.boolean(direct, "direct", optional=True)
         return self.get_msg(stream, last_by_subj=subject)
 
     def delete_msg(self, stream: str, seq: int) -> bool:
@@ -271,14 +321,15 @@ class HandleBase:
 
     # ------------------------------------------------------------------ consumers
 
-    def add_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, **params: Any) -> ConsumerInfo:
-        return self._put_consumer(stream, V.consumer_config(config, params), "")
+    def add_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, timeout: Optional[float] = None, **params: Any) -> ConsumerInfo:
+        wait = call_timeout(timeout)
+        return self._put_consumer(stream, V.consumer_config(config, params), "", wait)
 
     def create_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, **params: Any) -> ConsumerInfo:
-        return self._put_consumer(stream, V.consumer_config(config, params), "create")
+        return self._put_consumer(stream, V.consumer_config(config, params), "create", None)
 
     def update_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, **params: Any) -> ConsumerInfo:
-        return self._put_consumer(stream, V.consumer_config(config, params), "update")
+        return self._put_consumer(stream, V.consumer_config(config, params), "update", None)
 
     def pull_subscribe(
         self, subject: Optional[str] = None, durable: Optional[str] = None, stream: Optional[str] = None, config: Optional[ConsumerConfig] = None

@@ -10,11 +10,12 @@ one of two ways, as in nats-py:
   ``ack_wait``).  Without ``manual_ack``, each message ``f`` returned from
   normally and did not acknowledge itself (ack, nak or term) is acknowledged
   (nats-py's auto-ack; none on an ack-none consumer).
-- without: ``next_msg(timeout)`` and the iterator ``messages()``.
+- without: ``next_msg(timeout)`` and the iterator ``messages`` (a property, as in nats-py).
 
 A backend subclasses ``PushBase`` and provides ``_next(timeout)`` (the next
 message; ``NextMsgTimeoutError`` after ``timeout``; ``Ended`` once the
-subscription has ended and holds nothing more), ``_end(drain)`` (stop taking
+subscription has ended and holds nothing more), ``_pending()`` (how many
+delivered messages it holds, not yet handed out), ``_end(drain)`` (stop taking
 messages: at once, or after handing out what it holds) and ``_shutdown()``
 (the handle closes: stop without asking the server anything).  Backends:
 ``jetspark.engine.push`` and ``jetspark.remote.push``.
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from jetspark import validate as V
 from jetspark.errors import ClosedError, JetSparkError, SubscriptionError
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from jetspark.api import ConsumerInfo
     from jetspark.backend import MsgAPI
 
-__all__ = ["Ended", "PushBase", "deliver", "log"]
+__all__ = ["Ended", "Messages", "PushBase", "deliver", "log"]
 
 log = logging.getLogger("jetspark.push")
 
@@ -54,6 +55,27 @@ def deliver(cb: Callable, msg: "MsgAPI", auto_ack: bool, where: str) -> None:
             msg.ack()
         except JetSparkError as exc:  # the handle closed under the callback: nothing to ack with
             log.debug("auto-ack after the callback of %s: %s", where, exc)
+
+
+class Messages:
+    """``sub.messages``: every message of a push subscription, as ``next_msg(None)`` returns
+    them, until it ends (nats-py's ``messages`` property, a synchronous iterator here).
+    Calling it returns itself, so ``for msg in sub.messages()`` (jetspark 0.1) still works."""
+
+    def __init__(self, sub: "PushBase") -> None:
+        self._sub = sub
+
+    def __iter__(self) -> "Messages":
+        return self
+
+    def __next__(self) -> "MsgAPI":
+        try:
+            return self._sub._next(None)
+        except Ended:
+            raise StopIteration from None
+
+    def __call__(self) -> "Messages":
+        return self
 
 
 class PushBase:
@@ -106,18 +128,15 @@ class PushBase:
         except Ended:
             raise ClosedError(f"{self._where} has ended (unsubscribe() or drain()) and holds no more messages") from None
 
-    def messages(self) -> Iterator["MsgAPI"]:
+    @property
+    def messages(self) -> "Messages":
         if self._cb is not None:
-            raise SubscriptionError(f"messages() cannot be used on {self._where}: it has a callback (cb=), which receives the messages")
-        return self._iterate()
+            raise SubscriptionError(f"messages cannot be used on {self._where}: it has a callback (cb=), which receives the messages")
+        return Messages(self)
 
-    def _iterate(self) -> Iterator["MsgAPI"]:
-        while True:
-            try:
-                msg = self._next(None)
-            except Ended:
-                return
-            yield msg
+    @property
+    def pending_msgs(self) -> int:
+        return self._pending()
 
     def consumer_info(self) -> "ConsumerInfo":
         return self._js.consumer_info(self.stream, self.consumer)
@@ -146,6 +165,9 @@ class PushBase:
     # ------------------------------------------------------------------ the backend's
 
     def _next(self, timeout: Optional[float]) -> "MsgAPI":
+        raise NotImplementedError
+
+    def _pending(self) -> int:
         raise NotImplementedError
 
     def _end(self, drain: bool) -> None:

@@ -58,7 +58,7 @@ from jetspark.api import (
     datetime_to_ns,
 )
 from jetspark.backend.archive import Archive, Meter, Writer
-from jetspark.backend.base import HandleBase
+from jetspark.backend.base import HandleBase, call_timeout
 from jetspark.engine import check, diskio, metafile, wakeup
 from jetspark.engine import config as cfg
 from jetspark.engine import consumer_config as ccfg
@@ -661,8 +661,18 @@ class JetStream(HandleBase):
             self._routes[subject] = found
         return found
 
-    def publish(self, subject: str, payload: bytes = b"", headers: Optional[Mapping[str, object]] = None, stream: Optional[str] = None) -> PubAck:
+    def publish(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        headers: Optional[Mapping[str, object]] = None,
+        stream: Optional[str] = None,
+        *,
+        timeout: Optional[float] = None,
+    ) -> PubAck:
         """Store one message; returns the PubAck (``duplicate=True`` for a repeated Nats-Msg-Id)."""
+        if timeout is not None:
+            call_timeout(timeout)  # checked as on a server; a local write waits on no network
         with self._lock:
             self._check()
             # The hot path (bytes, no headers, a subject routed before) checks types only.
@@ -751,8 +761,8 @@ class JetStream(HandleBase):
 
     # ------------------------------------------------------------------ consumers
 
-    def _put_consumer(self, stream: str, config: ConsumerConfig, action: str) -> ConsumerInfo:
-        with self._lock:
+    def _put_consumer(self, stream: str, config: ConsumerConfig, action: str, timeout: Optional[float] = None) -> ConsumerInfo:
+        with self._lock:  # (timeout: nothing here waits on a network)
             st = self._stream(stream)
             with st.locked():
                 new = ccfg.normalize_consumer_config(config, st.config)
@@ -793,7 +803,8 @@ class JetStream(HandleBase):
             raise api_error(10014)
         return c
 
-    def consumer_info(self, stream: str, consumer: str) -> ConsumerInfo:
+    def consumer_info(self, stream: str, consumer: str, timeout: Optional[float] = None) -> ConsumerInfo:
+        call_timeout(timeout)
         with self._lock:
             st = self._stream(stream)
             with st.locked():

@@ -159,6 +159,9 @@ class PushSubscription(PushBase):
                 elif self._state is OPEN:
                     raise NextMsgTimeoutError(f"no message from {self._where} within {timeout} s")
 
+    def _pending(self) -> int:
+        return len(self._held)
+
     # ------------------------------------------------------------------ ending
 
     def _end(self, drain: bool) -> None:
@@ -171,7 +174,7 @@ class PushSubscription(PushBase):
             self._join_thread()  # the thread finishes (unless this is the callback ending it)
         elif not self._held:
             self._finish()
-        # else (drain without a callback): next_msg and messages() hand out the rest, then finish.
+        # else (drain without a callback): next_msg and messages hand out the rest, then finish.
 
     def _finish(self) -> None:
         """Release the consumer: unbind, apply the acks given, delete an owned ephemeral."""

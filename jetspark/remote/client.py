@@ -34,7 +34,7 @@ from jetspark.api import (
     StreamInfo,
 )
 from jetspark.backend.archive import Archive, Meter, Writer
-from jetspark.backend.base import HandleBase
+from jetspark.backend.base import HandleBase, call_timeout
 from jetspark.connect_options import ConnectOptions
 from jetspark.errors import (
     NoStreamResponseError,
@@ -83,8 +83,12 @@ class NatsJetStream(HandleBase):
         (jetspark.remote.retry): for calls that only read."""
         return self._session.run_retrying(make, what=what)
 
-    def _request(self, subject: str, payload: Any = None, *, what: str, idempotent: bool = True) -> dict:
-        return self._session.call(subject, payload, what=what, idempotent=idempotent)
+    def _request(self, subject: str, payload: Any = None, *, what: str, idempotent: bool = True, timeout: Optional[float] = None) -> dict:
+        if timeout is None:
+            return self._session.call(subject, payload, what=what, idempotent=idempotent)
+        # nats-py's per-call timeout= bounds each request, as there (retries still follow retry_budget).
+        s = self._session
+        return s.run_retrying(lambda: s.api(subject, payload, what=what, timeout=timeout), what=what, idempotent=idempotent, timeout=timeout)
 
     def _stream_subject(self, verb: str, name: Any) -> str:
         return self._session.stream_subject(verb, name)
@@ -209,8 +213,17 @@ class NatsJetStream(HandleBase):
 
     # ------------------------------------------------------------------ messages
 
-    def publish(self, subject: str, payload: bytes = b"", headers: Optional[Mapping[str, object]] = None, stream: Optional[str] = None) -> PubAck:
+    def publish(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        headers: Optional[Mapping[str, object]] = None,
+        stream: Optional[str] = None,
+        *,
+        timeout: Optional[float] = None,
+    ) -> PubAck:
         """Store one message; returns the PubAck (``duplicate=True`` for a repeated Nats-Msg-Id)."""
+        wait = call_timeout(timeout)
         payload = V.payload(payload)
         hdrs: Optional[dict] = None
         if headers is not None or stream is not None:
@@ -222,8 +235,9 @@ class NatsJetStream(HandleBase):
         # responders, while a stream captures the subject), and when it went unanswered only
         # with a Nats-Msg-Id (the stream stores it once).
         return self._session.run_retrying(
-            lambda: self._apublish(subject, payload, hdrs),
+            lambda: self._apublish(subject, payload, hdrs, wait),
             what=f"publish to {subject!r}",
+            timeout=wait,
             idempotent=bool(hdrs) and H.MSG_ID in hdrs,
             also=lambda err: isinstance(err, NoStreamResponseError) and self._captured(subject),
         )
@@ -244,7 +258,7 @@ class NatsJetStream(HandleBase):
             return True
         return bool(got.get("streams"))
 
-    async def _apublish(self, subject: str, payload: bytes, headers: Optional[dict]) -> PubAck:
+    async def _apublish(self, subject: str, payload: bytes, headers: Optional[dict], timeout: Optional[float] = None) -> PubAck:
         session = self._session
         pub = self._async_pub
         if pub is not None and pub.pid == os.getpid():
@@ -256,6 +270,7 @@ class NatsJetStream(HandleBase):
             subject,
             payload,
             what=f"the PubAck of a publish to {subject!r}",
+            timeout=timeout,
             headers={k: wire.header_str(v) for k, v in headers.items()} if headers else None,
             no_responders=lambda: NoStreamResponseError(subject),
         )
@@ -305,7 +320,7 @@ class NatsJetStream(HandleBase):
 
     # ------------------------------------------------------------------ consumers
 
-    def _put_consumer(self, stream: str, config: ConsumerConfig, action: str) -> ConsumerInfo:
+    def _put_consumer(self, stream: str, config: ConsumerConfig, action: str, timeout: Optional[float] = None) -> ConsumerInfo:
         if not wire.token_ok(stream):
             raise api_error(10059)
         req: dict = {"stream_name": stream, "config": wire.consumer_config_to_wire(config)}
@@ -328,13 +343,14 @@ class NatsJetStream(HandleBase):
         # Creating a named consumer of a given config twice is creating it once; an unnamed
         # (ephemeral) one would be a second consumer.
         what = f"{action or 'add'}_consumer on {stream!r}"
-        return wire.consumer_info_from_wire(self._request(subject, req, what=what, idempotent=bool(name)))
+        return wire.consumer_info_from_wire(self._request(subject, req, what=what, idempotent=bool(name), timeout=timeout))
 
     def delete_consumer(self, stream: str, consumer: str) -> bool:
         return self._request(self._consumer_subject("DELETE", stream, consumer), what=f"delete_consumer {consumer!r}", idempotent=False)["success"]
 
-    def consumer_info(self, stream: str, consumer: str) -> ConsumerInfo:
-        return wire.consumer_info_from_wire(self._request(self._consumer_subject("INFO", stream, consumer), what=f"consumer_info {consumer!r}"))
+    def consumer_info(self, stream: str, consumer: str, timeout: Optional[float] = None) -> ConsumerInfo:
+        wait = call_timeout(timeout)
+        return wire.consumer_info_from_wire(self._request(self._consumer_subject("INFO", stream, consumer), what=f"consumer_info {consumer!r}", timeout=wait))
 
     def consumers_info(self, stream: str) -> list[ConsumerInfo]:
         if not wire.token_ok(stream):

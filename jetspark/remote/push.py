@@ -160,12 +160,18 @@ class PushSubscription(PushBase):
                 raise Ended()
             raise NextMsgTimeoutError(f"no message from {self._where} within {timeout} s")
 
+    def _pending(self) -> int:
+        # nats-py's pending queue, plus a message a timed-out next_msg's take got since, and
+        # one handed to the callback thread and not yet taken by it.
+        held = self._getter is not None and self._getter.done() and not self._getter.cancelled() and self._getter.exception() is None
+        return self._psub.pending_msgs + int(held) + self._handoff.qsize()
+
     # ------------------------------------------------------------------ ending
 
     def _end(self, drain: bool) -> None:
         if drain and self._cb is None:
             # nats-py's drain waits until what the subscription holds is taken, which next_msg
-            # and messages() do: it runs on, and ends the subscription when they have.
+            # and messages do: it runs on, and ends the subscription when they have.
             self._draining = self._session.loop.spawn(self._drain_then_stop())
             return
         if not self._stopping:
