@@ -189,3 +189,17 @@ def test_a_consumer_state_that_lags_is_waited_out(cluster, stream, monkeypatch):
         assert stale["left"] == 0
         info = js.consumer_info(S, "spark")
         assert info.ack_floor.stream_seq == 50 and info.delivered.stream_seq == 50 and info.num_pending == 2 * ROWS - 50
+
+
+def test_the_ping_options_reach_nats_py_and_are_checked():
+    """The defaults that notice a silent server in seconds, a user's own values (also as
+    Spark's nats.* strings), and values nats-py could not use refused, naming the option."""
+    from jetspark.connect_options import ConnectOptions
+
+    kw = ConnectOptions.build("nats://127.0.0.1:4222").nats_kwargs()
+    assert (kw["ping_interval"], kw["max_outstanding_pings"]) == (2.0, 2)
+    kw = ConnectOptions.from_strings("nats://127.0.0.1:4222", {"ping_interval": "10", "max-outstanding-pings": "5"}).nats_kwargs()
+    assert (kw["ping_interval"], kw["max_outstanding_pings"]) == (10.0, 5)
+    for bad in ({"ping_interval": 0}, {"ping_interval": -1.0}, {"ping_interval": "2"}, {"max_outstanding_pings": 0}, {"max_outstanding_pings": 1.5}):
+        with pytest.raises((TypeError, ValueError), match=next(iter(bad))):
+            ConnectOptions.build("nats://127.0.0.1:4222", **bad)
