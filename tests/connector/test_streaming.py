@@ -158,3 +158,30 @@ def test_fail_on_data_loss(store, fail):
     else:
         q = run_to_out(store, store.read_stream(**options), ckpt)
         assert q.new_seqs == [11, 12, 13, 14, 15]
+
+
+def test_a_window_with_a_watermark_closes_without_more_data(store, spark):
+    """An event-time window with a watermark is emitted once the watermark passes its end,
+    in the no-data batch Spark runs for that (a session from local_session keeps Spark's
+    default): an availableNow run emits every window the watermark has closed, not only
+    after more data comes.  The ack floor still reaches the last message."""
+    from pyspark.sql import functions as F
+
+    store.js.add_stream(name="S", subjects=["e.>"])
+    # Event times (seconds) in the payload: 0..24, then 40.
+    for t in list(range(25)) + [40]:
+        store.js.publish("e.x", str(t).encode())
+    windowed = lambda df: (  # noqa: E731
+        df.withColumn("event", F.timestamp_seconds(F.col("data").cast("string").cast("long")))
+        .withWatermark("event", "5 seconds")
+        .groupBy(F.window("event", "10 seconds"))
+        .count()
+        .select(F.col("window.start").alias("start"), "count")
+    )
+    q = run_available_now(windowed(store.read_stream(startingOffsets="earliest", consumer="spark")))
+    # The watermark is 40 - 5 = 35 s: the windows ending at 10, 20 and 30 s are closed.
+    expected = windowed(store.read()).where(F.col("start") + F.expr("INTERVAL 10 SECONDS") <= F.lit("1970-01-01 00:00:35").cast("timestamp"))
+    assert expected.count() == 3
+    assert_df_equality(spark.table(q.name), expected, ignore_row_order=True, ignore_nullable=True)
+    assert sorted(r["count"] for r in spark.table(q.name).collect()) == [5, 10, 10]
+    assert store.js.consumer_info("S", "spark").ack_floor.stream_seq == 26
