@@ -33,7 +33,11 @@ def config_options(edit: bool):
         if not edit:
             opts.append(click.option("--storage", type=click.Choice(list(_STORAGE), case_sensitive=False), help="Storage backend: file (default) or memory."))
         opts += [
-            click.option("--replicas", type=int, help="Number of replicas (the embedded engine keeps 1)."),
+            click.option(
+                "--replicas",
+                type=int,
+                help="Number of replicas: more than 1 needs a NATS cluster (the embedded engine and a lone server refuse it, err_code 10074).",
+            ),
             click.option(
                 "--retention",
                 type=click.Choice(list(_RETENTION), case_sensitive=False),

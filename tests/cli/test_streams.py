@@ -381,3 +381,23 @@ def test_no_cluster_block_or_replicas_column_on_the_engine(orders):
     # (On a cluster: tests/cluster/test_cluster_info.py.)
     assert "Cluster Information" not in orders("stream", "info", "ORDERS").stdout
     assert "Replicas" not in orders("stream", "report").stdout
+
+
+def test_view_pub_edit_and_rmm_on_a_nats_server(cli, server):
+    url = server.url
+    try:
+        cli("-s", url, "stream", "add", "SRV_V", "--subjects", "srvv.>", "--max-age", "7d")
+        acks = cli.json_lines("-s", url, "pub", "srvv.a", "x{{Count}}", "--count", "3")
+        assert acks[0] == {"stream": "SRV_V", "seq": 1, "domain": None, "duplicate": None}  # as nats-py's PubAck
+        r = cli("-s", url, "stream", "view", "SRV_V", "2", "--raw")
+        assert r.stdout == "x1\nx2\n" and "more messages after sequence 2" in r.stderr
+        assert cli("-s", url, "stream", "view", "SRV_V", "2", "--raw", "--count", "3").stdout == "x1\nx2\nx3\n"
+        r = cli("-s", url, "stream", "edit", "SRV_V", "--max-age", "1d")
+        assert r.stdout.startswith("Stream SRV_V updated:\n  Maximum Age: 7d -> 1d\n\n")
+        r = cli("-s", url, "stream", "rmm", "SRV_V", "99", "-f", code=1)
+        assert r.stderr.startswith("Error: cannot delete message 99 from stream SRV_V (sequences 1..3): ") and "(err_code " in r.stderr
+        assert cli.json("-s", url, "stream", "info", "SRV_V")["state"]["messages"] == 3
+    finally:
+        with jetspark.connect(url) as js:
+            if "SRV_V" in js.stream_names():
+                js.delete_stream("SRV_V")
