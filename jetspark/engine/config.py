@@ -12,7 +12,7 @@ from enum import Enum
 from typing import Optional
 
 from jetspark.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from jetspark.errors import APIError, api_error
+from jetspark.errors import APIError, ServerError, api_error
 from jetspark.protocol import subjects as subj
 
 MAX_NAME_LEN = 255
@@ -40,6 +40,16 @@ def check_name(name: Optional[str], kind: str = "stream") -> None:
         raise api_error(10128)
     if len(name.encode()) > MAX_NAME_LEN:
         raise invalid(f"{kind} name is too long, maximum allowed is {MAX_NAME_LEN}")
+
+
+def check_storable_name(name: str, kind: str) -> None:
+    """A name the server accepts but cannot make a file of (a NUL): its store-creation error,
+    after every config check, as on the server (10049 for a stream, 10012 for a consumer).
+    The engine keeps memory streams in files too, so it answers this for them as well."""
+    if "\x00" in name:
+        if kind == "stream":
+            raise ServerError(500, 10049, "error creating store for stream")
+        raise api_error(10012, err="error creating store for consumer")
 
 
 def _enum(enum: type[Enum], value, field: str):

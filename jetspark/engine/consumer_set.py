@@ -27,6 +27,7 @@ import numpy as np
 
 from jetspark.api import ConsumerConfig, DeliverPolicy, RetentionPolicy, datetime_to_ns
 from jetspark.engine import diskio, metafile
+from jetspark.engine.config import check_storable_name
 from jetspark.engine.consumer import (
     LAST_PER_SUBJECT,
     SNAPSHOT,
@@ -175,6 +176,7 @@ class ConsumerSet:
         limit = self.stream.config.max_consumers
         if limit > 0 and self.count >= limit:
             raise api_error(10026)
+        check_storable_name(name, "consumer")
         home = self.dir / dir_name(name)
         if home.exists():
             # Not among the consumers, yet there: nothing may replace its files.

@@ -384,6 +384,7 @@ class JetStream(HandleBase):
                     raise api_error(10058)
                 return existing.info().evolve(did_create=True)  # as the server answers
             self._check_overlap(new)
+            cfg.check_storable_name(new.name, "stream")
             home = self.path / "streams" / new.name
             if os.path.lexists(home):
                 raise CorruptStoreError(f"{home} exists but is not a usable stream; it is left as it is", path=str(home))
