@@ -160,9 +160,12 @@ def _one(buf: bytes, pos: int, n: int) -> tuple[Optional[tuple], int]:
     h = None if m else _HMSG.match(buf, pos)
     if m or h:
         g = m or h
-        sid = int(g.group(2))
-        total = int(g.group(6 if h else 5))
-        hsize = int(g.group(5)) if h else 0
+        try:
+            sid = int(g.group(2))
+            total = int(g.group(6 if h else 5))
+            hsize = int(g.group(5)) if h else 0
+        except ValueError:
+            raise FrameError(f"malformed {'HMSG' if h else 'MSG'}: {bytes(buf[pos : g.end()])[:200]!r}") from None
         start = g.end()
         if start + total + 2 > n:
             return None, pos

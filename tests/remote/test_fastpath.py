@@ -131,3 +131,85 @@ def test_the_consumer_of_a_nats_py_push_subscription_is_where_subscription_consu
     finally:
         sub.unsubscribe()
         js.delete_stream(stream)
+
+
+def test_nats_py_read_loop_still_hands_every_read_to_its_parser():
+    """fastpath.FrameFeed stands in for nats-py's parser (Client._ps): this fails loudly when a
+    nats-py release stops feeding it from the read loop or renames what it calls back."""
+    import nats.aio.client as nats_client
+    from nats.protocol.parser import Parser
+
+    assert "self._ps.parse(" in inspect.getsource(NATS._read_loop), "nats-py's read loop no longer calls self._ps.parse: fastpath.FrameFeed needs a look"
+    assert list(inspect.signature(Parser.parse).parameters) == ["self", "data"], "nats-py's Parser.parse has a new signature"
+    assert callable(getattr(Parser, "reset", None))
+    for method in ("_process_ping", "_process_pong", "_process_info", "_process_err"):
+        assert inspect.iscoroutinefunction(getattr(NATS, method, None)), f"nats-py's Client.{method} is gone"
+    assert isinstance(nats_client.DEFAULT_BUFFER_SIZE, int)
+    assert fastpath.FRAME_FEED
+
+
+def test_frames_reach_a_bulk_subscription_through_the_feed_and_match_the_raw_hook(js, name):
+    """Deliveries of one subject reach a subscribe_frames handler as runs of frames whose spans
+    hold exactly what subscribe_raw hands over; a request on the same connection still works
+    (its reply goes where nats-py's parser would send it)."""
+    subject = f"frames.{name()}"
+    blocks = [None, b"NATS/1.0\r\nA: 1\r\nA: 2\r\n\r\n", None, b"NATS/1.0 409 Batch Completed\r\n\r\n"]
+    messages = [(b"r.1", b"abc"), (b"", b"\r\nMSG x 1 2\r\n"), (b"r.2", b""), (b"", b"")]
+    lines = []
+    for (reply, data), hdr in zip(messages, blocks):
+        to = subject.encode() + (b" " + reply if reply else b"")
+        if hdr is None:
+            lines.append(b"PUB %b %d\r\n%b\r\n" % (to, len(data), data))
+        else:
+            lines.append(b"HPUB %b %d %d\r\n%b%b\r\n" % (to, len(hdr), len(hdr) + len(data), hdr, data))
+    lines = lines * 500
+
+    async def scenario():
+        nc = await js._session.ready()
+        assert isinstance(nc._ps, fastpath.FrameFeed)
+        raw, runs = [], []
+        inbox = await fastpath.FrameInbox().open(nc, subject)
+        assert inbox.fast
+        await fastpath.raw_writer(nc)(b"".join(lines))
+        got = []
+        while len(got) < len(lines):
+            for buf, f in await inbox.take(10):
+                runs.append(len(f))
+                for sl, sh, rl, rh, hl, dl, dh in zip(
+                    *(getattr(f, c).tolist() for c in ("subj_lo", "subj_hi", "reply_lo", "reply_hi", "hdr_lo", "data_lo", "data_hi"))
+                ):
+                    got.append((buf[sl:sh], buf[rl:rh], buf[dl:dh], buf[hl:dl] or None))
+        info = await js._session.api(f"{js._session.api_prefix}.INFO", what="account info")
+        await inbox.close()
+        done = asyncio.Event()
+
+        def collect(*t):
+            raw.append(t)
+            if len(raw) == len(lines):
+                done.set()
+
+        sub = await fastpath.subscribe_raw(nc, subject, collect)
+        await fastpath.raw_writer(nc)(b"".join(lines))
+        await asyncio.wait_for(done.wait(), 10)
+        await sub.unsubscribe()
+        return got, raw, runs, info
+
+    got, raw, runs, info = _run(js, scenario())
+    assert got == raw == [(subject.encode(), reply, data, hdr) for (reply, data), hdr in zip(messages, blocks)] * 500
+    assert max(runs) > 1  # many frames per run: no call per message
+    assert "memory" in info or "limits" in info
+
+
+def test_a_range_read_on_the_public_path_matches_the_frame_path(js, name):
+    s = name()
+    js.add_stream(name=s, subjects=[f"{s}.>"])
+    rows = pa.table({"subject": [f"{s}.{i % 5}" for i in range(3000)], "data": [b"d%d" % i * (i % 7) for i in range(3000)]})
+    js.publish_batch(rows, stream=s)
+    js.publish(f"{s}.h", b"with headers", headers={"K": "v"})
+    fast = pa.Table.from_batches(list(js.read_batches(s, 2, 3001, batch_size=1000, headers=True)))
+    js._session.public_path = True
+    public = pa.Table.from_batches(list(js.read_batches(s, 2, 3001, batch_size=1000, headers=True)))
+    assert fast.equals(public)
+    assert fast.column("seq").to_pylist() == list(range(2, 3002))
+    assert fast.column("data").to_pylist()[-1] == b"with headers"
+    assert fast.column("headers").to_pylist()[-1] == [("K", ["v"])]

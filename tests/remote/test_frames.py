@@ -1,0 +1,229 @@
+"""jetspark/protocol/frames.py against nats-py's own protocol parser, and the delivery metadata
+read from frames (jetspark/protocol/deliveries.py).
+
+The frame streams are what a server writes (single spaces in control lines),
+with everything it can send a client: deliveries with and without reply
+subjects and headers, status frames (100 idle heartbeat and flow control,
+404, 408, 409), empty payloads, payloads holding protocol text, PING, PONG,
++OK, -ERR and INFO; split into reads at arbitrary points.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from nats.errors import ProtocolError
+from nats.protocol.parser import Parser
+
+from jetspark.protocol import frames as F
+from jetspark.protocol.deliveries import FrameChunk, ack_fields
+
+
+class _Recorder:
+    """What nats-py's Parser calls back, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+
+    async def _process_msg(self, sid, subject, reply, data, headers):
+        self.events.append(("msg", sid, bytes(subject), bytes(reply), bytes(data), None if headers is None else bytes(headers)))
+
+    async def _process_ping(self):
+        self.events.append(("ping",))
+
+    async def _process_pong(self):
+        self.events.append(("pong",))
+
+    async def _process_info(self, info):
+        self.events.append(("info", info))
+
+    async def _process_err(self, err):
+        self.events.append(("err", err))
+
+
+def nats_py_events(reads: list[bytes]) -> list[tuple]:
+    rec = _Recorder()
+    parser = Parser(rec)
+
+    async def feed():
+        for data in reads:
+            await parser.parse(data)
+
+    asyncio.run(feed())
+    return rec.events
+
+
+def our_events(reads: list[bytes]) -> list[tuple]:
+    reader = F.FrameReader()
+    events: list[tuple] = []
+    for data in reads:
+        buf, f = reader.feed(data)
+        for kind, sid, sl, sh, rl, rh, hl, dl, dh in zip(*(getattr(f, c).tolist() for c in F.Frames.__slots__)):
+            if kind in (F.MSG, F.HMSG):
+                events.append(("msg", sid, buf[sl:sh], buf[rl:rh], buf[dl:dh], buf[hl:dl] if dl > hl else None))
+            elif kind == F.PING:
+                events.append(("ping",))
+            elif kind == F.PONG:
+                events.append(("pong",))
+            elif kind == F.INFO:
+                events.append(("info", json.loads(buf[sl:sh])))
+            elif kind == F.ERR:
+                events.append(("err", buf[sl:sh].decode().lower()))
+            else:
+                assert kind == F.OK
+    return events
+
+
+# Every character a subject token can hold (no whitespace, no ".", no wildcards), some beyond ASCII.
+_SUBJECT_CHARS = [chr(c) for c in range(0x21, 0x7F) if chr(c) not in ".*>"] + ["é", "ß", "日", "🙂"]
+tokens = st.text(alphabet=_SUBJECT_CHARS, min_size=1, max_size=8)
+subjects = st.lists(tokens, min_size=1, max_size=4).map(lambda ts: ".".join(ts).encode())
+replies = st.one_of(
+    st.just(b""),
+    subjects,
+    st.builds(
+        lambda s, q, c, t, p: b"$JS.ACK.S.c.1.%d.%d.%d.%d" % (s, q, t, p),
+        st.integers(1, 10**12),
+        st.integers(1, 10**12),
+        st.just(0),
+        st.integers(0, 2**62),
+        st.integers(0, 10**9),
+    ),
+)
+payloads = st.one_of(
+    st.binary(max_size=64),
+    st.sampled_from([b"", b"\r\n", b"\r\nMSG a 1 3\r\n", b"x\r\nHMSG a 1 12 12\r\n", b"PING\r\n", b"MSG "]),
+    st.lists(st.sampled_from([b"\r\n", b"MSG ", b"HMSG ", b" ", b"1", b"\n", b"\r", b"a"]), max_size=12).map(b"".join),
+)
+header_blocks = st.one_of(
+    st.just(b"NATS/1.0\r\nA: 1\r\nA: 2\r\n\r\n"),
+    st.just(b"NATS/1.0 100 Idle Heartbeat\r\nNats-Last-Consumer: 5\r\nNats-Last-Stream: 9\r\n\r\n"),
+    st.just(b"NATS/1.0 100 FlowControl Request\r\n\r\n"),
+    st.just(b"NATS/1.0 404 No Messages\r\n\r\n"),
+    st.just(b"NATS/1.0 408 Request Timeout\r\nNats-Pending-Messages: 3\r\nNats-Pending-Bytes: 0\r\n\r\n"),
+    st.just(b"NATS/1.0 409 Batch Completed\r\n\r\n"),
+    st.just(b"NATS/1.0 409 Consumer Deleted\r\n\r\n"),
+    st.builds(
+        lambda k, v: b"NATS/1.0\r\n%s: %s\r\n\r\n" % (k, v),
+        st.sampled_from([b"K", b"Nats-Msg-Id", b"x-y"]),
+        st.binary(max_size=10).filter(lambda v: b"\r" not in v and b"\n" not in v),
+    ),
+)
+
+
+@st.composite
+def frame(draw) -> bytes:
+    what = draw(st.sampled_from(["msg", "msg", "msg", "hmsg", "hmsg", "ping", "pong", "ok", "err", "info"]))
+    if what in ("msg", "hmsg"):
+        subject, sid, reply, data = draw(subjects), draw(st.integers(1, 10**6)), draw(replies), draw(payloads)
+        to = b"%s %d%s" % (subject, sid, b" " + reply if reply else b"")
+        if what == "msg":
+            return b"MSG %s %d\r\n%s\r\n" % (to, len(data), data)
+        hdr = draw(header_blocks)
+        return b"HMSG %s %d %d\r\n%s%s\r\n" % (to, len(hdr), len(hdr) + len(data), hdr, data)
+    if what == "err":
+        return b"-ERR '%s'\r\n" % draw(st.sampled_from([b'Permissions Violation for Subscription to "x"', b"Stale Connection", b"Unknown Protocol Operation"]))
+    if what == "info":
+        return b"INFO %s\r\n" % json.dumps({"server_id": draw(tokens), "max_payload": draw(st.integers(1, 1 << 26))}).encode()
+    return {"ping": b"PING\r\n", "pong": b"PONG\r\n", "ok": b"+OK\r\n"}[what]
+
+
+def split(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    edges = [0, *points, len(data)]
+    return [data[a:b] for a, b in zip(edges, edges[1:])]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(frame(), min_size=1, max_size=40), st.lists(st.integers(0, 1 << 16), max_size=12))
+def test_frames_match_nats_py_parser_split_anywhere(frames, cuts):
+    data = b"".join(frames)
+    reads = split(data, cuts)
+    assert our_events(reads) == nats_py_events(reads)
+    assert our_events([data]) == nats_py_events([data])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(frame(), min_size=1, max_size=30), st.integers(1, 40))
+def test_a_stream_cut_short_keeps_its_tail_for_the_next_read(frames, cut):
+    """Every frame whole in the bytes so far comes out; the rest waits for the next read."""
+    data = b"".join(frames)
+    head = data[: max(0, len(data) - cut)]
+    reader = F.FrameReader()
+    _, f = reader.feed(head)
+    whole = 0
+    at = 0
+    for fr in frames:
+        if at + len(fr) <= len(head):
+            whole += 1
+        at += len(fr)
+    assert len(f) == whole
+    buf, rest = reader.feed(data[len(head) :])
+    assert len(f) + len(rest) == len(frames)
+
+
+def test_many_deliveries_in_one_buffer_take_the_array_path_and_read_like_nats_py():
+    rng = np.random.default_rng(7)
+    frames = []
+    for i in range(1, 2001):
+        data = rng.bytes(int(rng.integers(0, 200)))
+        reply = b"$JS.ACK.S.C.1.%d.%d.1764139000%09d.%d" % (i, i, i, 2000 - i)
+        frames.append(b"MSG s.%d 7 %s %d\r\n%s\r\n" % (i % 16, reply, len(data), data))
+        if i % 300 == 0:
+            status = b"NATS/1.0 409 Batch Completed\r\n\r\n"
+            frames.append(b"HMSG _INBOX.a 7 %d %d\r\n%s\r\n" % (len(status), len(status), status))
+    data = b"".join(frames)
+    reads = [data[i : i + 32768] for i in range(0, len(data), 32768)]
+    assert our_events(reads) == nats_py_events(reads)
+    f, end = F.scan(data)
+    assert end == len(data) and len(f) == len(frames)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b"BOGUS\r\n", b"MSG a b 3\r\nabc\r\n", b"HMSG a 1 9 3\r\nabc\r\n", b"MSG a 1\r\n"],
+)
+def test_what_nats_py_refuses_is_a_frame_error(line):
+    """A line no NATS protocol knows, a sid that is no number, a header bigger than its message."""
+    with pytest.raises(F.FrameError):
+        F.scan(line)
+    if line.startswith(b"HMSG"):
+        return  # (nats-py reads that one without a complaint, slicing nonsense: never sent by a server)
+    with pytest.raises(ProtocolError):
+        nats_py_events([line])
+
+
+def test_parse_ints_reads_numbers_and_flags_what_is_not_one():
+    buf = b"12 0 1764139000123456789 x9 99999999999999999999 "
+    a = np.frombuffer(buf, dtype=np.uint8)
+    lo = np.array([0, 3, 5, 25, 28, 3])
+    hi = np.array([2, 4, 24, 27, 48, 3])
+    values, ok = F.parse_ints(a, lo, hi)
+    assert ok.tolist() == [True, True, True, False, False, False]
+    assert values[:3].tolist() == [12, 0, 1764139000123456789]
+
+
+def test_ack_fields_read_both_reply_subject_forms():
+    replies = [b"$JS.ACK.S.C.2.17.5.1764139000000000001.0", b"$JS.ACK.dom.ACC.S.C.1.18.6.1764139000000000002.4.tok"]
+    buf = b"".join(b"MSG a 1 %s 1\r\nx\r\n" % r for r in replies)
+    f, _ = F.scan(buf)
+    ack = ack_fields(buf, f)
+    assert ack.sseq.tolist() == [17, 18]
+    assert ack.cseq.tolist() == [5, 6]
+    assert ack.time.tolist() == [1764139000000000001, 1764139000000000002]
+    assert ack.last.tolist() == [True, False]
+    chunk = FrameChunk([(buf, f)], ack.sseq, ack.time)
+    assert chunk.subjects == [b"a", b"a"] and chunk.datas == [b"x", b"x"] and chunk.replies == replies
+    assert chunk.headers == [None, None] and chunk.seqs == [17, 18]
+
+
+def test_ack_fields_refuse_a_reply_subject_that_is_no_delivery():
+    buf = b"MSG a 1 _INBOX.abc 1\r\nx\r\n"
+    f, _ = F.scan(buf)
+    with pytest.raises(Exception, match="not a JetStream delivery reply subject"):
+        ack_fields(buf, f)
