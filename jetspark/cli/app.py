@@ -117,7 +117,7 @@ def configure_logging(level: Optional[str]) -> None:
         root.setLevel(logging.NOTSET)
         return
     handler = logging.StreamHandler(sys.stderr)
-    handler.jetspark_cli = True
+    handler.jetspark_cli = True  # type: ignore[attr-defined]  # marks the handler this function owns
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     root.addHandler(handler)
     root.setLevel(level)

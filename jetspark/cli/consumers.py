@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import click
 
-from jetspark.api import ConsumerConfig, ConsumerInfo
+from jetspark.api import AckPolicy, ConsumerConfig, ConsumerInfo, ReplayPolicy
 from jetspark.cli.context import Commands, needs_store
 from jetspark.cli.messages import ack_options, deliver
 from jetspark.cli.output import (
@@ -270,11 +270,11 @@ def add(js, stream_name: str, name: Optional[str], ack_policy: str, deliver, rep
     config = ConsumerConfig(
         name=name if ephemeral else None,
         durable_name=None if ephemeral else name,
-        ack_policy=ack_policy,
+        ack_policy=AckPolicy(ack_policy),
         deliver_policy=deliver.policy,
         opt_start_seq=deliver.seq,
         opt_start_time=deliver.time,
-        replay_policy=replay,
+        replay_policy=ReplayPolicy(replay),
         **push,
     ).evolve(**_changes(params))
     info = js.create_consumer(stream_name, config)

@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import click
 
@@ -51,7 +51,7 @@ class State:
         self.use_selected = use_selected
         self.options: dict[str, str] = {}  # a server context's connection options
         self.origin: Optional[str] = None  # "context 'prod'" once a context said where
-        self._js = None
+        self._js: Any = None  # a JetStream handle, or Traced around one
 
     def locate(self) -> None:
         """Take the store or server (and credentials) from the context that applies, once."""

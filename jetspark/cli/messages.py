@@ -13,6 +13,7 @@ from typing import Iterator, Optional
 
 import click
 
+from jetspark.api import PubAck
 from jetspark.cli.context import needs_store
 from jetspark.cli.output import (
     body_fields,
@@ -182,6 +183,7 @@ def pub(
     elapsed = time.perf_counter() - started
     if stats.count == 1:
         ack = stats.last
+        assert ack is not None
         dup = " (duplicate: already stored, not stored again)" if ack.duplicate else ""
         click.echo(f"Published {plural(stats.nbytes, 'byte')} to {subj}: stream {ack.stream} seq {ack.seq}{dup}")
         return
@@ -207,7 +209,7 @@ class _PubStats:
         self.nbytes = 0
         self.duplicates = 0
         self.streams: dict[str, list[int]] = {}
-        self.last = None
+        self.last: Optional[PubAck] = None
 
     def add(self, ack, size: int) -> None:
         self.count += 1

@@ -89,10 +89,10 @@ class Template:
 
     def render(self, count: int) -> str:
         if self.is_static:
-            return self.source if not self._binary else "".join(self._parts)  # type: ignore[return-value]
+            return self.source if isinstance(self.source, str) else "".join(p for p in self._parts if isinstance(p, str))
         return "".join(p if isinstance(p, str) else p(count) for p in self._parts)
 
     def render_bytes(self, count: int) -> bytes:
-        if self.is_static and self._binary:
-            return self.source  # type: ignore[return-value]
+        if self.is_static and isinstance(self.source, bytes):
+            return self.source
         return self.render(count).encode("utf-8", "surrogateescape")
