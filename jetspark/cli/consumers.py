@@ -215,7 +215,7 @@ def _push_options(fn):
             click.option(
                 "--ephemeral", is_flag=True, help="An ephemeral consumer: removed after --inactive-threshold (default 5s) without activity; NAME is optional."
             ),
-            click.option("--pull", "mode", flag_value="pull", default=True, help="A pull consumer, read with `consumer next` or `fetch` (the default)."),
+            click.option("--pull", is_flag=True, help="A pull consumer, read with `consumer next` or `fetch` (the default without --target)."),
             click.option("--target", "deliver_subject", metavar="SUBJECT", help="A push consumer delivering to SUBJECT (not one the stream captures)."),
             click.option("--deliver-group", metavar="GROUP", help="Push: deliver only to subscriptions in this queue group."),
             click.option(
@@ -243,7 +243,7 @@ def _push_options(fn):
 @_options(edit=False)
 @output_options
 @needs_store()
-def add(js, stream_name: str, name: Optional[str], ack_policy: str, deliver, replay: str, ephemeral: bool, mode: str, as_json: bool, **params):
+def add(js, stream_name: str, name: Optional[str], ack_policy: str, deliver, replay: str, ephemeral: bool, pull: bool, as_json: bool, **params):
     """Add a consumer NAME on STREAM: durable and pull by default.
 
     --ephemeral makes an ephemeral one (its name is chosen for it when NAME
@@ -261,6 +261,8 @@ def add(js, stream_name: str, name: Optional[str], ack_policy: str, deliver, rep
     if name is None and not ephemeral:
         raise click.UsageError("give the consumer's NAME (or --ephemeral, for one named for you)")
     push = {k: params.pop(k) for k in ("deliver_subject", "deliver_group", "idle_heartbeat", "flow_control")}
+    if pull and push["deliver_subject"]:
+        raise click.UsageError("--pull and --target: a consumer is pull (no --target) or push (delivering to --target), not both")
     if not push["deliver_subject"]:
         given = [
             flag for flag, key in (("--deliver-group", "deliver_group"), ("--heartbeat", "idle_heartbeat"), ("--flow-control", "flow_control")) if push[key]

@@ -116,8 +116,10 @@ def find(
             return False
         if replicas is not None and (i.config.num_replicas or 1) > replicas:
             return False
-        if idle is not None and _last_activity(js, i) is not None and (now - _last_activity(js, i)).total_seconds() < idle:
-            return False
+        if idle is not None:
+            last = _last_activity(js, i)
+            if last is not None and (now - last).total_seconds() < idle:
+                return False
         return True
 
     found = [i for i in js.streams_info() if matches(i) != invert]

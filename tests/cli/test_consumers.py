@@ -202,7 +202,7 @@ def test_ls_and_info_show_the_last_delivery_and_ack(orders):
 
 
 def test_ephemeral_consumer_named_for_you(orders):
-    info = orders.json("consumer", "add", "ORDERS", "--ephemeral", "--inactive-threshold", "1h")
+    info = orders.json("consumer", "add", "ORDERS", "--ephemeral", "--pull", "--inactive-threshold", "1h")
     name = info["name"]
     assert name and "durable_name" not in info["config"] and info["config"]["inactive_threshold"] == 3600.0
     assert orders.json("consumer", "ls", "ORDERS", "--names") == [name]
@@ -253,6 +253,7 @@ def test_push_consumer(orders):
         (["--heartbeat", "1s"], "--heartbeat: for a push consumer only; add --target SUBJECT"),
         (["--flow-control"], "--flow-control: for a push consumer only; add --target SUBJECT"),
         (["--deliver-group", "g"], "--deliver-group: for a push consumer only; add --target SUBJECT"),
+        (["--pull", "--target", "mon"], "--pull and --target: a consumer is pull (no --target) or push"),
     ],
 )
 def test_push_flags_need_a_target(orders, flags, error):
