@@ -68,7 +68,7 @@ class ContextCommands(Commands):
     ALIASES = {"list": "ls", "show": "info"}
 
 
-@click.group(cls=ContextCommands)
+@click.group(cls=ContextCommands, short_help="Save where to connect (a store or a server) under a name.")
 def context():
     """Save where to connect, a store or a NATS server with its credentials, under a name.
 

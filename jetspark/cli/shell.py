@@ -29,7 +29,7 @@ COMPLETE_VAR = "_JETSPARK_COMPLETE"  # what click derives from the program's nam
 SHELLS = ("bash", "zsh", "fish")
 
 
-@click.command()
+@click.command(short_help="Print the shell completion script (bash, zsh, fish).")
 @click.argument("shell", type=click.Choice(SHELLS))
 @click.pass_context
 def completion(ctx: click.Context, shell: str):

@@ -19,7 +19,7 @@ from jetspark.protocol.subjects import collide, is_valid
 __all__ = ["copy", "find", "seal", "subjects"]
 
 
-@click.command("subjects")
+@click.command("subjects", short_help="List a stream's subjects and their message counts.")
 @click.argument("name")
 @click.argument("filter_subject", metavar="[FILTER]", default=">", required=False)
 @click.option(
@@ -67,7 +67,7 @@ def subjects(js, name: str, filter_subject: str, sort: str, reverse: bool, names
     click.echo(table(["Subject", "Messages"], rows, right=(1,), title=f"{plural(len(order), 'subject')} in stream {name}"))
 
 
-@click.command("find")
+@click.command("find", short_help="Find the streams matching the criteria given.")
 @click.option("--subject", metavar="SUBJECT", help="Streams whose subjects overlap SUBJECT (wildcards allowed): those a publish to it could reach.")
 @click.option("--empty", is_flag=True, help="Streams without messages.")
 @click.option("--idle", type=DURATION, metavar="DURATION", help="Streams without a new message or a consumer delivery for this long, e.g. 1h.")
@@ -155,7 +155,7 @@ def _last_activity(js, info: StreamInfo) -> Optional[_dt.datetime]:
     return max(times) if times else None
 
 
-@click.command("seal")
+@click.command("seal", short_help="Seal a stream for good: no more changes.")
 @click.argument("name")
 @click.option("--force", "-f", is_flag=True, help="Do not ask for confirmation.")
 @output_options
@@ -180,7 +180,7 @@ def seal(js, name: str, force: bool, as_json: bool):
     click.echo(render_stream_info(info))
 
 
-@click.command("copy")
+@click.command("copy", short_help="Add a stream with another's configuration.")
 @click.argument("source")
 @click.argument("destination")
 @config_options(edit=False)

@@ -134,7 +134,7 @@ def info(js, name: str, subjects_filter: Optional[str], as_json: bool):
         click.echo(render_stream_info(result))
 
 
-@stream.command("check")
+@stream.command("check", short_help="Check (and --repair) a stream's files.")
 @click.argument("name")
 @click.option("--repair", is_flag=True, help="Fix what can be fixed, keeping every intact message; damaged ones are dropped and listed.")
 @output_options
@@ -432,7 +432,7 @@ def rmm(js, name: str, seq: int, force: bool):
     click.echo(f"Deleted message {seq} from stream {name}")
 
 
-@stream.command("backup")
+@stream.command("backup", short_help="Back up a stream, with its consumers, into DIRECTORY.")
 @click.argument("name")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option(
@@ -468,7 +468,7 @@ def backup(js, name: str, directory: Path, consumers: bool, as_json: bool, show_
     )
 
 
-@stream.command("restore")
+@stream.command("restore", short_help="Restore a stream from a `stream backup` DIRECTORY.")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @output_options
 @progress_options
