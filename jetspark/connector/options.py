@@ -149,7 +149,7 @@ def _connection(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """Options for a nats:// store, prefixed ``nats.`` (``nats.user``, ``nats.creds``,
     ``nats.tls.ca``, ``nats.timeout``, ...): docs/guides/nats-server.md."""
     conn = tuple(sorted((k[5:], v) for k, v in options.items() if k.lower().startswith("nats.")))
-    if conn and not _store(options).startswith(("nats://", "tls://")):
+    if conn and not is_server_url(_store(options)):
         raise OptionError(f"options {', '.join('nats.' + k for k, _ in conn)} are for a nats:// store, not {_store(options)!r}")
     return conn
 
