@@ -235,6 +235,7 @@ def run_in_terminal(store, args, answers) -> str:
     """Run the CLI with stdin and stdout on a pseudo-terminal, answering each "Next page?"."""
     import os
     import pty
+    import select
     import subprocess
     import sys
 
@@ -244,6 +245,11 @@ def run_in_terminal(store, args, answers) -> str:
     os.close(tty)
     seen, pending = b"", list(answers)
     while True:
+        # A safety net against a hang (a question never asked, or asked twice), not a timing:
+        # the child normally answers at once.
+        if not select.select([main], [], [], 120)[0]:
+            proc.kill()
+            raise AssertionError(f"no output for 120 s; so far: {seen.decode(errors='replace')!r}")
         try:
             chunk = os.read(main, 4096)
         except OSError:  # the child closed the terminal
