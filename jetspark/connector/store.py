@@ -14,7 +14,7 @@ import threading
 import jetspark
 from jetspark.connection import is_server_url
 
-_handles: dict[tuple[int, str], object] = {}
+_handles: dict[tuple[int, str, tuple[tuple[str, str], ...]], object] = {}
 _lock = threading.Lock()
 
 
