@@ -187,6 +187,27 @@ def test_the_connector_docstring_carries_every_option():
     assert options_table() in JetStreamDataSource.__doc__
 
 
+# --------------------------------------------------------------------------- the README
+
+SITE = "https://jetspark.github.io/jetspark/"
+
+
+def test_the_readme_is_a_few_screens():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 250
+
+
+def test_the_readme_links_reach_docs_pages():
+    """The README is the package's long description, so it links into the site with absolute
+    URLs; each must name a page of docs/ (``guides/arrow/`` is docs/guides/arrow.md)."""
+    links = re.findall(re.escape(SITE) + r"([\w/.-]*)", (ROOT / "README.md").read_text())
+    assert len(links) >= 10
+    for link in links:
+        path = link.strip("/")
+        assert path == "" or (DOCS / f"{path}.md").is_file(), f"README links to {SITE}{link}, and docs/{path}.md does not exist"
+    relative = re.findall(r"\]\((?!https?://)([^)]+)\)", (ROOT / "README.md").read_text())
+    assert relative == [], "relative links break on the package index"
+
+
 # --------------------------------------------------------------------------- the site
 
 
