@@ -2,15 +2,19 @@
 #
 #   make demo    the Spark pipeline demo (jetspark demo)
 #   make demo-cluster   the same pipeline on a local 3-node NATS cluster, a node killed midway
-#   make test    the linter and formatter check (make lint), then the test suite (pytest over tests/)
+#   make test    make lint, then make typecheck, then the test suite (pytest over tests/)
 #   make lint    ruff format --check and ruff check over the repository (pyproject.toml [tool.ruff])
+#   make typecheck   mypy over the package (pyproject.toml [tool.mypy]; strict on the public API modules)
+#   make docs    the documentation site into site/ (mkdocs.yml, docs/), strict
 #   make bench   the benchmark scripts in benchmarks/ (see benchmarks/README.md)
 #   make notebooks   run the notebooks in notebooks/ and store them with their outputs
 #
-# Each checks for Java 17+ first, then bootstraps the virtualenv itself:
-# it is created if missing and `pip install -e '.[dev]'` (make demo: only
-# `pip install -e .`, the runtime dependencies) runs again only when
-# pyproject.toml is newer than the stamp $(VENV)/.installed (.installed-runtime).
+# Each bootstraps the virtualenv itself: it is created if missing and
+# `pip install -e '.[dev]'` (the test, lint and docs extras; make demo: only
+# `pip install -e '.[spark]'`, jetspark and the Spark connector) runs again only
+# when pyproject.toml is newer than the stamp $(VENV)/.installed (.installed-runtime).
+# Those that run Spark (demo, demo-cluster, test, bench, notebooks) check for
+# Java 17+ first; lint, typecheck and docs need no Java.
 #
 # Variables:
 #   PYTHON=python3       interpreter that creates the venv (3.10+)
@@ -43,13 +47,14 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 # Prerequisites run in order: the Java check comes before anything else.
 .NOTPARALLEL:
 .DEFAULT_GOAL := help
-.PHONY: help demo demo-cluster test lint docs bench notebooks venv clean check-java
+.PHONY: help demo demo-cluster test lint typecheck docs bench notebooks venv clean check-java
 
 help:
 	@echo "make demo    run the Spark pipeline demo (DEMO_ARGS='--seconds N --rate R --store DIR')"
 	@echo "make demo-cluster  the demo on a local 3-node NATS cluster, one node killed and restarted midway"
-	@echo "make test    run make lint, then the test suite (PYTEST_ARGS='...', TESTS=tests/...)"
+	@echo "make test    run make lint and make typecheck, then the test suite (PYTEST_ARGS='...', TESTS=tests/...)"
 	@echo "make lint    check formatting and lint with ruff (fix: .venv/bin/ruff format . && .venv/bin/ruff check --fix .)"
+	@echo "make typecheck   check the package's types with mypy (pyproject.toml [tool.mypy])"
 	@echo "make docs    build the documentation site into site/ (strict: warnings are errors)"
 	@echo "make bench   run the scripts in benchmarks/ (BENCH_ARGS=--quick for a short run)"
 	@echo "make notebooks   run notebooks/*.ipynb and store them with their outputs (scripts/run_notebooks.py)"
@@ -63,7 +68,7 @@ demo-cluster: check-java $(STAMP)
 	$(VENV_PY) scripts/demo_cluster.py $(DEMO_ARGS)
 
 # pytest exits 5 when it collected no tests; that is a failure here, and says so.
-test: check-java $(STAMP) lint
+test: check-java $(STAMP) lint typecheck
 	$(VENV_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS) $(TESTS) || { status=$$?; \
 	  [ $$status -ne 5 ] || echo "make test: pytest collected no tests from '$(TESTS)' (exit 5); an empty run is a failure." >&2; \
 	  exit $$status; }
@@ -71,6 +76,10 @@ test: check-java $(STAMP) lint
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check --quiet . || { echo "make lint: files need formatting; run $(VENV)/bin/ruff format ." >&2; exit 1; }
 	$(VENV)/bin/ruff check --quiet .
+
+# The files, settings and cache directory (.mypy_cache) are in pyproject.toml [tool.mypy].
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
 
 bench: check-java $(STAMP)
 	@found=; \
@@ -84,8 +93,9 @@ bench: check-java $(STAMP)
 	[ -n "$$found" ] || { echo "make bench: no benchmark scripts in benchmarks/" >&2; exit 1; }
 
 # The documentation site (mkdocs.yml, docs/) into site/, strict: a warning is an error.
+# NO_MKDOCS_2_WARNING: Material prints a banner about its successor on every build otherwise.
 docs: $(STAMP)
-	$(VENV)/bin/mkdocs build --strict --quiet --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
 
 # nbclient, ipykernel and matplotlib come with the dev extras (tests/test_notebooks.py runs them too).
 notebooks: check-java $(STAMP)
