@@ -517,10 +517,10 @@ class OracleJS:
         with _errors():
             return self._loop.run(coro)
 
-    def _raw(self, subject: str, payload: Any = None) -> dict:
+    def _raw(self, subject: str, payload: Any = None, timeout: Optional[float] = None) -> dict:
         """A raw $JS.API request, for what nats-py cannot say."""
         data = b"" if payload is None else json.dumps(payload).encode()
-        msg = self._loop.run(self._nc.request(subject, data, timeout=self.timeout))
+        msg = self._loop.run(self._nc.request(subject, data, timeout=timeout or self.timeout))
         resp = json.loads(msg.data)
         if "error" in resp:
             raise error_from_response(resp["error"])
@@ -705,17 +705,17 @@ class OracleJS:
         names = [n for n in (config.name, config.durable_name) if n is not None]
         if _name_ok(stream) and all(_name_ok(n) for n in names):
             return consumer_info(self._run(self._js.add_consumer(stream, _config(config, napi.ConsumerConfig), timeout=timeout)))
-        return self._consumer_request(stream, config, None)
+        return self._consumer_request(stream, config, None, timeout)
 
-    def create_consumer(self, stream: str, config: Optional[api.ConsumerConfig] = None, **params) -> api.ConsumerInfo:
+    def create_consumer(self, stream: str, config: Optional[api.ConsumerConfig] = None, timeout: Optional[float] = None, **params) -> api.ConsumerInfo:
         """Create only: an existing consumer with a different config -> 10148."""
-        return self._consumer_request(stream, api.with_params(api.ConsumerConfig, config, params), "create")
+        return self._consumer_request(stream, api.with_params(api.ConsumerConfig, config, params), "create", timeout)
 
-    def update_consumer(self, stream: str, config: Optional[api.ConsumerConfig] = None, **params) -> api.ConsumerInfo:
+    def update_consumer(self, stream: str, config: Optional[api.ConsumerConfig] = None, timeout: Optional[float] = None, **params) -> api.ConsumerInfo:
         """Update only: a missing consumer -> 10149."""
-        return self._consumer_request(stream, api.with_params(api.ConsumerConfig, config, params), "update")
+        return self._consumer_request(stream, api.with_params(api.ConsumerConfig, config, params), "update", timeout)
 
-    def _consumer_request(self, stream: str, config: api.ConsumerConfig, action: Optional[str]) -> api.ConsumerInfo:
+    def _consumer_request(self, stream: str, config: api.ConsumerConfig, action: Optional[str], timeout: Optional[float] = None) -> api.ConsumerInfo:
         # nats-py's add_consumer sends no action and refuses names a subject cannot
         # carry; this sends nats-py's own serialisation of the config, on the subject
         # nats-py would choose, and a name the subject cannot carry in the body only.
@@ -734,7 +734,7 @@ class OracleJS:
             subject = f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.{config.durable_name}"
         else:
             subject = f"$JS.API.CONSUMER.CREATE.{stream}"
-        return consumer_info(napi.ConsumerInfo.from_response(self._raw(subject, req)))
+        return consumer_info(napi.ConsumerInfo.from_response(self._raw(subject, req, timeout)))
 
     def delete_consumer(self, stream: str, consumer: str) -> bool:
         if not (_name_ok(stream) and _name_ok(consumer)):

@@ -565,12 +565,12 @@ class JetStreamAPI(Protocol):
         ``max_consumers``, an update the server refuses, 10059 no stream."""
         ...
 
-    def create_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, **params: Any) -> ConsumerInfo:
+    def create_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, timeout: Optional[float] = None, **params: Any) -> ConsumerInfo:
         """``add_consumer`` that never updates: an identical consumer is returned as
         it is; one of that name with another config is 10148."""
         ...
 
-    def update_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, **params: Any) -> ConsumerInfo:
+    def update_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, timeout: Optional[float] = None, **params: Any) -> ConsumerInfo:
         """``add_consumer`` that never creates: 10149 when there is no consumer of
         that name; fields the server fixes cannot change (§5.1)."""
         ...

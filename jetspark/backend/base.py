@@ -325,11 +325,13 @@ class HandleBase:
         wait = call_timeout(timeout)
         return self._put_consumer(stream, V.consumer_config(config, params), "", wait)
 
-    def create_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, **params: Any) -> ConsumerInfo:
-        return self._put_consumer(stream, V.consumer_config(config, params), "create", None)
+    def create_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, timeout: Optional[float] = None, **params: Any) -> ConsumerInfo:
+        wait = call_timeout(timeout)
+        return self._put_consumer(stream, V.consumer_config(config, params), "create", wait)
 
-    def update_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, **params: Any) -> ConsumerInfo:
-        return self._put_consumer(stream, V.consumer_config(config, params), "update", None)
+    def update_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, timeout: Optional[float] = None, **params: Any) -> ConsumerInfo:
+        wait = call_timeout(timeout)
+        return self._put_consumer(stream, V.consumer_config(config, params), "update", wait)
 
     def pull_subscribe(
         self, subject: Optional[str] = None, durable: Optional[str] = None, stream: Optional[str] = None, config: Optional[ConsumerConfig] = None

@@ -121,6 +121,9 @@ def test_publish_add_consumer_and_consumer_info_take_a_timeout(js):
     assert created.name == "D" and created.config.ack_policy.value == "explicit"
     assert js.add_consumer("ORDERS", durable_name="E", timeout=2.0).name == "E"
     assert js.consumer_info("ORDERS", "D", timeout=2).num_pending == 7
+    # create_consumer and update_consumer take it alike (never "unknown consumer config field").
+    assert js.create_consumer("ORDERS", durable_name="F", timeout=2).name == "F"
+    assert js.update_consumer("ORDERS", durable_name="F", description="f", timeout=2).config.description == "f"
 
 
 @pytest.mark.parametrize(("timeout", "error"), [(0, ValueError), (-1, ValueError), (float("nan"), ValueError), ("2", TypeError), (True, TypeError)])
@@ -131,6 +134,8 @@ def test_a_bad_timeout_is_refused_and_nothing_is_done(jetspark_backend, timeout,
     for call in (
         lambda: js.publish("o.eu.new", b"x", timeout=timeout),
         lambda: js.add_consumer("ORDERS", durable_name="D", timeout=timeout),
+        lambda: js.create_consumer("ORDERS", durable_name="D", timeout=timeout),
+        lambda: js.update_consumer("ORDERS", durable_name="D", timeout=timeout),
         lambda: js.consumer_info("ORDERS", "D", timeout=timeout),
     ):
         with pytest.raises(error, match="^timeout must be a finite number of seconds"):
