@@ -19,7 +19,7 @@ import numpy as np
 from jetspark.errors import JetSparkError
 from jetspark.protocol.frames import Frames, parse_ints
 
-__all__ = ["AckFields", "FrameChunk", "ack_fields"]
+__all__ = ["AckFields", "DirectFields", "FrameChunk", "ack_fields", "direct_fields", "rfc3339_ns"]
 
 
 class AckFields:
@@ -61,6 +61,101 @@ def ack_fields(buf: bytes, f: Frames) -> AckFields:
     return AckFields(out[0], out[1], out[2], last)
 
 
+def _find_all(a: np.ndarray, starts: np.ndarray, pattern: bytes) -> np.ndarray:
+    """The positions among ``starts`` where ``pattern`` begins in ``a``."""
+    c = starts[starts + len(pattern) <= len(a)]
+    for k, byte in enumerate(pattern):
+        c = c[a[c + k] == byte]
+    return c
+
+
+def _days_from_civil(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Days since 1970-01-01 of proleptic Gregorian dates (H. Hinnant's algorithm)."""
+    y = y - (m <= 2)
+    era = np.floor_divide(y, 400)
+    yoe = y - era * 400
+    doy = (153 * (m + np.where(m > 2, -3, 9)) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+def rfc3339_ns(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """UTC times as the server writes them (``2026-11-24T01:49:36.660992921Z``, the fraction
+    optional) in ``a[lo:hi]`` -> ns since the epoch, and whether each had that form."""
+    ok = (hi - lo >= 20) & (hi - lo <= 30)
+    top = len(a) - 1
+
+    def at(k: int) -> np.ndarray:
+        return a[np.minimum(lo + k, top)]
+
+    for k, ch in ((4, b"-"), (7, b"-"), (10, b"T"), (13, b":"), (16, b":")):
+        ok &= at(k) == ch[0]
+    ok &= a[np.maximum(hi - 1, 0)] == ord("Z")
+    fields = []
+    for k, w in ((0, 4), (5, 2), (8, 2), (11, 2), (14, 2), (17, 2)):
+        v, good = parse_ints(a, lo + k, lo + k + w)
+        ok &= good
+        fields.append(v)
+    y, mo, d, h, mi, sec = fields
+    ok &= (y >= 1678) & (y <= 2261)  # (int64 ns)
+    has_frac = (hi - lo > 21) & (at(19) == ord("."))
+    ok &= has_frac | (hi - lo == 20)
+    f_lo, f_hi = lo + 20, np.maximum(hi - 1, lo + 20)
+    frac, good = parse_ints(a, f_lo, np.where(has_frac, f_hi, f_lo + 1))
+    ok &= ~has_frac | good & (f_hi - f_lo <= 9)
+    frac = np.where(has_frac, frac * 10 ** np.clip(9 - (f_hi - f_lo), 0, 9), 0)
+    days = _days_from_civil(y, mo, d)
+    return ((days * 24 + h) * 60 + mi) * 60 * 1_000_000_000 + sec * 1_000_000_000 + frac, ok
+
+
+class DirectFields:
+    """Per direct-get reply of a run: status or not, the message's subject span, sequence,
+    time (ns), where its own headers end (the server's begin there; 0: it has none), and
+    whether a status says nothing more is stored (404, or Nats-Num-Pending 0)."""
+
+    __slots__ = ("status", "subj_lo", "subj_hi", "seq", "time", "own_end", "ok")
+
+    def __init__(self, **kw) -> None:
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+
+def direct_fields(buf: bytes, f: Frames) -> DirectFields:
+    """Batched direct-get replies (``$JS.API.DIRECT.GET``): the server appends to each
+    message's own headers, in this order, ``Nats-Stream``, ``Nats-Subject``,
+    ``Nats-Sequence``, ``Nats-Time-Stamp`` (then others); read for the whole run at once.
+    Rows that are statuses (``NATS/1.0 <code>``) have ``status`` set and nothing else."""
+    a = np.frombuffer(buf, dtype=np.uint8)
+    n = len(f)
+    hdr_lo, data_lo = f.hdr_lo, f.data_lo
+    status = (data_lo - hdr_lo > 9) & (a[np.minimum(hdr_lo + 8, len(a) - 1)] == 32)
+    cr = np.flatnonzero(a == 13)
+    nats = _find_all(a, cr, b"\r\nNats-")
+    stream = _find_all(a, nats, b"\r\nNats-Stream: ")
+    subject = _find_all(a, nats, b"\r\nNats-Subject: ")
+    sequence = _find_all(a, nats, b"\r\nNats-Sequence: ")
+    stamp = _find_all(a, nats, b"\r\nNats-Time-Stamp: ")
+    ok = ~status
+
+    def after(points: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(points, pos)
+        return np.where(k < len(points), points[np.minimum(k, len(points) - 1)], -1) if len(points) else np.full(n, -1)
+
+    k = np.searchsorted(stream, data_lo) - 1
+    i = np.where(k >= 0, stream[np.maximum(k, 0)], -1) if len(stream) else np.full(n, -1)
+    ok &= i >= hdr_lo
+    j = after(subject, i)
+    q = after(sequence, j)
+    t = after(stamp, q)
+    e = after(cr, t + 19)
+    ok &= (j > i) & (q > j) & (t > q) & (e > t) & (e < data_lo)
+    seq, good = parse_ints(a, q + 17, t)
+    ok &= good
+    time, good = rfc3339_ns(a, t + 19, e)
+    ok &= good
+    return DirectFields(status=status, subj_lo=j + 16, subj_hi=q, seq=seq, time=time, own_end=np.where(i > hdr_lo + 8, i + 2, 0), ok=ok | status)
+
+
 def _spans(parts: list[tuple[bytes, Frames]], lo_name: str, hi_name: str) -> tuple[np.ndarray, bytes]:
     """Offsets (n + 1, int64) and the bytes of one span per frame, joined.  The spans of a
     buffer are in order and apart, so they are what is left of it once the bytes between
@@ -95,10 +190,11 @@ class FrameChunk:
     their stream sequences and times (ns) as arrays.  The list views (``subjects``,
     ``datas``, ``headers``, ``replies``, ``seqs``, ``times``) match ``puller.Chunk``'s."""
 
-    def __init__(self, parts: list[tuple[bytes, Frames]], seq_array: np.ndarray, time_array: np.ndarray) -> None:
+    def __init__(self, parts: list[tuple[bytes, Frames]], seq_array: np.ndarray, time_array: np.ndarray, headers: Optional[list] = None) -> None:
         self.parts = parts
         self.seq_array = seq_array
         self.time_array = time_array
+        self._headers = headers  # the header blocks, where they are no span of the frames (direct gets)
 
     def __len__(self) -> int:
         return len(self.seq_array)
@@ -127,6 +223,8 @@ class FrameChunk:
 
     @property
     def headers(self) -> list[Optional[bytes]]:
+        if self._headers is not None:
+            return self._headers
         return [h or None for h in self._list("headers")]
 
     @property

@@ -8,7 +8,9 @@ through a reader consumer (``puller.RangeRead``).  On a stream with
 one after another, each with ``Nats-Sequence``, ``Nats-Subject`` and
 ``Nats-Time-Stamp`` headers added to its own, then an end-of-batch status
 (``204 EOB``); a get removes nothing and delivers to no consumer.  One batch
-at a time, the next from the last sequence received, until ``hi``.
+at a time, the next from the last sequence received, until ``hi``.  The
+replies come as runs of frames (``fastpath.FrameInbox``) and their headers
+are read for a whole run at once (``protocol.deliveries.direct_fields``).
 Without ``allow_direct``, ``puller.GetRead`` (one MSG.GET per sequence) reads
 the range instead (docs/semantics.md §8; benchmarks/bench_remote.py).
 """
@@ -19,11 +21,15 @@ import asyncio
 import json
 from typing import Optional, Sequence
 
+import numpy as np
+
 from jetspark.errors import JetSparkError
 from jetspark.protocol import subjects as subj
+from jetspark.protocol.deliveries import FrameChunk, direct_fields
+from jetspark.protocol.frames import Frames
 from jetspark.remote import wire
-from jetspark.remote.fastpath import RawInbox, status_of
-from jetspark.remote.puller import Chunk, EndCheck
+from jetspark.remote.fastpath import FrameInbox, status_of
+from jetspark.remote.puller import EndCheck
 from jetspark.remote.session import Session
 
 __all__ = ["DirectRead", "strip_direct_headers"]
@@ -82,7 +88,7 @@ class DirectRead:
         self.returned_next = lo
         self.done = lo > hi
         self._subject = f"{session.api_prefix}.DIRECT.GET.{stream}"
-        self._inbox: Optional[RawInbox] = None
+        self._inbox: Optional[FrameInbox] = None
         self._inbox_subject = ""
         self._stamps = _Stamps()
         # Every replica answers direct gets: one catching up can say "no more" before hi.
@@ -91,7 +97,7 @@ class DirectRead:
     async def open(self) -> None:
         nc = await self.session.ready()
         self._inbox_subject = nc.new_inbox()
-        self._inbox = await RawInbox(public=self.session.public_path).open(nc, self._inbox_subject)
+        self._inbox = await FrameInbox(public=self.session.public_path).open(nc, self._inbox_subject)
 
     async def close(self) -> None:
         if self._inbox is not None:
@@ -106,19 +112,26 @@ class DirectRead:
         self.done = self.next > self.hi
         await self.open()
 
-    async def next_chunk(self, max_msgs: int) -> Chunk:
-        out = Chunk()
-        while len(out) < max_msgs:
+    async def next_chunk(self, max_msgs: int) -> FrameChunk:
+        parts: list = []
+        seqs: list = []
+        times: list = []
+        headers: list = []
+        n = 0
+        while n < max_msgs:
             if self.done:
                 if not await self.end_check.short(self.next - 1):
                     break
                 self.done = False
-            await self._batch(out, min(DIRECT_BATCH, max_msgs - len(out), self.hi - self.next + 1))
+            n += await self._batch(parts, seqs, times, headers, min(DIRECT_BATCH, max_msgs - n, self.hi - self.next + 1))
         self.returned_next = self.next
-        return out
+        if not parts:
+            return FrameChunk([], np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), [])
+        return FrameChunk(parts, np.concatenate(seqs), np.concatenate(times), headers)
 
-    async def _batch(self, out: Chunk, batch: int) -> None:
-        """One direct-get batch from ``self.next``, appended to ``out``."""
+    async def _batch(self, parts: list, seqs: list, times: list, headers: list, batch: int) -> int:
+        """One direct-get batch from ``self.next``, its messages appended (as frames whose
+        subject span is the ``Nats-Subject`` header's value); how many."""
         req: dict = {"seq": self.next, "batch": batch, "max_bytes": DIRECT_MAX_BYTES}
         if self.next_by_subj is not None:
             req["next_by_subj"] = self.next_by_subj
@@ -126,30 +139,59 @@ class DirectRead:
         await nc.publish(self._subject, json.dumps(req).encode(), reply=self._inbox_subject)
         timeout = self.session.timeout
         filters = self.filters if self.next_by_subj is None else None
+        got = 0
         while True:
             try:
-                items = await self._inbox.take(timeout)
+                runs = await self._inbox.take(timeout)
             except asyncio.TimeoutError as exc:
                 raise self.session.silence(f"a direct get of {batch} messages from stream {self.stream!r}", timeout) from exc
-            for _subject, _reply, data, hdr in items:
-                st = status_of(hdr)
-                if st is not None:
+            for buf, f in runs:
+                d = direct_fields(buf, f)
+                stat = np.flatnonzero(d.status)
+                end = int(stat[0]) if len(stat) else len(f)
+                got += self._messages(buf, f, d, end, filters, parts, seqs, times, headers)
+                if end < len(f):
+                    hdr = buf[f.hdr_lo[end] : f.data_lo[end]]
+                    st = status_of(hdr)
                     if st[0] == b"404" or b"\r\nNats-Num-Pending: 0\r\n" in hdr:
                         self.done = True  # nothing (more) stored at or after seq
                     elif st[0] != b"204":  # 204: the end of the batch
                         raise JetSparkError(f"direct get from stream {self.stream!r} answered {st[0].decode()} {st[1].decode(errors='replace')}")
-                    return
-                own, subject, seq, stamp = strip_direct_headers(hdr)
-                if seq > self.hi:
-                    self.done = True
-                    continue  # (the batch's end status still comes)
-                self.next = seq + 1
-                if seq >= self.hi:
-                    self.done = True
-                if filters is not None and not subj.matches_any(filters, subject.decode()):
-                    continue
-                out.subjects.append(subject)
-                out.datas.append(data)
-                out.headers.append(own)
-                out.seqs.append(seq)
-                out.times.append(self._stamps.ns(stamp))
+                    return got
+
+    def _messages(self, buf: bytes, f, d, end: int, filters, parts: list, seqs: list, times: list, headers: list) -> int:
+        """The messages among the first ``end`` replies of a run, kept up to ``hi``."""
+        if not end:
+            return 0
+        seq, time = d.seq[:end], d.time[:end]
+        subj_lo, subj_hi = d.subj_lo[:end], d.subj_hi[:end]
+        for i in np.flatnonzero(~d.ok[:end]).tolist():  # (a reply the array reading did not take: read it here)
+            hl, dl = int(f.hdr_lo[i]), int(f.data_lo[i])
+            _own, subject, seq[i], stamp = strip_direct_headers(buf[hl:dl])
+            time[i] = self._stamps.ns(stamp)
+            subj_lo[i] = buf.rfind(b"\r\nNats-Subject: ", hl, dl) + 16
+            subj_hi[i] = subj_lo[i] + len(subject)
+        keep = seq <= self.hi
+        if not keep.all():
+            self.done = True  # past hi (the batch's end status still comes)
+        if keep.any():
+            last = int(seq[keep][-1])
+            self.next = last + 1
+            if last >= self.hi:
+                self.done = True
+        if filters is not None:
+            keep &= np.array([subj.matches_any(filters, buf[a:b].decode()) for a, b in zip(subj_lo.tolist(), subj_hi.tolist())], dtype=bool)
+        sel = np.flatnonzero(keep)
+        if not len(sel):
+            return 0
+        g = f[:end]
+        frames = Frames(g.kind[sel], g.sid[sel], subj_lo[sel], subj_hi[sel], g.reply_lo[sel], g.reply_hi[sel], g.hdr_lo[sel], g.data_lo[sel], g.data_hi[sel])
+        parts.append((buf, frames))
+        seqs.append(seq[sel])
+        times.append(time[sel])
+        own = [None] * len(sel)
+        own_end = d.own_end[:end][sel]
+        for k in np.flatnonzero(own_end).tolist():
+            own[k] = buf[int(frames.hdr_lo[k]) : int(own_end[k])] + b"\r\n"
+        headers.extend(own)
+        return len(sel)

@@ -184,34 +184,37 @@ class FrameFeed:
                 if handler is not None:
                     handler(buf, f)
                 return
-        i = 0
-        while i < n:
-            if is_bulk is not None and is_bulk[i]:
-                sid = f.sid[i]
-                j = i + 1
-                while j < n and is_bulk[j] and f.sid[j] == sid:
-                    j += 1
-                handler = bulk.get(int(sid))
+            if not is_bulk.any():
+                is_bulk = None
+        if is_bulk is None:
+            await self._each(buf, f)
+            return
+        # Alternating stretches: bulk runs of one sid, and frames for nats-py's callbacks.
+        key = np.where(is_bulk, f.sid, -1)
+        edges = [0, *(np.flatnonzero(key[1:] != key[:-1]) + 1).tolist(), n]
+        for i, j in zip(edges, edges[1:]):
+            if is_bulk[i]:
+                handler = bulk.get(int(f.sid[i]))
                 if handler is not None:  # (gone: dropped, as nats-py drops a message of a sid it no longer has)
                     handler(buf, f[i:j])
-                i = j
-                continue
-            await self._one(buf, f, i)
-            i += 1
+            else:
+                await self._each(buf, f[i:j])
 
-    async def _one(self, buf: bytes, f: F.Frames, i: int) -> None:
-        kind, sid, sl, sh, rl, rh, hl, dl, dh = (int(getattr(f, c)[i]) for c in F.Frames.__slots__)
+    async def _each(self, buf: bytes, f: F.Frames) -> None:
+        """Each frame where nats-py's parser would send it, in order."""
         nc = self.nc
-        if kind <= F.HMSG:
-            await nc._process_msg(sid, buf[sl:sh], buf[rl:rh], buf[dl:dh], buf[hl:dl] if dl > hl else None)
-        elif kind == F.PING:
-            await nc._process_ping()
-        elif kind == F.PONG:
-            await nc._process_pong()
-        elif kind == F.INFO:
-            await nc._process_info(json.loads(buf[sl:sh].decode()))
-        elif kind == F.ERR:
-            await nc._process_err(buf[sl:sh].decode().lower())
+        process_msg = nc._process_msg
+        for kind, sid, sl, sh, rl, rh, hl, dl, dh in zip(*(getattr(f, c).tolist() for c in F.Frames.__slots__)):
+            if kind <= F.HMSG:
+                await process_msg(sid, buf[sl:sh], buf[rl:rh], buf[dl:dh], buf[hl:dl] if dl > hl else None)
+            elif kind == F.PING:
+                await nc._process_ping()
+            elif kind == F.PONG:
+                await nc._process_pong()
+            elif kind == F.INFO:
+                await nc._process_info(json.loads(buf[sl:sh].decode()))
+            elif kind == F.ERR:
+                await nc._process_err(buf[sl:sh].decode().lower())
 
 
 class RawHeaders(dict):
