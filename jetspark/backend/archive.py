@@ -31,6 +31,7 @@ in between.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import datetime as _dt
 import hashlib
@@ -268,7 +269,7 @@ class Archive:
             for chunk in self.read_part(f["path"]):
                 meter.add(len(chunk))
 
-    def read_part(self, rel: str) -> Iterator[bytes]:
+    def read_part(self, rel: str) -> Iterator[builtins.bytes]:  # builtins: this class has a bytes()
         """The part's bytes in chunks; CorruptBackupError (after the last chunk at the latest)
         if it is missing, or its size or SHA-256 is not the manifest's."""
         entry = next(f for f in self.files if f["path"] == rel)

@@ -206,6 +206,8 @@ class MessagesBase:
     """What both backends' ``Messages`` do alike: iterate with ``next()``, and ``stop()`` on
     leaving a ``with`` block.  A subclass has ``next(timeout)`` and ``stop()``."""
 
+    stop: Callable[[], None]  # (the subclass's; declared for the type checker)
+
     def __iter__(self):
         return self
 

@@ -51,7 +51,7 @@ class PublishWindow:
     def _done(self, fut: Future) -> None:
         with self._cond:
             self._pending.discard(fut)
-            if self._cond._waiters:  # (a Condition's own list: most calls find no one waiting)
+            if self._cond._waiters:  # type: ignore[attr-defined]  # (a Condition's own list: most calls find no one waiting)
                 self._cond.notify_all()
 
     def pending(self) -> int:

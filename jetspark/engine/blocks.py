@@ -49,7 +49,8 @@ class Block:
             self.sfd = os.open(f"{path}.sum", flags, 0o644)
         except FileNotFoundError:
             self.sfd = -1  # no interval checksums: readers check each record's own
-        self.imm = self.dmm = None
+        self.imm: mmap.mmap | None = None
+        self.dmm: mmap.mmap | None = None
         self.dcap = 0
         self.ialloc = self.dalloc = 0  # bytes of the mapped files known to have disk space
         self.verified: list[tuple[int, int]] = []  # sequence ranges whose checksums held (see verify.verify)

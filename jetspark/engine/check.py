@@ -263,11 +263,11 @@ def check_records(storage, repair: bool) -> tuple[list[Problem], list[int]]:
                     repaired=repair,
                 )
             )
-    for path in recovery.orphans(s):
-        if path.exists():
-            problems.append(Problem(str(path), "a block file no committed sequence refers to (left by a crash)", repaired=repair))
+    for orphan in recovery.orphans(s):
+        if orphan.exists():
+            problems.append(Problem(str(orphan), "a block file no committed sequence refers to (left by a crash)", repaired=repair))
             if repair:
-                path.unlink(missing_ok=True)
+                orphan.unlink(missing_ok=True)
     return problems, dropped
 
 

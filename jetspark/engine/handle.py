@@ -713,7 +713,7 @@ class JetStream(HandleBase):
             if not self._broken or not subj.is_valid(subject):
                 raise NoStreamResponseError(subject)
             st = self._unrouted(subject)
-        return st
+        return st  # type: ignore[return-value]  # (not the _UNROUTED sentinel: replaced above)
 
     @staticmethod
     def _store(st: Stream, subject: str, payload: bytes, headers: Optional[dict]) -> PubAck:
@@ -920,7 +920,7 @@ class JetStream(HandleBase):
                 name, cname, headers_only = st.name, c.name, bool(c.config.headers_only)
                 # num_pending after each delivery: the new messages still to come after it.
                 new_after = sum(1 for _, _, n in out if n == 1)
-                msgs = []
+                msgs: list = []
                 append = msgs.append
                 for (sseq, cseq, delivered), (subject, hdr, data, ts) in zip(out, recs):
                     if delivered == 1:
@@ -944,7 +944,7 @@ class JetStream(HandleBase):
         if not self._acks:
             return
         with self._lock:
-            acks, by_consumer = self._acks, {}
+            acks, by_consumer = self._acks, dict[tuple, list]()
             for _ in range(len(acks)):  # those there now; later ones wait for the next flush
                 meta = acks.popleft()
                 by_consumer.setdefault((meta[0], meta[1]), []).append((meta[2], meta[3]))

@@ -57,7 +57,7 @@ def _rotl1(x):
     return ((x << 1) | (x >> 31)) & _M32
 
 
-def record_crc(seq: int, ts: int, sid: int, hdr: bytes, data: bytes) -> int:
+def record_crc(seq: int, ts: int, sid: int, hdr: bytes | memoryview, data: bytes | memoryview) -> int:
     """A record's checksum: crc32 of the payload, xor the header block's crc32 rotated
     (so a header and a payload cannot stand in for each other), xor the record's
     (seq, ts, subject) mix.  Without headers it is crc32(payload) ^ mix."""

@@ -56,7 +56,7 @@ class RemovedSet:
         if upto <= pos0:
             return []
         raw = self.journals.read("ops", upto - pos0, pos0)
-        pos, out = 0, []
+        pos, out = 0, list[tuple[int, int]]()
         while pos < len(raw):
             if pos + OPS_RECORD.size > len(raw):
                 raise CorruptStoreError(f"{self.journals.path('ops')}: truncated record at {pos0 + pos}", self.journals.path("ops"))

@@ -14,6 +14,7 @@ past what the live slot says.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import mmap
 import os
@@ -67,7 +68,7 @@ class StreamHeader:
     # with the highest generation <= jgen (see journals.Journals.open_generation).  0: the
     # original names, which is also what stores written before compaction existed hold.
     jgen: int = 0
-    last_id: bytes = b""  # Nats-Msg-Id of the last stored message (Nats-Expected-Last-Msg-Id)
+    last_id: builtins.bytes = b""  # Nats-Msg-Id of the last stored message (Nats-Expected-Last-Msg-Id); builtins: a field above is named bytes
     # CRC-32s of the payload, header and index bytes of the tail block's records since its
     # last checkpoint: what a reader checks that open interval against (verify.verify).
     tail_dcrc: int = 0
@@ -109,7 +110,8 @@ def unpack_slot(raw: bytes) -> Optional[StreamHeader]:
     if zlib.crc32(raw[: SLOT.size]) != crc:
         return None
     v = SLOT.unpack_from(raw)
-    return StreamHeader(*v[: len(FIELDS)], last_id=v[17][: v[16]], tail_dcrc=v[18], tail_hcrc=v[19], tail_icrc=v[20])
+    # (mypy cannot tell that v[: len(FIELDS)] stops before last_id)
+    return StreamHeader(*v[: len(FIELDS)], last_id=v[17][: v[16]], tail_dcrc=v[18], tail_hcrc=v[19], tail_icrc=v[20])  # type: ignore[misc]
 
 
 class HeaderFile:

@@ -77,6 +77,8 @@ def load_stream_meta(home: Path, fsync: bool = False) -> dict:
 class Stream:
     """A stream of the store, shared safely by every process that opens it."""
 
+    uid: str  # the stream directory's identity, set by the handle that opens it
+
     def __init__(self, home: Path, data_dir: Path, clock: Callable[[], int], fsync: bool, meta: Optional[dict] = None) -> None:
         self.home = home  # persistent: config.json (and its mirror), lock
         self.clock = clock
@@ -214,7 +216,8 @@ class Stream:
             if s.remove_first() and self.consumers.by_name:
                 self.consumers.dropped(np.array([seq], dtype=np.int64))
             return
-        out, seq = [], s.header.first_seq
+        out: list = []
+        seq = s.header.first_seq
         while len(out) < n and seq <= s.header.last_seq:
             b = min(s.header.last_seq, seq + max(n - len(out), 64) * 2)
             live = np.flatnonzero(~s.dead_mask(seq, b)) + seq
@@ -465,7 +468,7 @@ class Stream:
                 c.purged(first)
             elif c.filters and all(subj.subset(f, subject) for f in c.filters):
                 mask = _mask_of(len(s.subjects), [i for i, n in enumerate(s.subjects) if subj.matches(subject, n)])
-                left = s.seqs_of_subjects(mask, s.header.first_seq, s.header.last_seq) if s.header.msgs else []
+                left: np.ndarray | list[int] = s.seqs_of_subjects(mask, s.header.first_seq, s.header.last_seq) if s.header.msgs else []
                 c.purged(int(left[0]) if len(left) else s.header.last_seq + 1)
             elif not subj.is_literal(subject) and (not c.filters or any(subj.collide(f, subject) for f in c.filters)):
                 c.purged(first, wider=True)
