@@ -560,7 +560,7 @@ class Consumer:
             self.delivered_ns = now
             self.write(DELIVER, np.concatenate([np.array(redelivered, dtype=_ITEM)] + items[1:]))
         if gone:
-            self.drop(np.array(sorted(gone), dtype=np.int64), now)
+            self.drop(np.array(sorted(gone), dtype=np.int64))
         return out
 
     def _new_seqs(self, room: int) -> list[int]:
