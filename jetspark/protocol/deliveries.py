@@ -114,6 +114,14 @@ class DirectFields:
     whether a status says nothing more is stored (404, or Nats-Num-Pending 0)."""
 
     __slots__ = ("status", "subj_lo", "subj_hi", "seq", "time", "own_end", "ok")
+    # Set by __init__ from its keywords (declared for the type checker).
+    status: np.ndarray
+    subj_lo: np.ndarray
+    subj_hi: np.ndarray
+    seq: np.ndarray
+    time: np.ndarray
+    own_end: np.ndarray
+    ok: np.ndarray
 
     def __init__(self, **kw) -> None:
         for k, v in kw.items():

@@ -64,6 +64,16 @@ class Frames:
     ``INFO`` keep their argument in ``subj_lo:subj_hi``."""
 
     __slots__ = _COLUMNS
+    # The columns, set by __init__ from _COLUMNS (declared for the type checker).
+    kind: np.ndarray
+    sid: np.ndarray
+    subj_lo: np.ndarray
+    subj_hi: np.ndarray
+    reply_lo: np.ndarray
+    reply_hi: np.ndarray
+    hdr_lo: np.ndarray
+    data_lo: np.ndarray
+    data_hi: np.ndarray
 
     def __init__(self, *columns: np.ndarray) -> None:
         for name, col in zip(_COLUMNS, columns):
