@@ -28,9 +28,10 @@ from jetspark.errors import (
     error_from_response,
 )
 from jetspark.protocol import headers as H
+from jetspark.protocol.deliveries import puback_fields
 from jetspark.protocol.msg_ids import blocks as msg_id_blocks
 from jetspark.remote import jsapi
-from jetspark.remote.fastpath import RawInbox, raw_writer, status_of
+from jetspark.remote.fastpath import FrameInbox, raw_writer, status_of
 from jetspark.remote.reads import from_numpy
 from jetspark.remote.retry import TRANSIENT_ERR_CODES, Retrier
 from jetspark.remote.session import PROGRESS, Session
@@ -142,13 +143,14 @@ async def _publish_rows(session: Session, subjects: list[bytes], datas: list[byt
     inbox_subject = nc.new_inbox()
     prefix = inbox_subject.encode() + b"."
     slen = len(prefix)
-    inbox = await RawInbox(public=session.public_path).open(nc, inbox_subject + ".*")
+    inbox = await FrameInbox(public=session.public_path).open(nc, inbox_subject + ".*")
     window = session.options.publish_window
     write = raw_writer(nc, public=session.public_path)
     sent = got = 0
     first_error: Optional[tuple[int, JetSparkError]] = None
     acks.refusal = None
     timeout = session.timeout
+    contiguous = m == n  # (every row: slices of the lists, no index per row)
     try:
         while got < sent or (sent < m and first_error is None and acks.refusal is None):
             # Write as much as the window allows, one protocol write per chunk of rows.
@@ -157,13 +159,15 @@ async def _publish_rows(session: Session, subjects: list[bytes], datas: list[byt
                 if not nc.is_connected:
                     await session.ready(timeout)
                 if write is not None:
-                    parts = []
+                    rows = range(sent, end) if contiguous else todo[sent:end]
                     if blocks is None:
-                        for i in todo[sent:end]:
-                            d = datas[i]
-                            parts.append(b"PUB %b %b%d %d\r\n%b\r\n" % (subjects[i], prefix, i, len(d), d))
+                        sub = subjects[sent:end] if contiguous else [subjects[i] for i in rows]
+                        dat = datas[sent:end] if contiguous else [datas[i] for i in rows]
+                        line = (b"PUB %b " + prefix.replace(b"%", b"%%") + b"%d %d\r\n%b\r\n").__mod__
+                        parts = list(map(line, zip(sub, rows, map(len, dat), dat)))
                     else:
-                        for i in todo[sent:end]:
+                        parts = []
+                        for i in rows:
                             d, h = datas[i], blocks[i]
                             if h:
                                 parts.append(b"HPUB %b %b%d %d %d\r\n%b%b\r\n" % (subjects[i], prefix, i, len(h), len(h) + len(d), h, d))
@@ -178,50 +182,64 @@ async def _publish_rows(session: Session, subjects: list[bytes], datas: list[byt
             if got >= sent:
                 continue
             try:
-                items = await inbox.take(timeout)
+                runs = await inbox.take(timeout)
             except asyncio.TimeoutError as exc:
                 raise session.silence(f"PubAcks of publish_batch ({sent - got} outstanding)", timeout) from exc
-            for subject, _reply, d, hdr in items:
-                i = int(subject[slen:])
-                if answered[i]:
-                    continue
-                answered[i] = True
-                got += 1
-                err: Optional[JetSparkError] = None
-                j = d.find(b'"seq":')
-                if j >= 0 and b'"error"' not in d:
-                    j += 6
-                    k = d.find(b",", j)
-                    if k < 0:
-                        k = d.find(b"}", j)
-                    seqs[i] = int(d[j:k])
-                    done[i] = True
-                    if b'"duplicate":' in d and (b'"duplicate": true' in d or b'"duplicate":true' in d):
-                        dups[i] = True
-                    continue
-                if hdr and (status_of(hdr) or (b"",))[0] == b"503":
-                    err = NoStreamResponseError(subjects[i].decode())
-                    if acks.refusal is None:  # (the rows were checked against the stream's subjects: its leader is gone)
-                        acks.refusal = err
-                    continue
-                if b'"error"' in d:
-                    err = error_from_response(json.loads(d)["error"])
-                    if isinstance(err, APIError) and err.err_code in TRANSIENT_ERR_CODES:
-                        if acks.refusal is None:
-                            acks.refusal = err
+            for buf, f in runs:
+                at, rows_, seq, dup, plain = puback_fields(buf, f, slen, n)
+                new = ~answered[rows_]
+                # (a row answered twice counts once: the first answer stands)
+                fast = new & plain
+                idx = rows_[fast]
+                seqs[idx], dups[idx], done[idx], answered[idx] = seq[fast], dup[fast], True, True
+                got += int(fast.sum())
+                for k in np.flatnonzero(new & ~plain).tolist():
+                    i = int(rows_[k])
+                    if answered[i]:
                         continue
-                else:
-                    err = JetSparkError(f"unexpected PubAck for row {i}: {d[:200]!r}")
-                if first_error is None or i < first_error[0]:
-                    first_error = (i, err)
+                    answered[i] = True
+                    got += 1
+                    d = buf[f.data_lo[at[k]] : f.data_hi[at[k]]]
+                    hdr = buf[f.hdr_lo[at[k]] : f.data_lo[at[k]]]
+                    err = _slow_puback(i, d, hdr, subjects, seqs, dups, done, acks)
+                    if err is not None and (first_error is None or i < first_error[0]):
+                        first_error = (i, err)
     finally:
         await inbox.close()
     if first_error is not None:
-        row, err = first_error
+        row, refused = first_error
         stored = int(done.sum())
-        add_note(err, f"row {row} of the batch was refused; {stored} of {n} rows were stored, {m - sent} were not sent")
+        add_note(refused, f"row {row} of the batch was refused; {stored} of {n} rows were stored, {m - sent} were not sent")
         acks.noted = True
-        raise err
+        raise refused
+
+
+def _slow_puback(i: int, d: bytes, hdr: bytes, subjects, seqs, dups, done, acks: "_Acks") -> Optional[JetSparkError]:
+    """A PubAck the array reading left (an error, a status, another layout): the row's
+    outcome recorded; the error that refuses it for good, if any."""
+    j = d.find(b'"seq":')
+    if j >= 0 and b'"error"' not in d:
+        j += 6
+        k = d.find(b",", j)
+        if k < 0:
+            k = d.find(b"}", j)
+        seqs[i] = int(d[j:k])
+        done[i] = True
+        if b'"duplicate":' in d and (b'"duplicate": true' in d or b'"duplicate":true' in d):
+            dups[i] = True
+        return None
+    if hdr and (status_of(hdr) or (b"",))[0] == b"503":
+        if acks.refusal is None:  # (the rows were checked against the stream's subjects: its leader is gone)
+            acks.refusal = NoStreamResponseError(subjects[i].decode())
+        return None
+    if b'"error"' in d:
+        err = error_from_response(json.loads(d)["error"])
+        if isinstance(err, APIError) and err.err_code in TRANSIENT_ERR_CODES:
+            if acks.refusal is None:
+                acks.refusal = err
+            return None
+        return err
+    return JetSparkError(f"unexpected PubAck for row {i}: {d[:200]!r}")
 
 
 async def publish_one_raw(session: Session, subject: str, payload: bytes, hdr: bytes) -> PubAck:
