@@ -189,7 +189,7 @@ class DirectRead:
         parts.append((buf, frames))
         seqs.append(seq[sel])
         times.append(time[sel])
-        own = [None] * len(sel)
+        own: list[Optional[bytes]] = [None] * len(sel)
         own_end = d.own_end[:end][sel]
         for k in np.flatnonzero(own_end).tolist():
             own[k] = buf[int(frames.hdr_lo[k]) : int(own_end[k])] + b"\r\n"

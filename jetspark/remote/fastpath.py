@@ -230,7 +230,7 @@ class Client(_NATS):
         super().__init__(*args, **kwargs)
         self._raw_handlers: dict[int, RawHandler] = {}
         if FRAME_FEED:
-            self._ps = FrameFeed(self)
+            self._ps = FrameFeed(self)  # type: ignore[assignment]  # (it stands in for nats-py's Parser)
 
     if RAW_DELIVERY:
 
@@ -445,7 +445,7 @@ def frames_of(items: list) -> tuple[bytes, F.Frames]:
     at = 0
     for subject, reply, data, hdr in items:
         hdr = hdr or b""
-        row = (F.HMSG if hdr else F.MSG, 0, at, at + len(subject))
+        row: tuple[int, ...] = (F.HMSG if hdr else F.MSG, 0, at, at + len(subject))
         at += len(subject)
         row += (at, at + len(reply))
         at += len(reply)

@@ -95,7 +95,7 @@ class Messages(live.MessagesBase):
         self._ended = False  # a final status came: no more pull requests
         self._activity = time.monotonic()
         self._inbox = ""
-        self._sub = None
+        self._sub: Any = None
         session.run(self._open(), what=f"subscribing to consumer {sub.consumer!r} of stream {sub.stream!r}")
         session.live.add(self)
 

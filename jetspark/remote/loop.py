@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Callable, Coroutine, Optional
 
 __all__ = ["Loop", "LoopTimeout"]
 
@@ -52,7 +52,7 @@ class Loop:
     def in_loop_thread(self) -> bool:
         return threading.current_thread() is self.thread
 
-    def run(self, coro: Awaitable, timeout: Optional[float]) -> Any:
+    def run(self, coro: Coroutine[Any, Any, Any], timeout: Optional[float]) -> Any:
         """The coroutine's result; ``LoopTimeout`` after ``timeout`` seconds (None: no limit,
         for coroutines that bound themselves)."""
         if self.in_loop_thread():
@@ -74,7 +74,7 @@ class Loop:
         except concurrent.futures.CancelledError:
             raise LoopTimeout() from None
 
-    def spawn(self, coro: Awaitable) -> concurrent.futures.Future:
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future:
         """Start a coroutine without waiting for it."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 

@@ -20,7 +20,7 @@ import base64
 import collections
 import json
 import logging
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 from nats.nuid import NUID
@@ -115,7 +115,7 @@ class Puller:
         self._requests: collections.deque[int] = collections.deque()  # messages each open request may still bring
         self._served = 0  # requests served in full whose closing status has not come yet
         self._inbox: Optional[FrameInbox] = None
-        self._nc = None
+        self._nc: Any = None
         self._inbox_subject = ""
         self._subject = f"{session.api_prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         self._max_bytes = PULL_MAX_BYTES
@@ -426,13 +426,13 @@ class RangeRead:
             return
         await self.puller.start()
 
-    async def next_chunk(self, max_msgs: int) -> Chunk:
+    async def next_chunk(self, max_msgs: int) -> Chunk | FrameChunk:
         chunk = await self._next_chunk(max_msgs)
         if len(chunk):
             self.returned = chunk.seqs[-1]
         return chunk
 
-    async def _next_chunk(self, max_msgs: int) -> Chunk:
+    async def _next_chunk(self, max_msgs: int) -> Chunk | FrameChunk:
         while True:
             chunk = await self.puller.next_chunk(max_msgs)
             if len(chunk) or not self.puller.done:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from contextlib import closing
-from typing import Iterator, Optional
+from typing import Generator, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -84,7 +84,7 @@ def _read_gen(session, info, lo, hi, filters, batch_size, headers) -> Iterator[p
         yield _to_batch(stream, chunk, headers)
 
 
-def _chunks(session: Session, reader, batch_size: int, what: str, opened=None) -> Iterator[Chunk]:
+def _chunks(session: Session, reader, batch_size: int, what: str, opened=None) -> Generator[Chunk, None, None]:
     """A range reader's chunks until the range is read; the reader is closed at the end, also
     when the caller stops early.  ``opened(reader)`` runs once it is open.
 
