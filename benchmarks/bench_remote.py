@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import os
 import shutil
 import socket
@@ -471,12 +472,60 @@ class Bench:
             )
         ]  # fmt: skip
 
+    # ---- row 5 ------------------------------------------------------------------
+
+    def row_memory(self) -> list[Row]:
+        """Peak memory of a fresh process reading ``rss_msgs`` messages with read_batches."""
+        import subprocess
+
+        n = self.rss_msgs
+        self.fill("BIG", n)
+        child = subprocess.run(
+            [sys.executable, "-c", _RSS_CHILD, self.server.url, "BIG", str(n)], capture_output=True, text=True, timeout=3600, cwd=str(be.ROOT)
+        )
+        if child.returncode != 0:
+            raise RuntimeError(f"the reading process failed: {child.stderr[-500:]}")
+        got = json.loads(child.stdout.strip().splitlines()[-1])
+        self.js.delete_stream("BIG")
+        peak, base = got["hwm_kb"] / 1024, got["base_kb"] / 1024
+        return [
+            Row(
+                "5", f"peak RSS of a process reading {n:,} msgs with read_batches (65,536-row batches, each dropped)", f"{peak:,.0f} MB", "-",
+                f"{peak - base:,.0f} MB over its start", "< 500 MB", verdict([(peak < 500, ">= 500 MB")]),
+                f"{got['rate']:,.0f} msg/s; {got['cpu_us']:.2f} us CPU/msg",
+                [f"a fresh Python process: VmHWM (its own peak) after reading, {base:,.0f} MB after its imports, connect and a first "
+                 "1,000-message read; a reader holds at most its pulls in flight (2 x 16,384 msgs or 16 MiB each) and one batch."],
+            )
+        ]  # fmt: skip
+
+
+_RSS_CHILD = """
+import json, sys, time
+import jetspark
+
+def hwm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+url, stream, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+js = jetspark.connect(url, timeout=60)
+sum(b.num_rows for b in js.read_batches(stream, 1, 1000))
+base = hwm()
+cpu, t = time.process_time(), time.perf_counter()
+rows = sum(b.num_rows for b in js.read_batches(stream, 1, n))
+dt, cpu = time.perf_counter() - t, time.process_time() - cpu
+assert rows == n, rows
+print(json.dumps({"hwm_kb": hwm(), "base_kb": base, "rate": n / dt, "cpu_us": cpu / n * 1e6}))
+"""
+
 
 def print_table(rows: list[Row]) -> None:
     be.print_table(rows, anchor="nats-py anchor (median)", value="jetspark nats:// (median)")
 
 
-SECTIONS = ("1", "2", "3", "4")
+SECTIONS = ("1", "2", "3", "4", "5")
 
 
 def main(argv=None) -> int:
@@ -484,8 +533,11 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
     parser.add_argument("--dir", type=Path, default=None, help="where the nats-server data goes (default: the system temp dir)")
     parser.add_argument(
-        "--only", default=",".join(SECTIONS), help="comma-separated rows to run (1: range read, 2: batch append, 3: work-queue read, 4: publish_async)"
+        "--only",
+        default="1,2,3,4",
+        help="comma-separated rows to run (1: range read, 2: batch append, 3: work-queue read, 4: publish_async, 5: peak RSS; 5 only when named)",
     )
+    parser.add_argument("--rss-msgs", type=int, default=10_000_000, help="messages row 5 reads (default 10,000,000: minutes)")
     args = parser.parse_args(argv)
     only = chosen_rows(parser, args.only, SECTIONS)
     sizes = QUICK if args.quick else FULL
@@ -502,12 +554,14 @@ def main(argv=None) -> int:
             base, "jetspark nats:// backend benchmark", f"{be.PAYLOAD_SIZE}-byte payloads, file storage; both sides on one local nats-server", sizes, args.quick
         )
         bench = Bench(sizes, base)
+        bench.rss_msgs = args.rss_msgs
         errors += be.run_rows(
             [
                 ("1", "range read", bench.row_read),
                 ("2", "batch append", bench.row_publish),
                 ("3", "work-queue read", bench.row_work_queue),
                 ("4", "publish_async", bench.row_publish_async),
+                ("5", "peak RSS", bench.row_memory),
             ],
             only,
             rows,
