@@ -119,8 +119,9 @@ JetStreamDataSource.__doc__ = f"""``format("jetstream")``: batch and micro-batch
 
 Read with ``spark.read`` / ``spark.readStream``, write with ``df.write`` /
 ``df.writeStream``, after ``jetspark.register(spark)``.  Options are given with
-``.option(name, value)``; names are case-insensitive, and an option that does
-not apply is refused with ``OptionError`` naming the accepted ones.
+``.option(name, value)``; names are case-insensitive.  An unknown option is
+refused with ``OptionError`` listing the accepted ones, and one that does not
+apply there (``endingOffsets`` on a stream) with one saying why.
 
 Source columns: ``stream``, ``subject``, ``seq``, ``timestamp``, ``data``, and
 ``headers`` with ``includeHeaders``.  Sink columns: ``subject``, ``data``,
