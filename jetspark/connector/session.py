@@ -52,7 +52,7 @@ def local_session(app_name: str = "jetspark", master: str = "local[2]", *, jvm_s
     Under Spark Connect (``SPARK_REMOTE`` set, e.g. ``sc://host:15002`` or ``local[2]``)
     it is a Connect session instead: Spark's own settings belong to the server then
     (its Python must have jetspark installed), and only the format is registered, with
-    the session setting its batch reads need (README "Spark Connect").
+    the session setting its batch reads need (docs/guides/spark-connect.md).
 
     ``jvm_started``: called once Spark's JVM runs, before the SparkContext is made in it
     (not under Spark Connect, nor when the JVM already ran).  What it raises gives up the

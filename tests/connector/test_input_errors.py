@@ -1,7 +1,7 @@
 """Bad input to the connector: a store that does not exist, sink columns of the wrong
 type, nulls where a message needs a value, a sink stream that does not exist, a schema
 given to the reader that is not the source's.  Each fails with an error that names what is
-wrong and what is accepted, and writes nothing (README "Sink", "Read options")."""
+wrong and what is accepted, and writes nothing (docs/guides/spark-sink.md, docs/reference/options.md)."""
 
 from __future__ import annotations
 

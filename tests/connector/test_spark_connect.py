@@ -1,5 +1,5 @@
 """Spark Connect: a batch read (with a pushed-down filter), an AvailableNow streaming read and
-the jetstream sink through a Connect session (README "Spark Connect").
+the jetstream sink through a Connect session (docs/guides/spark-connect.md).
 
 A process has one JVM, and the suite's own (classic) session holds this one, so the
 Connect session runs in a child process: ``SPARK_REMOTE=local[2]`` there makes

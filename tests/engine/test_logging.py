@@ -1,5 +1,5 @@
 """The engine's DEBUG lines (the ``jetspark`` logger): a store and a stream opened, retention
-removals, a journal compacted.  Quiet at the default level (README "Logging")."""
+removals, a journal compacted.  Quiet at the default level (docs/guides/logging.md)."""
 
 from __future__ import annotations
 
