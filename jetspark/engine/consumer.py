@@ -571,8 +571,6 @@ class Consumer:
                 q = self.last_per_subject.pop(0)
                 if q >= self.next_stream_seq and s.is_live(q):
                     found.append(q)
-            if not self.last_per_subject and found:
-                return found
             if len(found) >= room:
                 return found
         start = max(self.next_stream_seq, s.header.first_seq, found[-1] + 1 if found else 0)

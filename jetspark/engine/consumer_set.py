@@ -241,12 +241,15 @@ class ConsumerSet:
         if policy == DeliverPolicy.BY_START_TIME:
             return max(self.stream.seq_at_time(datetime_to_ns(config.opt_start_time)), first), []
         if policy == DeliverPolicy.LAST_PER_SUBJECT:
+            if self.stream.config.max_msgs_per_subject == 1:
+                return first, []  # every message is its subject's last: the server starts as deliver all
             count = s.ensure_stats()[0]
             sids = np.flatnonzero(count > 0)
             m = c.sid_mask()
             lasts = sorted(s.subject_last(int(i)) for i in sids if m is None or m[i])
             if not lasts:
-                return h.last_seq + 1, []
+                # The server starts at the last message (which the filter does not match), not after it.
+                return (h.last_seq if h.msgs else h.last_seq + 1), []
             return lasts[0], lasts
         return first, []
 

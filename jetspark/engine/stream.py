@@ -332,22 +332,39 @@ class Stream:
 
         ts = self.now()
         if not interested:
-            # Not stored, but the sequence is consumed (docs/semantics.md §3.3).
+            # Not stored, but the sequence is consumed (docs/semantics.md §3.3) and the id
+            # becomes the last one; a rollup still purges what it covers, after the skip.
             seq = s.append_skip(ts)
+            h.last_id = _id_key(msg_id or "")
+            if rollup is not None:
+                self._rollup(rollup, subject, seq)
         else:
             seq = s.append(subject, hdr, data, ts)
             h.last_id = _id_key(msg_id or "")
             sid = s.subject_ids[subject]
-            if rollup == "sub":
-                prior = s.seqs_of_subjects(_mask_of(len(s.subjects), [sid]), s.header.first_seq, seq - 1)
-                self.remove(prior)
-            elif rollup == "all":
-                self.remove_range(s.header.first_seq, seq - 1)
+            if rollup is not None:
+                self._rollup(rollup, subject, seq - 1)
             self.enforce_limits(sid)
         if msg_id is not None:
             s.add_dedup(msgid_hash(msg_id), seq, ts)
             s.compact_journals(self.clock(), int(c.duplicate_window * _NS))
         return PubAck(stream=c.name, seq=seq)
+
+    def _rollup(self, rollup: str, subject: str, upto: int) -> None:
+        """A rollup is a purge (the subject's, or the stream's) of what lies at or below
+        ``upto``: consumers move past it as after purge_stream (docs/semantics.md §4), so a
+        pending delivery it removed does not hold their ack floor back."""
+        s = self.storage
+        first = s.header.first_seq
+        if rollup == "sub":
+            sid = s.subject_ids.get(subject)
+            prior = s.seqs_of_subjects(_mask_of(len(s.subjects), [sid]), first, upto) if sid is not None else np.zeros(0, dtype=np.int64)
+        else:
+            prior = np.arange(first, upto + 1, dtype=np.int64)
+            prior = prior[~s.dead_mask(first, upto)] if upto >= first else prior
+        s.remove(prior)
+        if self.consumers.by_name:
+            self._consumers_after_purge(subject if rollup == "sub" else None, prior, rollup=True)
 
     def check_size(self, hlen: int, dlen: int) -> None:
         limit = self.config.max_msg_size
@@ -452,14 +469,16 @@ class Stream:
                 self._consumers_after_purge(subject, seqs)
             return before - s.header.msgs
 
-    def _consumers_after_purge(self, subject: Optional[str], removed: np.ndarray) -> None:
+    def _consumers_after_purge(self, subject: Optional[str], removed: np.ndarray, rollup: bool = False) -> None:
         """How nats-server moves consumers after a purge (docs/semantics.md §4, stream.go purge).
 
         A consumer the purge covers skips to the first remaining message the purge
         subject matches (the new first, without a subject), never redelivering what
         was purged.  After a wildcard subject purge, a consumer seeing more than was
         purged also drops pending entries whose message is gone.  Whatever pending
-        message is left among the removed ones leaves pending as if termed.
+        message is left among the removed ones leaves pending as if termed.  A subject
+        rollup (``rollup``, its subject literal) is wider for every consumer that sees the
+        subject among others, as the server answers (tests/contract/test_floors_after_removals.py).
         """
         s = self.storage
         first = s.header.first_seq if s.header.msgs else s.header.last_seq + 1
@@ -470,7 +489,7 @@ class Stream:
                 mask = _mask_of(len(s.subjects), [i for i, n in enumerate(s.subjects) if subj.matches(subject, n)])
                 left: np.ndarray | list[int] = s.seqs_of_subjects(mask, s.header.first_seq, s.header.last_seq) if s.header.msgs else []
                 c.purged(int(left[0]) if len(left) else s.header.last_seq + 1)
-            elif not subj.is_literal(subject) and (not c.filters or any(subj.collide(f, subject) for f in c.filters)):
+            elif (rollup or not subj.is_literal(subject)) and (not c.filters or any(subj.collide(f, subject) for f in c.filters)):
                 c.purged(first, wider=True)
         self.consumers.dropped(np.asarray(removed, dtype=np.int64))
 
