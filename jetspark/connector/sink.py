@@ -164,7 +164,8 @@ def write_batches(opts: WriterOptions, batches: Iterator[pa.RecordBatch], id_pre
                 js.publish_batch(table, stream=parts[0][0], msg_id_prefix=f"{id_prefix}:", msg_id_start=rows)
                 rows += n
                 continue
-        cols["msg_id"] = pc.coalesce(given, _msg_ids(id_prefix, rows, n))
+        ids = _msg_ids(id_prefix, rows, n)
+        cols["msg_id"] = ids if given is None else pc.coalesce(given, ids)
         table = pa.table(cols)
         if opts.stream is not None:
             js.publish_batch(table, stream=opts.stream)
@@ -264,7 +265,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         rows = write_batches(self.opts, iterator, f"{query_id}:{batch_id}:{part}")
         return SinkCommit(query_id, batch_id, rows)
 
-    def commit(self, messages: list[Optional[SinkCommit]], batchId: int) -> None:
+    def commit(self, messages: list[Optional[SinkCommit]], batchId: int) -> None:  # type: ignore[override]  # (Spark hands back what write() returned)
         queries = {m.query_id for m in messages if m is not None}
         js = handle(self.opts.store, self.opts.connection)
         for q in queries:
