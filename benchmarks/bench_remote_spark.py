@@ -10,6 +10,11 @@ then times ``spark.read.format("jetstream").option("store", url)`` into the
 Target: 2 partitions >= 1.6x 1 partition.  Medians of interleaved
 repetitions.
 
+Row 2: a streaming read of the same messages (``readStream``,
+``maxOffsetsPerTrigger`` a quarter of them, ``trigger(availableNow=True)``
+into ``noop``) from the server, against the same query over an embedded
+engine store holding the same messages; target >= 80% of the engine's rate.
+
 The server, Spark's JVM and the Python readers share this machine's cores, so
 the script also counts the CPU every process under it spends (``/proc``: the
 nats-server, the JVM and its Python workers): CPU per message shows whether a
@@ -81,14 +86,38 @@ def main(argv=None) -> int:
     base = Path(tempfile.mkdtemp(prefix="jetspark-bench-", dir=args.dir))
     server = be.NatsServer(base).start()
     try:
-        with jetspark.connect(server.url) as js:
-            js.add_stream(name="BIG", subjects=["big.>"])
-            payload = os.urandom(100)
-            step = 100_000
-            for lo in range(0, n, step):
-                k = min(step, n - lo)
-                js.publish_batch(pa.table({"subject": [f"big.{i % 16}" for i in range(k)], "data": [payload] * k}), stream="BIG")
+        store = str(base / "engine")
+        for url in (server.url, store):
+            with jetspark.connect(url) as js:
+                js.add_stream(name="BIG", subjects=["big.>"])
+                payload = os.urandom(100)
+                step = 100_000
+                for lo in range(0, n, step):
+                    k = min(step, n - lo)
+                    js.publish_batch(pa.table({"subject": [f"big.{i % 16}" for i in range(k)], "data": [payload] * k}), stream="BIG")
         spark = jetspark.local_session("bench-remote-spark", master="local[2]")
+        checkpoints = iter(range(1_000_000))
+
+        def stream(url: str) -> tuple[float, float]:
+            """(msgs/s, CPU microseconds per message) of one availableNow streaming read of BIG."""
+            df = (
+                spark.readStream.format("jetstream").option("store", url).option("stream", "BIG")
+                .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(max(n // 4, 1))).load()
+            )  # fmt: skip
+            c0, t0 = tree_cpu(os.getpid()), time.perf_counter()
+            q = df.writeStream.format("noop").option("checkpointLocation", str(base / f"ckpt{next(checkpoints)}")).trigger(availableNow=True).start()
+            try:
+                q.awaitTermination()
+            finally:
+                if q.isActive:
+                    q.stop()
+            wall, cpu = time.perf_counter() - t0, tree_cpu(os.getpid()) - c0
+            if q.exception() is not None:
+                raise RuntimeError(f"query failed: {q.exception()}")
+            rows = sum(int(p["numInputRows"]) for p in q.recentProgress)
+            if rows != n:
+                raise AssertionError(f"the streaming read got {rows} rows of {n}")
+            return n / wall, cpu / n * 1e6
 
         def run(parts: int) -> tuple[float, float, float]:
             """(msgs/s, CPU microseconds per message, cores busy) of one read."""
@@ -112,6 +141,11 @@ def main(argv=None) -> int:
         for _ in range(reps):
             one.append(run(1))
             two.append(run(2))
+        stream(server.url)  # warm-up
+        s_server, s_engine = [], []
+        for _ in range(reps):
+            s_server.append(stream(server.url))
+            s_engine.append(stream(store))
         spark.stop()
     finally:
         server.stop()
@@ -153,6 +187,20 @@ def main(argv=None) -> int:
             result="info",
         ),
     ]
+    ss, se = median(s_server, 0), median(s_engine, 0)
+    rows.append(
+        Row(
+            "2",
+            f"Spark streaming read of {n:,} msgs (availableNow, 4 micro-batches) into noop: nats-server vs engine store",
+            rate(ss),
+            rate(se) + " (engine store)",
+            f"{ss / se:.0%}",
+            ">= 80%",
+            verdict([(ss / se >= 0.8, "< 80%")]),
+            f"server {spread([r[0] for r in s_server])}, {median(s_server, 1):.2f} us CPU/msg; "
+            f"engine {spread([r[0] for r in s_engine])}, {median(s_engine, 1):.2f} us CPU/msg",
+        )
+    )
     be.print_table(rows)
     return 0
 

@@ -61,11 +61,12 @@ def ack_fields(buf: bytes, f: Frames) -> AckFields:
     return AckFields(out[0], out[1], out[2], last)
 
 
-def _find_all(a: np.ndarray, starts: np.ndarray, pattern: bytes) -> np.ndarray:
-    """The positions among ``starts`` where ``pattern`` begins in ``a``."""
+def _find_all(a: np.ndarray, starts: np.ndarray, pattern: bytes, known: int = 0) -> np.ndarray:
+    """The positions among ``starts`` where ``pattern`` begins in ``a`` (its first ``known``
+    bytes already checked there), the rarest bytes (the last ones) checked first."""
     c = starts[starts + len(pattern) <= len(a)]
-    for k, byte in enumerate(pattern):
-        c = c[a[c + k] == byte]
+    for k in range(len(pattern) - 1, known - 1, -1):
+        c = c[a[c + k] == pattern[k]]
     return c
 
 
@@ -79,32 +80,33 @@ def _days_from_civil(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:
     return era * 146097 + doe - 719468
 
 
+_DATE_COLUMNS = np.arange(19)
+_SEPARATORS = [(4, ord("-")), (7, ord("-")), (10, ord("T")), (13, ord(":")), (16, ord(":"))]
+_DIGITS = [k for k in range(19) if k not in (4, 7, 10, 13, 16)]
+
+
 def rfc3339_ns(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """UTC times as the server writes them (``2026-11-24T01:49:36.660992921Z``, the fraction
     optional) in ``a[lo:hi]`` -> ns since the epoch, and whether each had that form."""
     ok = (hi - lo >= 20) & (hi - lo <= 30)
-    top = len(a) - 1
-
-    def at(k: int) -> np.ndarray:
-        return a[np.minimum(lo + k, top)]
-
-    for k, ch in ((4, b"-"), (7, b"-"), (10, b"T"), (13, b":"), (16, b":")):
-        ok &= at(k) == ch[0]
+    # The fixed part, YYYY-MM-DDTHH:MM:SS, read as one block of digits.
+    head = a[np.clip(lo[:, None] + _DATE_COLUMNS, 0, len(a) - 1)]
+    for k, ch in _SEPARATORS:
+        ok &= head[:, k] == ch
+    digits = head[:, _DIGITS] - np.uint8(48)
+    ok &= (digits <= 9).all(axis=1)
+    d = digits.astype(np.int64)
+    y = d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3]
+    mo, day, h, mi, sec = (d[:, 4 + 2 * i] * 10 + d[:, 5 + 2 * i] for i in range(5))
     ok &= a[np.maximum(hi - 1, 0)] == ord("Z")
-    fields = []
-    for k, w in ((0, 4), (5, 2), (8, 2), (11, 2), (14, 2), (17, 2)):
-        v, good = parse_ints(a, lo + k, lo + k + w)
-        ok &= good
-        fields.append(v)
-    y, mo, d, h, mi, sec = fields
     ok &= (y >= 1678) & (y <= 2261)  # (int64 ns)
-    has_frac = (hi - lo > 21) & (at(19) == ord("."))
+    has_frac = (hi - lo > 21) & (a[np.minimum(lo + 19, len(a) - 1)] == ord("."))
     ok &= has_frac | (hi - lo == 20)
     f_lo, f_hi = lo + 20, np.maximum(hi - 1, lo + 20)
     frac, good = parse_ints(a, f_lo, np.where(has_frac, f_hi, f_lo + 1))
     ok &= ~has_frac | good & (f_hi - f_lo <= 9)
     frac = np.where(has_frac, frac * 10 ** np.clip(9 - (f_hi - f_lo), 0, 9), 0)
-    days = _days_from_civil(y, mo, d)
+    days = _days_from_civil(y, mo, day)
     return ((days * 24 + h) * 60 + mi) * 60 * 1_000_000_000 + sec * 1_000_000_000 + frac, ok
 
 
@@ -139,10 +141,10 @@ def direct_fields(buf: bytes, f: Frames) -> DirectFields:
     status = (data_lo - hdr_lo > 9) & (a[np.minimum(hdr_lo + 8, len(a) - 1)] == 32)
     cr = np.flatnonzero(a == 13)
     nats = _find_all(a, cr, b"\r\nNats-")
-    stream = _find_all(a, nats, b"\r\nNats-Stream: ")
-    subject = _find_all(a, nats, b"\r\nNats-Subject: ")
-    sequence = _find_all(a, nats, b"\r\nNats-Sequence: ")
-    stamp = _find_all(a, nats, b"\r\nNats-Time-Stamp: ")
+    stream = _find_all(a, nats, b"\r\nNats-Stream: ", 7)
+    subject = _find_all(a, nats, b"\r\nNats-Subject: ", 7)
+    sequence = _find_all(a, nats, b"\r\nNats-Sequence: ", 7)
+    stamp = _find_all(a, nats, b"\r\nNats-Time-Stamp: ", 7)
     ok = ~status
 
     def after(points: np.ndarray, pos: np.ndarray) -> np.ndarray:

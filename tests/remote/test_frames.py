@@ -247,3 +247,43 @@ def test_puback_fields_take_plain_pubacks_and_leave_the_rest_for_a_closer_look()
     assert at.tolist() == [0, 1, 2, 3, 6] and rows.tolist() == [0, 1, 2, 3, 4]
     assert plain.tolist() == [True, True, False, False, False]
     assert seqs[:2].tolist() == [17, 18] and dups[:2].tolist() == [False, True]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.datetimes(min_value=__import__("datetime").datetime(1700, 1, 1), max_value=__import__("datetime").datetime(2261, 12, 31)),
+    st.integers(0, 9),
+    st.integers(0, 999_999_999),
+)
+def test_rfc3339_ns_reads_the_servers_times_as_wire_does(when, digits, ns):
+    from jetspark.protocol.deliveries import rfc3339_ns
+    from jetspark.remote import wire
+
+    frac = (b".%09d" % ns)[: 1 + digits] if digits else b""
+    stamp = when.strftime("%Y-%m-%dT%H:%M:%S").encode() + frac + b"Z"
+    buf = b"x " + stamp + b" y"
+    got, ok = rfc3339_ns(np.frombuffer(buf, dtype=np.uint8), np.array([2]), np.array([2 + len(stamp)]))
+    assert ok.tolist() == [True]
+    assert got.tolist() == [wire.time_to_ns(stamp.decode())]
+
+
+def test_direct_fields_read_a_batch_of_direct_get_replies():
+    from jetspark.protocol.deliveries import direct_fields
+    from jetspark.remote.direct import strip_direct_headers
+    from jetspark.remote.fastpath import frames_of
+
+    blocks = [
+        b"NATS/1.0\r\nOwn: 1\r\nNats-Stream: W\r\nNats-Subject: w.a\r\nNats-Sequence: 1\r\nNats-Time-Stamp: 2026-11-26T06:44:06.403389347Z\r\nNats-Num-Pending: 1\r\n\r\n",
+        b"NATS/1.0\r\nNats-Stream: W\r\nNats-Subject: w.b\r\nNats-Sequence: 22\r\nNats-Time-Stamp: 2026-11-26T06:44:06Z\r\nNats-Num-Pending: 0\r\n\r\n",
+        b"NATS/1.0\r\nNats-Stream: W\r\nNats-Subject: w.c\r\nNats-Sequence: 23\r\nNats-Time-Stamp: 2026-11-26T06:44:06+01:00\r\n\r\n",
+        b"NATS/1.0 204 EOB\r\nNats-Num-Pending: 0\r\nNats-Last-Sequence: 2\r\n\r\n",
+    ]
+    buf, f = frames_of([(b"_INBOX.x", b"", b"data%d" % i, h) for i, h in enumerate(blocks)])
+    d = direct_fields(buf, f)
+    assert d.status.tolist() == [False, False, False, True]
+    assert d.ok.tolist() == [True, True, False, True]  # (an offset time: read one by one, as before)
+    for i in range(2):
+        own, subject, seq, _ = strip_direct_headers(blocks[i])
+        assert (buf[d.subj_lo[i] : d.subj_hi[i]], int(d.seq[i])) == (subject, seq)
+        assert (buf[f.hdr_lo[i] : d.own_end[i]] + b"\r\n" if d.own_end[i] else None) == own
+    assert d.time[1] - d.time[0] == -403389347
