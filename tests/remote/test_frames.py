@@ -11,6 +11,7 @@ subjects and headers, status frames (100 idle heartbeat and flow control,
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 
 import numpy as np
@@ -251,7 +252,7 @@ def test_puback_fields_take_plain_pubacks_and_leave_the_rest_for_a_closer_look()
 
 @settings(max_examples=200, deadline=None)
 @given(
-    st.datetimes(min_value=__import__("datetime").datetime(1700, 1, 1), max_value=__import__("datetime").datetime(2261, 12, 31)),
+    st.datetimes(min_value=datetime.datetime(1700, 1, 1), max_value=datetime.datetime(2261, 12, 31)),
     st.integers(0, 9),
     st.integers(0, 999_999_999),
 )
