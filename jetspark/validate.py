@@ -257,9 +257,9 @@ _STREAM_INTS = {
     "num_replicas": INT64,
 }
 _STREAM_BOOLS = ("discard_new_per_subject", "no_ack", "sealed", "deny_delete", "deny_purge", "allow_rollup_hdrs", "allow_direct")
-_STREAM_ENUMS = {"retention": RetentionPolicy, "storage": StorageType, "discard": DiscardPolicy}
+_STREAM_ENUMS: dict[str, type[Enum]] = {"retention": RetentionPolicy, "storage": StorageType, "discard": DiscardPolicy}
 _CONSUMER_INTS = {"max_deliver": INT64, "max_waiting": INT64, "max_ack_pending": INT64, "num_replicas": INT64}
-_CONSUMER_ENUMS = {"deliver_policy": DeliverPolicy, "ack_policy": AckPolicy, "replay_policy": ReplayPolicy}
+_CONSUMER_ENUMS: dict[str, type[Enum]] = {"deliver_policy": DeliverPolicy, "ack_policy": AckPolicy, "replay_policy": ReplayPolicy}
 
 
 def _config_arg(cls, config: Any, params: dict):

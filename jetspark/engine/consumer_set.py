@@ -36,7 +36,7 @@ from jetspark.engine.consumer import (
     remove_consumer_dir,
 )
 from jetspark.engine.records import SID_NONE, _runs
-from jetspark.errors import CorruptStoreError, StoreError, api_error
+from jetspark.errors import CorruptStoreError, StoreError, StoreIOError, api_error
 
 log = logging.getLogger("jetspark")
 
@@ -362,10 +362,11 @@ class ConsumerSet:
             return
         if len(seqs) > 1 and not (seqs[1:] > seqs[:-1]).all():
             seqs = np.unique(seqs)
+        # (numpy's stubs type an indexed array as Any, so the checker loses that seqs is one)
         seqs = seqs[(seqs >= s.header.first_seq) & (seqs <= s.header.last_seq)]
-        if not len(seqs):
+        if not len(seqs):  # type: ignore[arg-type]
             return
-        seqs = seqs[~s.dead_mask(int(seqs[0]), int(seqs[-1]))[seqs - seqs[0]]]
+        seqs = seqs[~s.dead_mask(int(seqs[0]), int(seqs[-1]))[seqs - seqs[0]]]  # type: ignore[index]
         if not len(seqs):
             return
         sids = np.concatenate([s.entries(a, b)["sid"] for a, b in _runs(seqs)])
@@ -390,6 +391,6 @@ class ConsumerSet:
 def _renamed(exc: StoreError, tmp: Path, home: Path) -> StoreError:
     """The error of a failed create, naming the file where it would have been."""
     path = str(home) + exc.path[len(str(tmp)) :]
-    if isinstance(exc, OSError):
+    if isinstance(exc, StoreIOError):
         return type(exc)(exc.errno, exc.strerror, path, exc.action)
     return type(exc)(str(exc).replace(str(tmp), str(home)), path)

@@ -73,7 +73,7 @@ import threading
 import zlib
 from bisect import bisect_right
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
@@ -117,6 +117,8 @@ class StreamStorage:
     ``header`` is the committed header as this process last read it, plus
     the change under way while the lock is held.
     """
+
+    _start: tuple  # set by _Change: the header fields the change under way began from
 
     def __init__(self, data_dir: Path, lock_path: Path, *, memory: bool, fsync: bool) -> None:
         self.dir = Path(data_dir)
@@ -175,7 +177,7 @@ class StreamStorage:
         self.removed = RemovedSet(self.journals)
         # (count, first, last) per subject id; None until a caller needs it (ensure_stats).
         self.stats_by_subject: Optional[subject_stats.Stats] = None
-        self._stats_views = None  # (self.stats_by_subject, memoryviews of its arrays), see remove_first
+        self._stats_views: Any = None  # (self.stats_by_subject, memoryviews of its arrays), see remove_first
         self.message_ids = MessageIds(self.journals)
         self._roll_at = 0  # the sequence at which _tail_block looks again whether to close the tail early
         self.journals.keep_retired()
@@ -434,7 +436,7 @@ class StreamStorage:
         return [found[q] for q in seqs]
 
     def _read_run(self, a: int, b: int) -> list[tuple[str, bytes, bytes, int]]:
-        out = []
+        out: list[tuple[str, bytes, bytes, int]] = []
         names = self.subject_table.names
         for blk, lo, hi in self.block_spans(a, b):
             e = self.entries(lo, hi)
@@ -611,8 +613,8 @@ class StreamStorage:
             if n <= 0:
                 b.count, b.dlen, b.hlen = 0, 0, 0
                 return
-        e = ENTRY.unpack(os.pread(b.ifd, ENTRY_SIZE, (n - 1) * ENTRY_SIZE))
-        e = {"doff": e[1], "hoff": e[2], "dlen": e[3], "hlen": e[4]}
+        t = ENTRY.unpack(os.pread(b.ifd, ENTRY_SIZE, (n - 1) * ENTRY_SIZE))
+        e = {"doff": t[1], "hoff": t[2], "dlen": t[3], "hlen": t[4]}
         b.count = n
         b.dlen = int(e["doff"]) + int(e["dlen"])
         b.hlen = int(e["hoff"]) + int(e["hlen"])
@@ -822,7 +824,7 @@ class StreamStorage:
         if views is None or views[0] is not stats:
             # Memoryviews of the stats arrays: a scalar read or store through them costs a
             # fraction of NumPy's, which is most of this function's time otherwise.
-            views = self._stats_views = (stats, *map(memoryview, stats))
+            views = self._stats_views = (stats, *map(memoryview, stats))  # type: ignore[arg-type]  # (arrays are buffers)
         _, count, first, last = views
         seq = h.first_seq
         bf = self.block_firsts

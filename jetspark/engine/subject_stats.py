@@ -27,7 +27,7 @@ from jetspark.engine.state_header import StreamHeader
 if TYPE_CHECKING:
     from jetspark.engine.storage import StreamStorage
 
-Stats = tuple[np.ndarray, np.ndarray, np.ndarray]  # count, first, last by subject id
+Stats = tuple[np.ndarray, ...]  # count, first, last by subject id
 
 
 def build(s: StreamStorage) -> Stats:
