@@ -40,10 +40,13 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import jetspark
 from jetspark import ConsumerNotFoundError, StreamNotFoundError
+
+if TYPE_CHECKING:
+    from jetspark.backend import JetStreamAPI
 
 EVENTS = "EVENTS"
 METRICS = "METRICS"
@@ -349,7 +352,7 @@ def _revenue_per_region(batches):
 class Monitor:
     """Prints one line per finished micro-batch from the query's recent progress."""
 
-    js: object
+    js: JetStreamAPI
     last_batch: int = -1
     batches: int = 0
     rows: int = 0

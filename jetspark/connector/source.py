@@ -178,7 +178,7 @@ class BatchReader(DataSourceReader):
             SeqRange(self.opts.store, self.opts.stream, 1, 0, self.subjects, self.opts.include_headers, self.opts.connection)
         ]
 
-    def read(self, partition: SeqRange):
+    def read(self, partition: SeqRange):  # type: ignore[override]  # (Spark hands back the SeqRanges partitions() made)
         if partition.lo > partition.hi:
             return iter(())
         return _cast(read_range(partition), self.cast)
@@ -381,7 +381,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("%s; skipping them (failOnDataLoss=false)", lost)
         return split(self.opts, max(lo, first), hi, self.opts.subjects)
 
-    def read(self, partition: SeqRange):
+    def read(self, partition: SeqRange):  # type: ignore[override]  # (Spark hands back the SeqRanges partitions() made)
         return _cast(read_range(partition), self.cast)
 
     def commit(self, end: dict) -> None:
