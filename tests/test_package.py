@@ -236,6 +236,21 @@ def test_the_core_install_works_without_spark(installed, tmp_path):
     assert "--seconds" in run(*cli, "demo", "--help").stdout  # the demo's own help needs no Spark
 
 
+def test_bench_without_a_nats_server_says_what_to_install(tmp_path):
+    """jetspark bench (a checkout's command) compares the engine with a nats-server: where none
+    is on PATH or beside the interpreter, it says which extra brings one instead of failing
+    inside the benchmark script."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    env["PATH"] = "/usr/bin:/bin"
+    env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{_without_spark(tmp_path)}"
+    # The base interpreter: no venv, so no nats-server beside it.
+    done = subprocess.run(
+        [sys._base_executable, "-S", "-m", "jetspark", "bench", "--quick"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1 and "found none on PATH" in done.stderr and "'.[test]'" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_the_wheel_works_like_a_checkout(installed, wheel, tmp_path):
     """The wheel carries what the package needs (Spark's settings and log4j config as package
     data, the LICENSE) and works outside the source tree: the CLI (without ``bench``, whose
