@@ -145,5 +145,5 @@ check-java:
 	fi
 
 clean:
-	rm -rf build dist site *.egg-info .pytest_cache .hypothesis spark-warehouse metastore_db derby.log
+	rm -rf build dist site *.egg-info .pytest_cache .mypy_cache .hypothesis spark-warehouse metastore_db derby.log
 	find . -path ./.git -prune -o -path './$(VENV)' -prune -o -type d -name __pycache__ -exec rm -rf {} +
