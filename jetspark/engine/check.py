@@ -271,6 +271,16 @@ def check_records(storage, repair: bool) -> tuple[list[Problem], list[int]]:
     return problems, dropped
 
 
+def consumer_problems(consumers) -> list[Problem]:
+    """The stream's consumers whose files are damaged (their config, or a log cut short or
+    with a damaged record): not repaired, as their state cannot be rebuilt; deleting the
+    consumer and creating it again starts it over."""
+    return [
+        Problem(exc.path or str(consumers.dir / name), f"{exc.args[0]}; delete the consumer and create it again to start it over")
+        for name, exc in sorted(consumers.broken.items())
+    ]
+
+
 def _check_interval_sums(s, bad: set, repair: bool) -> list[Problem]:
     """Each block's interval checksums (.sum, and the header's open interval) against its records.
     Intervals with a damaged or removed record, or below the first sequence, are left to the

@@ -7,7 +7,8 @@ append-only log of state changes next to its config::
 
     cons/<name>/config.json     the consumer's config and creation time, with its
                                 mirror config.json.1 (see metafile.py)
-    cons/<name>/log             records: u32 len | u32 crc | op, scalars, items
+    cons/<name>/log             "JSPKCL01" | u64 committed length, then records:
+                                u32 len | u32 crc | op, scalars, items
 
 A record's scalars include the times of the last delivery and the last ack
 (``delivered.last_active`` and ``ack_floor.last_active`` in the consumer's
@@ -23,7 +24,11 @@ looked.  A record is applied only if its length and checksum hold.
 A process killed while appending a record leaves it torn, and a torn record
 can only be the last one: the next process to look cuts it off (with a
 warning), and at worst a delivery is forgotten and the message delivered
-again, never lost.  A bad record that valid records follow is damage, not a
+again, never lost.  The log's header holds the length of its records that
+calls completed (written after each record), so a log cut anywhere below that
+(records lost, not a torn tail: its acks would silently roll back) is damage.
+A log written before the header existed (no magic) is read as it is, without
+that check, until its next compaction rewrites it with one.  A bad record that valid records follow is damage, not a
 crash: ``CorruptStoreError`` names the log and the offset, and nothing is
 cut.  The first record is always written before the log is in place (into
 the new consumer's directory before it is renamed into ``cons/``, or into
@@ -77,6 +82,9 @@ _NS = 1_000_000_000
 # ack_floor_consumer_seq, ack_floor_stream_seq, last_active, and in a TIMED record
 # delivered_ns and acked_ns.
 _HEAD = struct.Struct("<IIBI")
+LOG_MAGIC = b"JSPKCL01"
+_LOG_HEAD = struct.Struct("<8sQ")  # magic, committed length (the records' end when the last call returned)
+_COMMITTED_OFF = 8
 _REC = struct.Struct("<IIBIqqqqqqq")
 _BODY = struct.Struct("<BIqqqqqqq")  # _REC after len and crc: what the crc covers
 _REC_UNTIMED = struct.Struct("<IIBIqqqqq")  # records written before the two times were kept
@@ -120,10 +128,14 @@ class Consumer:
             raise CorruptStoreError(f"{home / 'log'} is missing: the consumer's state is lost", path=str(home / "log")) from None
         except OSError as exc:
             raise diskio.translate(exc, home / "log", "opening") from exc
-        self._reset()
+        self._base = _LOG_HEAD.size  # where records start (0 in a log without the header)
+        self._synced = False
         try:
-            if not fresh and os.fstat(self._fd).st_size == 0:
-                raise self._damage("is empty: its first record, written before the log is in place, is missing")
+            if fresh:
+                diskio.pwrite(self._fd, _LOG_HEAD.pack(LOG_MAGIC, _LOG_HEAD.size), 0, self.log_path)
+            else:
+                self._read_head()
+            self._reset()
             self.sync()
         except BaseException:
             self.close()
@@ -142,7 +154,7 @@ class Consumer:
         self.last_per_subject: list[int] = []  # last-per-subject sequences still to deliver
         self.redelivery_queue: list[int] = []  # the redelivery queue, in order (naks first come first)
         self.replayed: list = []  # sequences other processes' records released (see ConsumerSet.sync)
-        self._pos = 0
+        self._pos = self._base
 
     def close(self) -> None:
         try:
@@ -155,6 +167,24 @@ class Consumer:
     @property
     def log_path(self) -> Path:
         return self.home / "log"
+
+    def _read_head(self) -> None:
+        """A new log starts with its header; one without it was written before it existed."""
+        head = os.pread(self._fd, _LOG_HEAD.size, 0)
+        if not head:
+            raise self._damage("is empty: its first record, written before the log is in place, is missing")
+        if head[:8] == LOG_MAGIC:
+            if len(head) < _LOG_HEAD.size:
+                raise self._damage(f"is {len(head)} bytes, shorter than its header: its records were lost")
+        elif LOG_MAGIC.startswith(head[:8]) and len(head) < 8:
+            raise self._damage(f"is {len(head)} bytes, shorter than its header: its records were lost")
+        else:
+            self._base = 0
+
+    def _committed(self) -> int:
+        if not self._base:
+            return 0
+        return _LOG_HEAD.unpack(os.pread(self._fd, _LOG_HEAD.size, 0))[1]
 
     def sync(self) -> bool:
         """Apply records other processes appended; cut a torn tail off (caller holds the lock).
@@ -173,8 +203,11 @@ class Consumer:
             size = st.st_size
             if size < self._pos:
                 raise self._damage(f"is {size} bytes, shorter than the {self._pos} bytes of records already read: records were lost")
-            if size == self._pos:
+            if size == self._pos and self._synced:
                 return True
+            committed = self._committed()
+            if size < committed:
+                raise self._damage(f"is {size} bytes, shorter than the {committed} bytes its header commits (cut short): records were lost")
             raw = os.pread(self._fd, size - self._pos, self._pos)
             pos = 0
             while pos < len(raw):
@@ -187,14 +220,19 @@ class Consumer:
             self._pos = bad
             if bad < size:
                 why = _what_is_wrong(raw, pos)
-                if bad == 0:
+                if bad == self._base:
                     raise self._damage(f"has a damaged first record ({why}); a crash cannot tear it, so it is not cut")
                 if _record_after(raw, pos):
                     raise self._damage(f"has a damaged record at offset {bad} ({why}) followed by valid records; nothing was cut")
+                if bad < committed:
+                    raise self._damage(f"has a damaged record at offset {bad} ({why}) below the {committed} bytes its header commits; nothing was cut")
                 log.warning(
                     "%s: the last record, at offset %d (%d bytes), is torn (%s) and was cut off: a writer died mid-record", self.log_path, bad, size - bad, why
                 )
                 os.ftruncate(self._fd, bad)
+            if committed > self._pos:
+                raise self._damage(f"holds {self._pos} bytes of records, less than the {committed} its header commits (cut short): records were lost")
+            self._synced = True
         return True
 
     def _damage(self, what: str) -> CorruptStoreError:
@@ -259,7 +297,7 @@ class Consumer:
         if op != DELIVER:
             self.stream.storage.consumers_changed = True  # may make messages deliverable: wake waiters
         rec = self._record(op, arr)
-        compact = self._pos and self._pos + len(rec) > COMPACT_BYTES
+        compact = self._pos > self._base and self._pos + len(rec) > COMPACT_BYTES
         try:
             if compact:
                 # The snapshot holds this change already: it is the call's one write.
@@ -293,6 +331,8 @@ class Consumer:
     def _append(self, rec: bytes) -> None:
         try:
             diskio.pwrite(self._fd, rec, self._pos, self.log_path)
+            if self._base:
+                diskio.pwrite(self._fd, struct.pack("<Q", self._pos + len(rec)), _COMMITTED_OFF, self.log_path)
         except OSError:
             try:
                 os.ftruncate(self._fd, self._pos)  # cut the torn bytes (shrinking needs no space)
@@ -317,7 +357,7 @@ class Consumer:
         tmp = self.home / "log.tmp"
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            diskio.pwrite(fd, rec, 0, tmp)  # all of it, or StoreIOError/StoreFullError
+            diskio.pwrite(fd, _LOG_HEAD.pack(LOG_MAGIC, _LOG_HEAD.size + len(rec)) + rec, 0, tmp)  # all of it, or StoreIOError/StoreFullError
             if fsync:
                 os.fsync(fd)
             os.replace(tmp, self.log_path)
@@ -330,7 +370,8 @@ class Consumer:
             raise
         os.close(self._fd)
         self._fd = fd  # the snapshot's file is the log now
-        self._pos = len(rec)
+        self._base = _LOG_HEAD.size
+        self._pos = _LOG_HEAD.size + len(rec)
         if fsync:
             metafile.fsync_dir(self.home)
         self.stream.storage.header.cons_gen += 1

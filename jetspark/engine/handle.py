@@ -586,6 +586,7 @@ class JetStream(HandleBase):
                 found, dropped = check.check_records(st.storage, repair)
                 if dropped:
                     st.consumers.dropped(np.asarray(dropped, dtype=np.int64))
+                found += check.consumer_problems(st.consumers)
             problems += found
             return CheckReport(name, st.storage.header.msgs, tuple(problems), tuple(dropped))
 

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jetspark
+from jetspark.cli.app import cli
 from jetspark.engine import consumer as consumer_mod
 from jetspark.engine import metafile
 from jetspark.errors import CorruptStoreError, StoreError, StoreFullError
@@ -46,6 +49,9 @@ def _store(path: Path, names=("S", "T"), n=20, **config) -> None:
 
 def _cfg(path: Path, name="S") -> Path:
     return path / "streams" / name / "config.json"
+
+
+LOG_HEAD = 16  # a consumer log's header: magic and committed length (jetspark/engine/consumer.py)
 
 
 def _cons(path: Path, consumer: str, name="S") -> Path:
@@ -407,29 +413,36 @@ def _comparable(info):
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_a_flipped_byte_in_a_consumer_log_is_damage_unless_it_is_in_the_last_record(log_store, data):
+def test_a_flipped_byte_in_a_consumer_log_is_damage(log_store, data):
     path, states = log_store
     log = _cons(path, "D") / "log"
     good = log.read_bytes()
     offset = data.draw(st.integers(0, len(good) - 1))
     mask = data.draw(st.integers(1, 255))
-    starts = [0] + [s for s, _ in states[:-1]]
-    record = max(i for i, s in enumerate(starts) if s <= offset)
+    starts = [LOG_HEAD] + [s for s, _ in states[:-1]]
     try:
         _flip(log, offset, mask)
         with jetspark.connect(path) as js:
-            if record == len(starts) - 1:
-                # The last record: a torn tail as far as anyone can tell; cut, state as before it.
-                info = js.consumer_info("S", "D")
-                assert _comparable(info) == _comparable(states[-2][1])
-                assert log.stat().st_size == starts[-1]
-            else:
-                with pytest.raises(CorruptStoreError, match=rf"cons/D/log has a damaged (first record|record at offset {starts[record]})") as err:
-                    js.consumer_info("S", "D")
-                assert err.value.path == str(log)
-                assert len(log.read_bytes()) == len(good)  # nothing cut
-                assert js.consumer_info("S", "E").num_pending == 10  # the other consumer works
-                assert js.stream_info("S").state.messages == 10
+            if offset < LOG_HEAD:
+                # The header: a damaged magic makes the first record unreadable; a committed
+                # length made larger is records lost, made smaller loses nothing.
+                try:
+                    info = js.consumer_info("S", "D")
+                except CorruptStoreError as err:
+                    assert err.path == str(log)
+                    assert offset >= 8 or "damaged first record" in str(err)
+                else:
+                    assert offset >= 8 and _comparable(info) == _comparable(states[-1][1])
+                return
+            record = max(i for i, s in enumerate(starts) if s <= offset)
+            # Every record is below the length the header commits, the last one too (its
+            # call completed): damage, never cut as a torn tail.
+            with pytest.raises(CorruptStoreError, match=rf"cons/D/log has a damaged (first record|record at offset {starts[record]})") as err:
+                js.consumer_info("S", "D")
+            assert err.value.path == str(log)
+            assert len(log.read_bytes()) == len(good)  # nothing cut
+            assert js.consumer_info("S", "E").num_pending == 10  # the other consumer works
+            assert js.stream_info("S").state.messages == 10
     finally:
         log.write_bytes(good)
 
@@ -438,7 +451,9 @@ def test_a_torn_last_record_is_cut_with_a_warning_and_the_next_write_goes_on(tmp
     states = _log_store(tmp_path)
     log = _cons(tmp_path, "D") / "log"
     with open(log, "r+b") as f:
-        f.truncate(states[-1][0] - 7)  # a writer killed mid-record
+        f.truncate(states[-1][0] - 7)  # a writer killed mid-record, before its header said more
+        f.seek(8)
+        f.write(states[-2][0].to_bytes(8, "little"))
     with caplog.at_level(logging.WARNING, logger="jetspark"), jetspark.connect(tmp_path) as js:
         assert _comparable(js.consumer_info("S", "D")) == _comparable(states[-2][1])
         assert log.stat().st_size == states[-2][0]
@@ -463,6 +478,49 @@ def test_a_damaged_snapshot_is_never_cut_even_as_the_only_record(tmp_path):
         with pytest.raises(CorruptStoreError, match="cons/D/log has a damaged first record"):
             js.consumer_info("S", "D")
     assert len(log.read_bytes()) == len(good)
+
+
+@pytest.mark.parametrize("cut", ["mid-record", "at a record", "header only", "inside the header"])
+def test_a_log_cut_short_is_damage_never_a_silent_rollback(tmp_path, cut):
+    """Cut anywhere below what its header commits, the log has lost acks: reported (the
+    consumer's state would otherwise go back, its acked messages pending again), and listed
+    by check_stream; the other consumer works on."""
+    states = _log_store(tmp_path)
+    log = _cons(tmp_path, "D") / "log"
+    size = {"mid-record": (states[2][0] + states[3][0]) // 2, "at a record": states[2][0], "header only": LOG_HEAD, "inside the header": 12}[cut]
+    os.truncate(log, size)
+    with jetspark.connect(tmp_path) as js:
+        with pytest.raises(
+            CorruptStoreError,
+            match=rf"cons/D/log is {size} bytes, shorter than (the \d+ bytes its header commits \(cut short\)|its header): (its )?records were lost",
+        ) as err:
+            js.consumer_info("S", "D")
+        assert err.value.path == str(log)
+        assert js.consumer_info("S", "E").num_pending == 10
+        report = js.check_stream("S")
+        assert not report.ok and [p.path for p in report.problems] == [str(log)]
+    listed = CliRunner().invoke(cli, ["--store", str(tmp_path), "stream", "check", "S"])
+    assert listed.exit_code == 1 and f"PROBLEM: {log}" in listed.output, listed.output
+    assert log.stat().st_size == size  # nothing cut or made up
+
+
+def test_many_acks_cut_from_the_middle_of_a_log_are_reported(tmp_path):
+    with jetspark.connect(tmp_path) as js:
+        js.add_stream(name="S", subjects=["s.>"])
+        js.add_consumer("S", durable_name="D", ack_policy="explicit")
+        for i in range(100):
+            js.publish("s.x", b"%d" % i)
+        sub = js.pull_subscribe_bind("D", stream="S")
+        for m in sub.fetch(100, no_wait=True)[:50]:
+            m.ack_sync()
+        assert js.consumer_info("S", "D").ack_floor.stream_seq == 50
+    log = _cons(tmp_path, "D") / "log"
+    os.truncate(log, log.stat().st_size // 2)
+    with jetspark.connect(tmp_path) as js:
+        with pytest.raises(CorruptStoreError, match="records were lost"):
+            js.consumer_info("S", "D")
+        with pytest.raises(CorruptStoreError):
+            js.pull_subscribe_bind("D", stream="S").fetch(1, no_wait=True)
 
 
 @pytest.mark.parametrize("damage", ["missing", "empty"])
