@@ -135,9 +135,9 @@ class FrameFeed:
         self._stash, self._stashed, self._failed = [], 0, None
 
     async def parse(self, data: bytes = b"") -> None:
-        if self._failed is not None:
+        if self._failed is not None:  # (from a drain the idle callback ran: the read loop handles it now)
             exc, self._failed = self._failed, None
-            raise ProtocolError() from exc
+            raise exc
         self._stash.append(data)
         self._stashed += len(data)
         if len(data) >= _nats_client.DEFAULT_BUFFER_SIZE and self._stashed < STASH_BYTES:
@@ -155,7 +155,7 @@ class FrameFeed:
     async def _drain_later(self) -> None:
         try:
             await self._drain()
-        except ProtocolError as exc:  # the read loop raises it with its next read
+        except Exception as exc:  # the read loop raises it with its next read, as if it had parsed the bytes itself
             self._failed = exc
 
     async def _drain(self) -> None:

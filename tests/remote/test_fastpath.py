@@ -213,3 +213,35 @@ def test_a_range_read_on_the_public_path_matches_the_frame_path(js, name):
     assert fast.column("seq").to_pylist() == list(range(2, 3002))
     assert fast.column("data").to_pylist()[-1] == b"with headers"
     assert fast.column("headers").to_pylist()[-1] == [("K", ["v"])]
+
+
+def test_the_feed_keeps_full_reads_until_the_reads_come_short_or_the_loop_falls_idle():
+    """A read as long as nats-py's read size is kept (more is likely waiting); a short read
+    frames everything kept, and so does the event loop falling idle: nothing waits for
+    traffic that may never come."""
+    import nats.aio.client as nats_client
+
+    from tests.remote.test_frames import _Recorder, nats_py_events
+
+    size = nats_client.DEFAULT_BUFFER_SIZE
+    data = b"".join(b"MSG s.%d 7 r.%d 3\r\nabc\r\nPING\r\n" % (i, i) for i in range(4 * size // 20))
+    reads = [data[i : i + size] for i in range(0, len(data), size)]
+    assert len(reads[0]) == size and len(reads[-1]) < size
+
+    async def scenario():
+        rec = _Recorder()
+        feed = fastpath.FrameFeed(rec)
+        await feed.parse(reads[0])
+        await feed.parse(reads[1])
+        kept = list(rec.events)
+        for _ in range(3):
+            await asyncio.sleep(0)  # the loop falls idle: the kept reads are framed
+        idle = list(rec.events)
+        for r in reads[2:]:
+            await feed.parse(r)
+        return kept, idle, rec.events
+
+    kept, idle, events = asyncio.run(scenario())
+    assert kept == []
+    assert idle == nats_py_events([reads[0] + reads[1]])
+    assert events == nats_py_events(reads)
