@@ -30,7 +30,7 @@ import numbers
 import os
 import re
 from enum import Enum
-from typing import Any, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional, overload
 
 from jetspark.api import (
     AckPolicy,
@@ -96,6 +96,11 @@ def _refuse(name: str, expected: str, value: Any, api: bool, *, type_error: bool
 # ---------------------------------------------------------------------- scalars
 
 
+# (overloads: the type checker knows a call that may not return None returns an int)
+@overload
+def integer(value: Any, name: str, lo: int, hi: int, *, api: bool = ..., optional: Literal[False] = ...) -> int: ...
+@overload
+def integer(value: Any, name: str, lo: int, hi: int, *, api: bool = ..., optional: bool) -> Optional[int]: ...
 def integer(value: Any, name: str, lo: int, hi: int, *, api: bool = False, optional: bool = False) -> Optional[int]:
     """An integer within lo..hi (None passes when optional)."""
     if value is None and optional:
@@ -108,6 +113,10 @@ def integer(value: Any, name: str, lo: int, hi: int, *, api: bool = False, optio
     return int(value)
 
 
+@overload
+def seq(value: Any, name: str, *, api: bool = ..., optional: Literal[False], hi: int = ...) -> int: ...
+@overload
+def seq(value: Any, name: str, *, api: bool = ..., optional: bool = ..., hi: int = ...) -> Optional[int]: ...
 def seq(value: Any, name: str, *, api: bool = False, optional: bool = True, hi: int = INT64_MAX) -> Optional[int]:
     """A stream sequence: 0..2**63-1 (or up to ``hi``).  Through the API, a value the
     server's uint64 field would take but jetspark cannot hold is 10003."""
@@ -145,6 +154,10 @@ def timeout(value: Any, name: str = "timeout", *, default: Optional[float] = Non
     return f
 
 
+@overload
+def boolean(value: Any, name: str, *, api: bool = ..., optional: Literal[False] = ...) -> bool: ...
+@overload
+def boolean(value: Any, name: str, *, api: bool = ..., optional: bool) -> Optional[bool]: ...
 def boolean(value: Any, name: str, *, api: bool = False, optional: bool = False) -> Optional[bool]:
     if value is None and optional:
         return None
