@@ -119,7 +119,15 @@ STORED = [
     {"Nats-Schedule": ""},
     {"Nats-Batch-Id": ""},
     {"nats-ttl": "5s"},  # header names are case-sensitive to the server
-]
+    # the server's own headers on what it sends (deliveries, direct gets, republish, flow
+    # control, markers): a client publishing them gets them stored as given
+    *({name: "1"} for name in (
+        "Nats-Consumer-Stalled", "Nats-Last-Consumer", "Nats-Last-Sequence", "Nats-Last-Stream", "Nats-No-Masking",
+        "Nats-Num-Pending", "Nats-Pending-Bytes", "Nats-Pending-Messages", "Nats-Pin-Id", "Nats-Required-Api-Level",
+        "Nats-Response-Type", "Nats-Sequence", "Nats-Server-Xkey", "Nats-Stream", "Nats-Stream-Identity", "Nats-Subject",
+        "Nats-Time-Stamp", "Nats-Trace-Hop", "Nats-Trace-Only", "Nats-Trace-Origin-Account", "Nats-UpTo-Sequence",
+    )),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("headers", STORED, ids=[f"{k}={v}" for h in STORED for k, v in h.items()])
@@ -127,6 +135,43 @@ def test_header_the_server_stores(js, headers):
     js.add_stream(name=S, subjects=["feat.>"])
     assert answer(js.publish, "feat.a", b"x", headers=headers) == 1
     assert js.get_msg(S, 1).headers == headers
+
+
+# Every Nats-* header nats-server 2.15 reads or writes (its source's header constants).
+SERVER_HEADERS = (
+    "Nats-Batch-Commit", "Nats-Batch-Id", "Nats-Batch-Sequence", "Nats-Consumer-Stalled", "Nats-Counter-Sources",
+    "Nats-Expected-Last-Msg-Id", "Nats-Expected-Last-Sequence", "Nats-Expected-Last-Subject-Sequence",
+    "Nats-Expected-Last-Subject-Sequence-Subject", "Nats-Expected-Stream", "Nats-Incr", "Nats-Last-Consumer",
+    "Nats-Last-Sequence", "Nats-Last-Stream", "Nats-Marker-Reason", "Nats-Msg-Id", "Nats-Msg-Size", "Nats-No-Masking",
+    "Nats-Num-Pending", "Nats-Pending-Bytes", "Nats-Pending-Messages", "Nats-Pin-Id", "Nats-Request-Info",
+    "Nats-Required-Api-Level", "Nats-Response-Type", "Nats-Rollup", "Nats-Schedule", "Nats-Schedule-Next",
+    "Nats-Schedule-Rollup", "Nats-Schedule-Source", "Nats-Schedule-TTL", "Nats-Schedule-Target", "Nats-Schedule-Time-Zone",
+    "Nats-Scheduler", "Nats-Sequence", "Nats-Server-Xkey", "Nats-Stream", "Nats-Stream-Identity", "Nats-Stream-Source",
+    "Nats-Subject", "Nats-TTL", "Nats-Time-Stamp", "Nats-Trace-Dest", "Nats-Trace-Hop", "Nats-Trace-Only",
+    "Nats-Trace-Origin-Account", "Nats-UpTo-Sequence",
+)  # fmt: skip
+# Implemented as the server does: tests/contract/test_publish_rules.py.
+IMPLEMENTED = (
+    "Nats-Msg-Id", "Nats-Expected-Stream", "Nats-Expected-Last-Sequence", "Nats-Expected-Last-Subject-Sequence",
+    "Nats-Expected-Last-Subject-Sequence-Subject", "Nats-Expected-Last-Msg-Id", "Nats-Rollup",
+)  # fmt: skip
+# Dropped as the server drops it (below); refused by the engine alone (tests/engine/test_refusals.py).
+DROPPED, ENGINE_REFUSED = ("Nats-Request-Info",), ("Nats-Trace-Dest",)
+
+
+def test_every_server_header_is_implemented_refused_or_stored_as_the_server_does():
+    refused = {k for h, _ in REFUSED if len(h) == 1 for k in h}
+    stored = {k for h in STORED for k in h if h[k]}  # (an empty value is read as absent)
+    for name in SERVER_HEADERS:
+        # (some are refused or stored by their value: Nats-Schedule-Time-Zone)
+        assert name in {*IMPLEMENTED, *refused, *stored, *DROPPED, *ENGINE_REFUSED}, f"{name}: no test says what the engine does with it"
+    assert set(IMPLEMENTED) <= set(PUBLISH_RULES_HEADERS())
+
+
+def PUBLISH_RULES_HEADERS():  # noqa: N802 - the header names test_publish_rules.py exercises
+    from tests.contract import test_publish_rules as rules
+
+    return [v for k, v in vars(rules).items() if k.isupper() and isinstance(v, str) and v.startswith("Nats-")]
 
 
 def test_request_info_is_dropped_as_the_server_drops_it(js):
