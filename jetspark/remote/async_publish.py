@@ -34,7 +34,9 @@ from jetspark.backend.window import PublishWindow, mark_completing, settle, sett
 from jetspark.errors import BadRequestError, ClosedError, JetSparkError, NoStreamResponseError, add_note, error_from_response
 from jetspark.protocol import headers as H
 from jetspark.protocol import subjects as subj
-from jetspark.remote.fastpath import raw_writer, status_of, subscribe_raw
+from jetspark.protocol.deliveries import puback_fields
+from jetspark.protocol.frames import Frames
+from jetspark.remote.fastpath import raw_writer, status_of, subscribe_frames, subscribe_raw
 from jetspark.remote.session import Session
 
 __all__ = ["AsyncPublisher"]
@@ -61,6 +63,7 @@ class AsyncPublisher:
         self._sweeper: Optional[asyncio.TimerHandle] = None
         self._token = 0
         self._encoded: dict[str, bytes] = {}  # subjects checked (subj.is_valid) and encoded, for the protocol lines
+        self._names: dict[bytes, str] = {}  # stream names of PubAcks, decoded once
 
     # ------------------------------------------------------------------ from the caller's thread
 
@@ -184,8 +187,9 @@ class AsyncPublisher:
         """``<inbox>.`` of the PubAcks' subscription on this connection (made at the first use)."""
         if self._inbox is None or self._inbox[0] is not nc:
             inbox = nc.new_inbox()
-            await subscribe_raw(nc, inbox + ".*", self._on_reply, public=self.session.public_path)
             self._inbox = (nc, (inbox + ".").encode())
+            if self.session.public_path or await subscribe_frames(nc, inbox + ".*", self._on_replies) is None:
+                await subscribe_raw(nc, inbox + ".*", self._on_reply, public=self.session.public_path)
         return self._inbox[1]
 
     def _on_reply(self, subject: bytes, _reply: bytes, data: bytes, headers: Optional[bytes]) -> None:
@@ -206,6 +210,38 @@ class AsyncPublisher:
         else:
             outcome = _puback(data, subject_)
         settle(fut, outcome)
+
+    def _on_replies(self, buf: bytes, f: Frames) -> None:
+        """A run of PubAcks as frames: plain ones read for the whole run at once
+        (``protocol.deliveries.puback_fields``), the others as ``_on_reply`` reads them."""
+        at, tokens, seqs, dups, plain = puback_fields(buf, f, len(self._inbox[1]), 1 << 62)
+        awaiting, names = self._awaiting, self._names
+        columns = (f.data_lo[at], f.data_hi[at], f.hdr_lo[at])
+        for token, seq, dup, ok, lo, hi, hl in zip(tokens.tolist(), seqs.tolist(), dups.tolist(), plain.tolist(), *(c.tolist() for c in columns)):
+            entry = awaiting.pop(token, None)
+            if entry is None:
+                continue  # given up on already
+            fut, subject = entry
+            outcome: object = None
+            if ok and buf.startswith(b'{"stream":"', lo):
+                q = buf.find(b'"', lo + 11, hi)
+                if buf.startswith(b',"seq":', q + 1):  # (no domain)
+                    key = buf[lo + 11 : q]
+                    name = names.get(key)
+                    if name is None:
+                        if len(names) >= 1000:
+                            names.clear()
+                        name = names[key] = key.decode()
+                    outcome = PubAck(stream=name, seq=seq, duplicate=True if dup else None)
+            if outcome is None:
+                if hl < lo and (status_of(buf[hl:lo]) or (b"",))[0] == b"503":
+                    outcome = NoStreamResponseError(subject)
+                else:
+                    outcome = _puback(buf[lo:hi], subject)
+            settle(fut, outcome)
+        sent = self._sent
+        while sent and sent[0][1] not in awaiting:
+            sent.popleft()  # answered: only the oldest still awaiting sets the next deadline
 
     def _arm_sweeper(self) -> None:
         if self._sweeper is None and self._sent:
