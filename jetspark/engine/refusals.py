@@ -18,6 +18,9 @@ no ``Nats-Msg-Id`` is recorded.  The features and their headers:
 - atomic batches (``allow_atomic``): ``Nats-Batch-Id`` -> 10174;
 - ``Nats-Stream-Source``, which only a stream's own sourcing may set -> 10227.
 
+A header block longer than 64 KiB is refused too (10097), as the server keeps
+its length in 16 bits.
+
 A header with an empty value counts as absent, as on the server.  Message
 tracing (``Nats-Trace-Dest``) has no server error to give: the engine cannot
 send trace events, so it refuses the message with a ``BadRequestError`` that
@@ -54,7 +57,9 @@ _ERRORS = {
     10188: "message schedules is disabled",
     10212: "message schedules invalid scheduler",
     10227: "message stream source header is not allowed",
+    10097: "header size exceeds maximum allowed of 64k",
 }
+MAX_HEADER = 65535  # the server keeps a header block's length in 16 bits
 
 
 def refused(err_code: int) -> BadRequestError:
@@ -126,6 +131,13 @@ def check_schedules(hdr: bytes, subject: str) -> None:
         raise refused(10212)
     if _value(hdr, STREAM_SOURCE) is not None:
         raise refused(10227)
+
+
+def check_header_size(hdr: bytes) -> None:
+    """After the size limit and an atomic batch, before every other header check: a header
+    block the server cannot store."""
+    if len(hdr) > MAX_HEADER:
+        raise refused(10097)
 
 
 def check_ttl_valid(hdr: bytes) -> None:

@@ -292,6 +292,7 @@ class Stream:
         if hdr:
             # Headers of features the engine lacks are refused where the server refuses them.
             refusals.check_batch(hdr)
+            refusals.check_header_size(hdr)
             refusals.check_incr(hdr)
             expected_stream = H.lookup(hdr, H.EXPECTED_STREAM)
             if expected_stream is not None and expected_stream != c.name:

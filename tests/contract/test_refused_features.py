@@ -244,6 +244,38 @@ def test_order_of_checks(js, kind, headers, expected):
         assert state(js) == before
 
 
+# ---------------------------------------------------------------------- a header block past 64 KiB
+
+HEADER_TOO_BIG = err(10097, "header size exceeds maximum allowed of 64k")
+
+
+@pytest.mark.parametrize(("block", "expected"), [(65535, 1), (65536, HEADER_TOO_BIG), (70000, HEADER_TOO_BIG)])
+def test_a_header_block_past_64k_is_refused(js, block, expected):
+    js.add_stream(name=S, subjects=["feat.>"])
+    overhead = len(b"NATS/1.0\r\nX-Big: \r\nNats-Msg-Id: big\r\n\r\n")  # the block as nats-py writes it
+    assert answer(js.publish, "feat.a", b"x", headers={"X-Big": "v" * (block - overhead), MSG_ID: "big"}) == expected
+    assert state(js)[0] == (1 if expected == 1 else 0)
+    if expected != 1:
+        assert js.publish("feat.a", b"x", headers={MSG_ID: "big"}).duplicate is None
+
+
+@pytest.mark.parametrize(
+    ("config", "headers", "expected"),
+    [
+        ({"max_msg_size": 100}, {}, TOO_BIG),
+        ({}, {"Nats-Batch-Id": "b"}, ATOMIC_DISABLED),
+        ({}, {"Nats-Incr": "1"}, HEADER_TOO_BIG),
+        ({}, {"Nats-Expected-Stream": "OTHER"}, HEADER_TOO_BIG),
+        ({}, {"Nats-TTL": "5s"}, HEADER_TOO_BIG),
+        ({}, {"Nats-Rollup": "all"}, HEADER_TOO_BIG),
+    ],
+)
+def test_a_big_header_is_refused_after_size_and_batch_before_the_other_headers(js, config, headers, expected):
+    js.add_stream(name=S, subjects=["feat.>"], **config)
+    assert answer(js.publish, "feat.a", b"x", headers={"X-Big": "v" * 70000, **headers}) == expected
+    assert state(js) == (0, 0, 0)
+
+
 # ---------------------------------------------------------------------- every publish path
 
 
