@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import jetspark
 from jetspark import ConsumerNotFoundError, StreamNotFoundError
+from jetspark.connection import is_server_url
 
 if TYPE_CHECKING:
     from jetspark.backend import JetStreamAPI
@@ -214,7 +215,7 @@ def _next_steps(store: str) -> None:
         cli = beside if rel.startswith("..") else rel
     else:
         cli = f"{sys.executable} -m jetspark.cli"
-    where = f"--server {store}" if store.startswith(("nats://", "tls://")) else f"--store {store}"
+    where = f"--server {store}" if is_server_url(store) else f"--store {store}"
     print("\nnext")
     print(f"  {cli} {where} stream report")
     print(f"  {cli} {where} consumer info {EVENTS} {CONSUMER}")
