@@ -131,6 +131,35 @@ def test_the_wheel_carries_its_metadata(wheel):
     assert any(c.startswith("Typing :: Typed") for c in meta.get_all("Classifier"))
 
 
+def test_a_type_checker_reads_the_installed_package(wheel, tmp_path):
+    """PEP 561 end to end: mypy, checking a user's file against the wheel installed in a venv,
+    reads jetspark's annotations (a wrong type is an error naming jetspark's types); without
+    py.typed it would skip the package as untyped."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True)
+    purelib = Path(site.stdout.strip())
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(purelib), str(wheel)], check=True, capture_output=True)
+    user = tmp_path / "user.py"
+    user.write_text(
+        "import jetspark\n"
+        "version: int = jetspark.__version__\n"
+        'err: jetspark.StreamNotFoundError = jetspark.ConsumerNotFoundError(404, 10014, "consumer not found")\n'
+    )
+
+    def mypy() -> str:
+        args = [sys.executable, "-m", "mypy", "--python-executable", str(python), "--no-incremental", "--config-file", "/dev/null", str(user)]
+        return subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300).stdout
+
+    out = mypy()
+    assert 'user.py:2: error: Incompatible types in assignment (expression has type "str", variable has type "int")' in out, out
+    assert '(expression has type "ConsumerNotFoundError", variable has type "StreamNotFoundError")' in out, out
+    assert "Found 2 errors in 1 file" in out, out
+    (purelib / "jetspark" / "py.typed").unlink()
+    assert "missing library stubs or py.typed marker" in mypy()
+
+
 def test_python_m_jetspark_runs_the_cli(tmp_path):
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "jetspark", *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
