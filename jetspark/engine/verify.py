@@ -78,7 +78,7 @@ def _interval_ok(s: StreamStorage, blk: Block, k: int, lo: int, hi: int, count: 
     h = s.header
     is_tail = blk is s.blocks[-1]
     if is_tail and hi == h.last_seq and count % CHECK_EVERY and hi - lo + 1 == count % CHECK_EVERY:
-        want = (h.tail_dcrc, h.tail_hcrc, h.tail_icrc)  # the open interval
+        want: tuple[int, int, int] | None = (h.tail_dcrc, h.tail_hcrc, h.tail_icrc)  # the open interval
     else:
         want = blk.interval_sums(k)
         if want is None:
