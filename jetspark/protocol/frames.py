@@ -27,6 +27,7 @@ import re
 from typing import Optional
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from jetspark.errors import JetSparkError
 
@@ -104,12 +105,20 @@ def parse_ints(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarra
     if not len(lo):
         return np.zeros(0, dtype=np.int64), ok
     width = max(1, min(int(lens.max()), 19))
-    # One row per number, right-aligned in ``width`` columns; columns before its first digit count 0.
-    idx = hi[:, None] + np.arange(-width, 0)
-    # (an index below 0 reads from the end: such a column is padding, zeroed below)
-    digits = (a[idx] if len(a) >= width else a[np.clip(idx, 0, len(a) - 1)]) - np.uint8(48)  # (below "0" wraps past 9)
-    pad = idx < lo[:, None]
-    digits[pad] = 0
+    # One row per number, right-aligned in ``width`` columns: each row one slice of a sliding
+    # window over ``a``, copied whole (a number ending before ``width`` is gathered byte by
+    # byte); columns before its first digit count 0.
+    near = hi < width
+    if len(a) >= width:
+        rows = sliding_window_view(a, width)[np.maximum(hi - width, 0)]
+    else:
+        rows = np.zeros((len(lo), width), dtype=np.uint8)
+        near[:] = True
+    if near.any():
+        idx = hi[near][:, None] + np.arange(-width, 0)
+        rows[near] = np.where(idx >= 0, a[np.clip(idx, 0, max(len(a) - 1, 0))], 0)
+    digits = rows - np.uint8(48)  # (below "0" wraps past 9)
+    digits[np.arange(width) < (width - np.minimum(lens, width))[:, None]] = 0
     ok &= (digits <= 9).all(axis=1)
     return digits.astype(np.int64) @ _POW10[width], ok
 
