@@ -91,3 +91,84 @@ def test_a_node_killed_under_a_running_query(spark, cluster, streams, tmp_path, 
     # batch's is released at the next trigger, which processAllAvailable may not wait for).
     info = js.consumer_info(SRC, DURABLE)
     assert info.ack_floor.stream_seq in range(2 * PHASE, 3 * PHASE + 1, 100) and info.num_ack_pending == 0
+
+
+def test_a_node_frozen_under_a_running_query_longer_than_the_retry_budget(spark, cluster, streams, tmp_path):
+    """The source stream's leader frozen (SIGSTOP, SIGCONT after) under a running query while
+    messages keep coming, for longer than the query's retry budget: batches with rows are
+    committed while the node is still frozen (the two others elect a leader, the query's
+    connections on the frozen node notice its silence and move), the query never fails,
+    and its output is exactly once."""
+    import threading
+    import time
+
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    budget, freeze = 10.0, 15.0
+    commits: list[tuple[float, int]] = []  # (when, rows) of each batch Spark reports done
+
+    class Progress(StreamingQueryListener):
+        def onQueryStarted(self, event) -> None:
+            pass
+
+        def onQueryProgress(self, event) -> None:
+            commits.append((time.monotonic(), event.progress.numInputRows))
+
+        def onQueryIdle(self, event) -> None:
+            pass
+
+        def onQueryTerminated(self, event) -> None:
+            pass
+
+    js, url = streams, cluster.url
+    listener = Progress()
+    spark.streams.addListener(listener)
+    nats = {"nats.retry_budget": str(budget)}
+    query = (
+        spark.readStream.format("jetstream").option("store", url).option("stream", SRC).options(**nats)
+        .option("consumer", DURABLE).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 100)
+        .load()
+        .selectExpr("concat('cout.', subject) AS subject", "data")
+        .writeStream.format("jetstream").option("store", url).options(**nats)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )  # fmt: skip
+    phases = 0
+    try:
+        publish(js, 0)
+        query.processAllAvailable()
+        phases = 1
+        done = threading.Event()
+
+        def keep_publishing() -> None:
+            # A phase at a time while the node is frozen (with msg ids: retried, stored once),
+            # five at most: the query is to have work during the freeze, not hours after it.
+            nonlocal phases
+            with jetspark.connect(url, retry_budget=120) as feeder:
+                while not done.is_set() and phases < 6:
+                    publish(feeder, phases)
+                    phases += 1
+
+        feeder = threading.Thread(target=keep_publishing, daemon=True)
+        node = leader_of(cluster, "source")
+        with cluster.frozen(node):
+            frozen_at = time.monotonic()
+            feeder.start()
+            time.sleep(freeze)  # the fault's length, not a wait for a result
+            thawed_at = time.monotonic()
+            done.set()
+        feeder.join(120)
+        assert not feeder.is_alive()
+        query.processAllAvailable()
+        assert query.exception() is None
+    finally:
+        query.stop()
+        spark.streams.removeListener(listener)
+        cluster.wait_ready()
+
+    during = [rows for when, rows in commits if frozen_at < when < thawed_at and rows > 0]
+    assert during, f"no batch with rows was committed while the source's leader ({cluster.names[node]}) was frozen for {freeze:g} s"
+    got = spark.read.format("jetstream").option("store", url).option("stream", OUT).load().selectExpr("CAST(data AS STRING) AS data")
+    want = spark.createDataFrame([(f"m{i:04d}",) for i in range(phases * PHASE)], "data STRING")
+    assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
