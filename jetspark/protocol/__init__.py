@@ -3,7 +3,11 @@
 - ``subjects``: subject validation, wildcard matching, collision and subset;
 - ``headers``: the ``NATS/1.0`` header-block codec and the JetStream header names;
 - ``arrow``: the Arrow schema of range reads (``read_batches``) and of the
-  ``headers`` column of batch appends.
+  ``headers`` column of batch appends;
+- ``msg_ids``: the ``Nats-Msg-Id`` header blocks of a batch, built at once;
+- ``frames``: what a server sends a client, framed in bulk (pure, NumPy);
+- ``deliveries``: consumer deliveries, direct-get replies and PubAcks among
+  those frames, read a run at a time, and the range-read chunk built on them.
 
 The embedded engine (``jetspark.engine``) and the nats-py backend
 (``jetspark.remote``) import this package and the public data model
