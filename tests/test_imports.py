@@ -31,7 +31,7 @@ ALLOWED = {
     "jetspark.cli": ("jetspark", "jetspark.connection", "jetspark.demo") + SHARED,
     # connect() picks a backend: the one module besides the package root that loads both.
     "jetspark.connection": ("jetspark.engine", "jetspark.remote") + SHARED,
-    "jetspark.demo": ("jetspark", "jetspark.connector") + SHARED,  # the demo is a Spark pipeline on the connector
+    "jetspark.demo": ("jetspark", "jetspark.connection", "jetspark.connector") + SHARED,  # the demo is a Spark pipeline on the connector
     "jetspark.protocol": ("jetspark.api", "jetspark.errors"),
     "jetspark.api": ("jetspark.errors",),
     "jetspark.errors": (),
