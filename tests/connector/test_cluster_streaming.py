@@ -140,15 +140,19 @@ def test_a_node_frozen_under_a_running_query_longer_than_the_retry_budget(spark,
         query.processAllAvailable()
         phases = 1
         done = threading.Event()
+        failed: list[BaseException] = []
 
         def keep_publishing() -> None:
             # A phase at a time while the node is frozen (with msg ids: retried, stored once),
             # five at most: the query is to have work during the freeze, not hours after it.
             nonlocal phases
-            with jetspark.connect(url, retry_budget=120) as feeder:
-                while not done.is_set() and phases < 6:
-                    publish(feeder, phases)
-                    phases += 1
+            try:
+                with jetspark.connect(url, retry_budget=120) as feeder:
+                    while not done.is_set() and phases < 6:
+                        publish(feeder, phases)
+                        phases += 1
+            except BaseException as exc:  # reported by the test
+                failed.append(exc)
 
         feeder = threading.Thread(target=keep_publishing, daemon=True)
         node = leader_of(cluster, "source")
@@ -159,7 +163,7 @@ def test_a_node_frozen_under_a_running_query_longer_than_the_retry_budget(spark,
             thawed_at = time.monotonic()
             done.set()
         feeder.join(120)
-        assert not feeder.is_alive()
+        assert not feeder.is_alive() and not failed, f"publishing during the freeze: {failed!r}"
         query.processAllAvailable()
         assert query.exception() is None
     finally:
