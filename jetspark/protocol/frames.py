@@ -27,7 +27,7 @@ import re
 from typing import Optional
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided
 
 from jetspark.errors import JetSparkError
 
@@ -110,7 +110,7 @@ def parse_ints(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarra
     # byte); columns before its first digit count 0.
     near = hi < width
     if len(a) >= width:
-        rows = sliding_window_view(a, width)[np.maximum(hi - width, 0)]
+        rows = as_strided(a, shape=(len(a) - width + 1, width), strides=(a.strides[0], a.strides[0]), writeable=False)[np.maximum(hi - width, 0)]
     else:
         rows = np.zeros((len(lo), width), dtype=np.uint8)
         near[:] = True
