@@ -107,9 +107,12 @@ def test_work_goes_on_during_a_freeze_of_each_node_that_matters(cluster, stream)
         worker.start()
         try:
             assert worker.rounds_after(0, 60), f"no round before any freeze: {worker.error!r}"
+            # A leader frozen: the two others elect one (raft's election timeout, 4-9 s after
+            # its last heartbeat), and a request that went to the frozen one is given up on
+            # after the timeout (5 s): 20 s leaves room for both on a loaded machine.
             targets = [
-                ("stream leader", lambda: cluster.stream_leader(S), 12.0),
-                ("consumer leader", lambda: cluster.names.index(js.consumer_info(S, "spark").cluster.leader), 12.0),
+                ("stream leader", lambda: cluster.stream_leader(S), 20.0),
+                ("consumer leader", lambda: cluster.names.index(js.consumer_info(S, "spark").cluster.leader), 20.0),
                 ("connected node", lambda: connected_node(cluster, js), budget + 5),
             ]
             for role, which, seconds in targets:

@@ -104,7 +104,7 @@ def test_a_node_frozen_under_a_running_query_longer_than_the_retry_budget(spark,
 
     from pyspark.sql.streaming import StreamingQueryListener
 
-    budget, freeze = 10.0, 15.0
+    budget, freeze = 10.0, 20.0
     commits: list[tuple[float, int]] = []  # (when, rows) of each batch Spark reports done
 
     class Progress(StreamingQueryListener):
