@@ -242,18 +242,53 @@ def scan(buf: bytes, pos: int = 0) -> tuple[Frames, int]:
 
 class FrameReader:
     """Frames from a connection's reads: ``feed(data)`` -> (buffer, frames in it), the
-    unfinished tail kept for the next read."""
+    unfinished tail kept for the next read.  A frame whose size its control line already
+    gives is waited for without framing again (or copying) until all of it is there: a
+    large message arriving in many small reads costs one pass, not one per read."""
 
-    __slots__ = ("_rest",)
+    __slots__ = ("_rest", "_pieces", "_have", "_need")
 
     def __init__(self) -> None:
-        self._rest = b""
+        self.reset()
 
     def reset(self) -> None:
         self._rest = b""
+        self._pieces: list[bytes] = []
+        self._have = 0
+        self._need = 0
 
     def feed(self, data: bytes) -> tuple[bytes, Frames]:
-        buf = self._rest + data if self._rest else bytes(data)
+        if self._need:
+            self._pieces.append(data)
+            self._have += len(data)
+            if self._have < self._need:
+                return b"", _NONE
+            buf = b"".join(self._pieces)
+            self._pieces, self._have, self._need = [], 0, 0
+        else:
+            buf = self._rest + data if self._rest else bytes(data)
         frames, end = scan(buf)
-        self._rest = buf[end:]
+        rest = buf[end:]
+        need = _needed(rest)
+        if need > len(rest):
+            self._rest, self._pieces, self._have, self._need = b"", [rest], len(rest), need
+        else:
+            self._rest = rest
         return buf, frames
+
+
+_NONE = Frames(*(np.zeros(0, dtype=np.int64) for _ in _COLUMNS))
+
+
+def _needed(rest: bytes) -> int:
+    """How many bytes the MSG/HMSG at the start of ``rest`` takes whole, once its control line
+    is there (0: not known yet, or not a message)."""
+    if len(rest) < 64 or not rest.startswith((b"MSG ", b"HMSG ")) or rest.find(b"\r\n", 0, MAX_CONTROL_LINE) < 0:
+        return 0
+    g = _MSG.match(rest) or _HMSG.match(rest)
+    if g is None:
+        return 0
+    try:
+        return g.end() + int(g.group(6 if g.re is _HMSG else 5)) + 2
+    except ValueError:
+        return 0

@@ -288,3 +288,14 @@ def test_direct_fields_read_a_batch_of_direct_get_replies():
         assert (buf[d.subj_lo[i] : d.subj_hi[i]], int(d.seq[i])) == (subject, seq)
         assert (buf[f.hdr_lo[i] : d.own_end[i]] + b"\r\n" if d.own_end[i] else None) == own
     assert d.time[1] - d.time[0] == -403389347
+
+
+def test_a_large_message_in_many_small_reads_reads_like_nats_py():
+    """A frame whose control line is in is waited for whole (FrameReader keeps its reads
+    apart until then); frames before and after it, split anywhere, come out as nats-py's."""
+    big = np.random.default_rng(3).bytes(300_000) + b"\r\nMSG a 1 3\r\n"
+    data = b"PING\r\nMSG s 1 r 2\r\nhi\r\n" + b"HMSG big.x 9 _INBOX.r 12 %d\r\nNATS/1.0\r\n\r\n%s\r\nMSG t 2 1\r\nx\r\n" % (12 + len(big), big)
+    reads = [data[i : i + 997] for i in range(0, len(data), 997)]
+    assert our_events(reads) == nats_py_events(reads)
+    events = our_events(reads)
+    assert [e[0] for e in events] == ["ping", "msg", "msg", "msg"] and events[2][4] == big
