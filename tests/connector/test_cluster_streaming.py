@@ -93,6 +93,7 @@ def test_a_node_killed_under_a_running_query(spark, cluster, streams, tmp_path, 
     assert info.ack_floor.stream_seq in range(2 * PHASE, 3 * PHASE + 1, 100) and info.num_ack_pending == 0
 
 
+@pytest.mark.slow
 def test_a_node_frozen_under_a_running_query_longer_than_the_retry_budget(spark, cluster, streams, tmp_path):
     """The source stream's leader frozen (SIGSTOP, SIGCONT after) under a running query while
     messages keep coming, for longer than the query's retry budget: batches with rows are
