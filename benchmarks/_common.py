@@ -1,5 +1,5 @@
 """What every benchmark script shares: the result table, the machine header, data builders
-and the nats-server launcher (the tests' own, tests/servers.py).
+and the nats-server launcher (the tests' own, natsdev/servers.py).
 
 Only the standard library is imported at the top: bench_engine spawns its RSS
 children (row 5) before numpy, pyarrow, nats-py and jetspark are loaded, so
@@ -23,10 +23,10 @@ from typing import Callable, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # jetspark and tests/servers.py from this checkout
+    sys.path.insert(0, str(ROOT))  # jetspark and natsdev/ from this checkout
 
-from tests.servers import NatsServer as _TestServer  # noqa: E402
-from tests.servers import nats_server_binary  # noqa: E402
+from natsdev.servers import NatsServer as _TestServer  # noqa: E402
+from natsdev.servers import nats_server_binary  # noqa: E402
 
 PAYLOAD_SIZE = 100
 SUBJECTS_PER_TABLE = 16
@@ -180,7 +180,7 @@ def machine_info(base: Path, title: str, setup: str, sizes: object, quick: bool)
 
 
 class NatsServer(_TestServer):
-    """The tests' nats-server launcher (tests/servers.py), its store under the benchmark's directory."""
+    """The tests' nats-server launcher (natsdev/servers.py), its store under the benchmark's directory."""
 
     def __init__(self, base: Optional[Path] = None) -> None:
         super().__init__(base=None if base is None else str(base))

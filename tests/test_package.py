@@ -290,7 +290,7 @@ def test_the_wheel_works_like_a_checkout(installed, wheel, tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert {"jetspark/connector/conf/spark-defaults.conf", "jetspark/connector/conf/log4j2.properties"} <= set(names)
     assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE") for n in names)
-    assert not any(n.startswith(("benchmarks/", "tests/", "examples/")) for n in names)
+    assert not any(n.startswith(("benchmarks/", "tests/", "examples/", "natsdev/")) for n in names)
 
     site = installed
     away = tmp_path / "elsewhere"
