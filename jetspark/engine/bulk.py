@@ -19,8 +19,8 @@ import pyarrow.compute as pc
 
 from jetspark import validate as V
 from jetspark.api import BatchAck, RetentionPolicy, datetime_to_ns
-from jetspark.engine.records import SID_NONE, _runs, msgid_hash, template_crcs
-from jetspark.engine.stream import Stream, _id_key
+from jetspark.engine.records import SID_NONE, msgid_hash, runs_of, template_crcs
+from jetspark.engine.stream import Stream, last_id_key
 from jetspark.errors import BadRequestError, add_note, api_error
 from jetspark.protocol import headers as H
 from jetspark.protocol import msg_ids
@@ -358,7 +358,7 @@ def _publish_fast(stream, subjects, data, id_col=None, id_range=None) -> BatchAc
                 else:
                     prefix, start = id_range
                     ph = msgid_hash(prefix)
-                    for a, b in _runs(kept_rows):  # consecutive rows were stored at consecutive seqs
+                    for a, b in runs_of(kept_rows):  # consecutive rows were stored at consecutive seqs
                         s.add_range(ph, start + a, start + b, int(seqs[a]), ts)
                     s.header.last_id = _id_bytes(f"{prefix}{start + int(kept_rows[-1])}")
                 s.compact_journals(stream.clock(), int(c.duplicate_window * 1_000_000_000))
@@ -401,7 +401,7 @@ def id_header_blocks(prefix: str, numbers: np.ndarray) -> tuple[bytes, np.ndarra
 
 
 def _id_bytes(msg_id: str) -> bytes:
-    return _id_key(msg_id)
+    return last_id_key(msg_id)
 
 
 def _dedup_rows(stream: Stream, ids: list):

@@ -52,7 +52,7 @@ def check_storable_name(name: str, kind: str) -> None:
         raise api_error(10012, err="error creating store for consumer")
 
 
-def _enum(enum: type[Enum], value, field: str):
+def enum_value(enum: type[Enum], value, field: str):
     if value is None or isinstance(value, enum):
         return value
     try:
@@ -80,9 +80,9 @@ def normalize_stream_config(config: StreamConfig) -> StreamConfig:
         if size > MAX_METADATA_LEN:
             raise invalid(f"stream metadata exceeds maximum size of {MAX_METADATA_LEN} bytes")
 
-    retention = _enum(RetentionPolicy, config.retention, "retention policy") or RetentionPolicy.LIMITS
-    storage = _enum(StorageType, config.storage, "storage type") or StorageType.FILE
-    discard = _enum(DiscardPolicy, config.discard, "discard policy") or DiscardPolicy.OLD
+    retention = enum_value(RetentionPolicy, config.retention, "retention policy") or RetentionPolicy.LIMITS
+    storage = enum_value(StorageType, config.storage, "storage type") or StorageType.FILE
+    discard = enum_value(DiscardPolicy, config.discard, "discard policy") or DiscardPolicy.OLD
 
     replicas = 1 if not config.num_replicas else int(config.num_replicas)
     if replicas > MAX_REPLICAS:

@@ -18,7 +18,7 @@ from jetspark.api import (
     RetentionPolicy,
     StreamConfig,
 )
-from jetspark.engine.config import MAX_DESCRIPTION_LEN, MAX_NAME_LEN, _enum, invalid
+from jetspark.engine.config import MAX_DESCRIPTION_LEN, MAX_NAME_LEN, enum_value, invalid
 from jetspark.errors import api_error
 from jetspark.protocol import subjects as subj
 
@@ -62,9 +62,9 @@ def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> C
     if config.name and config.durable_name and config.name != config.durable_name:
         raise api_error(10017)
 
-    deliver = _enum(DeliverPolicy, config.deliver_policy, "deliver policy") or DeliverPolicy.ALL
-    ack = _enum(AckPolicy, config.ack_policy, "ack policy") or AckPolicy.NONE
-    replay = _enum(ReplayPolicy, config.replay_policy, "replay policy") or ReplayPolicy.INSTANT
+    deliver = enum_value(DeliverPolicy, config.deliver_policy, "deliver policy") or DeliverPolicy.ALL
+    ack = enum_value(AckPolicy, config.ack_policy, "ack policy") or AckPolicy.NONE
+    replay = enum_value(ReplayPolicy, config.replay_policy, "replay policy") or ReplayPolicy.INSTANT
 
     replicas = int(config.num_replicas or 0)
     if replicas < 0:

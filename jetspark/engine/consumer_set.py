@@ -35,7 +35,7 @@ from jetspark.engine.consumer import (
     config_to_json,
     remove_consumer_dir,
 )
-from jetspark.engine.records import SID_NONE, _runs
+from jetspark.engine.records import SID_NONE, runs_of
 from jetspark.errors import CorruptStoreError, StoreError, StoreIOError, api_error
 
 log = logging.getLogger("jetspark")
@@ -369,7 +369,7 @@ class ConsumerSet:
         seqs = seqs[~s.dead_mask(int(seqs[0]), int(seqs[-1]))[seqs - seqs[0]]]  # type: ignore[index]
         if not len(seqs):
             return
-        sids = np.concatenate([s.entries(a, b)["sid"] for a, b in _runs(seqs)])
+        sids = np.concatenate([s.entries(a, b)["sid"] for a, b in runs_of(seqs)])
         keep = sids == SID_NONE
         matched = np.zeros(len(seqs), dtype=bool)
         for c in self.by_name.values():

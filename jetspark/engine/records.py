@@ -47,12 +47,12 @@ _M32 = 0xFFFFFFFF
 _MIX = (0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D, 0x27D4EB2F)
 
 
-def _mix(seq, ts, sid):
+def seq_mix(seq, ts, sid):
     """Binds a record's checksum to its sequence, time and subject (works on ints and uint64 arrays)."""
     return (seq * _MIX[0] + (ts & _M32) * _MIX[1] + (ts >> 32) * _MIX[2] + sid * _MIX[3]) & _M32
 
 
-def _rotl1(x):
+def rotl1(x):
     """Rotate a 32-bit value left by one (ints and uint64 arrays)."""
     return ((x << 1) | (x >> 31)) & _M32
 
@@ -61,7 +61,7 @@ def record_crc(seq: int, ts: int, sid: int, hdr: bytes | memoryview, data: bytes
     """A record's checksum: crc32 of the payload, xor the header block's crc32 rotated
     (so a header and a payload cannot stand in for each other), xor the record's
     (seq, ts, subject) mix.  Without headers it is crc32(payload) ^ mix."""
-    return zlib.crc32(data) ^ _rotl1(zlib.crc32(hdr)) ^ _mix(seq, ts, sid)
+    return zlib.crc32(data) ^ rotl1(zlib.crc32(hdr)) ^ seq_mix(seq, ts, sid)
 
 
 def record_crcs(seqs: np.ndarray, ts: np.ndarray, sids: np.ndarray, hdr, hdr_offsets, data, data_offsets, hdr_crcs=None) -> np.ndarray:
@@ -76,8 +76,8 @@ def record_crcs(seqs: np.ndarray, ts: np.ndarray, sids: np.ndarray, hdr, hdr_off
         h = hdr_offsets.tolist()
         hdr_crcs = np.fromiter(map(zlib.crc32, map(hv.__getitem__, map(slice, h[:-1], h[1:]))), dtype=np.uint32, count=n)
     if hdr_crcs is not None:
-        crc ^= _rotl1(np.asarray(hdr_crcs, dtype=np.uint64))
-    mix = _mix(seqs.astype(np.uint64), ts.astype(np.uint64), sids.astype(np.uint64))
+        crc ^= rotl1(np.asarray(hdr_crcs, dtype=np.uint64))
+    mix = seq_mix(seqs.astype(np.uint64), ts.astype(np.uint64), sids.astype(np.uint64))
     return (crc ^ mix).astype(np.uint32)
 
 
@@ -104,7 +104,7 @@ def template_crcs(head: bytes, tail: bytes, digits: np.ndarray) -> np.ndarray:
     return out
 
 
-def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Union of inclusive ranges, dropping empty ones."""
     out: list[tuple[int, int]] = []
     for a, b in sorted(r for r in ranges if r[0] <= r[1]):
@@ -115,7 +115,7 @@ def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def _runs(seqs: np.ndarray) -> list[tuple[int, int]]:
+def runs_of(seqs: np.ndarray) -> list[tuple[int, int]]:
     """Sorted unique sequences -> inclusive (first, last) runs."""
     if not len(seqs):
         return []

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 
 from jetspark.engine.blocks import CHECK_EVERY
-from jetspark.engine.records import SID_NONE, _runs
+from jetspark.engine.records import SID_NONE, runs_of
 from jetspark.engine.verify import bad_records, interval_crcs, verify
 from jetspark.errors import CorruptStoreError
 
@@ -143,7 +143,7 @@ def drop_damaged(s: StreamStorage, bad: np.ndarray) -> None:
         last_intact -= 1
     inner = bad[bad <= last_intact]
     if len(inner):
-        runs = _runs(inner)
+        runs = runs_of(inner)
         s.removed.write(runs, h)
         s.removed.apply(runs)
         record_lost(s.dir, inner.tolist())

@@ -87,11 +87,11 @@ from jetspark.engine.records import (
     ENTRY_SIZE,
     IDX_DTYPE,
     SID_NONE,
-    _mix,
-    _rotl1,
-    _runs,
     record_crc,
     record_crcs,
+    rotl1,
+    runs_of,
+    seq_mix,
 )
 from jetspark.engine.removed import RemovedSet
 from jetspark.engine.state_header import HeaderFile, StreamHeader, pack_slot
@@ -430,7 +430,7 @@ class StreamStorage:
         if seqs and seqs[-1] - seqs[0] == len(seqs) - 1 and all(b > a for a, b in zip(seqs, seqs[1:])):
             return self._read_run(seqs[0], seqs[-1])  # the common case: new deliveries in a row
         found: dict[int, tuple[str, bytes, bytes, int]] = {}
-        for a, b in _runs(np.unique(np.asarray(seqs, dtype=np.int64))):
+        for a, b in runs_of(np.unique(np.asarray(seqs, dtype=np.int64))):
             for q, rec in zip(range(a, b + 1), self._read_run(a, b)):
                 found[q] = rec
         return [found[q] for q in seqs]
@@ -643,7 +643,7 @@ class StreamStorage:
                 diskio.pwrite(blk.dfd, data, doff, f"{blk.path}.dat")  # a message larger than the block's capacity
         if hdr:
             diskio.pwrite(blk.hfd, hdr, hoff, f"{blk.path}.hdr")
-        crc = zlib.crc32(data) ^ (_rotl1(zlib.crc32(hdr)) if hdr else 0) ^ _mix(seq, ts, sid)
+        crc = zlib.crc32(data) ^ (rotl1(zlib.crc32(hdr)) if hdr else 0) ^ seq_mix(seq, ts, sid)
         entry = ENTRY.pack(ts, doff, hoff, n, len(hdr), sid, crc)
         blk.imm[ioff : ioff + ENTRY_SIZE] = entry
         h.tail_dcrc = zlib.crc32(data, h.tail_dcrc)
@@ -792,7 +792,7 @@ class StreamStorage:
         seqs = seqs[~self.removed.mask(int(seqs[0]), int(seqs[-1]))[seqs - seqs[0]]]
         if not len(seqs):
             return 0
-        e = np.concatenate([self.entries(int(a), int(b)) for a, b in _runs(seqs)])
+        e = np.concatenate([self.entries(int(a), int(b)) for a, b in runs_of(seqs)])
         stored = e["sid"] != SID_NONE
         removed_bytes = int(self.sizes(e[stored]).sum())
         if self.stats_by_subject is not None:
@@ -805,7 +805,7 @@ class StreamStorage:
         first = int(seqs[0])
         head = first == h.first_seq and int(seqs[-1]) - first + 1 - len(seqs) == int(self.removed.mask(first, int(seqs[-1])).sum())
         if not head:
-            runs = _runs(seqs)
+            runs = runs_of(seqs)
             self.removed.write(runs, self.header)
             self.removed.apply(runs)
         self._advance_first(int(seqs[-1]) + 1 if head else h.first_seq)

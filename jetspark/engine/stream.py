@@ -316,7 +316,7 @@ class Stream:
                 if hit is not None:
                     return PubAck(stream=c.name, seq=hit, duplicate=True)
             last_id = H.lookup(hdr, H.EXPECTED_LAST_MSG_ID)
-            if last_id is not None and _id_key(last_id) != h.last_id:
+            if last_id is not None and last_id_key(last_id) != h.last_id:
                 raise api_error(10070, id=h.last_id.decode(errors="replace"))
             rollup = H.lookup(hdr, H.ROLLUP)
             if rollup is not None:
@@ -336,12 +336,12 @@ class Stream:
             # Not stored, but the sequence is consumed (docs/semantics.md §3.3) and the id
             # becomes the last one; a rollup still purges what it covers, after the skip.
             seq = s.append_skip(ts)
-            h.last_id = _id_key(msg_id or "")
+            h.last_id = last_id_key(msg_id or "")
             if rollup is not None:
                 self._rollup(rollup, subject, seq)
         else:
             seq = s.append(subject, hdr, data, ts)
-            h.last_id = _id_key(msg_id or "")
+            h.last_id = last_id_key(msg_id or "")
             sid = s.subject_ids[subject]
             if rollup is not None:
                 self._rollup(rollup, subject, seq - 1)
@@ -626,7 +626,7 @@ def _mask_of(n: int, ids) -> np.ndarray:
     return m
 
 
-def _id_key(msg_id: str) -> bytes:
+def last_id_key(msg_id: str) -> bytes:
     """How a Nats-Msg-Id is kept in the header slot (over-long ids by their hash)."""
     b = msg_id.encode()
     return b if len(b) <= MAX_LAST_ID else b"#" + msgid_hash(msg_id).hex().encode()

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from jetspark.engine.records import SID_NONE, _merge, _runs
+from jetspark.engine.records import SID_NONE, merge_ranges, runs_of
 from jetspark.engine.state_header import StreamHeader
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def add(stats: Stats, sids: np.ndarray, seqs: np.ndarray) -> None:
 def remove_seqs(s: StreamStorage, seqs: np.ndarray) -> None:
     """Live sequences that are being removed: take them out of the stats."""
     count, first, last = s.stats_by_subject
-    sids = np.concatenate([s.entries(int(a), int(b))["sid"] for a, b in _runs(seqs)]).astype(np.int64)
+    sids = np.concatenate([s.entries(int(a), int(b))["sid"] for a, b in runs_of(seqs)]).astype(np.int64)
     keep = sids != SID_NONE
     sids, seqs = sids[keep], seqs[keep]
     if not len(sids):
@@ -83,7 +83,7 @@ def catch_up(s: StreamStorage, old: StreamHeader, h: StreamHeader, ranges: list[
     are read.  Raises CorruptStoreError (storage turns it into FilesMoved) when
     the appended tail is not all in the blocks listed.
     """
-    touched = _merge([(max(a, old.first_seq), min(b, old.last_seq)) for a, b in ranges] + [(old.first_seq, min(h.first_seq - 1, old.last_seq))])
+    touched = merge_ranges([(max(a, old.first_seq), min(b, old.last_seq)) for a, b in ranges] + [(old.first_seq, min(h.first_seq - 1, old.last_seq))])
     before = [(a, b, s.removed.mask(a, b)) for a, b in touched]
     s.removed.apply(ranges)
     for a, b, dead_before in before:

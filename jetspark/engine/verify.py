@@ -26,7 +26,7 @@ from jetspark.engine.records import (
     ENTRY_SIZE,
     IDX_DTYPE,
     SID_NONE,
-    _merge,
+    merge_ranges,
     record_crc,
 )
 from jetspark.errors import CorruptStoreError
@@ -61,10 +61,10 @@ def verify(s: StreamStorage, blk: Block, a: int, b: int, data: Optional[bytes] =
         if data is not None and e is not None and a <= lo and hi <= b:
             have = (memoryview(data), int(e["doff"][0]))
         if _interval_ok(s, blk, k, lo, hi, count, have):
-            blk.verified = _merge(blk.verified + [(lo, hi)])
+            blk.verified = merge_ranges(blk.verified + [(lo, hi)])
         else:
             _verify_records(s, blk, want_lo, want_hi)
-            blk.verified = _merge(blk.verified + [(want_lo, want_hi)])
+            blk.verified = merge_ranges(blk.verified + [(want_lo, want_hi)])
 
 
 def block_count(s: StreamStorage, blk: Block) -> int:
