@@ -5,6 +5,7 @@
 - ``arrow``: the Arrow schema of range reads (``read_batches``) and of the
   ``headers`` column of batch appends;
 - ``msg_ids``: the ``Nats-Msg-Id`` header blocks of a batch, built at once;
+- ``ack_reply``: a delivery's ``$JS.ACK`` reply subject, built and read (one grammar);
 - ``frames``: what a server sends a client, framed in bulk (pure, NumPy);
 - ``deliveries``: consumer deliveries, direct-get replies and PubAcks among
   those frames, read a run at a time, and the range-read chunk built on them.

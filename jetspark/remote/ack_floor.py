@@ -48,10 +48,11 @@ from typing import Optional, Sequence
 
 from jetspark.api import AckPolicy, ConsumerInfo, RetentionPolicy, SequenceInfo
 from jetspark.errors import AckFloorError, MsgNotFoundError
+from jetspark.protocol import ack_reply
 from jetspark.protocol import subjects as subj
 from jetspark.remote import jsapi
 from jetspark.remote.fastpath import RawInbox, status_of
-from jetspark.remote.puller import GET_WINDOW, PULL_BATCH, PULL_MAX_BYTES, count_from, first_stored, reply_offset
+from jetspark.remote.puller import GET_WINDOW, PULL_BATCH, PULL_MAX_BYTES, count_from, first_stored
 from jetspark.remote.session import PROGRESS, Session
 
 log = logging.getLogger("jetspark.remote")
@@ -226,7 +227,7 @@ class _Floor:
     def ack_subject(self, sseq: int, dseq: int) -> str:
         # The server reads the stream and consumer sequences from the subject (ackReplyInfo);
         # delivered count, timestamp and pending are informational.
-        return f"$JS.ACK.{self.stream}.{self.durable}.1.{sseq}.{dseq}.0.0"
+        return ack_reply.build(self.stream, self.durable, 1, sseq, dseq, 0, 0)
 
     async def ack_all(self, replies: Sequence[str], top: int) -> None:
         """Acknowledge ``replies`` (up to stream sequence ``top``) in order, the last as a
@@ -312,7 +313,7 @@ class _Floor:
                         ended = True
                     continue
                 got += 1
-                sseq = int(r.split(b".")[reply_offset(r) + 3])
+                sseq = ack_reply.stream_seq(r)
                 self.received = max(self.received, sseq)
                 if sseq > self.seq:
                     late.append(r.decode())

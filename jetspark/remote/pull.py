@@ -18,6 +18,7 @@ from jetspark import validate as V
 from jetspark.api import ConsumerInfo, MsgMetadata, SequencePair, ns_to_datetime
 from jetspark.backend import live
 from jetspark.errors import PUSH_BASED, FetchTimeoutError, NoHeartbeatError, api_error, push_based_error
+from jetspark.protocol import ack_reply
 from jetspark.protocol import headers as H
 from jetspark.remote import jsapi, wire
 from jetspark.remote.fastpath import RawInbox, status_of
@@ -47,11 +48,11 @@ class Msg:
         self.headers = headers
         self.reply = reply
         self._session = session
-        self._meta = meta  # (stream, consumer, sseq, cseq, delivered, pending, ts_ns, domain), parsed lazily
+        self._meta = meta  # ack_reply.AckReply's fields, parsed lazily from the reply
 
     def _tokens(self) -> tuple:
         if self._meta is None:
-            self._meta = wire.reply_tokens(self.reply)
+            self._meta = ack_reply.parse(self.reply)
         return self._meta
 
     @property

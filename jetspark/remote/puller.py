@@ -26,6 +26,7 @@ import numpy as np
 from nats.nuid import NUID
 
 from jetspark.errors import ConsumerNotFoundError, JetSparkError, MsgNotFoundError
+from jetspark.protocol import ack_reply
 from jetspark.protocol import subjects as subj
 from jetspark.protocol.deliveries import FrameChunk, ack_fields
 from jetspark.remote import jsapi, wire
@@ -69,16 +70,6 @@ class Chunk:
 
     def __len__(self) -> int:
         return len(self.seqs)
-
-
-def reply_offset(reply: bytes) -> int:
-    """Index of the stream token in a delivery's reply subject: 2 (v1, 9 tokens) or 4 (v2)."""
-    n = reply.count(b".") + 1
-    if n == 9:
-        return 2
-    if n >= 11:
-        return 4
-    raise JetSparkError(f"not a JetStream delivery reply subject: {reply[:200]!r}")
 
 
 class Puller:
@@ -191,7 +182,7 @@ class Puller:
                 stat = np.flatnonzero(f.reply_hi[pos:] == f.reply_lo[pos:])
                 end = pos + (int(stat[0]) if len(stat) else len(f) - pos)
                 if self.off is None:
-                    self.off = reply_offset(buf[f.reply_lo[pos] : f.reply_hi[pos]])
+                    self.off = ack_reply.stream_token(buf[f.reply_lo[pos] : f.reply_hi[pos]])
                 meta = run[3] = (end, ack_fields(buf, f[pos:end]), pos)
             end, ack, base = meta
             k = self._take(ack, pos - base, end - pos, max_msgs - n)

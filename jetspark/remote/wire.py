@@ -227,29 +227,3 @@ def header_str(value: Any) -> str:
 def encode_headers(headers: Optional[dict]) -> bytes:
     """A header block as nats-py writes it (list values repeat the key)."""
     return H.encode(headers) if headers else b""
-
-
-def reply_tokens(reply: str) -> tuple[str, str, int, int, int, int, int, Optional[str]]:
-    """A JetStream delivery's reply subject -> (stream, consumer, delivered, sseq, cseq, ts_ns, pending, domain).
-
-    v1: ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>``;
-    v2: ``$JS.ACK.<domain>.<account hash>.<stream>.<consumer>...`` (and a trailing token).
-    """
-    t = reply.split(".")
-    if len(t) == 9:
-        o, domain = 2, None
-    elif len(t) >= 11:
-        o, domain = 4, (None if t[2] == "_" else t[2])
-    else:
-        raise ValueError(f"not a JetStream delivery reply subject: {reply!r}")
-    return t[o], t[o + 1], int(t[o + 2]), int(t[o + 3]), int(t[o + 4]), int(t[o + 5]), int(t[o + 6]), domain
-
-
-def reply_offset(reply: str) -> int:
-    """Index of the stream token in a reply subject split on '.' (2 for v1, 4 for v2)."""
-    n = reply.count(".") + 1
-    if n == 9:
-        return 2
-    if n >= 11:
-        return 4
-    raise ValueError(f"not a JetStream delivery reply subject: {reply!r}")
