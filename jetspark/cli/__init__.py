@@ -3,9 +3,9 @@
 ::
 
     app.py        the click group, global options (--store, --server, --context, --debug)
-    context.py    State (the lazily opened store) and the one error boundary
+    state.py      State (the lazily opened store), the click Group: the one error boundary
     contexts.py   jetspark context add|info|ls|select|unselect|rm, and which one applies
-    context_files.py  saved contexts: files in the user's config directory
+    context_store.py  saved contexts: files in the user's config directory
     streams.py    jetspark stream add|edit|info|ls|rm|purge|get|rmm|report|check|backup|restore
     stream_extra.py  jetspark stream subjects|find|seal|copy
     stream_config.py the StreamConfig flags and stream info's rendering

@@ -7,7 +7,6 @@ from typing import Any, Optional
 import click
 
 from jetspark.api import AckPolicy, ConsumerConfig, ConsumerInfo, ReplayPolicy
-from jetspark.cli.context import Commands, needs_store
 from jetspark.cli.messages import ack_options, deliver
 from jetspark.cli.output import (
     cluster_pairs,
@@ -32,6 +31,7 @@ from jetspark.cli.parse import (
     parse_header,
     split_list,
 )
+from jetspark.cli.state import Commands, needs_store
 
 __all__ = ["consumer"]
 

@@ -2,7 +2,7 @@
 
 A context names a store directory or a NATS server with its credentials, so
 that ``jetspark --context prod stream ls`` (or, once selected, plain
-``jetspark stream ls``) connects there.  The files are ``context_files``'s;
+``jetspark stream ls``) connects there.  The files are ``context_store``'s;
 which context applies is ``choose``'s:
 
 1. ``--store``/``--server`` on the command line (a context is not used);
@@ -24,9 +24,9 @@ from typing import Optional
 import click
 from click.core import ParameterSource
 
-from jetspark.cli import context_files as files
-from jetspark.cli.context import Commands
+from jetspark.cli import context_store as files
 from jetspark.cli.output import emit_json, kv_block, output_options, table
+from jetspark.cli.state import Commands
 
 __all__ = ["choose", "context"]
 

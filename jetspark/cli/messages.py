@@ -14,7 +14,6 @@ from typing import Iterator, Optional
 import click
 
 from jetspark.api import PubAck
-from jetspark.cli.context import needs_store
 from jetspark.cli.output import (
     body_fields,
     emit_json_line,
@@ -26,6 +25,7 @@ from jetspark.cli.output import (
     rfc3339,
 )
 from jetspark.cli.parse import DURATION, format_size, parse_header
+from jetspark.cli.state import needs_store
 from jetspark.cli.templates import Template, TemplateError
 from jetspark.errors import PUSH_BASED, APIError, FetchTimeoutError, JetSparkError, StreamNotFoundError
 

@@ -20,7 +20,7 @@ import click
 from click.shell_completion import get_completion_class
 
 import jetspark
-from jetspark.cli.context_files import CONFIG_DIR_VAR
+from jetspark.cli.context_store import CONFIG_DIR_VAR
 
 __all__ = ["COMPLETE_VAR", "completion", "man", "man_page"]
 

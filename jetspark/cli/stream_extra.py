@@ -10,9 +10,9 @@ from typing import Optional
 import click
 
 from jetspark.api import StreamInfo
-from jetspark.cli.context import needs_store
 from jetspark.cli.output import emit_json, fmt_ago, fmt_count, fmt_date, output_options, plural, table
 from jetspark.cli.parse import DURATION, format_size
+from jetspark.cli.state import needs_store
 from jetspark.cli.stream_config import config_changes, config_options, render_stream_info
 from jetspark.protocol.subjects import collide, is_valid
 

@@ -13,7 +13,6 @@ from typing import Optional
 import click
 
 from jetspark.api import RawStreamMsg, StreamConfig
-from jetspark.cli.context import Commands, describe_error, needs_store
 from jetspark.cli.messages import print_body, write_bytes
 from jetspark.cli.output import (
     body_fields,
@@ -33,6 +32,7 @@ from jetspark.cli.output import (
 from jetspark.cli.parse import (
     format_size,
 )
+from jetspark.cli.state import Commands, describe_error, needs_store
 from jetspark.cli.stream_config import config_changes, config_diff, config_from_file, config_options, render_stream_info
 from jetspark.cli.stream_extra import copy, find, seal, subjects
 from jetspark.errors import APIError, MsgNotFoundError

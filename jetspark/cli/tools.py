@@ -13,8 +13,8 @@ from typing import Optional
 import click
 
 from jetspark import _extras
-from jetspark.cli.context import State, pass_state
 from jetspark.cli.output import progress, progress_options
+from jetspark.cli.state import State, pass_state
 
 __all__ = ["BENCH_SCRIPT", "bench", "demo"]
 

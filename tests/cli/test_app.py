@@ -15,7 +15,7 @@ import pytest
 import jetspark
 from jetspark.cli import cli as jetspark_cli
 from jetspark.cli import tools
-from jetspark.cli.context import DEFAULT_STORE
+from jetspark.cli.state import DEFAULT_STORE
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = (ROOT / "docs" / "guides" / "cli.md").read_text()
@@ -324,7 +324,7 @@ def test_bench_script_location():
 
 
 def test_an_api_error_without_an_err_code_shows_its_status():
-    from jetspark.cli.context import describe_error
+    from jetspark.cli.state import describe_error
 
     assert describe_error(jetspark.errors.APIError(409, 0, "Consumer is push based")) == "Consumer is push based (status 409)"
     assert describe_error(jetspark.errors.APIError(404, 10059, "stream not found")) == "stream not found (err_code 10059)"

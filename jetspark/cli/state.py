@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 import click
 
 import jetspark
-from jetspark.cli import context_files
+from jetspark.cli import context_store
 from jetspark.connect_options import redact_url
 from jetspark.errors import APIError, ConsumerNotFoundError, JetSparkError, StreamNotFoundError
 
@@ -57,16 +57,16 @@ class State:
         """Take the store or server (and credentials) from the context that applies, once."""
         name, self.context = self.context, None
         if name is None and self.use_selected:
-            name = context_files.selected()
-            if name is not None and not context_files.exists(name):
+            name = context_store.selected()
+            if name is not None and not context_store.exists(name):
                 raise click.ClickException(
-                    f"the selected context {name!r} does not exist; {context_files.known_list()} "
+                    f"the selected context {name!r} does not exist; {context_store.known_list()} "
                     "(`jetspark context select NAME` chooses another, `jetspark context unselect` none)"
                 )
         self.use_selected = False
         if name is None:
             return
-        saved = context_files.load(name)
+        saved = context_store.load(name)
         self.origin = f"context {name!r}"
         if saved.store is not None:
             self.store, self.server = saved.store, None
