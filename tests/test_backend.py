@@ -22,8 +22,8 @@ from jetspark.backend.live import ConsumeContext
 from jetspark.engine import pull as engine_pull
 from jetspark.engine import push as engine_push
 from jetspark.engine.handle import JetStream
-from jetspark.remote import live as remote_live
 from jetspark.remote import pull as remote_pull
+from jetspark.remote import pull_messages as remote_pull_messages
 from jetspark.remote import push as remote_push
 from jetspark.remote.client import NatsJetStream
 from tests.conftest import drop_streams
@@ -48,7 +48,7 @@ IMPLEMENTATIONS = [
     (MsgAPI, engine_pull.Msg),
     (MsgAPI, remote_pull.Msg),
     (MessagesAPI, engine_pull.Messages),
-    (MessagesAPI, remote_live.Messages),
+    (MessagesAPI, remote_pull_messages.Messages),
     (ConsumeContextAPI, ConsumeContext),  # one class, both backends' consume() returns it
 ]
 

@@ -3,7 +3,7 @@
 ``PullSubscription.messages(...)`` (nats.go's ``Consumer.Messages``) is each
 backend's own: the engine tops its buffer up with fetches that wait on the
 stream's wake-up (jetspark.engine.wakeup), the nats:// backend keeps pull
-requests outstanding on the server (jetspark.remote.live).  Here, written once:
+requests outstanding on the server (jetspark.remote.pull_messages).  Here, written once:
 
 - ``pull_options``: the arguments checked and the defaults filled in as
   nats.go does (``PullMaxMessages``, ``PullMaxBytes``, ``PullExpiry``,

@@ -22,7 +22,7 @@ from jetspark.protocol import ack_reply
 from jetspark.protocol import headers as H
 from jetspark.remote import jsapi, wire
 from jetspark.remote.fastpath import RawInbox, status_of
-from jetspark.remote.live import Messages
+from jetspark.remote.pull_messages import Messages
 from jetspark.remote.session import Session
 
 __all__ = ["Msg", "MsgMetadata", "PullSubscription", "SequencePair"]

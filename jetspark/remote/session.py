@@ -87,7 +87,7 @@ class Session:
         self.closed = False
         self._closing = False  # close() has begun: the disconnect that follows is expected
         self._abandoned: list = []  # (loop, connection) pairs a forked child left to its parent
-        # Continuous pulls under way (jetspark.remote.live.Messages): told of reconnects and close.
+        # Continuous pulls under way (jetspark.remote.pull_messages.Messages): told of reconnects and close.
         self.live: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._start()
 
