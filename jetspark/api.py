@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, TypeVar, cast
 
+from jetspark.err_codes import BAD_REQUEST
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -367,13 +369,13 @@ def with_params(cls: type[_B], config: Any, params: Dict[str, Any]) -> _B:
         unsupported = sorted(k for k, v in given.items() if k in NOT_SUPPORTED[what] and not _off(v))
         if unsupported:
             raise BadRequestError(
-                400, 10003,
+                400, BAD_REQUEST,
                 f"{what} config field(s) {unsupported} ({where}) are not supported by jetspark: the embedded engine does not "
                 f"implement them and jetspark's nats:// backend does not send them; leave them unset",
             )  # fmt: skip
         unknown = sorted(set(given) - set(known) - set(NOT_SUPPORTED[what]))
         if unknown:
-            raise BadRequestError(400, 10003, f"unknown {what} config field(s) {unknown} ({where}); accepted: {sorted(known)}")
+            raise BadRequestError(400, BAD_REQUEST, f"unknown {what} config field(s) {unknown} ({where}); accepted: {sorted(known)}")
         return {k: v for k, v in given.items() if k in known}
 
     if config is None:

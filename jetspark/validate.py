@@ -44,6 +44,7 @@ from jetspark.api import (
     datetime_to_ns,
     with_params,
 )
+from jetspark.err_codes import BAD_REQUEST, CONSUMER_NOT_FOUND, INVALID_JSON, STREAM_NOT_FOUND
 from jetspark.errors import BadRequestError, api_error
 from jetspark.protocol import headers as hdr
 from jetspark.protocol import subjects as subj
@@ -89,7 +90,7 @@ def _float(value: Any) -> float:
 def _refuse(name: str, expected: str, value: Any, api: bool, *, type_error: bool = True) -> Exception:
     text = f"{name} must be {expected}, not {show(value)}"
     if api:
-        return api_error(10025, err=text)
+        return api_error(INVALID_JSON, err=text)
     return TypeError(text) if type_error else ValueError(text)
 
 
@@ -123,7 +124,7 @@ def seq(value: Any, name: str, *, api: bool = False, optional: bool = True, hi: 
     if value is None and optional:
         return None
     if api and is_int(value) and hi < value <= UINT64_MAX:
-        raise BadRequestError(400, 10003, f"{name} must be at most {hi} (jetspark's sequences are int64), not {value}")
+        raise BadRequestError(400, BAD_REQUEST, f"{name} must be at most {hi} (jetspark's sequences are int64), not {value}")
     return integer(value, name, 0, hi, api=api)
 
 
@@ -218,7 +219,7 @@ def enum(value: Any, cls: type[Enum], name: str) -> Optional[Enum]:
         except ValueError:
             pass
     accepted = ", ".join(repr(m.value) for m in cls)
-    raise api_error(10025, err=f"{name} must be one of {accepted} (or {cls.__name__}), not {show(value)}")
+    raise api_error(INVALID_JSON, err=f"{name} must be one of {accepted} (or {cls.__name__}), not {show(value)}")
 
 
 def start_time(value: Any, name: str = "opt_start_time") -> Optional[_dt.datetime]:
@@ -229,15 +230,15 @@ def start_time(value: Any, name: str = "opt_start_time") -> Optional[_dt.datetim
     if isinstance(value, str):
         parsed = _parse_rfc3339(value)
         if parsed is None:
-            raise api_error(10025, err=f"{name} must be a datetime or an RFC 3339 time, not {show(value)}")
+            raise api_error(INVALID_JSON, err=f"{name} must be a datetime or an RFC 3339 time, not {show(value)}")
         value = parsed
     if not isinstance(value, _dt.datetime):
-        raise api_error(10025, err=f"{name} must be a datetime or an RFC 3339 time, not {show(value)}")
+        raise api_error(INVALID_JSON, err=f"{name} must be a datetime or an RFC 3339 time, not {show(value)}")
     if value.tzinfo is None:
         value = value.replace(tzinfo=_dt.timezone.utc)
     value = value.astimezone(_dt.timezone.utc)
     if not _MIN_TIME <= value <= _MAX_TIME:
-        raise api_error(10025, err=f"{name} must be between {_MIN_TIME:%Y-%m-%d} and {_MAX_TIME:%Y-%m-%d}, not {value.isoformat()}")
+        raise api_error(INVALID_JSON, err=f"{name} must be between {_MIN_TIME:%Y-%m-%d} and {_MAX_TIME:%Y-%m-%d}, not {value.isoformat()}")
     return value
 
 
@@ -312,7 +313,7 @@ def consumer_config(config: Any, params: dict) -> ConsumerConfig:
     backoff = c.backoff
     if backoff is not None:
         if not isinstance(backoff, (list, tuple)):
-            raise api_error(10025, err=f"backoff must be a list of seconds, not {show(backoff)}")
+            raise api_error(INVALID_JSON, err=f"backoff must be a list of seconds, not {show(backoff)}")
         backoff = [duration(b, f"backoff[{i}]") for i, b in enumerate(backoff)]
     out: dict[str, Any] = {
         "name": text(c.name, "name", api=True),
@@ -343,14 +344,14 @@ def consumer_config(config: Any, params: dict) -> ConsumerConfig:
 def stream_name(value: Any) -> str:
     """A stream argument: a str, else the server's "stream not found"."""
     if not isinstance(value, str) or not value:
-        raise api_error(10059)
+        raise api_error(STREAM_NOT_FOUND)
     return value
 
 
 def consumer_name(value: Any) -> str:
     """A consumer argument: a str, else the server's "consumer not found"."""
     if not isinstance(value, str) or not value:
-        raise api_error(10014)
+        raise api_error(CONSUMER_NOT_FOUND)
     return value
 
 
@@ -369,7 +370,7 @@ def purge_args(subject: Any, seq_: Any, keep: Any) -> tuple[Optional[str], Optio
     a malformed one is refused (the server would purge nothing and report success)."""
     subject = filter_subject(subject, "subject") or None
     if subject is not None and not subj.is_valid(subject):
-        raise BadRequestError(400, 10003, f"subject {show(subject)} is not a valid subject filter: purge_stream would match nothing")
+        raise BadRequestError(400, BAD_REQUEST, f"subject {show(subject)} is not a valid subject filter: purge_stream would match nothing")
     return subject, seq(seq_, "seq", api=True), seq(keep, "keep", api=True, hi=UINT64_MAX)
 
 
@@ -392,7 +393,7 @@ def publish_subject(subject: Any, name: str = "subject") -> str:
     """A subject a message can be published to: non-empty text without whitespace
     (the server's 10003 otherwise; empty tokens are left to routing, which finds no stream)."""
     if not publish_subject_ok(subject):
-        raise BadRequestError(400, 10003, f"invalid publish {name} {show(subject)}: a subject is non-empty dot-separated tokens without whitespace")
+        raise BadRequestError(400, BAD_REQUEST, f"invalid publish {name} {show(subject)}: a subject is non-empty dot-separated tokens without whitespace")
     return subject
 
 
@@ -478,13 +479,13 @@ def batch_table(data: Any, msg_id_prefix: Any = None, msg_id_start: Any = 0):
     names = data.column_names
     for required in ("subject", "data"):
         if required not in names:
-            raise BadRequestError(400, 10003, f"data (the table) has no {required!r} column: publish_batch takes {_BATCH_COLUMNS}")
+            raise BadRequestError(400, BAD_REQUEST, f"data (the table) has no {required!r} column: publish_batch takes {_BATCH_COLUMNS}")
     if len(set(names)) != len(names):
-        raise BadRequestError(400, 10003, f"data (the table) has repeated column names {names}")
+        raise BadRequestError(400, BAD_REQUEST, f"data (the table) has repeated column names {names}")
     if msg_id_prefix is not None:
         header_value(text(msg_id_prefix, "msg_id_prefix"), "msg_id_prefix")
         if "msg_id" in names:
-            raise BadRequestError(400, 10003, "publish_batch takes either a msg_id column or msg_id_prefix, not both")
+            raise BadRequestError(400, BAD_REQUEST, "publish_batch takes either a msg_id column or msg_id_prefix, not both")
     integer(msg_id_start, "msg_id_start", 0, INT64_MAX)
 
     subject = data.column("subject")
@@ -494,7 +495,7 @@ def batch_table(data: Any, msg_id_prefix: Any = None, msg_id_start: Any = 0):
         raise TypeError(f"data column 'subject' must be of type string, not {subject.type}")
     if subject.null_count:
         row = _first_null(subject)
-        raise BadRequestError(400, 10003, f"row {row} of the batch has a null subject; every row needs one")
+        raise BadRequestError(400, BAD_REQUEST, f"row {row} of the batch has a null subject; every row needs one")
     if not pa.types.is_string(subject.type):
         subject = subject.cast(pa.string())
     payloads = data.column("data")
@@ -550,7 +551,7 @@ def batch_subjects(subjects, patterns: list[str], stream: str):
         else:
             continue
         row = int(np.flatnonzero(idx == k)[0])
-        raise BadRequestError(400, 10003, f"row {row} of the batch: subject {show(u)} {why}; nothing from the batch was stored")
+        raise BadRequestError(400, BAD_REQUEST, f"row {row} of the batch: subject {show(u)} {why}; nothing from the batch was stored")
     return uniq, idx
 
 
@@ -584,7 +585,7 @@ def row_msg_id(value: Any, row: int) -> Optional[str]:
     if value is None:
         return None
     if value == "":
-        raise BadRequestError(400, 10003, f"row {row} of the batch has an empty msg_id")
+        raise BadRequestError(400, BAD_REQUEST, f"row {row} of the batch has an empty msg_id")
     return header_value(value, f"row {row} of the batch: msg_id")
 
 
@@ -605,7 +606,7 @@ def subject_filters(value: Any, name: str = "subjects") -> Optional[list[str]]:
     for i, f in enumerate(value):
         text(f, f"{name}[{i}]", optional=False)
         if not subj.is_valid(f):
-            raise BadRequestError(400, 10003, f"{name}[{i}]: invalid subject filter {show(f)}")
+            raise BadRequestError(400, BAD_REQUEST, f"{name}[{i}]: invalid subject filter {show(f)}")
     return list(value)
 
 
@@ -653,10 +654,10 @@ def bind_args(durable: Any, stream: Any, consumer: Any) -> str:
     text(durable, "durable")
     text(consumer, "consumer")
     if not text(stream, "stream"):
-        raise BadRequestError(400, 10003, "pull_subscribe_bind needs stream=")
+        raise BadRequestError(400, BAD_REQUEST, "pull_subscribe_bind needs stream=")
     name = durable or consumer
     if not name:
-        raise BadRequestError(400, 10003, "pull_subscribe_bind needs durable= or consumer=")
+        raise BadRequestError(400, BAD_REQUEST, "pull_subscribe_bind needs durable= or consumer=")
     return name
 
 
@@ -682,9 +683,9 @@ def callback(value: Any) -> None:
 
 def subscribe_bind_args(stream: Any, consumer: Any, cb: Any, manual_ack: Any) -> None:
     if not text(stream, "stream"):
-        raise BadRequestError(400, 10003, "subscribe_bind needs stream=")
+        raise BadRequestError(400, BAD_REQUEST, "subscribe_bind needs stream=")
     if not text(consumer, "consumer"):
-        raise BadRequestError(400, 10003, "subscribe_bind needs consumer=")
+        raise BadRequestError(400, BAD_REQUEST, "subscribe_bind needs consumer=")
     callback(cb)
     boolean(manual_ack, "manual_ack")
 

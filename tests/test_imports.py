@@ -23,7 +23,16 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "jetspark"
 
 # What each layer may import from jetspark, besides its own package.
-SHARED = ("jetspark.api", "jetspark.errors", "jetspark.validate", "jetspark.protocol", "jetspark.backend", "jetspark.connect_options", "jetspark._extras")
+SHARED = (
+    "jetspark.api",
+    "jetspark.errors",
+    "jetspark.err_codes",
+    "jetspark.validate",
+    "jetspark.protocol",
+    "jetspark.backend",
+    "jetspark.connect_options",
+    "jetspark._extras",
+)
 ALLOWED = {
     "jetspark.engine": SHARED,
     "jetspark.remote": SHARED,
@@ -32,11 +41,12 @@ ALLOWED = {
     # connect() picks a backend: the one module besides the package root that loads both.
     "jetspark.connection": ("jetspark.engine", "jetspark.remote") + SHARED,
     "jetspark.demo": ("jetspark", "jetspark.connection", "jetspark.connector") + SHARED,  # the demo is a Spark pipeline on the connector
-    "jetspark.protocol": ("jetspark.api", "jetspark.errors"),
-    "jetspark.api": ("jetspark.errors",),
-    "jetspark.errors": (),
-    "jetspark.validate": ("jetspark.api", "jetspark.errors", "jetspark.protocol"),
-    "jetspark.connect_options": ("jetspark.api", "jetspark.errors", "jetspark.validate", "jetspark.protocol"),
+    "jetspark.protocol": ("jetspark.api", "jetspark.errors", "jetspark.err_codes"),
+    "jetspark.api": ("jetspark.errors", "jetspark.err_codes"),
+    "jetspark.errors": ("jetspark.err_codes",),
+    "jetspark.err_codes": (),
+    "jetspark.validate": ("jetspark.api", "jetspark.errors", "jetspark.err_codes", "jetspark.protocol"),
+    "jetspark.connect_options": ("jetspark.api", "jetspark.errors", "jetspark.err_codes", "jetspark.validate", "jetspark.protocol"),
     "jetspark.backend": SHARED,
     "jetspark._extras": (),
 }
@@ -47,6 +57,7 @@ FORBIDDEN = {
     "jetspark.protocol": ("pyspark", "nats"),
     "jetspark.api": ("pyspark", "nats", "pyarrow", "numpy"),
     "jetspark.errors": ("pyspark", "nats", "pyarrow", "numpy"),
+    "jetspark.err_codes": ("pyspark", "nats", "pyarrow", "numpy"),
     "jetspark.validate": ("pyspark", "nats"),
     "jetspark.backend": ("pyspark", "nats"),
     # It looks for the spark extra without importing it.

@@ -56,6 +56,7 @@ from typing import Optional
 
 from jetspark import validate as V
 from jetspark.api import RetentionPolicy, StorageType, StreamConfig
+from jetspark.err_codes import CLUSTER_NO_PEERS, STREAM_NAME_EXIST, STREAM_REPLICAS_NOT_SUPPORTED, STREAM_SUBJECT_OVERLAP, STREAM_WRONG_LAST_SEQUENCE
 from jetspark.errors import (
     APIError,
     MsgNotFoundError,
@@ -146,7 +147,7 @@ def commit_batch(js, query_id: str, batch_id: int, replicas: Optional[int] = Non
             _create(js, replicas)
             continue
         except APIError as exc:
-            if exc.err_code != 10071:  # wrong last sequence: another writer got in first; read again
+            if exc.err_code != STREAM_WRONG_LAST_SEQUENCE:  # wrong last sequence: another writer got in first; read again
                 raise SinkRegistryError(f"committing batch {batch_id} of query {query_id!r} in stream {REGISTRY_STREAM}: {exc}") from exc
     raise SinkRegistryError(
         f"committing batch {batch_id} of query {query_id!r}: stream {REGISTRY_STREAM} changed under this commit "
@@ -195,7 +196,7 @@ def _create(js, replicas: Optional[int]) -> None:
     err = _add(js, replicas)
     if err is None:
         return
-    if err.err_code == 10058:  # the name is taken with another config: usable if it captures our subjects
+    if err.err_code == STREAM_NAME_EXIST:  # the name is taken with another config: usable if it captures our subjects
         try:
             config = js.stream_info(REGISTRY_STREAM).config
         except StreamNotFoundError:
@@ -208,7 +209,7 @@ def _create(js, replicas: Optional[int]) -> None:
             f"stream {REGISTRY_STREAM} exists with subjects {subjects}; the Spark sink keeps its committed batches "
             f"there on {REGISTRY_SUBJECTS}: delete or rename that stream"
         ) from err
-    if err.err_code == 10065:
+    if err.err_code == STREAM_SUBJECT_OVERLAP:
         others = [i.config.name for i in js.streams_info() if any(subj.collide(s, REGISTRY_SUBJECTS) for s in i.config.subjects or [])]
         raise SinkRegistryError(
             f"the Spark sink cannot create its registry of committed batches, stream {REGISTRY_STREAM} on "
@@ -229,9 +230,9 @@ def _add(js, replicas: Optional[int]) -> Optional[APIError]:
         except APIError as exc:
             # Fewer nodes than replicas: 10074 on a single server (and the engine), 10005 on
             # a smaller cluster.  An explicit count is not lowered.
-            if replicas or r == 1 or exc.err_code not in (10074, 10005):
+            if replicas or r == 1 or exc.err_code not in (STREAM_REPLICAS_NOT_SUPPORTED, CLUSTER_NO_PEERS):
                 return exc
-            r = 1 if exc.err_code == 10074 else r - 1
+            r = 1 if exc.err_code == STREAM_REPLICAS_NOT_SUPPORTED else r - 1
 
 
 def _scale_up(js, config: StreamConfig, replicas: Optional[int]) -> None:

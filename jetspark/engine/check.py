@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 
-from jetspark.engine import recovery
 from jetspark.engine.blocks import CHECK_EVERY
 from jetspark.engine.records import DEDUP, ENTRY_SIZE, IDX_DTYPE, RANGE, SID_NONE
 from jetspark.engine.removed import OPS_RECORD
@@ -38,7 +37,7 @@ from jetspark.engine.state_header import (
     pack_slot,
 )
 from jetspark.engine.subject_table import SUBJECT_RECORD
-from jetspark.engine.verify import block_count, interval_crcs
+from jetspark.engine.verify import interval_crcs
 from jetspark.errors import CorruptStoreError
 
 
@@ -263,7 +262,7 @@ def check_records(storage, repair: bool) -> tuple[list[Problem], list[int]]:
                     repaired=repair,
                 )
             )
-    for orphan in recovery.orphans(s):
+    for orphan in s.index.orphans():
         if orphan.exists():
             problems.append(Problem(str(orphan), "a block file no committed sequence refers to (left by a crash)", repaired=repair))
             if repair:
@@ -288,7 +287,7 @@ def _check_interval_sums(s, bad: set, repair: bool) -> list[Problem]:
     problems: list[Problem] = []
     h = s.header
     for blk in list(s.blocks):
-        count = block_count(s, blk)
+        count = s.index.block_count(blk)
         is_tail = blk is s.blocks[-1]
         for k in range((count + CHECK_EVERY - 1) // CHECK_EVERY):
             lo = blk.first + k * CHECK_EVERY

@@ -9,8 +9,10 @@ not a torn write, and is left for ``check_stream`` (check.py), which calls
 ``lost.json`` (reported as the stream state's ``lost``).  The counts a
 repair invalidates are rebuilt from the index (``recount``).
 
-These are functions of the storage façade (storage.StreamStorage), run
-under its lock; they change only what a repair has to.
+They work on the block index (block_index.py) and the subject stats
+above it, never on the storage façade: its owner runs them under the
+stream's lock and takes the per-subject stats they return (counts a repair
+changes are built again).  They change only what a repair has to.
 """
 
 from __future__ import annotations
@@ -19,35 +21,23 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import numpy as np
 
+from jetspark.engine import subject_stats
+from jetspark.engine.block_index import BlockIndex
 from jetspark.engine.blocks import CHECK_EVERY
 from jetspark.engine.records import SID_NONE, runs_of
+from jetspark.engine.subject_stats import Stats
 from jetspark.engine.verify import bad_records, interval_crcs, verify
 from jetspark.errors import CorruptStoreError
-
-if TYPE_CHECKING:
-    from jetspark.engine.storage import StreamStorage
 
 log = logging.getLogger("jetspark")
 TAIL_CHECK = 1024  # records verified at the end of each stream when a process opens it
 
 
-def orphans(s: StreamStorage) -> list[Path]:
-    """Block files a crash left behind: wholly below first_seq, or past last_seq + 1."""
-    firsts = sorted(int(p.name[:-4], 16) for p in (s.dir / "blk").glob("*.idx"))
-    h = s.header
-    dead = []
-    for i, first in enumerate(firsts):
-        end = firsts[i + 1] if i + 1 < len(firsts) else h.last_seq + 1
-        if end <= h.first_seq or first > h.last_seq + 1:
-            dead.append(first)
-    return [s.dir / "blk" / f"{f:016x}{ext}" for f in dead for ext in (".idx", ".dat", ".hdr", ".sum")]
-
-
-def tail_intact(s: StreamStorage) -> bool:
+def tail_intact(s: BlockIndex) -> bool:
     """Do the last TAIL_CHECK records pass their checks?  The interval checksums decide
     in a few crc32 calls; record by record only when they cannot (see verify)."""
     a, b = max(s.header.first_seq, s.header.last_seq - TAIL_CHECK + 1), s.header.last_seq
@@ -59,50 +49,46 @@ def tail_intact(s: StreamStorage) -> bool:
     return True
 
 
-def repair_tail(s: StreamStorage) -> None:
-    """Cut a torn tail: the bad records after the last intact one, which is what a writer
-    that died mid-append leaves.  A bad record with intact ones after it is damage, not a
-    torn write: it is left in place (reads of it raise, check_stream reports it)."""
-    with s.locked():
-        h = s.header
-        a = max(h.first_seq, h.last_seq - TAIL_CHECK + 1)
-        bad = bad_records(s, a, h.last_seq)
-        if not len(bad):
-            return
-        intact = np.setdiff1d(np.flatnonzero(~s.removed.mask(a, h.last_seq)) + a, bad)
-        if not len(intact) and a > h.first_seq:
-            # Every record checked is bad: not the shape of a torn write; cut nothing blindly.
-            log.warning("stream data in %s: the last %d records all fail their checksums; left for check_stream", s.dir, h.last_seq - a + 1)
-            return
-        cut = int(intact[-1]) + 1 if len(intact) else a
-        if (bad < cut).any():
-            log.warning("stream data in %s: %d damaged record(s) before sequence %d; reads of them raise CorruptStoreError", s.dir, int((bad < cut).sum()), cut)
-        if cut <= h.last_seq:
-            truncate_after(s, cut - 1)
+def repair_tail(s: BlockIndex) -> Optional[Stats]:
+    """Cut a torn tail (under the lock): the bad records after the last intact one, which
+    is what a writer that died mid-append leaves.  A bad record with intact ones after it
+    is damage, not a torn write: it is left in place (reads of it raise, check_stream
+    reports it).  Returns the per-subject stats counted again, or None if nothing was cut."""
+    h = s.header
+    a = max(h.first_seq, h.last_seq - TAIL_CHECK + 1)
+    bad = bad_records(s, a, h.last_seq)
+    if not len(bad):
+        return None
+    intact = np.setdiff1d(np.flatnonzero(~s.removed.mask(a, h.last_seq)) + a, bad)
+    if not len(intact) and a > h.first_seq:
+        # Every record checked is bad: not the shape of a torn write; cut nothing blindly.
+        log.warning("stream data in %s: the last %d records all fail their checksums; left for check_stream", s.dir, h.last_seq - a + 1)
+        return None
+    cut = int(intact[-1]) + 1 if len(intact) else a
+    if (bad < cut).any():
+        log.warning("stream data in %s: %d damaged record(s) before sequence %d; reads of them raise CorruptStoreError", s.dir, int((bad < cut).sum()), cut)
+    if cut <= h.last_seq:
+        return truncate_after(s, cut - 1)
+    return None
 
 
-def truncate_after(s: StreamStorage, good_last: int) -> None:
-    """Forget sequences after good_last (under the lock); recorded in ``lost``."""
+def truncate_after(s: BlockIndex, good_last: int) -> Stats:
+    """Forget sequences after good_last (under the lock); recorded in ``lost``.  Returns
+    the per-subject stats counted again (``recount``)."""
     h = s.header
     lost_seqs = [q for q in range(max(good_last + 1, h.first_seq), h.last_seq + 1) if s.is_live(q)]
     log.warning("stream data in %s: records %d..%d are torn or corrupt and were dropped", s.dir, good_last + 1, h.last_seq)
     h.last_seq = good_last
     first = h.first_seq
     h.last_ts = int(s.entries(good_last, good_last)[0]["ts"]) if good_last >= first and good_last > 0 else h.last_ts
-    recount(s)
-    for b in s.blocks:
-        if b.first > good_last + 1:
-            s.pending_unlink.append(b)
-    s.blocks = [b for b in s.blocks if b.first <= good_last + 1]
-    s.block_firsts = [b.first for b in s.blocks]
-    if s.blocks:
-        s.blocks[-1].count = -1  # unknown: sync_tail reads it from the index
-    s.sync_tail()
+    stats = recount(s)
+    s.cut_blocks_after(good_last)
     _recompute_tail_sums(s)
     record_lost(s.dir, lost_seqs)
+    return stats
 
 
-def _recompute_tail_sums(s: StreamStorage) -> None:
+def _recompute_tail_sums(s: BlockIndex) -> None:
     """The open interval's checksums from the files (after the tail moved back)."""
     h = s.header
     h.tail_dcrc = h.tail_hcrc = h.tail_icrc = 0
@@ -115,10 +101,10 @@ def _recompute_tail_sums(s: StreamStorage) -> None:
     h.tail_dcrc, h.tail_hcrc, h.tail_icrc = interval_crcs(b, start, h.last_seq)
 
 
-def recount(s: StreamStorage) -> None:
-    """Count messages, bytes and subjects again from the index (under the lock, after a repair)."""
+def recount(s: BlockIndex) -> Stats:
+    """Count messages, bytes and subjects again from the index (under the lock, after a
+    repair); returns the per-subject stats, built again."""
     h = s.header
-    s.stats_by_subject = None
     msgs = nbytes = 0
     step = 1 << 20
     for a in range(h.first_seq, h.last_seq + 1, step):
@@ -130,12 +116,15 @@ def recount(s: StreamStorage) -> None:
     h.msgs, h.bytes = msgs, nbytes
     h.first_seq = s.next_live(h.first_seq) if msgs else h.last_seq + 1
     s.removed.rebase(h.first_seq)
-    h.num_subjects = int((s.ensure_stats()[0] > 0).sum())
+    stats = subject_stats.build(s)
+    h.num_subjects = int((stats[0] > 0).sum())
+    return stats
 
 
-def drop_damaged(s: StreamStorage, bad: np.ndarray) -> None:
+def drop_damaged(s: BlockIndex, bad: np.ndarray) -> Stats:
     """Drop exactly the damaged records ``bad`` (under the lock): a damaged tail is cut,
-    others are marked removed; all of them are listed in ``lost``."""
+    others are marked removed; all of them are listed in ``lost``.  Returns the
+    per-subject stats counted again."""
     h = s.header
     badset = set(bad.tolist())
     last_intact = h.last_seq
@@ -149,9 +138,8 @@ def drop_damaged(s: StreamStorage, bad: np.ndarray) -> None:
         record_lost(s.dir, inner.tolist())
         log.warning("stream data in %s: dropped %d damaged record(s) at the user's request", s.dir, len(inner))
     if last_intact < h.last_seq and (bad > last_intact).any():
-        truncate_after(s, last_intact if last_intact >= h.first_seq else h.first_seq - 1)
-    else:
-        recount(s)
+        return truncate_after(s, last_intact if last_intact >= h.first_seq else h.first_seq - 1)
+    return recount(s)
 
 
 def record_lost(directory: Path, seqs: list[int]) -> None:

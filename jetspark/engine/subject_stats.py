@@ -10,27 +10,23 @@ on its hot paths), and other processes' changes when it catches up
 (``first_of``/``last_of``).
 
 The stats are three arrays indexed by subject id, ``(count, first, last)``,
-held by the storage as ``stats_by_subject`` (None until first needed).  These
-are functions of the storage façade because they read its index and its
-removed set.
+held by the storage as ``stats_by_subject`` (None until first needed) and
+passed in.  They read the block index (block_index.py) and its removed set,
+and nothing of the storage façade above it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
+from jetspark.engine.block_index import BlockIndex
 from jetspark.engine.records import SID_NONE, merge_ranges, runs_of
 from jetspark.engine.state_header import StreamHeader
-
-if TYPE_CHECKING:
-    from jetspark.engine.storage import StreamStorage
 
 Stats = tuple[np.ndarray, ...]  # count, first, last by subject id
 
 
-def build(s: StreamStorage) -> Stats:
+def build(s: BlockIndex) -> Stats:
     """The stats of the live messages, from the index (0 = not known yet for first/last)."""
     n = len(s.subject_table.names)
     stats = (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64))
@@ -60,9 +56,9 @@ def add(stats: Stats, sids: np.ndarray, seqs: np.ndarray) -> None:
         first[u] = seqs[fresh][i]
 
 
-def remove_seqs(s: StreamStorage, seqs: np.ndarray) -> None:
+def remove_seqs(s: BlockIndex, stats: Stats, seqs: np.ndarray) -> None:
     """Live sequences that are being removed: take them out of the stats."""
-    count, first, last = s.stats_by_subject
+    count, first, last = stats
     sids = np.concatenate([s.entries(int(a), int(b))["sid"] for a, b in runs_of(seqs)]).astype(np.int64)
     keep = sids != SID_NONE
     sids, seqs = sids[keep], seqs[keep]
@@ -74,7 +70,7 @@ def remove_seqs(s: StreamStorage, seqs: np.ndarray) -> None:
     first[sids[first[sids] == seqs]] = 0
 
 
-def catch_up(s: StreamStorage, old: StreamHeader, h: StreamHeader, ranges: list[tuple[int, int]]) -> None:
+def catch_up(s: BlockIndex, stats: Stats, old: StreamHeader, h: StreamHeader, ranges: list[tuple[int, int]]) -> None:
     """Apply the removal ``ranges`` and move the stats from the ``old`` commit to ``h``.
 
     Counted before: live sequences in old.first..old.last.  Counted after:
@@ -90,12 +86,12 @@ def catch_up(s: StreamStorage, old: StreamHeader, h: StreamHeader, ranges: list[
         seqs = np.arange(a, b + 1, dtype=np.int64)
         gone = ~dead_before & ((seqs < h.first_seq) | s.removed.mask(a, b))
         if gone.any():
-            remove_seqs(s, seqs[gone])
+            remove_seqs(s, stats, seqs[gone])
 
 
-def last_of(s: StreamStorage, sid: int) -> int:
+def last_of(s: BlockIndex, stats: Stats, sid: int) -> int:
     """The last live sequence of a subject, or 0."""
-    count, first, last = s.ensure_stats()
+    count, first, last = stats
     if count[sid] <= 0:
         return 0
     if last[sid] == 0:
@@ -103,19 +99,19 @@ def last_of(s: StreamStorage, sid: int) -> int:
     return int(last[sid])
 
 
-def first_of(s: StreamStorage, sid: int) -> int:
+def first_of(s: BlockIndex, stats: Stats, sid: int) -> int:
     """The first live sequence of a subject, or 0."""
-    count, first, last = s.ensure_stats()
+    count, first, last = stats
     if count[sid] <= 0:
         return 0
     if count[sid] == 1:
-        return last_of(s, sid)
+        return last_of(s, stats, sid)
     if first[sid] == 0:
         first[sid] = _scan(s, sid, forward=True)
     return int(first[sid])
 
 
-def _scan(s: StreamStorage, sid: int, *, forward: bool) -> int:
+def _scan(s: BlockIndex, sid: int, *, forward: bool) -> int:
     step = 1 << 16
     lo, hi = s.header.first_seq, s.header.last_seq
     if forward:
@@ -135,7 +131,7 @@ def _scan(s: StreamStorage, sid: int, *, forward: bool) -> int:
     return 0
 
 
-def seqs_of_subjects(s: StreamStorage, sid_mask: np.ndarray, a: int, b: int) -> np.ndarray:
+def seqs_of_subjects(s: BlockIndex, sid_mask: np.ndarray, a: int, b: int) -> np.ndarray:
     """Live sequences in a..b whose subject id is set in ``sid_mask``."""
     out = []
     step = 1 << 20

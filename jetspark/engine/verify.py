@@ -8,7 +8,11 @@ reader is about to serve, an interval at a time (three crc32 calls), record
 by record only where the intervals cannot decide, and remembers per block
 what passed, so each record is checked once per process.  ``bad_records``
 is the record-by-record check that trusts nothing, which repair
-(recovery.py, check.py) builds on.
+(recovery.py, check.py) builds on.  ``read_message``/``read_messages`` read
+records for serving, checked on the way.
+
+Depends on the block index (block_index.py) alone, not on the storage
+façade that composes it.
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ from __future__ import annotations
 import os
 import zlib
 from bisect import bisect_right
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import numpy as np
 
+from jetspark.engine.block_index import BlockIndex
 from jetspark.engine.blocks import CHECK_EVERY, Block
 from jetspark.engine.records import (
     ENTRY,
@@ -28,14 +33,14 @@ from jetspark.engine.records import (
     SID_NONE,
     merge_ranges,
     record_crc,
+    runs_of,
 )
 from jetspark.errors import CorruptStoreError
 
-if TYPE_CHECKING:
-    from jetspark.engine.storage import StreamStorage
+Record = tuple[str, bytes, bytes, int]  # subject, header block, payload, ts
 
 
-def verify(s: StreamStorage, blk: Block, a: int, b: int, data: Optional[bytes] = None, e: Optional[np.ndarray] = None) -> None:
+def verify(s: BlockIndex, blk: Block, a: int, b: int, data: Optional[bytes] = None, e: Optional[np.ndarray] = None) -> None:
     """Check the records a..b of ``blk`` before they are served, once per process.
 
     Each check interval is checked whole against the block's ``.sum`` (or, for the
@@ -49,7 +54,7 @@ def verify(s: StreamStorage, blk: Block, a: int, b: int, data: Optional[bytes] =
     for lo, hi in blk.verified:
         if lo <= a and b <= hi:
             return
-    count = block_count(s, blk)
+    count = s.block_count(blk)
     K = CHECK_EVERY
     for k in range((a - blk.first) // K, (b - blk.first) // K + 1):
         lo = blk.first + k * K
@@ -67,14 +72,7 @@ def verify(s: StreamStorage, blk: Block, a: int, b: int, data: Optional[bytes] =
             blk.verified = merge_ranges(blk.verified + [(want_lo, want_hi)])
 
 
-def block_count(s: StreamStorage, blk: Block) -> int:
-    """Committed records of a block in this process's view."""
-    i = bisect_right(s.block_firsts, blk.first) - 1
-    nxt = s.blocks[i + 1].first if i + 1 < len(s.blocks) else s.header.last_seq + 1
-    return nxt - blk.first
-
-
-def _interval_ok(s: StreamStorage, blk: Block, k: int, lo: int, hi: int, count: int, have=None) -> bool:
+def _interval_ok(s: BlockIndex, blk: Block, k: int, lo: int, hi: int, count: int, have=None) -> bool:
     h = s.header
     is_tail = blk is s.blocks[-1]
     if is_tail and hi == h.last_seq and count % CHECK_EVERY and hi - lo + 1 == count % CHECK_EVERY:
@@ -108,7 +106,7 @@ def interval_crcs(blk: Block, lo: int, hi: int, have=None) -> tuple[int, int, in
     return dcrc, hcrc, zlib.crc32(raw)
 
 
-def _verify_records(s: StreamStorage, blk: Block, a: int, b: int) -> None:
+def _verify_records(s: BlockIndex, blk: Block, a: int, b: int) -> None:
     """Each live record of a..b against its own checksum; raises on the first bad one."""
     bad = bad_records(s, a, b)
     if len(bad):
@@ -120,7 +118,7 @@ def _verify_records(s: StreamStorage, blk: Block, a: int, b: int) -> None:
         )
 
 
-def bad_records(s: StreamStorage, a: int, b: int) -> np.ndarray:
+def bad_records(s: BlockIndex, a: int, b: int) -> np.ndarray:
     """The live, stored sequences in a..b whose record is missing, out of bounds or fails
     its checksum (ascending).  Trusts nothing in the index entries it checks."""
     if a > b:
@@ -168,3 +166,50 @@ def _bad_in_block(blk: Block, lo: int, hi: int, n_subjects: int) -> np.ndarray:
             crc = record_crc(lo + j, int(r["ts"]), int(r["sid"]), hdr[hs : hs + int(r["hlen"])], data[ds : ds + int(r["dlen"])])
             ok[j] = crc == int(r["crc"])
     return np.concatenate([np.flatnonzero(~ok) + lo, missing]).astype(np.int64)
+
+
+# ---------------------------------------------------------------------- reads that serve records
+
+
+def read_message(s: BlockIndex, seq: int) -> Record:
+    """(subject, header block, payload, ts) of a live sequence, checked against its own checksum."""
+    e = s.entries(seq, seq)[0]
+    blk = s.blocks[s.block_index(seq)]
+    hdr = blk.read_hdrs(int(e["hoff"]), int(e["hlen"]))
+    data = blk.read_data(int(e["doff"]), int(e["dlen"]))
+    sid = int(e["sid"])
+    if record_crc(seq, int(e["ts"]), sid, hdr, data) != int(e["crc"]):
+        raise CorruptStoreError(f"{blk.path}.dat: message {seq} fails its checksum", f"{blk.path}.dat")
+    return s.subject_table.names[sid], hdr, data, int(e["ts"])
+
+
+def read_messages(s: BlockIndex, seqs: list[int]) -> list[Record]:
+    """(subject, header block, payload, ts) for each sequence, reading each run of
+    consecutive sequences with one pread per file."""
+    if seqs and seqs[-1] - seqs[0] == len(seqs) - 1 and all(b > a for a, b in zip(seqs, seqs[1:])):
+        return read_run(s, seqs[0], seqs[-1])  # the common case: new deliveries in a row
+    found: dict[int, Record] = {}
+    for a, b in runs_of(np.unique(np.asarray(seqs, dtype=np.int64))):
+        for q, rec in zip(range(a, b + 1), read_run(s, a, b)):
+            found[q] = rec
+    return [found[q] for q in seqs]
+
+
+def read_run(s: BlockIndex, a: int, b: int) -> list[Record]:
+    """The records a..b, verified (``verify``) as they are read."""
+    out: list[Record] = []
+    names = s.subject_table.names
+    for blk, lo, hi in s.block_spans(a, b):
+        e = s.entries(lo, hi)
+        d0, h0 = int(e["doff"][0]), int(e["hoff"][0])
+        data = blk.read_data(d0, int(e["doff"][-1]) + int(e["dlen"][-1]) - d0)
+        verify(s, blk, lo, hi, data, e)
+        hdr = blk.read_hdrs(h0, int(e["hoff"][-1]) + int(e["hlen"][-1]) - h0)
+        if not hdr:
+            out.extend((names[sid] if sid != SID_NONE else "", b"", data[doff - d0 : doff - d0 + dlen], ts) for ts, doff, _, dlen, _, sid, _ in e.tolist())
+        else:
+            out.extend(
+                (names[sid] if sid != SID_NONE else "", hdr[hoff - h0 : hoff - h0 + hlen], data[doff - d0 : doff - d0 + dlen], ts)
+                for ts, doff, hoff, dlen, hlen, sid, _ in e.tolist()
+            )
+    return out

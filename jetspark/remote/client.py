@@ -36,6 +36,7 @@ from jetspark.api import (
 from jetspark.backend.archive import Archive, Meter, Writer
 from jetspark.backend.base import HandleBase, call_timeout
 from jetspark.connect_options import ConnectOptions
+from jetspark.err_codes import STREAM_INVALID_CONFIG, STREAM_NOT_FOUND
 from jetspark.errors import (
     NoStreamResponseError,
     RequestTimeoutError,
@@ -129,7 +130,7 @@ class NatsJetStream(HandleBase):
     def _update_stream(self, config: StreamConfig) -> StreamInfo:
         """Replace a stream's config as a whole (omitted fields return to their defaults)."""
         if not wire.token_ok(config.name):
-            raise api_error(10059)
+            raise api_error(STREAM_NOT_FOUND)
         resp = self._request(f"{self._api}.STREAM.UPDATE.{config.name}", wire.stream_config_to_wire(config), what=f"update_stream {config.name!r}")
         return wire.stream_info_from_wire(resp)
 
@@ -138,7 +139,7 @@ class NatsJetStream(HandleBase):
         if not wire.token_ok(name):
             # The server never answers a request whose subject carries such a name;
             # for a name it can read ("a*") its answer is this.
-            raise api_error(10052, err="stream name is required and can not contain '.', '*', '>', '\\', '/'")
+            raise api_error(STREAM_INVALID_CONFIG, err="stream name is required and can not contain '.', '*', '>', '\\', '/'")
 
     def delete_stream(self, name: str) -> bool:
         return self._request(self._stream_subject("DELETE", name), what=f"delete_stream {name!r}", idempotent=False)["success"]
@@ -155,10 +156,10 @@ class NatsJetStream(HandleBase):
 
     def find_stream_name_by_subject(self, subject: str) -> str:
         if not isinstance(subject, str) or not subj.is_valid(subject):
-            raise api_error(10059)
+            raise api_error(STREAM_NOT_FOUND)
         streams = self._request(f"{self._api}.STREAM.NAMES", {"subject": subject}, what=f"find_stream_name_by_subject {subject!r}").get("streams") or []
         if not streams:
-            raise api_error(10059)
+            raise api_error(STREAM_NOT_FOUND)
         return streams[0]
 
     def _purge_stream(self, name: str, subject: Optional[str], seq: Optional[int], keep: Optional[int]) -> bool:
@@ -322,7 +323,7 @@ class NatsJetStream(HandleBase):
 
     def _put_consumer(self, stream: str, config: ConsumerConfig, action: str, timeout: Optional[float] = None) -> ConsumerInfo:
         if not wire.token_ok(stream):
-            raise api_error(10059)
+            raise api_error(STREAM_NOT_FOUND)
         req: dict = {"stream_name": stream, "config": wire.consumer_config_to_wire(config)}
         if action:
             req["action"] = action
@@ -354,7 +355,7 @@ class NatsJetStream(HandleBase):
 
     def consumers_info(self, stream: str) -> list[ConsumerInfo]:
         if not wire.token_ok(stream):
-            raise api_error(10059)
+            raise api_error(STREAM_NOT_FOUND)
         subject = f"{self._api}.CONSUMER.LIST.{stream}"
         items = self._run(lambda: self._session.paged(subject, "consumers", None, what=f"consumers_info of {stream!r}"), what=f"consumers_info of {stream!r}")
         return sorted((wire.consumer_info_from_wire(c) for c in items), key=lambda i: i.name)

@@ -17,6 +17,7 @@ from typing import Optional
 from jetspark import validate as V
 from jetspark.api import ConsumerInfo, MsgMetadata, SequencePair, ns_to_datetime
 from jetspark.backend import live
+from jetspark.err_codes import CONSUMER_NOT_FOUND
 from jetspark.errors import PUSH_BASED, FetchTimeoutError, NoHeartbeatError, api_error, push_based_error
 from jetspark.protocol import ack_reply
 from jetspark.protocol import headers as H
@@ -189,7 +190,7 @@ class PullSubscription(live.LivePulls):
                     msgs.append(Msg(session, subject.decode(), data, H.decode(hdr) if hdr else None, reply.decode()))
                 elif status[0] in _END_STATUSES:
                     if status[0] == b"409" and b"deleted" in status[1].lower() and not msgs:
-                        raise api_error(10014)
+                        raise api_error(CONSUMER_NOT_FOUND)
                     if status[0] == b"409" and status[1] == PUSH_BASED.encode() and not msgs:
                         raise push_based_error()
                     break

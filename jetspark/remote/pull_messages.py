@@ -39,6 +39,7 @@ from typing import Any, Optional
 
 from jetspark import validate as V
 from jetspark.backend import live
+from jetspark.err_codes import CONSUMER_NOT_FOUND
 from jetspark.errors import (
     ClosedError,
     ConsumerNotFoundError,
@@ -161,7 +162,7 @@ class Messages(live.MessagesBase):
                     pass
                 return
             if code == b"409" and low.startswith(b"consumer deleted"):
-                err = api_error(10014)
+                err = api_error(CONSUMER_NOT_FOUND)
             else:  # 400 Bad Request, a request the consumer's limits refuse: asking again cannot help
                 err = error_from_response({"code": int(code), "err_code": 0, "description": desc.decode(errors="replace")})
             log.debug("messages() of consumer %r of stream %r: the server ended the pull: %s %s", self.consumer, self.stream, code, desc)

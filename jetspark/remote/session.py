@@ -33,6 +33,7 @@ import nats.errors as nerr
 from nats.aio.client import Client as NATS
 
 from jetspark.connect_options import ConnectOptions
+from jetspark.err_codes import BAD_REQUEST, CONSUMER_NOT_FOUND, NOT_ENABLED, STREAM_MESSAGE_EXCEEDS_MAXIMUM, STREAM_NOT_FOUND
 from jetspark.errors import (
     AuthenticationError,
     BadRequestError,
@@ -272,9 +273,11 @@ class Session:
         if isinstance(exc, _CONNECTION_LOST):
             return ServerConnectionError(f"lost the connection to {self.url} during {what}: {_describe(exc)}")
         if isinstance(exc, nerr.MaxPayloadError):
-            return BadRequestError(400, 10054, f"message size exceeds maximum allowed (the server's max_payload is {self.max_payload} bytes)")
+            return BadRequestError(
+                400, STREAM_MESSAGE_EXCEEDS_MAXIMUM, f"message size exceeds maximum allowed (the server's max_payload is {self.max_payload} bytes)"
+            )
         if isinstance(exc, nerr.BadSubjectError):
-            return BadRequestError(400, 10003, f"invalid subject in {what}")
+            return BadRequestError(400, BAD_REQUEST, f"invalid subject in {what}")
         if isinstance(exc, nerr.Error):
             return JetSparkError(f"nats error during {what}: {_describe(exc)}")
         return None
@@ -349,7 +352,7 @@ class Session:
                 raise no_responders() from exc
             raise ServiceUnavailableError(
                 503,
-                10076,
+                NOT_ENABLED,
                 f"jetstream not enabled: nothing at {self.url} answers {'.'.join(subject.split('.')[:3])} requests (is JetStream on, and the domain right?)",
             ) from exc
         except nerr.TimeoutError as exc:
@@ -386,14 +389,14 @@ class Session:
     def stream_subject(self, verb: str, name: Any) -> str:
         """``$JS.API.STREAM.<verb>.<name>``; a name no subject can carry is 'stream not found'."""
         if not wire.token_ok(name):
-            raise api_error(10059)
+            raise api_error(STREAM_NOT_FOUND)
         return f"{self.api_prefix}.STREAM.{verb}.{name}"
 
     def consumer_subject(self, verb: str, stream: Any, consumer: Any) -> str:
         if not wire.token_ok(stream):
-            raise api_error(10059)
+            raise api_error(STREAM_NOT_FOUND)
         if not wire.token_ok(consumer):
-            raise api_error(10014)
+            raise api_error(CONSUMER_NOT_FOUND)
         return f"{self.api_prefix}.CONSUMER.{verb}.{stream}.{consumer}"
 
     # ------------------------------------------------------------------ acks

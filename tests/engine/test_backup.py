@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jetspark
-from jetspark.engine import storage
+from jetspark.engine import block_writer
 from jetspark.errors import BackupError, BadRequestError, CorruptBackupError, MsgNotFoundError, ServerError, StreamNotFoundError
 from tests.conftest import FakeClock
 from tests.engine.conftest import shm_dir
@@ -65,7 +65,7 @@ def fill(js, name: str = "S", storage_kind: str = "file") -> None:
 
 @pytest.fixture
 def small_blocks(monkeypatch):
-    monkeypatch.setattr(storage, "BLOCK_MAX_MSGS", 64)  # many blocks, the first ones purged
+    monkeypatch.setattr(block_writer, "BLOCK_MAX_MSGS", 64)  # many blocks, the first ones purged
 
 
 @pytest.mark.parametrize("storage_kind", ["file", "memory"])

@@ -63,9 +63,9 @@ def msg_bytes(storage: str, seq: int) -> int:
 def _publish_forever(store: str, sync: str, block_msgs: str) -> None:
     """Child: publish seq after seq, writing each acknowledged seq to stdout as soon as it returns."""
     if int(block_msgs):
-        from jetspark.engine import storage
+        from jetspark.engine import block_writer
 
-        storage.BLOCK_MAX_MSGS = int(block_msgs)  # many small blocks: block creation happens mid-loop
+        block_writer.BLOCK_MAX_MSGS = int(block_msgs)  # many small blocks: block creation happens mid-loop
     js = jetspark.connect(store, sync=sync)
     seq = js.stream_info(STREAM).state.last_seq + 1
     while True:

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 import jetspark
 from jetspark import AckPolicy, ConsumerConfig
-from jetspark.engine import dedup, journals, storage
+from jetspark.engine import block_writer, dedup, journals, storage
 from jetspark.engine.records import RANGE
 from jetspark.protocol import headers as H
 from tests.conftest import FakeClock
@@ -117,7 +117,7 @@ def test_unique_ids_at_max_msgs_stay_bounded(store, storage_type):
     # allocates ahead of itself, and the dedup journal: what the window holds, compacted
     # once mostly dead, plus a replaced file until the commit.
     dedup_bound = 4 * window_ids * 32 + journals.COMPACT_MIN
-    bound = 2 * (storage.ROLL_MIN_BYTES + 1024 * 200) + (2 << 20) + 2 * dedup_bound
+    bound = 2 * (block_writer.ROLL_MIN_BYTES + 1024 * 200) + (2 << 20) + 2 * dedup_bound
     for n_at, alloc, sizes, cached in usage:
         # Unbounded, the blocks alone would hold n_at * ~180 bytes (36 MB at the end) and
         # the dedup journal n_at * 32 bytes.
@@ -290,7 +290,7 @@ def _publish_ids_forever(store: str, stop_at: str) -> None:
     commit), or "none" (the parent kills at a random ack).
     """
     journals.COMPACT_MIN = 1024
-    storage.ROLL_MIN_BYTES = 16 << 10
+    block_writer.ROLL_MIN_BYTES = 16 << 10
 
     def stop(point: str) -> None:
         os.write(1, b"STOP %s\n" % point.encode())
@@ -316,16 +316,16 @@ def _publish_ids_forever(store: str, stop_at: str) -> None:
 
         journals.Journals.retire = hooked
     elif stop_at == "roll":
-        tail = storage.StreamStorage._tail_block
+        tail = block_writer.BlockWriter.tail_block
 
         def hooked(self, seq, dlen, hlen):
-            before = len(self.blocks)
+            before = len(self.index.blocks)
             blk = tail(self, seq, dlen, hlen)
-            if len(self.blocks) > before and before:
+            if len(self.index.blocks) > before and before:
                 stop("roll")
             return blk
 
-        storage.StreamStorage._tail_block = hooked
+        block_writer.BlockWriter.tail_block = hooked
 
     clock = FakeClock()
     js = jetspark.connect(store, clock=clock)
@@ -504,8 +504,8 @@ def test_ops_compaction_with_interest_skips(store, monkeypatch):
 def test_removals_agree_with_a_model_across_compaction(tmp_path_factory, ops):
     """Publishes, out-of-order deletes and subject purges, with compaction and early block
     rolls forced small: two handles agree with a plain model after every step."""
-    old = journals.COMPACT_MIN, storage.ROLL_MIN_BYTES
-    journals.COMPACT_MIN, storage.ROLL_MIN_BYTES = 64, 512
+    old = journals.COMPACT_MIN, block_writer.ROLL_MIN_BYTES
+    journals.COMPACT_MIN, block_writer.ROLL_MIN_BYTES = 64, 512
     path = tmp_path_factory.mktemp("model")
     js = jetspark.connect(path)
     other = jetspark.connect(path)
@@ -547,7 +547,7 @@ def test_removals_agree_with_a_model_across_compaction(tmp_path_factory, ops):
         for q in sorted(model)[-3:]:
             assert other.get_msg(STREAM, seq=q).data == b"%d" % q
     finally:
-        journals.COMPACT_MIN, storage.ROLL_MIN_BYTES = old
+        journals.COMPACT_MIN, block_writer.ROLL_MIN_BYTES = old
         js.close()
         other.close()
         shutil.rmtree(path, ignore_errors=True)
@@ -559,7 +559,7 @@ def test_removals_agree_with_a_model_across_compaction(tmp_path_factory, ops):
 def test_small_retention_rolls_blocks_and_a_lagging_reader_keeps_up(store, monkeypatch):
     """max_msgs far below a block: tail blocks close early and go, so the store holds about
     two small blocks; a reader that lagged across many dropped blocks still agrees."""
-    monkeypatch.setattr(storage, "ROLL_MIN_BYTES", 64 << 10)
+    monkeypatch.setattr(block_writer, "ROLL_MIN_BYTES", 64 << 10)
     with jetspark.connect(store) as js:
         js.add_stream(name=STREAM, subjects=["r.>"], max_msgs=200)
         reader = jetspark.connect(store)

@@ -58,9 +58,9 @@ def _run(conn, fn, *args):
 
 def _small_blocks(block_msgs: int) -> None:
     if block_msgs:
-        from jetspark.engine import storage
+        from jetspark.engine import block_writer
 
-        storage.BLOCK_MAX_MSGS = block_msgs
+        block_writer.BLOCK_MAX_MSGS = block_msgs
 
 
 def _writer_body(store, wid, n, barrier, block_msgs):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import jetspark
-from jetspark.engine import storage
+from jetspark.engine import block_writer
 from jetspark.errors import APIError
 from jetspark.protocol import headers as H
 from jetspark.protocol import subjects as S
@@ -204,7 +204,7 @@ class LimitsStream(RuleBasedStateMachine):
 
 @pytest.fixture
 def small_blocks(monkeypatch):
-    monkeypatch.setattr(storage, "BLOCK_MAX_MSGS", 8)
+    monkeypatch.setattr(block_writer, "BLOCK_MAX_MSGS", 8)
 
 
 def test_a_limits_stream_agrees_with_its_model(small_blocks):
