@@ -210,7 +210,7 @@ class StreamStorage:
         if FORK_GENERATION[0] != self._fork_gen:
             self._thread_lock = threading.RLock()
             self._depth = 0
-            self.index.blocks = []  # the parent's: not closed here, the parent still reads them
+            self.index.blocks = []  # dropped, not closed: _open starts a new index
             self._open()
 
     # ------------------------------------------------------------------ commit
