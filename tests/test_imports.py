@@ -1,68 +1,50 @@
-"""The package's shape, checked from its source: who may import whom, and no import circles.
+"""The package's shape, checked from its source: who may import whom, no import circles,
+no over-long module, and every package's module map complete.
 
-The two backends are siblings behind one declared API (jetspark/backend.py):
-neither imports the other, both import the shared pieces (``jetspark.api``,
-``jetspark.errors``, ``jetspark.validate``, ``jetspark.protocol``); the
-connector and the CLI use only the public API.  ``jetspark.connect``
+The rule of who may import whom is the layer table of docs/architecture.md, read from
+the page (so the page cannot drift from what is checked): the two backends are siblings
+behind one declared API (``jetspark.backend``), neither importing the other; the
+connector and the CLI use only the public API; ``jetspark.connect``
 (``jetspark.connection``) is the one place that picks a backend.
 
 Imports are read with ``ast`` from every module, including imports inside
-functions (a lazy import is still a dependency); only ``if TYPE_CHECKING:``
-blocks are left out, because they never run.
+functions (a lazy import is still a dependency).  The layer rules leave out
+``if TYPE_CHECKING:`` blocks, because they never run; the circle check counts them.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "jetspark"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "jetspark"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+MAX_LINES = 650
 
-# What each layer may import from jetspark, besides its own package.
-SHARED = (
-    "jetspark.api",
-    "jetspark.errors",
-    "jetspark.err_codes",
-    "jetspark.validate",
-    "jetspark.protocol",
-    "jetspark.backend",
-    "jetspark.connect_options",
-    "jetspark._extras",
-)
-ALLOWED = {
-    "jetspark.engine": SHARED,
-    "jetspark.remote": SHARED,
-    "jetspark.connector": ("jetspark", "jetspark.connection") + SHARED,
-    "jetspark.cli": ("jetspark", "jetspark.connection", "jetspark.demo") + SHARED,
-    # connect() picks a backend: the one module besides the package root that loads both.
-    "jetspark.connection": ("jetspark.engine", "jetspark.remote") + SHARED,
-    "jetspark.demo": ("jetspark", "jetspark.connection", "jetspark.connector") + SHARED,  # the demo is a Spark pipeline on the connector
-    "jetspark.protocol": ("jetspark.api", "jetspark.errors", "jetspark.err_codes"),
-    "jetspark.api": ("jetspark.errors", "jetspark.err_codes"),
-    "jetspark.errors": ("jetspark.err_codes",),
-    "jetspark.err_codes": (),
-    "jetspark.validate": ("jetspark.api", "jetspark.errors", "jetspark.err_codes", "jetspark.protocol"),
-    "jetspark.connect_options": ("jetspark.api", "jetspark.errors", "jetspark.err_codes", "jetspark.validate", "jetspark.protocol"),
-    "jetspark.backend": SHARED,
-    "jetspark._extras": (),
-}
-# Third-party packages a layer must never load.
-FORBIDDEN = {
-    "jetspark.engine": ("pyspark", "nats"),
-    "jetspark.remote": ("pyspark",),
-    "jetspark.protocol": ("pyspark", "nats"),
-    "jetspark.api": ("pyspark", "nats", "pyarrow", "numpy"),
-    "jetspark.errors": ("pyspark", "nats", "pyarrow", "numpy"),
-    "jetspark.err_codes": ("pyspark", "nats", "pyarrow", "numpy"),
-    "jetspark.validate": ("pyspark", "nats"),
-    "jetspark.backend": ("pyspark", "nats"),
-    # It looks for the spark extra without importing it.
-    "jetspark._extras": ("pyspark", "pandas", "nats", "pyarrow", "numpy"),
-}
+
+def _layer_table() -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
+    """The rows of docs/architecture.md's layer table: layer -> what it may import, and
+    layer -> the third-party packages it never loads."""
+    allowed: dict[str, tuple[str, ...]] = {}
+    forbidden: dict[str, tuple[str, ...]] = {}
+    for line in ARCHITECTURE.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or not re.fullmatch(r"`jetspark[\w.]*`", cells[0]):
+            continue
+        layer = cells[0].strip("`")
+        allowed[layer] = tuple(re.findall(r"`(jetspark[\w.]*)`", cells[2]))
+        forbidden[layer] = tuple(n.strip() for n in cells[3].split(",") if n.strip() not in ("", "—"))
+    return allowed, forbidden
+
+
+# What each layer may import from jetspark, besides its own package; third-party packages it must never load.
+ALLOWED, FORBIDDEN = _layer_table()
 
 
 def _module_name(path: Path) -> str:
@@ -79,14 +61,14 @@ def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(name: str) -> set[str]:
-    """Every module ``name`` imports (resolved to modules where ``from pkg import mod`` names one)."""
-    tree = ast.parse(MODULES[name].read_text())
-    is_package = MODULES[name].name == "__init__.py"
+def _imports(name: str, source: str, *, is_package: bool = False, type_checking: bool = False) -> set[str]:
+    """Every module ``name`` (whose text is ``source``) imports, resolved to modules where
+    ``from pkg import mod`` names one; ``type_checking``: with the ``if TYPE_CHECKING:`` blocks."""
+    tree = ast.parse(source)
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if isinstance(node, ast.If) and _is_type_checking(node.test) and not type_checking:
             for child in node.orelse:
                 visit(child)
             return
@@ -109,7 +91,10 @@ def _imports(name: str) -> set[str]:
     return found
 
 
-IMPORTS = {name: _imports(name) for name in MODULES}
+SOURCES = {name: path.read_text() for name, path in MODULES.items()}
+IMPORTS = {name: _imports(name, SOURCES[name], is_package=MODULES[name].name == "__init__.py") for name in MODULES}
+# With the imports only a type checker makes: a circle through them is a circle all the same.
+ALL_IMPORTS = {name: _imports(name, SOURCES[name], is_package=MODULES[name].name == "__init__.py", type_checking=True) for name in MODULES}
 
 
 def _layer(name: str, layers) -> str | None:
@@ -136,10 +121,10 @@ def test_module_imports_only_what_its_layer_may(module):
     assert not banned, f"{module} imports {banned}"
 
 
-def test_no_import_circles():
+def _circles(imports: dict[str, set[str]]) -> list[list[str]]:
     """Tarjan's strongly connected components over jetspark's modules (the package root left out:
     every submodule import loads it anyway, and it imports the backends only inside connect())."""
-    graph = {m: sorted(d for d in IMPORTS[m] if d in MODULES and d != "jetspark" and d != m) for m in MODULES if m != "jetspark"}
+    graph = {m: sorted(d for d in imports[m] if d in imports and d != "jetspark" and d != m) for m in imports if m != "jetspark"}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -170,14 +155,56 @@ def test_no_import_circles():
     for v in graph:
         if v not in index:
             connect(v)
+    return circles
+
+
+def test_no_import_circles():
+    circles = _circles(IMPORTS)
     assert not circles, f"import circles: {circles}"
 
 
 def test_the_checker_sees_lazy_imports_and_skips_type_checking():
     # The rules above are only as good as the import reader: it must see an import inside a
-    # function and ignore one under TYPE_CHECKING.
+    # function, and one under TYPE_CHECKING only when asked for those.
     assert "jetspark.remote" in IMPORTS["jetspark.connection"]  # connect() imports it lazily
     assert "jetspark.engine.handle" in IMPORTS["jetspark.connection"]
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "import typing\n"
+        "from .b import B\n"
+        "if TYPE_CHECKING:\n    from jetspark.x import C\nelse:\n    import jetspark.y\n"
+        "if typing.TYPE_CHECKING:\n    import jetspark.z\n"
+        "def f():\n    import jetspark.w\n"
+    )
+    runtime = _imports("jetspark.p.a", source)
+    assert {"jetspark.p.b", "jetspark.y", "jetspark.w"} <= runtime and not {"jetspark.x", "jetspark.z"} & runtime
+    assert {"jetspark.x", "jetspark.z"} <= _imports("jetspark.p.a", source, type_checking=True)
+    # ... and the circle finder finds a circle made by a TYPE_CHECKING import alone.
+    a = "from jetspark.q.b import B\n"
+    b = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from jetspark.q.a import A\n"
+    files = {"jetspark.q.a": a, "jetspark.q.b": b}
+    assert _circles({m: _imports(m, src) for m, src in files.items()}) == []
+    assert _circles({m: _imports(m, src, type_checking=True) for m, src in files.items()}) == [["jetspark.q.a", "jetspark.q.b"]]
+
+
+def test_every_module_has_a_layer():
+    """A new top-level module gets a row in docs/architecture.md's layer table."""
+    assert len(ALLOWED) > 10 and "jetspark.engine" in ALLOWED and FORBIDDEN["jetspark.engine"] == ("pyspark", "nats")
+    without = sorted(m for m in MODULES if m != "jetspark" and not _layer(m, ALLOWED))
+    assert not without, f"no row in docs/architecture.md's layer table for {without}"
+
+
+PACKAGES = sorted(m for m, path in MODULES.items() if path.name == "__init__.py" and m != "jetspark")
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_the_package_map_names_every_module(package):
+    """Each package's docstring maps its modules: each is named there as ``name`` or name.py."""
+    doc = ast.get_docstring(ast.parse(SOURCES[package])) or ""
+    here = MODULES[package].parent
+    modules = sorted({p.stem for p in here.glob("*.py")} - {"__init__", "__main__"}) + sorted(d.name for d in here.iterdir() if (d / "__init__.py").exists())
+    missing = [m for m in modules if f"``{m}``" not in doc and f"{m}.py" not in doc]
+    assert not missing, f"{package}'s module map (its __init__ docstring) does not name {missing}"
 
 
 def _fresh(code: str) -> str:

@@ -11,6 +11,11 @@ types against these Protocols.  What the two handles share is implemented
 once, in ``jetspark.backend.base.HandleBase``, which both inherit (and what
 their continuous pulls share in ``jetspark.backend.live``).
 
+The package's modules: ``base`` (``HandleBase``), ``live`` (continuous pulls'
+options and callback runner), ``push`` (push subscriptions' public verbs),
+``window`` (``publish_async``'s bounded window), ``archive`` (stream backups on
+disk), each importing neither backend.
+
 ``tests/test_backend.py`` checks that both handles declare every verb here
 with the same signature and nothing public beyond it; ``tests/contract/``
 checks the behaviour on both, against nats-server through nats-py's own

@@ -18,6 +18,11 @@ Source schema: ``stream string, subject string, seq long, timestamp timestamp,
 data binary`` plus ``headers map<string, array<string>>`` with
 ``includeHeaders``.  Offsets are ``{"stream": ..., "seq": <last sequence
 processed>}``.  ``help(JetStreamDataSource)`` lists every option.
+
+Modules: ``options`` (the options, parsed once); ``store`` (one API handle per
+store per process); ``source`` (batch and micro-batch reads); ``sink`` (rows to
+messages, exactly once) and ``registry`` (the sink's committed micro-batches);
+``session`` (a local SparkSession set up for jetspark).
 """
 
 from __future__ import annotations

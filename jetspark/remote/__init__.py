@@ -8,14 +8,19 @@ Modules, each importing only those above it (nothing imports ``client``):
 
 - ``loop``: the private event-loop thread; ``wire``: JSON <-> dataclasses;
   ``fastpath``: nats-py's private hooks (raw deliveries and writes), each
-  with a fallback to nats-py's public API;
+  with a fallback to nats-py's public API; ``retry``: retrying through a time
+  the server cannot answer (a leader election, a cold cluster);
 - ``session``: the connection, requests, reconnects, ack batching, and the
   one place where nats-py's errors become jetspark errors;
 - ``jsapi``: stream and consumer infos, shared by the handle and the bulk paths;
-- ``pull``: pull subscriptions and delivered messages;
+- ``pull_messages``: ``PullSubscription.messages()``, pull requests kept outstanding;
+  ``pull``: pull subscriptions and delivered messages; ``push``: push subscriptions;
 - ``puller``: pipelined pulls of a range (ephemeral consumers, plain gets);
+  ``direct``: a range read with batched direct gets, no consumer;
 - ``reads``: Arrow range reads, the ordered consumer, time/bytes -> sequence;
-- ``appends``: batch appends; ``ack_floor``: advancing a durable's ack floor;
+- ``appends``: batch appends; ``async_publish``: ``publish_async``, pipelined;
+  ``ack_floor``: advancing a durable's ack floor;
+- ``snapshot``: stream backups through the server's snapshot and restore API;
 - ``client``: ``NatsJetStream``, the handle, its verbs over all of the above.
 """
 

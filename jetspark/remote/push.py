@@ -39,7 +39,7 @@ from jetspark.remote.pull import Msg
 from jetspark.remote.session import Session
 
 if TYPE_CHECKING:
-    from jetspark.remote.client import NatsJetStream
+    from jetspark.backend import JetStreamAPI
 
 _STOP = object()  # tells the callback thread to finish
 
@@ -48,7 +48,7 @@ class PushSubscription(PushBase):
     """A subscription on a push consumer of a server (``jetspark.backend.PushSubscriptionAPI``)."""
 
     def __init__(
-        self, js: "NatsJetStream", session: Session, stream: str, info: ConsumerInfo, cb: Optional[Callable], auto_ack: bool,
+        self, js: "JetStreamAPI", session: Session, stream: str, info: ConsumerInfo, cb: Optional[Callable], auto_ack: bool,
         ordered: Optional[ConsumerConfig], owned: bool,
     ) -> None:  # fmt: skip
         super().__init__(js, stream, info.name, cb, auto_ack, owned)
