@@ -7,42 +7,28 @@ append-only log of state changes next to its config::
 
     cons/<name>/config.json     the consumer's config and creation time, with its
                                 mirror config.json.1 (see metafile.py)
-    cons/<name>/log             "JSPKCL01" | u64 committed length, then records:
-                                u32 len | u32 crc | op, scalars, items
+    cons/<name>/log             its records (consumer_log.py)
 
 A record's scalars include the times of the last delivery and the last ack
 (``delivered.last_active`` and ``ack_floor.last_active`` in the consumer's
-info, as nats-server reports them), in nanoseconds, so every process reads
-the same times back exactly.  Records written before those times were kept
-(op without ``TIMED``) are read as they are, with both times unknown.
+info), in nanoseconds, so every process reads the same times back exactly;
+records from before those times were kept are read with both unknown.
 
 Every change happens under the stream's lock, so deliveries, acks and the
 stream's retention stay consistent across processes; each process keeps
 the state in memory and reads only the records appended since it last
-looked.  A record is applied only if its length and checksum hold.
+looked (``ConsumerLog.sync``: a torn last record is cut, damage raises
+``CorruptStoreError``).  At worst a delivery is forgotten and the message
+delivered again, never lost.
 
-A process killed while appending a record leaves it torn, and a torn record
-can only be the last one: the next process to look cuts it off (with a
-warning), and at worst a delivery is forgotten and the message delivered
-again, never lost.  The log's header holds the length of its records that
-calls completed (written after each record), so a log cut anywhere below that
-(records lost, not a torn tail: its acks would silently roll back) is damage.
-A log written before the header existed (no magic) is read as it is, without
-that check, until its next compaction rewrites it with one.  A bad record that valid records follow is damage, not a
-crash: ``CorruptStoreError`` names the log and the offset, and nothing is
-cut.  The first record is always written before the log is in place (into
-the new consumer's directory before it is renamed into ``cons/``, or into
-``log.tmp`` before a compaction renames it over ``log``), so a crash can
-never tear it: a bad first record is damage too, even when it is the only
-one, rather than a reason to start the consumer over from nothing.
-
-A call's change is one record, appended whole or not at all: when the disk
-refuses it, the torn bytes are cut, the in-memory state is read back from
-the log, and the call raises ``StoreFullError``/``StoreIOError`` having
-changed nothing.  When the log would outgrow ``COMPACT_BYTES``, the change
-is written as a snapshot of the whole state into a new log that is renamed
-over the old one, and the stream header's ``cons_gen`` tells the other
-processes to reopen it.
+The delivery state machine (``plan_batch``, ``plan_expiry``, ``plan_drop``)
+changes the state in memory at the ``now`` it is given and returns the
+records that make it durable (``Change``), writing nothing; ``write`` appends
+one, whole or not at all: when the disk refuses it, the torn bytes are cut,
+the state is read back from the log, and the call raises ``StoreFullError``/
+``StoreIOError`` having changed nothing.  A log that would outgrow
+``COMPACT_BYTES`` is rewritten as one snapshot, and the stream header's
+``cons_gen`` tells the other processes to reopen it.
 
 Time-driven behaviour (ack_wait, backoff, nak delays, inactive_threshold)
 is evaluated against the injected clock at the next operation.
@@ -50,12 +36,6 @@ is evaluated against the injected clock at the next operation.
 
 from __future__ import annotations
 
-import logging
-import os
-import shutil
-import struct
-import uuid
-import zlib
 from pathlib import Path
 from typing import Optional
 
@@ -63,39 +43,35 @@ import numpy as np
 
 from jetspark.api import (
     AckPolicy,
-    ConsumerConfig,
     ConsumerInfo,
     DeliverPolicy,
     SequenceInfo,
     ns_to_datetime,
 )
 from jetspark.engine import bindings, diskio, metafile
-from jetspark.engine.consumer_config import filters_of
-from jetspark.engine.records import SID_NONE
+from jetspark.engine.consumer_config import config_from_json, filters_of
+from jetspark.engine.consumer_log import (
+    DELIVER,
+    DROP,
+    DUE,
+    ITEM,
+    LAST_PER_SUBJECT,
+    MAXED,
+    SCALARS,
+    SNAPSHOT,
+    ConsumerLog,
+    encode,
+)
+from jetspark.engine.consumer_match import ByteBudget, SubjectFilter
 from jetspark.errors import CorruptStoreError
-from jetspark.protocol import subjects as subj
 
-log = logging.getLogger("jetspark")
+__all__ = ["COMPACT_BYTES", "DELIVER", "DROP", "DUE", "LAST_PER_SUBJECT", "MAXED", "QUEUED", "SCALARS", "SNAPSHOT", "Change", "Consumer"]
 
 _NS = 1_000_000_000
-# len, crc, op, n, then the scalars: delivered_consumer_seq, next_stream_seq,
-# ack_floor_consumer_seq, ack_floor_stream_seq, last_active, and in a TIMED record
-# delivered_ns and acked_ns.
-_HEAD = struct.Struct("<IIBI")
-LOG_MAGIC = b"JSPKCL01"
-_LOG_HEAD = struct.Struct("<8sQ")  # magic, committed length (the records' end when the last call returned)
-_COMMITTED_OFF = 8
-_REC = struct.Struct("<IIBIqqqqqqq")
-_BODY = struct.Struct("<BIqqqqqqq")  # _REC after len and crc: what the crc covers
-_REC_UNTIMED = struct.Struct("<IIBIqqqqq")  # records written before the two times were kept
-# One item: stream sequence, consumer sequence, delivery count, due time.  Here and in the
-# loops that apply records, sseq/cseq are short for the stream and consumer sequence.
-_ITEM = np.dtype([("sseq", "<u8"), ("cseq", "<u8"), ("count", "<u4"), ("due", "<i8")])
-SCALARS, DELIVER, DROP, DUE, MAXED, SNAPSHOT, LAST_PER_SUBJECT = range(7)
-TIMED = 0x80  # in a record's op: its scalars end with delivered_ns and acked_ns
-_OP = 0x7F  # the op itself
 QUEUED = 0xFFFFFFFF  # an item's count marking "appended to the redelivery queue"
 COMPACT_BYTES = 4 << 20
+
+Change = tuple[int, tuple, np.ndarray]  # a record to write: op, the scalars when planned (_scalars), items
 
 
 class Consumer:
@@ -107,8 +83,7 @@ class Consumer:
         ``fresh``: a consumer being created, whose empty log gets its first record next.
         """
         self.stream = stream
-        self.home = home
-        self.damaged: Optional[CorruptStoreError] = None
+        self._home = home
         path = home / "config.json"
         try:
             meta = metafile.load(path, fsync=stream.storage.fsync)
@@ -120,21 +95,9 @@ class Consumer:
         except (KeyError, ValueError, TypeError) as exc:
             raise CorruptStoreError(f"{path} is not a consumer config: {type(exc).__name__}: {exc}", path=str(path)) from exc
         self.filters = filters_of(self.config)
-        self._sid_mask: Optional[np.ndarray] = None
-        flags = os.O_RDWR | (os.O_CREAT if fresh else 0)
+        self.filter = SubjectFilter(stream, self.filters)  # which stored messages it matches (consumer_match.py)
+        self.log = ConsumerLog(home, self.name, fresh=fresh, fsync=stream.storage.fsync)
         try:
-            self._fd = os.open(home / "log", flags, 0o644)
-        except FileNotFoundError:
-            raise CorruptStoreError(f"{home / 'log'} is missing: the consumer's state is lost", path=str(home / "log")) from None
-        except OSError as exc:
-            raise diskio.translate(exc, home / "log", "opening") from exc
-        self._base = _LOG_HEAD.size  # where records start (0 in a log without the header)
-        self._synced = False
-        try:
-            if fresh:
-                diskio.pwrite(self._fd, _LOG_HEAD.pack(LOG_MAGIC, _LOG_HEAD.size), 0, self.log_path)
-            else:
-                self._read_head()
             self._reset()
             self.sync()
         except BaseException:
@@ -154,99 +117,42 @@ class Consumer:
         self.last_per_subject: list[int] = []  # last-per-subject sequences still to deliver
         self.redelivery_queue: list[int] = []  # the redelivery queue, in order (naks first come first)
         self.replayed: list = []  # sequences other processes' records released (see ConsumerSet.sync)
-        self._pos = self._base
+        self.log.rewind()
 
     def close(self) -> None:
-        try:
-            os.close(self._fd)
-        except OSError:
-            pass
+        self.log.close()
 
-    # ------------------------------------------------------------------ log
+    # ------------------------------------------------------------------ log (consumer_log.py)
 
     @property
-    def log_path(self) -> Path:
-        return self.home / "log"
+    def home(self) -> Path:
+        return self._home
 
-    def _read_head(self) -> None:
-        """A new log starts with its header; one without it was written before it existed."""
-        head = os.pread(self._fd, _LOG_HEAD.size, 0)
-        if not head:
-            raise self._damage("is empty: its first record, written before the log is in place, is missing")
-        if head[:8] == LOG_MAGIC:
-            if len(head) < _LOG_HEAD.size:
-                raise self._damage(f"is {len(head)} bytes, shorter than its header: its records were lost")
-        elif LOG_MAGIC.startswith(head[:8]) and len(head) < 8:
-            raise self._damage(f"is {len(head)} bytes, shorter than its header: its records were lost")
-        else:
-            self._base = 0
+    @home.setter
+    def home(self, home: Path) -> None:
+        """The consumer's directory moved (a new consumer renamed into ``cons/``): so did its log."""
+        self._home = self.log.home = home
 
-    def _committed(self) -> int:
-        if not self._base:
-            return 0
-        return _LOG_HEAD.unpack(os.pread(self._fd, _LOG_HEAD.size, 0))[1]
+    @property
+    def damaged(self) -> Optional[CorruptStoreError]:
+        """Why the log cannot be trusted, once a read found it damaged (None: intact)."""
+        return self.log.damaged
 
     def sync(self) -> bool:
-        """Apply records other processes appended; cut a torn tail off (caller holds the lock).
+        """Apply records other processes appended (see ConsumerLog.sync; caller holds the lock).
 
         False if the log file was replaced or removed since this process opened it: a
         process rewrote it (compact) or deleted the consumer and died before its cons_gen
         bump was committed; the caller reopens the consumers.  CorruptStoreError if the
-        log is damaged (see the module docstring); the consumer is then unusable.
+        log is damaged; the consumer is then unusable.
         """
-        if self.damaged is not None:
-            raise self.damaged
-        with diskio.io_errors(self.log_path, "reading the consumer's state"):
-            st = os.fstat(self._fd)
-            if st.st_nlink == 0:
-                return False
-            size = st.st_size
-            if size < self._pos:
-                raise self._damage(f"is {size} bytes, shorter than the {self._pos} bytes of records already read: records were lost")
-            if size == self._pos and self._synced:
-                return True
-            committed = self._committed()
-            if size < committed:
-                raise self._damage(f"is {size} bytes, shorter than the {committed} bytes its header commits (cut short): records were lost")
-            raw = os.pread(self._fd, size - self._pos, self._pos)
-            pos = 0
-            while pos < len(raw):
-                length = _record_at(raw, pos)
-                if not length:
-                    break
-                self._apply(raw, pos)
-                pos += length
-            bad = self._pos + pos
-            self._pos = bad
-            if bad < size:
-                why = _what_is_wrong(raw, pos)
-                if bad == self._base:
-                    raise self._damage(f"has a damaged first record ({why}); a crash cannot tear it, so it is not cut")
-                if _record_after(raw, pos):
-                    raise self._damage(f"has a damaged record at offset {bad} ({why}) followed by valid records; nothing was cut")
-                if bad < committed:
-                    raise self._damage(f"has a damaged record at offset {bad} ({why}) below the {committed} bytes its header commits; nothing was cut")
-                log.warning(
-                    "%s: the last record, at offset %d (%d bytes), is torn (%s) and was cut off: a writer died mid-record", self.log_path, bad, size - bad, why
-                )
-                os.ftruncate(self._fd, bad)
-            if committed > self._pos:
-                raise self._damage(f"holds {self._pos} bytes of records, less than the {committed} its header commits (cut short): records were lost")
-            self._synced = True
-        return True
+        return self.log.sync(self._apply)
 
-    def _damage(self, what: str) -> CorruptStoreError:
-        self.damaged = CorruptStoreError(f"{self.log_path} {what}: the state of consumer {self.name!r} cannot be trusted", path=str(self.log_path))
-        return self.damaged
-
-    def _apply(self, raw: bytes, pos: int) -> None:
+    def _apply(self, op: int, scalars: tuple, items: np.ndarray) -> None:
+        """One record read from the log (another process's change, or ours read back)."""
         old_floor = self.ack_floor_stream_seq
-        head = _REC if raw[pos + 8] & TIMED else _REC_UNTIMED
-        _, _, op, n, *scalars = head.unpack_from(raw, pos)
-        op &= _OP
         self.delivered_consumer_seq, self.next_stream_seq, self.ack_floor_consumer_seq, self.ack_floor_stream_seq, self.last_active = scalars[:5]
         self.delivered_ns, self.acked_ns = scalars[5:] or (0, 0)
-        items = np.frombuffer(raw, dtype=_ITEM, count=n, offset=pos + head.size)
         # What this record released, for the stream's retention to reconsider: the
         # process that wrote it may have died before committing the removal.
         if op == DROP:
@@ -288,58 +194,50 @@ class Consumer:
         elif op == LAST_PER_SUBJECT:
             self.last_per_subject = items["sseq"].tolist()
 
-    def write(self, op: int, items=None) -> None:
+    def write(self, op: int, items=None, scalars: Optional[tuple] = None) -> None:
         """Record the change just made in memory (caller holds the lock): one record with the
-        current scalars, or a compaction when the log would pass COMPACT_BYTES.  On a disk
-        error the in-memory state goes back to what the log holds, and StoreIOError /
-        StoreFullError (naming the log) is raised: the call changed nothing."""
-        arr = items if isinstance(items, np.ndarray) else np.array(items or [], dtype=_ITEM)
+        current scalars (or ``scalars``, those of a planned change), or a compaction when the
+        log would pass COMPACT_BYTES.  On a disk error the in-memory state goes back to what
+        the log holds, and StoreIOError / StoreFullError (naming the log) is raised: the call
+        changed nothing."""
+        arr = items if isinstance(items, np.ndarray) else np.array(items or [], dtype=ITEM)
         if op != DELIVER:
             self.stream.storage.consumers_changed = True  # may make messages deliverable: wake waiters
-        rec = self._record(op, arr)
-        compact = self._pos > self._base and self._pos + len(rec) > COMPACT_BYTES
+        rec = encode(op, self._scalars() if scalars is None else scalars, arr)
+        lg = self.log
+        compact = lg.pos > lg.base and lg.pos + len(rec) > COMPACT_BYTES
         try:
             if compact:
                 # The snapshot holds this change already: it is the call's one write.
                 self.compact()
             else:
-                self._append(rec)
+                lg.append(rec)
         except OSError as exc:
             action = "compacting the consumer's log (into log.tmp)" if compact else "appending to the consumer's log"
-            err = diskio.translate(OSError(exc.errno, exc.strerror), self.log_path, action)
+            err = diskio.translate(OSError(exc.errno, exc.strerror), self.log.path, action)
             self._revert()
             raise err from exc
 
-    def _record(self, op: int, arr: np.ndarray) -> bytes:
-        """One log record: the op, the consumer's sequences and ``arr``'s items, with a CRC-32."""
-        body = (
-            _BODY.pack(
-                op | TIMED,
-                len(arr),
-                self.delivered_consumer_seq,
-                self.next_stream_seq,
-                self.ack_floor_consumer_seq,
-                self.ack_floor_stream_seq,
-                self.last_active,
-                self.delivered_ns,
-                self.acked_ns,
-            )
-            + arr.tobytes()
-        )
-        return struct.pack("<II", 8 + len(body), zlib.crc32(body)) + body
+    def _change(self, op: int, items) -> Change:
+        """A planned record: ``op`` and its items with the scalars as they are now."""
+        return op, self._scalars(), items if isinstance(items, np.ndarray) else np.array(items, dtype=ITEM)
 
-    def _append(self, rec: bytes) -> None:
-        try:
-            diskio.pwrite(self._fd, rec, self._pos, self.log_path)
-            if self._base:
-                diskio.pwrite(self._fd, struct.pack("<Q", self._pos + len(rec)), _COMMITTED_OFF, self.log_path)
-        except OSError:
-            try:
-                os.ftruncate(self._fd, self._pos)  # cut the torn bytes (shrinking needs no space)
-            except OSError:
-                pass  # the next reader sees a torn last record and cuts it
-            raise
-        self._pos += len(rec)
+    def _commit(self, changes: list[Change]) -> None:
+        """Write planned records in order (see write)."""
+        for op, scalars, items in changes:
+            self.write(op, items, scalars)
+
+    def _scalars(self) -> tuple:
+        """The scalars every record carries: the consumer's sequences and times."""
+        return (
+            self.delivered_consumer_seq,
+            self.next_stream_seq,
+            self.ack_floor_consumer_seq,
+            self.ack_floor_stream_seq,
+            self.last_active,
+            self.delivered_ns,
+            self.acked_ns,
+        )
 
     def _revert(self) -> None:
         """Forget the in-memory change of a call whose record could not be written."""
@@ -352,102 +250,8 @@ class Consumer:
 
     def compact(self) -> None:
         """Rewrite the log as one snapshot; other processes reopen it on the cons_gen bump."""
-        rec = self._record(SNAPSHOT, np.array(self._snapshot_items(), dtype=_ITEM))
-        fsync = self.stream.storage.fsync
-        tmp = self.home / "log.tmp"
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            diskio.pwrite(fd, _LOG_HEAD.pack(LOG_MAGIC, _LOG_HEAD.size + len(rec)) + rec, 0, tmp)  # all of it, or StoreIOError/StoreFullError
-            if fsync:
-                os.fsync(fd)
-            os.replace(tmp, self.log_path)
-        except BaseException:
-            os.close(fd)
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        os.close(self._fd)
-        self._fd = fd  # the snapshot's file is the log now
-        self._base = _LOG_HEAD.size
-        self._pos = _LOG_HEAD.size + len(rec)
-        if fsync:
-            metafile.fsync_dir(self.home)
+        self.log.rewrite(encode(SNAPSHOT, self._scalars(), np.array(self._snapshot_items(), dtype=ITEM)))
         self.stream.storage.header.cons_gen += 1
-
-    # ------------------------------------------------------------------ matching
-
-    def sid_mask(self) -> Optional[np.ndarray]:
-        """Which subject ids this consumer's filters match (None: all)."""
-        if not self.filters:
-            return None
-        names = self.stream.storage.subjects
-        m = self._sid_mask
-        if m is None or len(m) != len(names) + 1:
-            old = 0 if m is None else len(m) - 1
-            grown = np.zeros(len(names) + 1, dtype=bool)
-            if m is not None:
-                grown[:old] = m[:old]
-            for i in range(old, len(names)):
-                grown[i] = subj.matches_any(self.filters, names[i])
-            self._sid_mask = m = grown
-        return m
-
-    def matches(self, subject: str) -> bool:
-        return not self.filters or subj.matches_any(self.filters, subject)
-
-    def match_sids(self, sids: np.ndarray) -> np.ndarray:
-        stored = sids != SID_NONE
-        m = self.sid_mask()
-        if m is None:
-            return stored
-        safe = np.where(stored, sids, len(m) - 1).astype(np.int64)
-        return stored & m[np.minimum(safe, len(m) - 1)]
-
-    def matching_live(self, a: int, b: int) -> np.ndarray:
-        """Live sequences in a..b this consumer's filters match."""
-        s = self.stream.storage
-        a = max(a, s.header.first_seq)
-        b = min(b, s.header.last_seq)
-        if a > b:
-            return np.zeros(0, dtype=np.int64)
-        out = []
-        step = 1 << 16
-        for lo in range(a, b + 1, step):
-            hi = min(lo + step - 1, b)
-            e = s.entries(lo, hi)
-            ok = self.match_sids(e["sid"]) & ~s.dead_mask(lo, hi)
-            out.append(np.flatnonzero(ok) + lo)
-        return np.concatenate(out)
-
-    def _matches_nothing_stored(self) -> bool:
-        m = self.sid_mask()
-        if m is None:
-            return False
-        count = self.stream.storage.ensure_stats()[0]
-        return not count[: len(m) - 1][m[:-1]].any()
-
-    def count_matching(self, a: int) -> int:
-        """How many live messages at or after ``a`` match (num_pending's basis)."""
-        s = self.stream.storage
-        h = s.header
-        a = max(a, h.first_seq)
-        if a > h.last_seq or not h.msgs:
-            return 0
-        if not self.filters:
-            below = 0
-            if a > h.first_seq:
-                below = (a - h.first_seq) - int(s.dead_mask(h.first_seq, a - 1).sum())
-            return h.msgs - below
-        tail = h.last_seq - a + 1
-        head = a - h.first_seq
-        if tail <= head:
-            return len(self.matching_live(a, h.last_seq))
-        m = self.sid_mask()
-        count = s.ensure_stats()[0]
-        total = int(count[: len(m) - 1][m[:-1]].sum()) if len(m) > 1 else 0
-        return total - len(self.matching_live(h.first_seq, a - 1))
 
     # ------------------------------------------------------------------ state queries
 
@@ -465,8 +269,8 @@ class Consumer:
     def num_pending(self) -> int:
         if self.last_per_subject:
             rest = [q for q in self.last_per_subject if q >= self.next_stream_seq and self.stream.storage.is_live(q)]
-            return len(rest) + self.count_matching(max(self.last_per_subject[-1] + 1, self.next_stream_seq))
-        return self.count_matching(self.next_stream_seq)
+            return len(rest) + self.filter.count_matching(max(self.last_per_subject[-1] + 1, self.next_stream_seq))
+        return self.filter.count_matching(self.next_stream_seq)
 
     def next_due(self, now: int) -> Optional[int]:
         """When (clock ns) the earliest pending delivery falls due, for a redelivery or to leave
@@ -517,9 +321,13 @@ class Consumer:
 
     def expire_max_delivered(self, now: int) -> None:
         """A message at max_deliver leaves pending once its last ack_wait passes (docs/semantics.md §5.4)."""
+        self._commit(self.plan_expiry(now))
+
+    def plan_expiry(self, now: int) -> list[Change]:
+        """expire_max_delivered in memory; returns the record to write."""
         md = self.config.max_deliver
         if md <= 0 or not self.pending:
-            return
+            return []
         done = [s for s, (c, due) in self.pending.items() if due <= now and self.delivery_counts.get(s, 1) >= md]
         if done:
             for s in done:
@@ -527,20 +335,29 @@ class Consumer:
                 if s in self.redelivery_queue:
                     self.redelivery_queue.remove(s)
             self.delivered_ns = now  # as nats-server's updateDelivered when it gives up on a message
-            self.write(MAXED, [(s, 0, 0, 0) for s in done])
+            return [self._change(MAXED, [(s, 0, 0, 0) for s in done])]
+        return []
 
     def next_batch(self, batch: int, now: int, max_bytes: int = 0) -> list[tuple[int, int, int]]:
         """Choose and record up to ``batch`` deliveries: redeliveries first, then new messages.
 
         Returns (stream seq, consumer seq, num_delivered) per delivery.
         """
+        out, changes = self.plan_batch(batch, now, max_bytes)
+        self._commit(changes)
+        return out
+
+    def plan_batch(self, batch: int, now: int, max_bytes: int = 0) -> tuple[list[tuple[int, int, int]], list[Change]]:
+        """next_batch's choice, made in memory at ``now`` without writing: the deliveries, and
+        the records that make them durable (max_deliver expiries, the deliveries, the pending
+        messages found gone), to be written in order.  Reads the stream, never the clock."""
         s = self.stream.storage
-        self.expire_max_delivered(now)
+        changes = self.plan_expiry(now)
         out: list[tuple[int, int, int]] = []
         redelivered: list[tuple] = []
         items: list = [redelivered]
         gone: list[int] = []
-        fits = _ByteBudget(self, max_bytes) if max_bytes > 0 else None
+        fits = ByteBudget(self.stream, self.name, max_bytes, self.num_pending()) if max_bytes > 0 else None
         if self.pending:
             # Messages past their ack wait join the redelivery queue in stream order,
             # behind those nak'd (consumer.go checkPending, addToRedeliverQueue).
@@ -573,7 +390,7 @@ class Consumer:
             qs = self._new_seqs(room)
             if fits is not None:
                 qs = qs[: fits.count_new(qs, self.delivered_consumer_seq + 1)]
-            if not qs and not out and s.memory and self._matches_nothing_stored() and self.config.deliver_policy != DeliverPolicy.BY_START_SEQUENCE:
+            if not qs and not out and s.memory and self.filter.matches_nothing_stored() and self.config.deliver_policy != DeliverPolicy.BY_START_SEQUENCE:
                 # nats-server's memory store moves a pull whose filter matches no stored
                 # subject to the end of the stream (its file store does not); the ack floor stays.
                 self.next_stream_seq = max(self.next_stream_seq, s.header.last_seq + 1)
@@ -582,7 +399,7 @@ class Consumer:
                 cseqs = range(self.delivered_consumer_seq + 1, self.delivered_consumer_seq + k + 1)
                 self.delivered_consumer_seq += k
                 self.next_stream_seq = qs[-1] + 1
-                new = np.zeros(k, dtype=_ITEM)
+                new = np.zeros(k, dtype=ITEM)
                 new["sseq"] = qs
                 new["cseq"] = cseqs
                 if self.config.ack_policy == AckPolicy.NONE:
@@ -599,10 +416,10 @@ class Consumer:
         self.last_active = now
         if out:
             self.delivered_ns = now
-            self.write(DELIVER, np.concatenate([np.array(redelivered, dtype=_ITEM)] + items[1:]))
+            changes.append(self._change(DELIVER, np.concatenate([np.array(redelivered, dtype=ITEM)] + items[1:])))
         if gone:
-            self.drop(np.array(sorted(gone), dtype=np.int64))
-        return out
+            changes += self.plan_drop(np.array(sorted(gone), dtype=np.int64), now)[1]
+        return out, changes
 
     def _new_seqs(self, room: int) -> list[int]:
         s = self.stream.storage
@@ -618,7 +435,7 @@ class Consumer:
         step = max(room * 2, 256)
         while len(found) < room and start <= s.header.last_seq:
             end = min(s.header.last_seq, start + step - 1)
-            hits = self.matching_live(start, end)
+            hits = self.filter.matching_live(start, end)
             found.extend(hits[: room - len(found)].tolist())
             start = end + 1
             step = min(step * 4, 1 << 20)
@@ -657,7 +474,7 @@ class Consumer:
         self.redelivery_queue = [q for q in self.redelivery_queue if q in self.pending] if self.redelivery_queue else self.redelivery_queue
         if released:
             self.acked_ns = now
-            drop = np.zeros(len(released), dtype=_ITEM)
+            drop = np.zeros(len(released), dtype=ITEM)
             drop["sseq"] = released
             self.write(DROP, drop)
         return released
@@ -684,9 +501,14 @@ class Consumer:
         return [stream_seq]
 
     def _ack_all(self, stream_seq: int, consumer_seq: int, now: int) -> list[int]:
+        released, changes = self._plan_ack_all(stream_seq, consumer_seq, now)
+        self._commit(changes)
+        return released
+
+    def _plan_ack_all(self, stream_seq: int, consumer_seq: int, now: int) -> tuple[list[int], list[Change]]:
         # consumer.go processAckMsg, AckAll: everything up to stream_seq.
         if consumer_seq <= self.ack_floor_consumer_seq or stream_seq <= self.ack_floor_stream_seq:
-            return []
+            return [], []
         old = self.ack_floor_stream_seq
         self.acked_ns = now
         self.ack_floor_consumer_seq, self.ack_floor_stream_seq = consumer_seq, stream_seq
@@ -695,8 +517,7 @@ class Consumer:
             del self.pending[q]
         for q in [q for q in self.delivery_counts if q <= stream_seq]:
             del self.delivery_counts[q]
-        self.write(DROP, [(q, 0, 0, 0) for q in dropped])
-        return list(range(old + 1, stream_seq + 1))
+        return list(range(old + 1, stream_seq + 1)), [self._change(DROP, [(q, 0, 0, 0) for q in dropped])]
 
     def term(self, stream_seq: int, consumer_seq: int, now: int) -> list[int]:
         """Like an ack, whatever the policy (consumer.go processTerm)."""
@@ -733,7 +554,7 @@ class Consumer:
             return
         old_floor = self.ack_floor_stream_seq
         if seq >= self.next_stream_seq:
-            live = self.matching_live(self.next_stream_seq, seq)
+            live = self.filter.matching_live(self.next_stream_seq, seq)
             if len(live):
                 last = int(live[-1])
                 self.delivered_consumer_seq += len(live)
@@ -770,14 +591,22 @@ class Consumer:
         interest or work-queue stream to remove."""
         if not self.pending:
             return []
+        released, changes = self.plan_drop(seqs, self.stream.clock())
+        self._commit(changes)
+        return released
+
+    def plan_drop(self, seqs: np.ndarray, now: int) -> tuple[list[int], list[Change]]:
+        """drop in memory at ``now``; returns what it released and the records to write."""
+        if not self.pending:
+            return [], []
         keys = np.fromiter(self.pending, dtype=np.int64, count=len(self.pending))
         hit = sorted(keys[np.isin(keys, seqs)].tolist())
         if not hit:
-            return []
-        now = self.stream.clock()
+            return [], []
         released: list[int] = []
+        changes: list[Change] = []
         if self.config.ack_policy == AckPolicy.ALL:
-            released = self._ack_all(hit[-1], self.pending[hit[-1]][0], now)
+            released, changes = self._plan_ack_all(hit[-1], self.pending[hit[-1]][0], now)
             hit = [q for q in hit if q in self.pending]  # (none: pending deliveries lie above the floor)
             if self.redelivery_queue:
                 self.redelivery_queue = [q for q in self.redelivery_queue if q in self.pending]
@@ -788,8 +617,8 @@ class Consumer:
             for q in hit:
                 self.pending.pop(q, None)
             self.acked_ns = now
-            self.write(DROP, [(q, 0, 0, 0) for q in hit])
-        return released
+            changes.append(self._change(DROP, [(q, 0, 0, 0) for q in hit]))
+        return released, changes
 
     def purged(self, start: int, wider: bool = False) -> None:
         """The stream purged what this consumer could see below ``start`` (consumer.go purge).
@@ -817,128 +646,5 @@ class Consumer:
         self.write(SNAPSHOT, self._snapshot_items())
 
 
-class _ByteBudget:
-    """A pull's max_bytes, counted as nats-server counts it: subject, header block,
-    payload and the ack reply subject of each delivery; what does not fit is not
-    delivered."""
-
-    def __init__(self, consumer: Consumer, max_bytes: int) -> None:
-        self.consumer = consumer
-        self.left = max_bytes
-        self.pending_count = consumer.num_pending()
-        self.prefix = len(f"$JS.ACK.{consumer.stream.name}.{consumer.name}.")
-
-    def _size(self, stream_seq: int, consumer_seq: int, delivered: int, pending: int) -> int:
-        e = self.consumer.stream.storage.entries(stream_seq, stream_seq)[0]
-        subject = self.consumer.stream.storage.subjects[int(e["sid"])]
-        reply = self.prefix + len(f"{delivered}.{stream_seq}.{consumer_seq}.{int(e['ts'])}.{pending}")
-        return len(subject.encode()) + int(e["hlen"]) + int(e["dlen"]) + reply
-
-    def take(self, stream_seq: int, consumer_seq: int, delivered: int) -> bool:
-        size = self._size(stream_seq, consumer_seq, delivered, self.pending_count)
-        if size > self.left:
-            self.left = 0
-            return False
-        self.left -= size
-        return True
-
-    def count_new(self, seqs: list[int], consumer_seq: int) -> int:
-        """How many of these new messages fit, in order."""
-        for i, q in enumerate(seqs):
-            size = self._size(q, consumer_seq + i, 1, self.pending_count - i - 1)
-            if size > self.left:
-                self.left = 0
-                return i
-            self.left -= size
-        return len(seqs)
-
-
-def config_to_json(config: ConsumerConfig) -> dict:
-    d = config.as_dict()
-    if config.opt_start_time is not None:
-        d["opt_start_time"] = config.opt_start_time.isoformat()
-    return d
-
-
-def config_from_json(d: dict) -> ConsumerConfig:
-    import datetime as dt
-
-    from jetspark.api import ReplayPolicy
-
-    d = dict(d)
-    d["deliver_policy"] = DeliverPolicy(d["deliver_policy"])
-    d["ack_policy"] = AckPolicy(d["ack_policy"])
-    d["replay_policy"] = ReplayPolicy(d["replay_policy"])
-    if d.get("opt_start_time"):
-        d["opt_start_time"] = dt.datetime.fromisoformat(d["opt_start_time"])
-    return ConsumerConfig.from_response(d)
-
-
-def remove_consumer_dir(home: Path) -> None:
-    """Remove a consumer's directory: renamed away first (one atomic step, so no crash
-    leaves half a consumer under its name), then emptied."""
-    trash = home.with_name(f".deleted-{uuid.uuid4().hex[:8]}")
-    with diskio.io_errors(home, "removing the consumer"):
-        os.replace(home, trash)
-    shutil.rmtree(trash, ignore_errors=True)
-
-
 def _time_or_none(ns: int):
     return ns_to_datetime(ns) if ns else None
-
-
-def _head_size(op: int) -> int:
-    """The size of a record's fixed part for its op byte, 0 for no known op."""
-    if op & _OP > LAST_PER_SUBJECT:
-        return 0
-    return _REC.size if op & TIMED else _REC_UNTIMED.size
-
-
-def _record_at(raw: bytes, pos: int) -> int:
-    """The length of the valid record starting at ``pos``, or 0."""
-    if pos + _HEAD.size > len(raw):
-        return 0
-    length, crc, op, n = _HEAD.unpack_from(raw, pos)
-    head = _head_size(op)
-    if not head or length != head + n * _ITEM.itemsize or pos + length > len(raw):
-        return 0
-    return length if zlib.crc32(memoryview(raw)[pos + 8 : pos + length]) == crc else 0
-
-
-def _what_is_wrong(raw: bytes, pos: int) -> str:
-    if pos + _HEAD.size > len(raw):
-        return f"{len(raw) - pos} bytes, less than a record header"
-    length, _, op, n = _HEAD.unpack_from(raw, pos)
-    head = _head_size(op)
-    if not head or length != head + n * _ITEM.itemsize:
-        return f"its header is inconsistent: length {length}, op {op}, {n} items"
-    if pos + length > len(raw):
-        return f"its length {length} runs past the end of the log"
-    return "it fails its checksum"
-
-
-def _record_after(raw: bytes, start: int) -> bool:
-    """Does a valid record start anywhere after the bad one at ``start``?  The bad record's
-    own length is tried first, then every later offset whose header is consistent."""
-    if start + 4 <= len(raw):
-        (length,) = struct.unpack_from("<I", raw, start)
-        if length > 0 and _record_at(raw, start + length):
-            return True
-    b = np.frombuffer(raw, dtype=np.uint8)
-    last = len(raw) - _REC_UNTIMED.size  # the last offset the smaller record header fits at
-    step = 1 << 20
-    for lo in range(start + 1, last + 1, step):
-        q = np.arange(lo, min(lo + step, last + 1), dtype=np.int64)
-        length = _u32(b, q)
-        n = _u32(b, q + 9)
-        op = b[q + 8]
-        head = np.where(op & TIMED, _REC.size, _REC_UNTIMED.size)
-        ok = (length == head + n * _ITEM.itemsize) & (q + length <= len(raw)) & ((op & _OP) <= LAST_PER_SUBJECT)
-        for cand in q[ok].tolist():
-            if _record_at(raw, cand):
-                return True
-    return False
-
-
-def _u32(b: np.ndarray, q: np.ndarray) -> np.ndarray:
-    return b[q].astype(np.int64) | (b[q + 1].astype(np.int64) << 8) | (b[q + 2].astype(np.int64) << 16) | (b[q + 3].astype(np.int64) << 24)

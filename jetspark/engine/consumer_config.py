@@ -7,6 +7,7 @@ the server's error.  ``check_update`` holds what an update may not change,
 
 from __future__ import annotations
 
+import datetime as dt
 import secrets
 from typing import Iterable, Optional
 
@@ -256,3 +257,20 @@ def check_workqueue(stream: StreamConfig, new: ConsumerConfig, others: Iterable[
         theirs = filters_of(other)
         if not theirs or any(subj.collide(a, b) for a in mine for b in theirs):
             raise api_error(10100)
+
+
+def config_to_json(config: ConsumerConfig) -> dict:
+    d = config.as_dict()
+    if config.opt_start_time is not None:
+        d["opt_start_time"] = config.opt_start_time.isoformat()
+    return d
+
+
+def config_from_json(d: dict) -> ConsumerConfig:
+    d = dict(d)
+    d["deliver_policy"] = DeliverPolicy(d["deliver_policy"])
+    d["ack_policy"] = AckPolicy(d["ack_policy"])
+    d["replay_policy"] = ReplayPolicy(d["replay_policy"])
+    if d.get("opt_start_time"):
+        d["opt_start_time"] = dt.datetime.fromisoformat(d["opt_start_time"])
+    return ConsumerConfig.from_response(d)

@@ -28,13 +28,8 @@ import numpy as np
 from jetspark.api import ConsumerConfig, DeliverPolicy, RetentionPolicy, datetime_to_ns
 from jetspark.engine import diskio, metafile
 from jetspark.engine.config import check_storable_name
-from jetspark.engine.consumer import (
-    LAST_PER_SUBJECT,
-    SNAPSHOT,
-    Consumer,
-    config_to_json,
-    remove_consumer_dir,
-)
+from jetspark.engine.consumer import LAST_PER_SUBJECT, SNAPSHOT, Consumer
+from jetspark.engine.consumer_config import config_to_json
 from jetspark.engine.records import SID_NONE, runs_of
 from jetspark.errors import CorruptStoreError, StoreError, StoreIOError, api_error
 
@@ -152,7 +147,7 @@ class ConsumerSet:
                 sids = s.entries(first, top)["sid"][seqs - first]
                 matched = np.zeros(len(seqs), dtype=bool)
                 for c in self.by_name.values():
-                    matched |= c.match_sids(sids)
+                    matched |= c.filter.match_sids(sids)
                 seqs = seqs[matched]
             # everything: a damaged consumer left, and what only it may have matched goes too.
             self.release(seqs, unmatched=everything)
@@ -245,7 +240,7 @@ class ConsumerSet:
                 return first, []  # every message is its subject's last: the server starts as deliver all
             count = s.ensure_stats()[0]
             sids = np.flatnonzero(count > 0)
-            m = c.sid_mask()
+            m = c.filter.sid_mask()
             lasts = sorted(s.subject_last(int(i)) for i in sids if m is None or m[i])
             if not lasts:
                 # The server starts at the last message (which the filter does not match), not after it.
@@ -343,7 +338,7 @@ class ConsumerSet:
 
     def interest(self, subject: str) -> bool:
         # A damaged consumer's filter is unknown: it may want the message.
-        return bool(self.broken) or any(c.matches(subject) for c in self.by_name.values())
+        return bool(self.broken) or any(c.filter.matches(subject) for c in self.by_name.values())
 
     def release(self, seqs: Iterable[int] | np.ndarray, unmatched: bool = False) -> None:
         """Remove the given sequences from an interest or work-queue stream if nobody needs them.
@@ -373,7 +368,7 @@ class ConsumerSet:
         keep = sids == SID_NONE
         matched = np.zeros(len(seqs), dtype=bool)
         for c in self.by_name.values():
-            m = c.match_sids(sids)
+            m = c.filter.match_sids(sids)
             matched |= m
             keep |= m & c.needs(seqs)
         if not unmatched:
@@ -394,3 +389,12 @@ def _renamed(exc: StoreError, tmp: Path, home: Path) -> StoreError:
     if isinstance(exc, StoreIOError):
         return type(exc)(exc.errno, exc.strerror, path, exc.action)
     return type(exc)(str(exc).replace(str(tmp), str(home)), path)
+
+
+def remove_consumer_dir(home: Path) -> None:
+    """Remove a consumer's directory: renamed away first (one atomic step, so no crash
+    leaves half a consumer under its name), then emptied."""
+    trash = home.with_name(f".deleted-{uuid.uuid4().hex[:8]}")
+    with diskio.io_errors(home, "removing the consumer"):
+        os.replace(home, trash)
+    shutil.rmtree(trash, ignore_errors=True)

@@ -202,14 +202,14 @@ def _crash_child(conn, store, pause, compact_bytes):
         if isinstance(pause, tuple):
             real_write = consumer.Consumer.write
 
-            def write(self, op, items=None):
-                start = self._pos
-                real_write(self, op, items)
+            def write(self, op, items=None, scalars=None):
+                start = self.log.pos
+                real_write(self, op, items, scalars)
                 if armed:
                     if pause[1] == "torn":
                         # A writer dies mid-record: the header still commits the records before it.
-                        os.ftruncate(self._fd, start + (self._pos - start) // 2)
-                        os.pwrite(self._fd, start.to_bytes(8, "little"), 8)
+                        os.ftruncate(self.log.fd, start + (self.log.pos - start) // 2)
+                        os.pwrite(self.log.fd, start.to_bytes(8, "little"), 8)
                     conn.send(("inside", pause[1]))
                     conn.recv()
 
