@@ -19,6 +19,7 @@ import jetspark
 from jetspark.backend import ConsumeContextAPI, JetStreamAPI, MessagesAPI, MsgAPI, PullSubscriptionAPI, PushSubscriptionAPI
 from jetspark.backend.base import HandleBase
 from jetspark.backend.live import ConsumeContext
+from jetspark.engine import deliveries as engine_deliveries
 from jetspark.engine import pull as engine_pull
 from jetspark.engine import push as engine_push
 from jetspark.engine.handle import JetStream
@@ -45,7 +46,7 @@ IMPLEMENTATIONS = [
     (PullSubscriptionAPI, remote_pull.PullSubscription),
     (PushSubscriptionAPI, engine_push.PushSubscription),
     (PushSubscriptionAPI, remote_push.PushSubscription),
-    (MsgAPI, engine_pull.Msg),
+    (MsgAPI, engine_deliveries.Msg),
     (MsgAPI, remote_pull.Msg),
     (MessagesAPI, engine_pull.Messages),
     (MessagesAPI, remote_pull_messages.Messages),

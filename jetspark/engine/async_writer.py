@@ -1,7 +1,8 @@
 """``AsyncWriter``: the engine's ``publish_async``, a writer thread that stores queued messages in groups.
 
 ``publish_async`` queues the message and returns its future; the writer
-takes everything queued at once and stores it under the handle's lock, each
+takes everything queued at once and stores it under the handle's lock
+(its ``StoreDirectory``'s, through the handle's ``Deliveries``), each
 run of messages to the same stream under one lock of that stream, so a group
 costs one commit (and, with ``sync="fsync"``, one flush to the disk) instead
 of one per message.  Each message goes through the same steps and checks as
@@ -30,11 +31,14 @@ from typing import TYPE_CHECKING, Optional
 
 from jetspark.backend.window import PublishWindow, mark_completing, settle_all
 from jetspark.errors import APIError, JetSparkError
+from jetspark.protocol import headers as H
 
 if TYPE_CHECKING:
-    from jetspark.engine.handle import JetStream
+    from jetspark.api import PubAck
+    from jetspark.engine.deliveries import Deliveries
+    from jetspark.engine.stream import Stream
 
-__all__ = ["AsyncWriter"]
+__all__ = ["AsyncWriter", "store_one"]
 
 # Messages stored per group at most (a bound on how long one group holds the locks).
 GROUP = 4096
@@ -43,8 +47,8 @@ LINGER = 0.2
 
 
 class AsyncWriter:
-    def __init__(self, js: "JetStream", limit: int) -> None:
-        self.js = js
+    def __init__(self, deliveries: "Deliveries", limit: int) -> None:
+        self._deliveries = deliveries
         self.pid = os.getpid()
         self.window = PublishWindow(limit)
         self.queue: collections.deque = collections.deque()
@@ -91,9 +95,9 @@ class AsyncWriter:
     def drain(self) -> None:
         """Store everything queued, then complete the futures (taken under the handle's lock,
         so a ``publish`` waiting for the lock comes after them)."""
-        js = self.js
+        lock = self._deliveries.store.lock
         while True:
-            with js._lock:
+            with lock:
                 with self._cond:
                     n = min(len(self.queue), GROUP)
                     items = [self.queue.popleft() for _ in range(n)]
@@ -113,18 +117,19 @@ class AsyncWriter:
 
     def _store(self, items: list) -> list:
         """Each message's PubAck or error, in order (caller holds the handle's lock)."""
-        js = self.js
+        deliveries = self._deliveries
+        store = deliveries.store
         try:
-            js._check()
-            if js._acks:
-                js._flush_acks()
-            js._sync_registry()
+            deliveries.check()
+            if deliveries.acks:
+                deliveries.flush()
+            store.sync()
         except JetSparkError as exc:
             return [exc] * len(items)
         targets: list = []
         for subject, _, _, _ in items:
             try:
-                targets.append(js._publish_target(subject))
+                targets.append(store.target(subject))
             except JetSparkError as exc:
                 targets.append(exc)
         out: list = [None] * len(items)
@@ -138,12 +143,19 @@ class AsyncWriter:
             j = i + 1
             while j < n and targets[j] is st:
                 j += 1
-            out[i:j] = _store_run(js, st, items[i:j])
+            out[i:j] = _store_run(st, items[i:j])
             i = j
         return out
 
 
-def _store_run(js: "JetStream", st, items: list) -> list:
+def store_one(st: "Stream", subject: str, payload: bytes, headers: Optional[dict]) -> "PubAck":
+    """Store one message in ``st`` (caller holds its lock), as ``publish`` stores it."""
+    if not headers:
+        return st.publish_plain(subject, payload)
+    return st.publish(subject, payload, H.encode(headers))
+
+
+def _store_run(st: "Stream", items: list) -> list:
     """Messages to one stream under one lock of it: one commit for all.  A message the stream
     refuses (an APIError before anything is written, as every refusal is) gets its error and
     the others go on; any other failure, or one halfway through a message, undoes the whole
@@ -155,7 +167,7 @@ def _store_run(js: "JetStream", st, items: list) -> list:
             for k, (subject, payload, headers, _) in enumerate(items):
                 before = storage.change_key()
                 try:
-                    out[k] = js._store(st, subject, payload, headers)
+                    out[k] = store_one(st, subject, payload, headers)
                 except APIError as exc:
                     if storage.change_key() != before:
                         raise

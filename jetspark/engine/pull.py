@@ -1,10 +1,7 @@
-"""Pull subscriptions and delivered messages, shaped like nats-py's (synchronously).
+"""Pull subscriptions on the engine, shaped like nats-py's (synchronously).
 
-``Msg.ack()`` is fire-and-forget as in nats-py: the handle batches acks and
-applies them before its next call (or when ``ack_sync`` asks for it), so a
-tight fetch/ack loop costs one lock per batch instead of one per message.
-A process killed with acks still buffered loses them, and those messages are
-redelivered after their ack_wait, exactly as acks lost on the network would.
+A subscription fetches through the handle's ``Deliveries`` (deliveries.py),
+which also holds the delivered messages' class, ``Msg``, and applies their acks.
 """
 
 from __future__ import annotations
@@ -13,92 +10,23 @@ import collections
 import math
 import threading
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from jetspark import validate as V
-from jetspark.api import MsgMetadata, SequencePair, ns_to_datetime
+from jetspark.api import ConsumerInfo
 from jetspark.backend import live
 from jetspark.engine import wakeup
+from jetspark.engine.deliveries import Deliveries, Msg
 from jetspark.errors import FetchTimeoutError, JetSparkError
 
-if TYPE_CHECKING:
-    from jetspark.engine.handle import JetStream
-
-
-class Msg:
-    """A message delivered by a consumer; acknowledge it with ack/nak/in_progress/term."""
-
-    __slots__ = ("subject", "data", "headers", "_js", "_meta", "_ackd")  # _ackd: set by ack, nak, term (a push callback's auto-ack skips it)
-
-    def __init__(self, js: Optional["JetStream"], subject: str, data: bytes, headers, meta: tuple) -> None:
-        self.subject = subject
-        self.data = data
-        self.headers = headers
-        self._js = js
-        self._meta = meta  # (stream, consumer, sseq, cseq, delivered, pending, ts_ns)
-
-    @property
-    def metadata(self) -> MsgMetadata:
-        stream, consumer, sseq, cseq, delivered, pending, ts = self._meta
-        return MsgMetadata(
-            sequence=SequencePair(consumer=cseq, stream=sseq),
-            num_pending=pending,
-            num_delivered=delivered,
-            timestamp=ns_to_datetime(ts),
-            stream=stream,
-            consumer=consumer,
-        )
-
-    @property
-    def reply(self) -> str:
-        stream, consumer, sseq, cseq, delivered, pending, ts = self._meta
-        return f"$JS.ACK.{stream}.{consumer}.{delivered}.{sseq}.{cseq}.{ts}.{pending}"
-
-    def _ackable(self) -> bool:
-        return self._js is not None
-
-    def ack(self) -> None:
-        """Acknowledge (fire-and-forget; applied before the handle's next call)."""
-        self._ackd = True
-        if self._ackable():
-            self._js._buffer_ack(self._meta)
-
-    def ack_sync(self, timeout: float = 1.0) -> "Msg":
-        """Acknowledge and wait until the ack is applied."""
-        V.timeout(timeout)
-        self._ackd = True
-        if self._ackable():
-            self._js._buffer_ack(self._meta)
-            self._js._flush_acks()
-        return self
-
-    def nak(self, delay: Optional[float] = None) -> None:
-        """Ask for redelivery, optionally not before ``delay`` seconds."""
-        delay = V.nak_delay(delay)
-        self._ackd = True
-        if self._ackable():
-            self._js._consumer_action("nak", self._meta, delay)
-
-    def in_progress(self) -> None:
-        """Restart the ack_wait clock without counting a new delivery."""
-        if self._ackable():
-            self._js._consumer_action("progress", self._meta, None)
-
-    def term(self) -> None:
-        """Never redeliver; releases the message on interest and work-queue streams."""
-        self._ackd = True
-        if self._ackable():
-            self._js._consumer_action("term", self._meta, None)
-
-    def __repr__(self) -> str:
-        return f"<Msg subject={self.subject!r} seq={self._meta[2]} data={self.data[:32]!r}>"
+__all__ = ["Messages", "Msg", "PullSubscription"]
 
 
 class PullSubscription(live.LivePulls):
     """A pull consumer bound to a stream (nats-py ``JetStreamContext.PullSubscription``)."""
 
-    def __init__(self, js: "JetStream", stream: str, consumer: str) -> None:
-        self._js = js
+    def __init__(self, deliveries: Deliveries, stream: str, consumer: str) -> None:
+        self._deliveries = deliveries
         self.stream = stream
         self.consumer = consumer
 
@@ -113,20 +41,20 @@ class PullSubscription(live.LivePulls):
         """
         batch, timeout, no_wait, max_bytes = V.fetch_args(batch, timeout, no_wait, max_bytes)
         live.fetch_heartbeat(heartbeat, timeout)
-        msgs = self._js._fetch_wait(self.stream, self.consumer, batch, max_bytes or 0, 0.0 if no_wait else timeout)
+        msgs = self._deliveries.fetch_wait(self.stream, self.consumer, batch, max_bytes or 0, 0.0 if no_wait else timeout)
         if not msgs:
             raise FetchTimeoutError(f"no message from consumer {self.consumer!r} of stream {self.stream!r} within {timeout} s")
         return msgs
 
     def _messages(self, opts: live.PullOptions) -> "Messages":
-        self._js._check()
+        self._deliveries.check()
         return Messages(self, opts)
 
-    def consumer_info(self):
-        return self._js.consumer_info(self.stream, self.consumer)
+    def consumer_info(self) -> ConsumerInfo:
+        return self._deliveries.consumer_info(self.stream, self.consumer)
 
     def _settle_acks(self) -> None:
-        self._js._flush_acks()
+        self._deliveries.flush()
 
 
 class Messages(live.MessagesBase):
@@ -137,7 +65,7 @@ class Messages(live.MessagesBase):
     """
 
     def __init__(self, sub: PullSubscription, opts: live.PullOptions) -> None:
-        self._js = sub._js
+        self._deliveries = sub._deliveries
         self.stream = sub.stream
         self.consumer = sub.consumer
         self._opts = opts
@@ -188,7 +116,7 @@ class Messages(live.MessagesBase):
 
     def _pull(self, batch: int, max_bytes: int, wait: float) -> None:
         try:
-            msgs = self._js._fetch_wait(self.stream, self.consumer, batch, max_bytes, wait, self._interrupt)
+            msgs = self._deliveries.fetch_wait(self.stream, self.consumer, batch, max_bytes, wait, self._interrupt)
         except (JetSparkError, OSError) as exc:
             # The consumer or stream is gone, the handle closed, the store failed: the pull
             # is over.  What is buffered comes first; then the error, once.

@@ -8,7 +8,7 @@ redeliveries after ``ack_wait`` or a nak, in the consumer's order), up to
 hands them out.  Every subscriber of one consumer (threads, or processes on
 the same store: a queue group) takes from the same consumer state, so each
 message goes to exactly one of them.  Waiting for new messages is the wait of
-a fetch (``JetStream._fetch_wait``: woken by a commit in any process,
+a fetch (``Deliveries.fetch_wait``: woken by a commit in any process,
 jetspark/engine/wakeup.py), which ``unsubscribe``, ``drain`` and the handle's
 ``close`` end at once through the subscription's ``wakeup.Interrupt``.
 
@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Callable, Optional
 from jetspark.api import ConsumerConfig, ConsumerInfo, DeliverPolicy
 from jetspark.backend.push import Ended, PushBase, deliver, log
 from jetspark.engine import wakeup
-from jetspark.engine.pull import Msg
+from jetspark.engine.deliveries import Deliveries, Msg
 from jetspark.errors import ClosedError, ConsumerNotFoundError, JetSparkError, NextMsgTimeoutError
 
 if TYPE_CHECKING:
-    from jetspark.engine.handle import JetStream
+    from jetspark.backend import JetStreamAPI
 
 # Messages a subscription takes from its consumer at a time (a server pushes up to
 # max_ack_pending at once; fewer here spreads a queue group's messages wider).
@@ -48,12 +48,24 @@ OPEN, DRAINING, CLOSED = "open", "draining", "closed"
 
 
 class PushSubscription(PushBase):
-    """A subscription on a push consumer of the engine (``jetspark.backend.PushSubscriptionAPI``)."""
+    """A subscription on a push consumer of the engine (``jetspark.backend.PushSubscriptionAPI``).
+
+    ``js``: the handle, for its public verbs (an ordered consumer is made again with them);
+    the messages come through ``deliveries``."""
 
     def __init__(
-        self, js: "JetStream", stream: str, info: ConsumerInfo, cb: Optional[Callable], auto_ack: bool, ordered: Optional[ConsumerConfig], owned: bool
+        self,
+        js: "JetStreamAPI",
+        deliveries: Deliveries,
+        stream: str,
+        info: ConsumerInfo,
+        cb: Optional[Callable],
+        auto_ack: bool,
+        ordered: Optional[ConsumerConfig],
+        owned: bool,
     ) -> None:
         super().__init__(js, stream, info.name, cb, auto_ack, owned)
+        self._deliveries = deliveries
         self._ordered = ordered  # the ordered consumer's config, to make it again
         self._interrupt = wakeup.Interrupt()  # ends a wait for messages when the subscription ends
         self._held: collections.deque[Msg] = collections.deque()
@@ -62,7 +74,7 @@ class PushSubscription(PushBase):
         self._state = OPEN
         self._closing = False  # the handle is closing (_shutdown)
         self._last = (0, 0)  # an ordered consumer's last (stream seq, consumer seq) taken
-        self._binding = js._bind(stream, info.name)
+        self._binding = deliveries.bind(stream, info.name)
         if cb is not None:
             self._start_thread(self._run)
 
@@ -74,7 +86,7 @@ class PushSubscription(PushBase):
         deadline = math.inf if timeout is None else _now() + timeout
         while self._state is OPEN:
             try:
-                msgs = self._js._fetch_wait(self.stream, self._consumer, TAKE, 0, max(deadline - _now(), 0.0), self._interrupt, push=True)
+                msgs = self._deliveries.fetch_wait(self.stream, self._consumer, TAKE, 0, max(deadline - _now(), 0.0), self._interrupt, push=True)
             except ConsumerNotFoundError:
                 if self._ordered is None:
                     raise
@@ -96,32 +108,32 @@ class PushSubscription(PushBase):
         is made again (ADR-17); its messages take no acks."""
         out = []
         for m in msgs:
-            cseq = self._last[1]
-            if m._meta[3] != cseq + 1:
-                self._reset(f"its consumer sequence went from {cseq} to {m._meta[3]}")
+            cseq, d = self._last[1], m._delivery
+            if d.consumer_seq != cseq + 1:
+                self._reset(f"its consumer sequence went from {cseq} to {d.consumer_seq}")
                 break
-            self._last = (m._meta[2], m._meta[3])
-            m._js = None
+            self._last = (d.stream_seq, d.consumer_seq)
+            m._deliveries = None
             out.append(m)
         return out
 
     def _reset(self, why: str) -> None:
         """Make the ordered consumer again, from the stream sequence after the last one taken."""
-        js, old = self._js, self.consumer
+        js, deliveries, old = self._js, self._deliveries, self.consumer
         sseq = self._last[0]
         log.info("ordered consumer %r of stream %r: %s; making a new one from stream seq %d", old, self.stream, why, sseq + 1)
         if self._binding is not None:
-            js._unbind(self._binding, self.stream, old)
+            deliveries.unbind(self._binding, self.stream, old)
         try:
             js.delete_consumer(self.stream, old)
         except ConsumerNotFoundError:
             pass
-        config = self._ordered.evolve(name=None, durable_name=None, deliver_subject=js._new_inbox())
+        config = self._ordered.evolve(name=None, durable_name=None, deliver_subject=deliveries.new_inbox())
         if sseq:
             config = config.evolve(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=sseq + 1, opt_start_time=None)
         info = js.add_consumer(self.stream, config)
         self._consumer = info.name
-        self._binding = js._bind(self.stream, info.name)
+        self._binding = deliveries.bind(self.stream, info.name)
         self._last = (sseq, 0)
 
     # ------------------------------------------------------------------ handing them out
@@ -185,9 +197,9 @@ class PushSubscription(PushBase):
             if self._closing:
                 binding.release()  # the handle is closing: it is asked nothing more
                 return
-            self._js._unbind(binding, self.stream, self.consumer)
+            self._deliveries.unbind(binding, self.stream, self.consumer)
             try:
-                self._js._flush_acks()
+                self._deliveries.flush()
             except JetSparkError as exc:
                 log.warning("%s: applying its acks failed: %s", self._where, exc)
             self._delete_owned()

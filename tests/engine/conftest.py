@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from jetspark.engine import handle as engine_handle
+from jetspark.engine import store_dir
 
 
 def shm_dir(store: Path) -> Path | None:
@@ -25,7 +25,7 @@ def shm_dir(store: Path) -> Path | None:
         store_id = json.loads((store / "store.json").read_text())["id"]
     except FileNotFoundError:
         return None
-    return engine_handle._SHM / f"jetspark-{store_id}"
+    return store_dir._SHM / f"jetspark-{store_id}"
 
 
 @pytest.fixture

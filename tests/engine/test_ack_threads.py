@@ -1,7 +1,7 @@
 """Msg.ack() from several threads at once, while other calls flush the acks: none is lost.
 
 The engine buffers acks and applies them at the handle's next call
-(handle.JetStream._buffer_ack / _flush_acks); callback threads of push
+(jetspark/engine/deliveries.py: Deliveries.ack / flush); callback threads of push
 subscriptions and consume() ack concurrently with the caller's own thread.
 """
 

@@ -277,7 +277,7 @@ def _hold_lock(conn, store, which):
             conn.send("holding")
             conn.recv()
     else:
-        with js._store_locked():
+        with js._store.locked():
             conn.send("holding")
             conn.recv()
 

@@ -182,7 +182,7 @@ def test_notify_writes_once_per_wait_and_never_while_nobody_waits(store):
     one system call per wake-up, not per publish, while someone does."""
     with jetspark.connect(store) as js:
         js.add_stream(name="S", subjects=["s.*"])
-        st = js._streams["S"]
+        st = js._store.streams["S"]
         path = st.storage.notifier.path
         counter = lambda: int.from_bytes(path.read_bytes()[8:16], "little")  # noqa: E731
         js.publish("s.x", b"1")
