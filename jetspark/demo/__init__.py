@@ -22,19 +22,20 @@ The store is ``./jetspark-data`` unless ``--store`` says otherwise; EVENTS
 and METRICS are deleted and created again at the start of every run, and
 stay afterwards for a look (``jetspark.connect(DIR).stream_info("METRICS")``).
 The query's checkpoint lives in a temporary directory that is removed.
+
+Modules: this one (the pipeline, its publisher and progress lines) and ``terminal``
+(Ctrl-C and the JVM's startup chatter on stderr).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import os
 import random
 import re
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 import jetspark
 from jetspark import ConsumerNotFoundError, StreamNotFoundError
 from jetspark.connection import is_server_url
+from jetspark.demo.terminal import CtrlC, quiet_jvm_startup
 
 if TYPE_CHECKING:
     from jetspark.backend import JetStreamAPI
@@ -78,7 +80,7 @@ def main(argv: Optional[Sequence[str]] = None, *, on_publishing: Optional[Callab
     checkpoint = tempfile.mkdtemp(prefix="jetspark-demo-checkpoint-")
     monitor = Monitor(js)
     interrupted = threading.Event()
-    ctrl_c = _CtrlC(interrupted)
+    ctrl_c = CtrlC(interrupted)
     status = 0
     try:
         # A Ctrl-C only sets the flag, checked between steps: raised inside a call into the
@@ -157,7 +159,7 @@ def _stop_if(interrupted: threading.Event) -> None:
         raise KeyboardInterrupt
 
 
-def _start_spark(ctrl_c: "_CtrlC", interrupted: threading.Event):
+def _start_spark(ctrl_c: "CtrlC", interrupted: threading.Event):
     """The Spark session, started so that a Ctrl-C need not wait for all of it.
 
     While the JVM launches, a Ctrl-C only sets the flag: PySpark interrupted there can
@@ -180,7 +182,7 @@ def _start_spark(ctrl_c: "_CtrlC", interrupted: threading.Event):
         ctrl_c.immediate = True
 
     try:
-        with _quiet_jvm_startup():
+        with quiet_jvm_startup():
             return session.local_session("jetspark-demo", jvm_started=jvm_started, **{"spark.ui.showConsoleProgress": "false"})
     finally:
         ctrl_c.immediate = False
@@ -561,117 +563,8 @@ class Publisher(threading.Thread):
         return f"orders.{region}.{event}", json.dumps(doc).encode(), f"{order_id}:{event}"
 
 
-class _CtrlC:
-    """The first Ctrl-C sets ``flag`` (the demo then winds down in order); a second one
-    raises KeyboardInterrupt, and so does the first while ``immediate`` is set (Spark
-    starting, nothing to wind down).  ``restore()`` puts back the handler main() started
-    with.  Only the main thread handles signals; elsewhere this does nothing."""
-
-    def __init__(self, flag: threading.Event) -> None:
-        self.flag = flag
-        self.immediate = False
-        self.log_level: Optional[int] = None
-        _MUTED.clear()
-        self.active = threading.current_thread() is threading.main_thread()
-        self.original = signal.getsignal(signal.SIGINT) if self.active else None
-
-    def install(self) -> None:
-        if self.active:
-            signal.signal(signal.SIGINT, self._handle)
-
-    def restore(self) -> None:
-        if self.active and self.original is not None:
-            signal.signal(signal.SIGINT, self.original)
-        if self.log_level is not None:
-            logging.getLogger().setLevel(self.log_level)
-
-    def _handle(self, signum, frame) -> None:
-        again = self.flag.is_set()
-        self.announce()
-        if again or self.immediate:
-            raise KeyboardInterrupt
-
-    def announce(self) -> None:
-        """Say it once; from then on the demo is stopping, and what Spark's JVM and its
-        Python processes (in the terminal's process group, so they got the Ctrl-C too) or
-        py4j write about being interrupted is noise: it is dropped."""
-        self.flag.set()
-        if not _MUTED.is_set():
-            _MUTED.set()
-            self.log_level = logging.getLogger().level
-            logging.getLogger().setLevel(logging.CRITICAL)  # py4j logs interrupted calls
-            _quiet_accumulator_server()
-            print("-- interrupted: stopping", flush=True)
-
-
-def _quiet_accumulator_server() -> None:
-    """PySpark's accumulator server, a thread of this process, prints a traceback (EOFError)
-    when the JVM drops its connection, as it does when a job is cut short (a Ctrl-C during
-    the warm-up job, say): say nothing, the demo is stopping."""
-    spark_context = getattr(sys.modules.get("pyspark"), "SparkContext", None)
-    server = getattr(getattr(spark_context, "_active_spark_context", None), "_accumulatorServer", None)
-    if server is not None:
-        server.handle_error = lambda request, client_address: None
-
-
-# What the JVM prints on stderr while it starts, whatever log4j says: a JDK notice about
-# Spark's --add-modules, and Spark's note on the shell log level.
-_JVM_CHATTER = (
-    b"WARNING: Using incubator modules",
-    b"Setting default log level to",
-    b"To adjust logging level use sc.setLogLevel",
-)
-
-
-# Set once the demo is interrupted: the JVM's stderr (and its children's) is dropped.
-_MUTED = threading.Event()
-
-
-@contextlib.contextmanager
-def _quiet_jvm_startup():
-    """Launch the JVM with its stderr piped through a filter that drops the startup chatter.
-
-    The JVM inherits the pipe for its whole life; a thread forwards every other
-    line (errors, Python worker tracebacks) to this process's stderr.  Does
-    nothing if the JVM already runs (a session created earlier in this process).
-    """
-    from pyspark import SparkContext
-
-    if SparkContext._gateway is not None:
-        yield
-        return
-    sys.stderr.flush()
-    read_fd, write_fd = os.pipe()
-    terminal = os.dup(2)
-    os.dup2(write_fd, 2)
-    os.close(write_fd)
-    threading.Thread(target=_forward_stderr, args=(read_fd, terminal), name="jetspark-demo-stderr", daemon=True).start()
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(terminal, 2)  # this process writes to the terminal again; the JVM keeps the pipe
-
-
-def _forward_stderr(read_fd: int, out_fd: int) -> None:
-    with os.fdopen(read_fd, "rb", buffering=0) as pipe:
-        pending = b""
-        while chunk := pipe.read(65536):
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                if not line.startswith(_JVM_CHATTER) and not _MUTED.is_set():
-                    os.write(out_fd, line + b"\n")
-        if pending and not pending.startswith(_JVM_CHATTER) and not _MUTED.is_set():
-            os.write(out_fd, pending)
-
-
 def _first_line(exc: BaseException) -> str:
     """The line that says what went wrong: for a failed query, the Python error under Spark's wrapping."""
     lines = (str(exc).strip() or repr(exc)).splitlines()
     errors = [ln for ln in lines if re.match(r"^[\w.]+(Error|Exception): ", ln)]
     return (errors[-1] if errors else lines[0])[:300]
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
