@@ -7,7 +7,9 @@ a batch in memory and returns the records to write, and ``write`` makes them dur
 
 from __future__ import annotations
 
+import ast
 import os
+from pathlib import Path
 
 import pytest
 
@@ -105,3 +107,52 @@ def test_a_planned_batch_lists_its_records_in_the_order_they_are_written(tmp_pat
                 c.write(op, items, scalars)
         info = other.consumer_info("S", "D")
         assert (info.delivered.stream_seq, info.num_ack_pending) == (10, 7)
+
+
+# What each lower module of the engine's storage may import from the engine (every import
+# counted, TYPE_CHECKING and function-level ones included): each layer depends only on
+# those below it, and none on the façade (storage.py) or the consumer that compose them.
+LAYERS = {
+    "records": set(),
+    "blocks": {"diskio"},
+    "block_index": {"blocks", "records", "removed", "state_header", "subject_table"},
+    "verify": {"block_index", "blocks", "records"},
+    "subject_stats": {"block_index", "records", "state_header"},
+    "recovery": {"block_index", "blocks", "records", "subject_stats", "verify"},
+    "block_writer": {"block_index", "blocks", "diskio", "records", "subject_stats", "subject_table"},
+    "consumer_log": {"diskio", "metafile"},
+    "consumer_match": {"records"},
+}
+
+
+ENGINE = Path(jetspark.__file__).parent / "engine"
+
+
+def _engine_imports(path: Path) -> set[str]:
+    """The engine modules a source file imports, wherever the import statement is."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        found |= {n.split(".")[2] for n in names if n.startswith("jetspark.engine.") and n.count(".") >= 2}
+    return found & {p.stem for p in ENGINE.glob("*.py")}
+
+
+@pytest.mark.parametrize("module", sorted(LAYERS))
+def test_each_storage_layer_imports_only_the_layers_below_it(module):
+    assert _engine_imports(ENGINE / f"{module}.py") == LAYERS[module]
+
+
+def test_the_layer_check_counts_type_checking_and_function_level_imports(tmp_path):
+    src = tmp_path / "layer.py"
+    src.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from jetspark.engine.records import SID_NONE\n"
+        "if TYPE_CHECKING:\n    from jetspark.engine.storage import StreamStorage\n"
+        "def f():\n    from jetspark.engine import consumer\n"
+    )
+    assert _engine_imports(src) == {"records", "storage", "consumer"}
