@@ -232,3 +232,29 @@ with jetspark.connect({str(tmp_path / "store")!r}) as js:
 print(sorted(m for m in sys.modules if m.split(".")[0] in ("nats", "pyspark") or m.startswith("jetspark.remote")))
 """
     assert _fresh(code) == "[]"
+
+
+def _bullet_order(package: str) -> list[str]:
+    """The package's modules in the order its docstring's bulleted map first names them."""
+    doc = ast.get_docstring(ast.parse(SOURCES[package])) or ""
+    lines = [line for line in doc.splitlines() if line.lstrip().startswith("- ") or (line.startswith("  ") and not line.startswith("   "))]
+    order: list[str] = []
+    for name in re.findall(r"``(\w+)``", "\n".join(lines)):
+        if f"{package}.{name}" in MODULES and name not in order:
+            order.append(name)
+    return order
+
+
+@pytest.mark.parametrize("package", [p for p in PACKAGES if _bullet_order(p)])
+def test_a_bulleted_map_lists_each_module_after_what_it_imports(package):
+    """A map in bullets reads from the bottom up: each module imports (TYPE_CHECKING too) only
+    modules of its package named before it."""
+    order = _bullet_order(package)
+    position = {name: i for i, name in enumerate(order)}
+    late = sorted(
+        (m, d.rsplit(".", 1)[1])
+        for m in order
+        for d in ALL_IMPORTS[f"{package}.{m}"]
+        if d.startswith(package + ".") and position.get(d.rsplit(".", 1)[1], -1) > position[m]
+    )
+    assert not late, f"{package}'s map names a module before one it imports (module, import): {late}"
