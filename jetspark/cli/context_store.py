@@ -29,6 +29,7 @@ from typing import Any, Optional
 import click
 
 from jetspark.connect_options import ConnectOptions, redact_url
+from jetspark.connection import SERVER_SCHEMES
 
 __all__ = [
     "CONFIG_DIR_VAR",
@@ -59,7 +60,6 @@ MASK = "********"
 CONFIG_DIR_VAR = "JETSPARK_CONFIG_DIR"  # replaces the user's configuration directory
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 NAME_RULE = "letters, digits, '_', '-' and '.' (not first), up to 64 characters"
-_SERVER_SCHEMES = ("nats", "tls", "ws", "wss")
 
 
 def config_dir() -> Path:
@@ -167,8 +167,8 @@ def _server_url(url: str, options: dict[str, str]) -> str:
     except TypeError as exc:
         raise ValueError(str(exc)) from None
     for u in checked.servers:
-        if u.split("://", 1)[0].lower() not in _SERVER_SCHEMES:
-            raise ValueError(f"server {redact_url(u)!r} is not a NATS server URL ({', '.join(s + '://' for s in _SERVER_SCHEMES)})")
+        if u.split("://", 1)[0].lower() not in SERVER_SCHEMES:
+            raise ValueError(f"server {redact_url(u)!r} is not a NATS server URL ({', '.join(s + '://' for s in SERVER_SCHEMES)})")
     return ",".join(checked.servers)
 
 
