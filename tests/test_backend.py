@@ -18,6 +18,7 @@ import pytest
 import jetspark
 from jetspark.backend import ConsumeContextAPI, JetStreamAPI, MessagesAPI, MsgAPI, PullSubscriptionAPI, PushSubscriptionAPI
 from jetspark.backend.base import HandleBase
+from jetspark.backend.hooks import Hooks
 from jetspark.backend.live import ConsumeContext
 from jetspark.engine import deliveries as engine_deliveries
 from jetspark.engine import pull as engine_pull
@@ -119,18 +120,57 @@ def test_the_extras_are_really_backend_only():
 
 
 def test_the_handles_share_one_base():
+    """Every verb of the contract is written once, in HandleBase, which checks its arguments once
+    for both backends (so both accept and refuse exactly the same: tests/contract/test_bad_input.py);
+    a backend implements hooks only."""
     assert issubclass(JetStream, HandleBase) and issubclass(NatsJetStream, HandleBase)
-    # Verbs whose argument checks are the same on both backends are written once, in HandleBase:
-    # both accept and refuse exactly the same arguments (tests/contract/test_bad_input.py).
-    once = (
-        "add_stream", "update_stream", "stream_info", "purge_stream", "get_msg", "get_last_msg", "delete_msg",
-        "publish_batch", "read_batches", "seq_for_bytes", "seq_for_time", "advance_ack_floor", "ack_floor",
-        "ordered_consumer", "add_consumer", "create_consumer", "update_consumer", "pull_subscribe", "pull_subscribe_bind",
-        "publish_async", "publish_async_pending", "publish_async_completed",
-        "subscribe", "subscribe_bind",
-    )  # fmt: skip
-    for verb in once:
-        assert JetStream.__dict__.get(verb) is None and NatsJetStream.__dict__.get(verb) is None, f"{verb} is written once, in HandleBase"
+    verbs = [name for name, value in vars(JetStreamAPI).items() if not name.startswith("_") and callable(value)]
+    assert len(verbs) > 30
+    for verb in verbs:
+        assert verb in HandleBase.__dict__, f"{verb} is not written in HandleBase"
+        for cls in (JetStream, NatsJetStream):
+            assert verb not in cls.__dict__, f"{cls.__name__} writes {verb} again: a backend implements the hooks (jetspark/backend/hooks.py)"
+
+
+HOOKS = sorted(HandleBase.__abstractmethods__)
+
+
+def test_the_hooks_are_declared_whole():
+    """Every hook HandleBase calls is declared in Hooks, abstract, with a one-line contract."""
+    assert len(HOOKS) > 25 and all(h.startswith("_") for h in HOOKS)
+    called = set(re.findall(r"self\.(_[a-z][a-z_]*)\(", inspect.getsource(HandleBase)))
+    helpers = {name for name, value in vars(HandleBase).items() if callable(value)}
+    assert called - helpers <= set(HOOKS), f"HandleBase calls undeclared hooks: {sorted(called - helpers - set(HOOKS))}"
+    for hook in HOOKS:
+        declared = inspect.getattr_static(Hooks, hook)
+        doc = (declared.fget if isinstance(declared, property) else declared).__doc__
+        assert doc and doc.strip() and "\n" not in doc.strip(), f"Hooks.{hook} has no one-line contract"
+
+
+@pytest.mark.parametrize("cls", [JetStream, NatsJetStream], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("hook", HOOKS)
+def test_each_backend_implements_each_hook_with_its_signature(cls, hook):
+    assert hook not in cls.__abstractmethods__
+    want, have = inspect.getattr_static(Hooks, hook), inspect.getattr_static(cls, hook)
+    if isinstance(want, property):
+        assert isinstance(have, property), f"{cls.__name__}.{hook} is not a property"
+        return
+    assert parameters(getattr(cls, hook)) == parameters(want), (
+        f"{cls.__name__}.{hook}{inspect.signature(getattr(cls, hook))} differs from Hooks.{hook}{inspect.signature(want)}"
+    )
+
+
+@pytest.mark.parametrize("cls", [JetStream, NatsJetStream], ids=lambda c: c.__name__)
+def test_each_backend_names_its_backups(cls):
+    assert cls._BACKUP_KIND in ("engine", "nats")
+
+
+def test_a_handle_missing_a_hook_cannot_be_made():
+    """The declaration is enforced: a backend that leaves out one hook fails at once."""
+    body = {hook: inspect.getattr_static(JetStream, hook) for hook in HOOKS if hook != "_delete_consumer"}
+    Partial = type("Partial", (HandleBase,), body)
+    with pytest.raises(TypeError, match="_delete_consumer"):
+        Partial()
 
 
 def test_every_verb_shows_its_contract():

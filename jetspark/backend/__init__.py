@@ -11,8 +11,9 @@ types against these Protocols.  What the two handles share is implemented
 once, in ``jetspark.backend.base.HandleBase``, which both inherit (and what
 their continuous pulls share in ``jetspark.backend.live``).
 
-The package's modules: ``base`` (``HandleBase``), ``live`` (continuous pulls'
-options and callback runner), ``push`` (push subscriptions' public verbs),
+The package's modules: ``base`` (``HandleBase``: every verb, written once),
+``hooks`` (``Hooks``: what each backend implements under it, declared whole),
+``live`` (continuous pulls' options and callback runner), ``push`` (push subscriptions' public verbs),
 ``window`` (``publish_async``'s bounded window), ``archive`` (stream backups on
 disk), each importing neither backend.
 

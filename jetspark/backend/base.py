@@ -1,36 +1,14 @@
 """What both JetStream handles share, written once: ``HandleBase``.
 
 ``jetspark.engine.handle.JetStream`` and ``jetspark.remote.client.NatsJetStream``
-inherit it.  It owns the verbs whose logic is the same on both (argument
-checks and config-with-overrides, ``pull_subscribe`` over
-``pull_subscribe_bind``, ``subscribe`` over the backend's push subscription,
-``publish_batch``'s routing, the aliases) and calls
-the backend for what differs, through these hooks:
-
-- ``_add_stream(config)`` / ``_update_stream(config)``: a checked ``StreamConfig``;
-- ``_put_consumer(stream, config, action, timeout)``: a checked ``ConsumerConfig``;
-  ``action`` is ``""`` (create or update), ``"create"`` or ``"update"``,
-  as in the server's ``CONSUMER.CREATE`` request; ``timeout`` the call's own
-  (``call_timeout``: None for the handle's);
-- ``_publish_batch(table, stream, msg_id_prefix, msg_id_start)``: a table as
-  ``jetspark.validate.batch_table`` returns it, for a named stream;
-- ``_subscription(stream, consumer)``: the backend's pull subscription on an
-  existing consumer;
-- ``_backup_stream(name, writer, consumers, meter)``: copy the stream into an
-  ``archive.Writer`` and ``finish`` it; ``_restore_stream(archive, meter)``: create the
-  stream of an ``archive.Archive`` whose parts were checked (``_BACKUP_KIND`` names the
-  backups a backend reads: ``"engine"`` or ``"nats"``);
-- ``_new_async_publisher()``: what stores ``publish_async``'s messages (see
-  there), and ``_check_open()``: ``ClosedError`` once the handle is closed;
-- ``_push_subscription(stream, info, cb, auto_ack, ordered, owned)``: the backend's
-  push subscription on an existing push consumer (``jetspark.backend.push``);
-  ``_new_inbox()`` a deliver subject for a new one;
-- ``_stream_info``, ``_purge_stream``, ``_get_msg``, ``_delete_msg``,
-  ``_read_batches``, ``_seq_for_bytes``, ``_seq_for_time``,
-  ``_advance_ack_floor``, ``_ordered_consumer``: the verb of that name with
-  its arguments already checked (``jetspark.validate``), so both backends
-  accept and refuse exactly the same arguments, before doing anything;
-- and the verbs of ``jetspark.backend.JetStreamAPI`` not defined here.
+inherit it.  It writes every public verb of ``jetspark.backend.JetStreamAPI``
+once: the arguments are checked here, once for both backends (so both accept
+and refuse exactly the same arguments, before doing anything), and the
+logic both share is here too (config-with-overrides, ``pull_subscribe``
+over ``pull_subscribe_bind``, ``subscribe`` over the backend's push
+subscription, ``publish_batch``'s routing, ``publish_async``'s window, the
+aliases).  What differs is the backend's, through the hooks declared whole,
+each with its signature and contract, in ``jetspark.backend.hooks.Hooks``.
 
 The contract of every verb is its docstring in ``jetspark.backend``; a verb
 without a docstring of its own gets that one, so ``help(js.read_batches)``
@@ -62,7 +40,9 @@ from jetspark.api import (
     StreamInfo,
 )
 from jetspark.backend import JetStreamAPI, archive
+from jetspark.backend.hooks import Hooks, consumer_arg, stream_arg
 from jetspark.backend.window import settle
+from jetspark.err_codes import STREAM_NOT_FOUND
 from jetspark.errors import (
     BadRequestError,
     ClosedError,
@@ -71,6 +51,7 @@ from jetspark.errors import (
     NoStreamResponseError,
     StreamNotFoundError,
     SubscriptionError,
+    api_error,
 )
 from jetspark.protocol import subjects as subj
 
@@ -102,41 +83,20 @@ def call_timeout(value: Any) -> Optional[float]:
     return wait
 
 
-class HandleBase:
-    """The verbs both backends implement alike (see the module docstring)."""
+class HandleBase(Hooks):
+    """The verbs of both backends, written once (see the module docstring)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         _document(cls)
 
-    if TYPE_CHECKING:
-        # What each backend's handle defines (the module docstring lists them), declared
-        # for the type checker only: nothing here exists at run time.
-        _BACKUP_KIND: str
-        close: Callable[[], None]
-        _check_open: Callable[[], None]
-        _new_inbox: Callable[[], str]
-        _new_async_publisher: Callable[[], Any]
-        _add_stream: Callable[[StreamConfig], StreamInfo]
-        _update_stream: Callable[[StreamConfig], StreamInfo]
-        _stream_info: Callable[..., StreamInfo]
-        _purge_stream: Callable[..., bool]
-        _get_msg: Callable[..., RawStreamMsg]
-        _delete_msg: Callable[..., bool]
-        _publish_batch: Callable[..., BatchAck]
-        _read_batches: Callable[..., Iterator[pa.RecordBatch]]
-        _seq_for_bytes: Callable[..., int]
-        _seq_for_time: Callable[..., int]
-        _advance_ack_floor: Callable[..., SequenceInfo]
-        _ordered_consumer: Callable[..., Iterator[MsgAPI]]
-        _put_consumer: Callable[..., ConsumerInfo]
-        _subscription: Callable[..., Any]
-        _push_subscription: Callable[..., Any]
-        _backup_stream: Callable[..., BackupInfo]
-        _restore_stream: Callable[..., StreamInfo]
-        find_stream_name_by_subject: Callable[..., str]
-        consumer_info: Callable[..., ConsumerInfo]
-        delete_consumer: Callable[[str, str], bool]
+    def __init__(self) -> None:
+        # This process's publish_async publisher, made by the first publish_async (see there).
+        self._async_pub: Any = None
+        # The live push subscriptions, ended by close().
+        self._push_subscriptions: weakref.WeakSet[Any] = weakref.WeakSet()
+        # Subjects publish has accepted: checked once, not at every publish (bounded, see publish).
+        self._subjects_ok: set[str] = set()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -146,6 +106,15 @@ class HandleBase:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    def close(self) -> None:
+        if self._closed:
+            return
+        pub = self._async_pub
+        if pub is not None and pub.pid == os.getpid():
+            pub.close(f"the JetStream handle on {self._location} is closed")  # stores what publish_async queued
+        self._end_subscriptions()
+        self._close()
+
     # ------------------------------------------------------------------ streams
 
     def add_stream(self, config: Optional[StreamConfig] = None, **params: Any) -> StreamInfo:
@@ -153,6 +122,20 @@ class HandleBase:
 
     def update_stream(self, config: Optional[StreamConfig] = None, **params: Any) -> StreamInfo:
         return self._update_stream(V.stream_config(config, params))
+
+    def delete_stream(self, name: str) -> bool:
+        return self._delete_stream(stream_arg(name))
+
+    def streams_info(self) -> list[StreamInfo]:
+        return self._streams_info()
+
+    def stream_names(self) -> list[str]:
+        return self._stream_names()
+
+    def find_stream_name_by_subject(self, subject: str) -> str:
+        if not isinstance(subject, str) or not subj.is_valid(subject):
+            raise api_error(STREAM_NOT_FOUND)  # as the server answers: no stream has that subject
+        return self._find_stream_name_by_subject(subject)
 
     def stream_info(self, name: str, subjects_filter: Optional[str] = None, deleted_details: bool = False) -> StreamInfo:
         V.filter_subject(subjects_filter, "subjects_filter")
@@ -163,6 +146,27 @@ class HandleBase:
         return self._purge_stream(name, *V.purge_args(subject, seq, keep))
 
     # ------------------------------------------------------------------ messages
+
+    def publish(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        headers: Optional[Mapping[str, object]] = None,
+        stream: Optional[str] = None,
+        *,
+        timeout: Optional[float] = None,
+    ) -> PubAck:
+        wait = None if timeout is None else call_timeout(timeout)
+        # The hot path (bytes, no headers, a subject accepted before) checks types only.
+        if type(payload) is not bytes:
+            payload = V.payload(payload)
+        hdrs = None if headers is None and stream is None else V.publish_headers(headers, stream)
+        if type(subject) is not str or subject not in self._subjects_ok:
+            V.publish_subject(subject)
+            if len(self._subjects_ok) >= 100_000:
+                self._subjects_ok.clear()
+            self._subjects_ok.add(subject)
+        return self._publish(subject, payload, hdrs, wait)
 
     def get_msg(
         self,
@@ -229,8 +233,6 @@ class HandleBase:
     # publish_async: the arguments and the window here; the backend's publisher
     # (``_new_async_publisher()``: ``window``, ``pid``, ``submit(subject, payload,
     # headers, future)``) stores the messages and completes the futures.
-
-    _async_pub: Any = None  # this process's publisher, made by the first publish_async
 
     def publish_async(
         self,
@@ -321,24 +323,34 @@ class HandleBase:
 
     # ------------------------------------------------------------------ consumers
 
+    def delete_consumer(self, stream: str, consumer: str) -> bool:
+        return self._delete_consumer(stream_arg(stream), consumer_arg(consumer))
+
+    def consumer_info(self, stream: str, consumer: str, timeout: Optional[float] = None) -> ConsumerInfo:
+        wait = call_timeout(timeout)
+        return self._consumer_info(stream_arg(stream), consumer_arg(consumer), wait)
+
+    def consumers_info(self, stream: str) -> list[ConsumerInfo]:
+        return self._consumers_info(stream_arg(stream))
+
     def add_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, timeout: Optional[float] = None, **params: Any) -> ConsumerInfo:
         wait = call_timeout(timeout)
-        return self._put_consumer(stream, V.consumer_config(config, params), "", wait)
+        return self._put_consumer(*_consumer_args(stream, config, params), "", wait)
 
     def create_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, timeout: Optional[float] = None, **params: Any) -> ConsumerInfo:
         wait = call_timeout(timeout)
-        return self._put_consumer(stream, V.consumer_config(config, params), "create", wait)
+        return self._put_consumer(*_consumer_args(stream, config, params), "create", wait)
 
     def update_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, timeout: Optional[float] = None, **params: Any) -> ConsumerInfo:
         wait = call_timeout(timeout)
-        return self._put_consumer(stream, V.consumer_config(config, params), "update", wait)
+        return self._put_consumer(*_consumer_args(stream, config, params), "update", wait)
 
     def pull_subscribe(
         self, subject: Optional[str] = None, durable: Optional[str] = None, stream: Optional[str] = None, config: Optional[ConsumerConfig] = None
     ) -> "PullSubscriptionAPI":
         V.pull_subscribe_args(subject, durable, stream, config)
         if stream is None:
-            stream = self.find_stream_name_by_subject(subject)
+            stream = self.find_stream_name_by_subject(subject)  # type: ignore[arg-type]  # (a subject without a stream: V.pull_subscribe_args)
         if durable:
             try:
                 return self.pull_subscribe_bind(durable, stream)
@@ -356,8 +368,9 @@ class HandleBase:
 
     def pull_subscribe_bind(self, durable: Optional[str] = None, stream: Optional[str] = None, consumer: Optional[str] = None) -> "PullSubscriptionAPI":
         name = V.bind_args(durable, stream, consumer)
-        self.consumer_info(stream, name)
-        return self._subscription(stream, name)
+        checked = stream_arg(stream)
+        self.consumer_info(checked, name)
+        return self._subscription(checked, name)
 
     def ack_floor(self, stream: str, durable: str) -> SequenceInfo:
         return self.consumer_info(stream, durable).ack_floor
@@ -456,19 +469,19 @@ class HandleBase:
         # auto-ack (not on an ack-none consumer).
         auto_ack = cb is not None and not manual_ack and info.config.ack_policy != AckPolicy.NONE
         sub = self._push_subscription(stream, info, cb, auto_ack, ordered, owned)
-        self.__dict__.setdefault("_push_subscriptions", weakref.WeakSet()).add(sub)
+        self._push_subscriptions.add(sub)
         return sub
 
     def _end_subscriptions(self) -> None:
         """The handle closes: its push subscriptions stop (their callback threads finish the
         message in hand), asking the store or server nothing more."""
-        for sub in list(self.__dict__.get("_push_subscriptions", ())):
+        for sub in list(self._push_subscriptions):
             sub._shutdown()
 
     # ------------------------------------------------------------------ backup and restore (archive.py)
 
     def backup_stream(self, name: str, path: Any, consumers: bool = True, progress: Optional[Callable[[int, Optional[int]], None]] = None) -> BackupInfo:
-        V.stream_name(name)
+        stream_arg(name)
         V.boolean(consumers, "consumers")
         with archive.Writer(_path(path), self._BACKUP_KIND, name) as writer:
             return self._backup_stream(name, writer, consumers, archive.Meter(_progress(progress)))
@@ -478,6 +491,12 @@ class HandleBase:
         meter = archive.Meter(_progress(progress), 2 * found.bytes)  # every part is read twice: checked, then restored
         found.verify(meter)
         return self._restore_stream(found, meter)
+
+
+def _consumer_args(stream: Any, config: Any, params: dict) -> tuple[str, ConsumerConfig]:
+    """add/create/update_consumer's stream and config, checked (the config first, as both backends did)."""
+    checked = V.consumer_config(config, params)
+    return stream_arg(stream), checked
 
 
 _PULL_CONSUMER = "consumer {name!r} is a pull consumer (it has no deliver_subject): bind it with pull_subscribe_bind"

@@ -17,7 +17,7 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -36,7 +36,7 @@ from jetspark.api import (
     datetime_to_ns,
 )
 from jetspark.backend.archive import Archive, Meter, Writer
-from jetspark.backend.base import HandleBase, call_timeout
+from jetspark.backend.base import HandleBase
 from jetspark.engine import check, diskio
 from jetspark.engine import config as cfg
 from jetspark.engine import consumer_config as ccfg
@@ -49,10 +49,11 @@ from jetspark.engine.store_dir import STORE_FORMAT, StoreDirectory
 from jetspark.engine.stream import Stream, config_to_json
 from jetspark.errors import APIError, CorruptStoreError, StoreError, api_error
 from jetspark.protocol import headers as H
-from jetspark.protocol import subjects as subj
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from jetspark.backend import MsgAPI
 
 log = logging.getLogger("jetspark")
 PUBLISH_ASYNC_MAX_PENDING = 4000  # nats-py's default publish_async_max_pending
@@ -77,6 +78,7 @@ class JetStream(HandleBase):
             raise ValueError(f"sync must be 'os' or 'fsync', not {sync!r}")
         if not isinstance(create, bool):
             raise TypeError(f"create must be True or False, not {create!r}")
+        super().__init__()
         self._publish_async_max_pending = V.integer(publish_async_max_pending, "publish_async_max_pending", 1, V.INT32[1])
         self.path = Path(str(path).removeprefix("file://")).absolute()
         self.clock = clock or time.time_ns
@@ -92,13 +94,11 @@ class JetStream(HandleBase):
     def _closed(self) -> bool:
         return self._store.closed
 
-    def close(self) -> None:
-        if self._store.closed:
-            return
-        pub = self._async_pub
-        if pub is not None and pub.pid == os.getpid():
-            pub.close(f"the JetStream handle on {self.path} is closed")  # stores what publish_async queued
-        self._end_subscriptions()
+    @property
+    def _location(self) -> str:
+        return str(self.path)
+
+    def _close(self) -> None:
         self._deliveries.close()
 
     def _check_open(self) -> None:
@@ -205,8 +205,8 @@ class JetStream(HandleBase):
             self._store.changed()
             return st.info()
 
-    def delete_stream(self, name: str) -> bool:
-        """Delete a stream and its messages; a damaged stream (see the module docstring) too."""
+    def _delete_stream(self, name: str) -> bool:
+        """A damaged stream (store_dir.py) too: its files are removed."""
         with self._lock, self._store.locked():
             try:
                 st = self._stream(name)
@@ -277,7 +277,7 @@ class JetStream(HandleBase):
         with self._lock:
             return self._stream(name).info(subjects_filter=subjects_filter, deleted_details=deleted_details)
 
-    def streams_info(self) -> list[StreamInfo]:
+    def _streams_info(self) -> list[StreamInfo]:
         with self._lock:
             self._check()
             self._store.sync()
@@ -286,17 +286,16 @@ class JetStream(HandleBase):
             # As a lone nats-server's STREAM.LIST: no cluster field (its STREAM.INFO has one).
             return [self._store.streams[n].info().evolve(cluster=None) for n in sorted(self._store.streams)]
 
-    def stream_names(self) -> list[str]:
-        """Every stream's name, the damaged ones' too (their name is taken)."""
+    def _stream_names(self) -> list[str]:
+        """The damaged streams' names too (their name is taken)."""
         with self._lock:
             self._check()
             self._store.sync()
             return sorted(set(self._store.streams) | set(self._store.broken))
 
-    def find_stream_name_by_subject(self, subject: str) -> str:
-        if not isinstance(subject, str) or not subj.is_valid(subject):
-            raise api_error(10059)  # as the server answers: no stream has that subject
+    def _find_stream_name_by_subject(self, subject: str) -> str:
         with self._lock:
+            self._check()
             st = self._store.route(subject)
             if st is None:
                 raise api_error(10059)
@@ -309,36 +308,21 @@ class JetStream(HandleBase):
 
     # ------------------------------------------------------------------ messages
 
-    def publish(
-        self,
-        subject: str,
-        payload: bytes = b"",
-        headers: Optional[Mapping[str, object]] = None,
-        stream: Optional[str] = None,
-        *,
-        timeout: Optional[float] = None,
-    ) -> PubAck:
-        """Store one message; returns the PubAck (``duplicate=True`` for a repeated Nats-Msg-Id)."""
-        if timeout is not None:
-            call_timeout(timeout)  # checked as on a server; a local write waits on no network
+    def _publish(self, subject: str, payload: bytes, headers: Optional[dict], timeout: Optional[float]) -> PubAck:
+        # (timeout: checked as on a server; a local write waits on no network)
         with self._lock:
             self._check()
-            # The hot path (bytes, no headers, a subject routed before) checks types only.
-            if type(payload) is not bytes:
-                payload = V.payload(payload)
-            if headers is not None or stream is not None:
-                headers = V.publish_headers(headers, stream)
-            if type(subject) is not str or subject not in self._store.routes:
-                V.publish_subject(subject)  # before anything queued is stored: a refused call does nothing
             pub = self._async_pub
             if pub is not None and pub.queue:  # (the attribute, not the property: the hot path)
                 self._drain_async()
-            if self._deliveries.acks:
-                self._deliveries.flush()
-            self._store.sync()
-            st = self._store.routes.get(subject)
+            deliveries = self._deliveries
+            if deliveries.acks:
+                deliveries.flush()
+            store = self._store
+            store.sync()
+            st = store.routes.get(subject)
             if st is None:
-                st = self._store.target(subject)
+                st = store.target(subject)
             if not headers:
                 return st.publish_plain(subject, payload)
             return st.publish(subject, payload, H.encode(headers))
@@ -360,7 +344,9 @@ class JetStream(HandleBase):
 
     # ------------------------------------------------------------------ bulk paths for Spark
 
-    def _read_batches(self, stream: str, start_seq: int, end_seq: Optional[int], subjects, batch_size: int, headers: bool) -> Iterator["pa.RecordBatch"]:
+    def _read_batches(
+        self, stream: str, start_seq: int, end_seq: Optional[int], subjects: Optional[Sequence[str]], batch_size: int, headers: bool
+    ) -> Iterator["pa.RecordBatch"]:
         from jetspark.engine import bulk
 
         with self._lock:
@@ -382,7 +368,7 @@ class JetStream(HandleBase):
         with self._lock:
             return bulk.seq_for_bytes(self._stream(stream), lo, hi, max_bytes)
 
-    def _seq_for_time(self, stream: str, when) -> int:
+    def _seq_for_time(self, stream: str, when: int) -> int:
         from jetspark.engine import bulk
 
         with self._lock:
@@ -390,7 +376,7 @@ class JetStream(HandleBase):
 
     # ------------------------------------------------------------------ consumers
 
-    def _put_consumer(self, stream: str, config: ConsumerConfig, action: str, timeout: Optional[float] = None) -> ConsumerInfo:
+    def _put_consumer(self, stream: str, config: ConsumerConfig, action: str, timeout: Optional[float]) -> ConsumerInfo:
         with self._lock:  # (timeout: nothing here waits on a network)
             st = self._stream(stream)
             with st.locked():
@@ -415,32 +401,32 @@ class JetStream(HandleBase):
                 # An ephemeral consumer gets a generated name; its config keeps name=None, as the server echoes it.
                 return st.consumers.create(new, now, new.name or ccfg.new_ephemeral_name()).info(now)
 
-    def delete_consumer(self, stream: str, consumer: str) -> bool:
+    def _delete_consumer(self, stream: str, consumer: str) -> bool:
         with self._lock:
             st = self._stream(stream)
-            V.consumer_name(consumer)
             with st.locked():
                 if consumer not in st.consumers.by_name and st.consumers.broken_error(consumer) is None:
                     raise api_error(10014)
                 st.consumers.delete(consumer)  # a damaged one too: the user asked
             return True
 
-    def consumer_info(self, stream: str, consumer: str, timeout: Optional[float] = None) -> ConsumerInfo:
-        call_timeout(timeout)
-        return self._deliveries.consumer_info(stream, consumer)
+    def _consumer_info(self, stream: str, consumer: str, timeout: Optional[float]) -> ConsumerInfo:
+        return self._deliveries.consumer_info(stream, consumer)  # (timeout: nothing here waits on a network)
 
     def _subscription(self, stream: str, consumer: str) -> PullSubscription:
         return PullSubscription(self._deliveries, stream, consumer)
 
     # ------------------------------------------------------------------ push subscriptions (push.py)
 
-    def _push_subscription(self, stream: str, info: ConsumerInfo, cb, auto_ack: bool, ordered: Optional[ConsumerConfig], owned: bool) -> PushSubscription:
+    def _push_subscription(
+        self, stream: str, info: ConsumerInfo, cb: Optional[Callable[[MsgAPI], Any]], auto_ack: bool, ordered: Optional[ConsumerConfig], owned: bool
+    ) -> PushSubscription:
         return PushSubscription(self, self._deliveries, stream, info, cb, auto_ack, ordered, owned)
 
     def _new_inbox(self) -> str:
         return self._deliveries.new_inbox()
 
-    def consumers_info(self, stream: str) -> list[ConsumerInfo]:
+    def _consumers_info(self, stream: str) -> list[ConsumerInfo]:
         with self._lock:
             st = self._stream(stream)
             with st.locked():
@@ -464,7 +450,9 @@ class JetStream(HandleBase):
                     st.consumers.release(np.arange(old + 1, c.ack_floor_stream_seq + 1, dtype=np.int64))
                 return SequenceInfo(consumer_seq=c.ack_floor_consumer_seq, stream_seq=c.ack_floor_stream_seq)
 
-    def _ordered_consumer(self, stream: str, subjects, start_seq: Optional[int], end_seq: Optional[int], batch_size: int) -> Iterator[Msg]:
+    def _ordered_consumer(
+        self, stream: str, subjects: Optional[Sequence[str]], start_seq: Optional[int], end_seq: Optional[int], batch_size: int
+    ) -> Iterator[Msg]:
         from jetspark.engine import bulk
 
         with self._lock:

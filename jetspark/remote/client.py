@@ -20,11 +20,11 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Iterator, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
-from jetspark import validate as V
 from jetspark.api import (
     BackupInfo,
+    BatchAck,
     ConsumerConfig,
     ConsumerInfo,
     PubAck,
@@ -34,7 +34,7 @@ from jetspark.api import (
     StreamInfo,
 )
 from jetspark.backend.archive import Archive, Meter, Writer
-from jetspark.backend.base import HandleBase, call_timeout
+from jetspark.backend.base import HandleBase
 from jetspark.connect_options import ConnectOptions
 from jetspark.err_codes import STREAM_INVALID_CONFIG, STREAM_NOT_FOUND
 from jetspark.errors import (
@@ -53,6 +53,11 @@ from jetspark.remote.pull import Msg, PullSubscription
 from jetspark.remote.push import PushSubscription
 from jetspark.remote.session import PROGRESS, Session
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from jetspark.backend import MsgAPI
+
 __all__ = ["NatsJetStream"]
 
 
@@ -63,6 +68,7 @@ class NatsJetStream(HandleBase):
     backends share is in ``jetspark.backend.base.HandleBase``."""
 
     def __init__(self, url: str, **options: Any) -> None:
+        super().__init__()
         self.options = options.pop("_options", None) or ConnectOptions.build(url, **options)
         self.url = self.options.display_url
         self.timeout = float(self.options.timeout)
@@ -99,12 +105,11 @@ class NatsJetStream(HandleBase):
 
     # ------------------------------------------------------------------ lifecycle
 
-    def close(self) -> None:
-        pub = self._async_pub
-        if pub is not None and pub.pid == os.getpid() and not self._session.closed:
-            pub.close(f"the JetStream handle on {self.url} is closed")
-        if not self._session.closed:
-            self._end_subscriptions()
+    @property
+    def _location(self) -> str:
+        return self.url
+
+    def _close(self) -> None:
         self._session.close()
 
     def _check_open(self) -> None:
@@ -141,22 +146,20 @@ class NatsJetStream(HandleBase):
             # for a name it can read ("a*") its answer is this.
             raise api_error(STREAM_INVALID_CONFIG, err="stream name is required and can not contain '.', '*', '>', '\\', '/'")
 
-    def delete_stream(self, name: str) -> bool:
+    def _delete_stream(self, name: str) -> bool:
         return self._request(self._stream_subject("DELETE", name), what=f"delete_stream {name!r}", idempotent=False)["success"]
 
     def _stream_info(self, name: str, subjects_filter: Optional[str], deleted_details: bool) -> StreamInfo:
         return self._run(lambda: jsapi.stream_info(self._session, name, subjects_filter, deleted_details), what=f"stream_info {name!r}")
 
-    def streams_info(self) -> list[StreamInfo]:
+    def _streams_info(self) -> list[StreamInfo]:
         items = self._run(lambda: self._session.paged(f"{self._api}.STREAM.LIST", "streams", None, what="streams_info"), what="streams_info")
         return sorted((wire.stream_info_from_wire(s) for s in items), key=lambda i: i.config.name)
 
-    def stream_names(self) -> list[str]:
+    def _stream_names(self) -> list[str]:
         return sorted(self._run(lambda: self._session.paged(f"{self._api}.STREAM.NAMES", "streams", None, what="stream_names"), what="stream_names"))
 
-    def find_stream_name_by_subject(self, subject: str) -> str:
-        if not isinstance(subject, str) or not subj.is_valid(subject):
-            raise api_error(STREAM_NOT_FOUND)
+    def _find_stream_name_by_subject(self, subject: str) -> str:
         streams = self._request(f"{self._api}.STREAM.NAMES", {"subject": subject}, what=f"find_stream_name_by_subject {subject!r}").get("streams") or []
         if not streams:
             raise api_error(STREAM_NOT_FOUND)
@@ -214,32 +217,17 @@ class NatsJetStream(HandleBase):
 
     # ------------------------------------------------------------------ messages
 
-    def publish(
-        self,
-        subject: str,
-        payload: bytes = b"",
-        headers: Optional[Mapping[str, object]] = None,
-        stream: Optional[str] = None,
-        *,
-        timeout: Optional[float] = None,
-    ) -> PubAck:
-        """Store one message; returns the PubAck (``duplicate=True`` for a repeated Nats-Msg-Id)."""
-        wait = call_timeout(timeout)
-        payload = V.payload(payload)
-        hdrs: Optional[dict] = None
-        if headers is not None or stream is not None:
-            hdrs = V.publish_headers(headers, stream)
-        V.publish_subject(subject)
+    def _publish(self, subject: str, payload: bytes, headers: Optional[dict], timeout: Optional[float]) -> PubAck:
         if not subj.is_valid(subject):
             raise NoStreamResponseError(subject)  # empty tokens: no stream can capture it
         # Repeated through a leader election: always when no stream leader took it (no
         # responders, while a stream captures the subject), and when it went unanswered only
         # with a Nats-Msg-Id (the stream stores it once).
         return self._session.run_retrying(
-            lambda: self._apublish(subject, payload, hdrs, wait),
+            lambda: self._apublish(subject, payload, headers, timeout),
             what=f"publish to {subject!r}",
-            timeout=wait,
-            idempotent=bool(hdrs) and H.MSG_ID in hdrs,
+            timeout=timeout,
+            idempotent=bool(headers) and H.MSG_ID in headers,
             also=lambda err: isinstance(err, NoStreamResponseError) and self._captured(subject),
         )
 
@@ -298,12 +286,14 @@ class NatsJetStream(HandleBase):
 
     # ------------------------------------------------------------------ bulk paths for Spark
 
-    def _read_batches(self, stream: str, start_seq: int, end_seq: Optional[int], subjects, batch_size: int, headers: bool):
+    def _read_batches(
+        self, stream: str, start_seq: int, end_seq: Optional[int], subjects: Optional[Sequence[str]], batch_size: int, headers: bool
+    ) -> Iterator["pa.RecordBatch"]:
         # The server streams the range to an ephemeral, ack-less pull consumer (deleted at
         # the end) in large pipelined pull requests; a work-queue stream is read with gets.
         return reads.read_batches(self._session, stream, start_seq, end_seq, subjects=subjects, batch_size=batch_size, headers=headers)
 
-    def _publish_batch(self, table, stream: str, msg_id_prefix: Optional[str], msg_id_start: int):
+    def _publish_batch(self, table: "pa.Table", stream: str, msg_id_prefix: Optional[str], msg_id_start: int) -> BatchAck:
         """Pipelined publishes, awaiting every PubAck.  Unlike the engine it is not all
         or nothing: a refused row raises its error (with a note naming the row) and rows
         the server accepted stay stored.  A server deduplicates the ids of
@@ -316,14 +306,12 @@ class NatsJetStream(HandleBase):
     def _seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:
         return reads.seq_for_bytes(self._session, stream, lo, hi, max_bytes)
 
-    def _seq_for_time(self, stream: str, when) -> int:
+    def _seq_for_time(self, stream: str, when: int) -> int:
         return reads.seq_for_time(self._session, stream, when)
 
     # ------------------------------------------------------------------ consumers
 
-    def _put_consumer(self, stream: str, config: ConsumerConfig, action: str, timeout: Optional[float] = None) -> ConsumerInfo:
-        if not wire.token_ok(stream):
-            raise api_error(STREAM_NOT_FOUND)
+    def _put_consumer(self, stream: str, config: ConsumerConfig, action: str, timeout: Optional[float]) -> ConsumerInfo:
         req: dict = {"stream_name": stream, "config": wire.consumer_config_to_wire(config)}
         if action:
             req["action"] = action
@@ -346,16 +334,14 @@ class NatsJetStream(HandleBase):
         what = f"{action or 'add'}_consumer on {stream!r}"
         return wire.consumer_info_from_wire(self._request(subject, req, what=what, idempotent=bool(name), timeout=timeout))
 
-    def delete_consumer(self, stream: str, consumer: str) -> bool:
+    def _delete_consumer(self, stream: str, consumer: str) -> bool:
         return self._request(self._consumer_subject("DELETE", stream, consumer), what=f"delete_consumer {consumer!r}", idempotent=False)["success"]
 
-    def consumer_info(self, stream: str, consumer: str, timeout: Optional[float] = None) -> ConsumerInfo:
-        wait = call_timeout(timeout)
-        return wire.consumer_info_from_wire(self._request(self._consumer_subject("INFO", stream, consumer), what=f"consumer_info {consumer!r}", timeout=wait))
+    def _consumer_info(self, stream: str, consumer: str, timeout: Optional[float]) -> ConsumerInfo:
+        subject = self._consumer_subject("INFO", stream, consumer)
+        return wire.consumer_info_from_wire(self._request(subject, what=f"consumer_info {consumer!r}", timeout=timeout))
 
-    def consumers_info(self, stream: str) -> list[ConsumerInfo]:
-        if not wire.token_ok(stream):
-            raise api_error(STREAM_NOT_FOUND)
+    def _consumers_info(self, stream: str) -> list[ConsumerInfo]:
         subject = f"{self._api}.CONSUMER.LIST.{stream}"
         items = self._run(lambda: self._session.paged(subject, "consumers", None, what=f"consumers_info of {stream!r}"), what=f"consumers_info of {stream!r}")
         return sorted((wire.consumer_info_from_wire(c) for c in items), key=lambda i: i.name)
@@ -363,7 +349,9 @@ class NatsJetStream(HandleBase):
     def _subscription(self, stream: str, consumer: str) -> PullSubscription:
         return PullSubscription(self._session, stream, consumer)
 
-    def _push_subscription(self, stream: str, info: ConsumerInfo, cb, auto_ack: bool, ordered: Optional[ConsumerConfig], owned: bool) -> PushSubscription:
+    def _push_subscription(
+        self, stream: str, info: ConsumerInfo, cb: Optional[Callable[[MsgAPI], Any]], auto_ack: bool, ordered: Optional[ConsumerConfig], owned: bool
+    ) -> PushSubscription:
         # How: jetspark/remote/push.py (nats-py's own push subscription on the session's loop).
         return PushSubscription(self, self._session, stream, info, cb, auto_ack, ordered, owned)
 
@@ -376,5 +364,7 @@ class NatsJetStream(HandleBase):
         # How: jetspark/remote/ack_floor.py.
         return floors.advance_ack_floor(self._session, stream, durable, seq)
 
-    def _ordered_consumer(self, stream: str, subjects, start_seq: Optional[int], end_seq: Optional[int], batch_size: int) -> Iterator[Msg]:
+    def _ordered_consumer(
+        self, stream: str, subjects: Optional[Sequence[str]], start_seq: Optional[int], end_seq: Optional[int], batch_size: int
+    ) -> Iterator[Msg]:
         return reads.ordered_consumer(self._session, stream, subjects, start_seq, end_seq, batch_size)
