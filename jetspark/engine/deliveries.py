@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from jetspark.engine.store_dir import StoreDirectory
     from jetspark.engine.stream import Stream
 
-__all__ = ["Deliveries", "Delivery", "Msg", "consumer_of"]
+__all__ = ["Ack", "Deliveries", "Delivery", "Msg", "consumer_of"]
 
 log = logging.getLogger("jetspark")
 ACK_BUFFER = 8192  # acks buffered before one is applied at once
@@ -58,50 +58,76 @@ class Delivery(NamedTuple):
     timestamp: int  # the message's, ns since the epoch
 
 
-_new = tuple.__new__  # Delivery(...) without NamedTuple's Python-level __new__ (once per message)
+# An ack waiting in the buffer: (stream, consumer, stream seq, consumer seq), a plain tuple.
+# A message's delivery is held in its Msg's slots rather than in a Delivery of its own: one
+# more object per message for the garbage collector to track costs about a fifth of a
+# fetch-and-ack loop (benchmarks/bench_engine.py row 6a).
+Ack = tuple[str, str, int, int]
 
 
 class Msg:
     """A message delivered by a consumer; acknowledge it with ack/nak/in_progress/term."""
 
-    __slots__ = ("subject", "data", "headers", "_deliveries", "_delivery", "_ackd")  # _ackd: set by ack, nak, term (a push callback's auto-ack skips it)
+    # _ackd: set by ack, nak, term (a push callback's auto-ack skips it); _stream.._ts: its Delivery.
+    __slots__ = ("subject", "data", "headers", "_deliveries", "_stream", "_consumer", "_sseq", "_cseq", "_delivered", "_pending", "_ts", "_ackd")
 
-    def __init__(self, deliveries: Optional["Deliveries"], subject: str, data: bytes, headers: Optional[dict], d: Delivery) -> None:
+    def __init__(
+        self,
+        deliveries: Optional["Deliveries"],
+        subject: str,
+        data: bytes,
+        headers: Optional[dict],
+        stream: str,
+        consumer: str,
+        stream_seq: int,
+        consumer_seq: int,
+        delivered: int,
+        pending: int,
+        timestamp: int,
+    ) -> None:
         self.subject = subject
         self.data = data
         self.headers = headers
         self._deliveries = deliveries  # None: its acks do nothing (ordered reads)
-        self._delivery = d
+        self._stream = stream
+        self._consumer = consumer
+        self._sseq = stream_seq
+        self._cseq = consumer_seq
+        self._delivered = delivered
+        self._pending = pending
+        self._ts = timestamp
+
+    @property
+    def _delivery(self) -> Delivery:
+        return Delivery(self._stream, self._consumer, self._sseq, self._cseq, self._delivered, self._pending, self._ts)
 
     @property
     def metadata(self) -> MsgMetadata:
-        d = self._delivery
         return MsgMetadata(
-            sequence=SequencePair(consumer=d.consumer_seq, stream=d.stream_seq),
-            num_pending=d.pending,
-            num_delivered=d.delivered,
-            timestamp=ns_to_datetime(d.timestamp),
-            stream=d.stream,
-            consumer=d.consumer,
+            sequence=SequencePair(consumer=self._cseq, stream=self._sseq),
+            num_pending=self._pending,
+            num_delivered=self._delivered,
+            timestamp=ns_to_datetime(self._ts),
+            stream=self._stream,
+            consumer=self._consumer,
         )
 
     @property
     def reply(self) -> str:
-        d = self._delivery
-        return ack_reply.build(d.stream, d.consumer, d.delivered, d.stream_seq, d.consumer_seq, d.timestamp, d.pending)
+        return ack_reply.build(self._stream, self._consumer, self._delivered, self._sseq, self._cseq, self._ts, self._pending)
 
     def ack(self) -> None:
         """Acknowledge (fire-and-forget; applied before the handle's next call)."""
         self._ackd = True
         if self._deliveries is not None:
-            self._deliveries.ack(self._delivery)
+            self._deliveries.ack((self._stream, self._consumer, self._sseq, self._cseq))
 
     def ack_sync(self, timeout: float = 1.0) -> "Msg":
         """Acknowledge and wait until the ack is applied."""
         V.timeout(timeout)
         self._ackd = True
         if self._deliveries is not None:
-            self._deliveries.ack(self._delivery)
+            self._deliveries.ack((self._stream, self._consumer, self._sseq, self._cseq))
             self._deliveries.flush()
         return self
 
@@ -124,7 +150,7 @@ class Msg:
             self._deliveries.term(self._delivery)
 
     def __repr__(self) -> str:
-        return f"<Msg subject={self.subject!r} seq={self._delivery.stream_seq} data={self.data[:32]!r}>"
+        return f"<Msg subject={self.subject!r} seq={self._sseq} data={self.data[:32]!r}>"
 
 
 def consumer_of(st: "Stream", name: str) -> "Consumer":
@@ -143,7 +169,7 @@ class Deliveries:
     def __init__(self, store: "StoreDirectory") -> None:
         self.store = store
         # Msg.ack() calls not applied yet.
-        self.acks: collections.deque[Delivery] = collections.deque()
+        self.acks: collections.deque[Ack] = collections.deque()
         # Set by close() to end the waits of fetches under way in other threads (made on
         # the first wait; a forked child makes its own).
         self._closing: Optional[wakeup.Interrupt] = None
@@ -281,14 +307,14 @@ class Deliveries:
                         headers = dict(headers or {})
                         headers["Nats-Msg-Size"] = str(len(data))
                         data = b""
-                    append(Msg(self, subject, data, headers, _new(Delivery, (name, cname, sseq, cseq, delivered, pending + new_after, ts))))
+                    append(Msg(self, subject, data, headers, name, cname, sseq, cseq, delivered, pending + new_after, ts))
                 return msgs, None, None, 0
 
     # ------------------------------------------------------------------ acks
 
-    def ack(self, d: Delivery) -> None:
+    def ack(self, ack: Ack) -> None:
         acks = self.acks
-        acks.append(d)
+        acks.append(ack)
         if len(acks) >= ACK_BUFFER:
             self.flush()
 
@@ -300,8 +326,8 @@ class Deliveries:
         with store.lock:
             acks, by_consumer = self.acks, dict[tuple, list]()
             for _ in range(len(acks)):  # those there now; later ones wait for the next flush
-                d = acks.popleft()
-                by_consumer.setdefault((d.stream, d.consumer), []).append((d.stream_seq, d.consumer_seq))
+                stream, consumer, stream_seq, consumer_seq = acks.popleft()
+                by_consumer.setdefault((stream, consumer), []).append((stream_seq, consumer_seq))
             store.sync()
             for (stream, consumer), items in by_consumer.items():
                 st = store.streams.get(stream)

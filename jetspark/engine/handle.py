@@ -42,7 +42,7 @@ from jetspark.engine import config as cfg
 from jetspark.engine import consumer_config as ccfg
 from jetspark.engine.async_writer import AsyncWriter
 from jetspark.engine.check import CheckReport, Problem
-from jetspark.engine.deliveries import Deliveries, Delivery, Msg, consumer_of
+from jetspark.engine.deliveries import Deliveries, Msg, consumer_of
 from jetspark.engine.pull import PullSubscription
 from jetspark.engine.push import PushSubscription
 from jetspark.engine.store_dir import STORE_FORMAT, StoreDirectory
@@ -474,4 +474,4 @@ def _ordered(st: Stream, lo: int, hi: int, subjects, batch_size: int, total: int
         for subject, seq, ts, data, hdrs in zip(cols["subject"], cols["seq"], cols["timestamp"], cols["data"], cols["headers"]):
             cseq += 1
             headers = {k: v[-1] for k, v in hdrs} if hdrs else None
-            yield Msg(None, subject, data, headers, Delivery(st.name, "", seq, cseq, 1, total - cseq, datetime_to_ns(ts)))
+            yield Msg(None, subject, data, headers, st.name, "", seq, cseq, 1, total - cseq, datetime_to_ns(ts))
