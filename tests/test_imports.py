@@ -194,6 +194,19 @@ def test_every_module_has_a_layer():
     assert not without, f"no row in docs/architecture.md's layer table for {without}"
 
 
+# Modules still over the limit, each with the length it may not grow past; an entry goes
+# once its module is under the limit (the test below says so).
+OVER_LIMIT = {"jetspark.backend": 777}  # the declared API's Protocols, each verb's contract
+
+
+def test_no_module_is_over_650_lines():
+    lines = {m: src.count("\n") for m, src in SOURCES.items()}
+    long = {m: n for m, n in lines.items() if n > MAX_LINES and n > OVER_LIMIT.get(m, 0)}
+    assert not long, f"modules over {MAX_LINES} lines: {long}"
+    done = sorted(m for m in OVER_LIMIT if lines.get(m, 0) <= MAX_LINES)
+    assert not done, f"{done} are {MAX_LINES} lines or fewer now: take them off OVER_LIMIT"
+
+
 PACKAGES = sorted(m for m, path in MODULES.items() if path.name == "__init__.py" and m != "jetspark")
 
 
