@@ -39,7 +39,7 @@ waiter polls the counter through its mapping instead, backing off from ``MIN_PAU
 ``MAX_PAUSE``.
 
 A wait also ends when the consumer's earliest pending delivery falls due (the caller
-passes that time, handle.JetStream._fetch_wait), and on an ``Interrupt``: ``stop`` or
+passes that time, deliveries.Deliveries.fetch_wait), and on an ``Interrupt``: ``stop`` or
 ``drain`` of a ``messages()`` iterator, ``close`` of the handle.
 
 Old stores get the file when a stream is opened; a stream whose directory refuses it
