@@ -108,7 +108,7 @@ def test_every_declared_verb_has_the_declared_signature(protocol, cls, verb):
 def test_the_protocol_declares_every_public_method(protocol, cls):
     undeclared = public_methods(cls) - set(declared(protocol)) - declared_attributes(protocol) - EXTRAS.get(cls, set())
     assert not undeclared, (
-        f"{cls.__name__} has public methods {sorted(undeclared)} that {protocol.__name__} (jetspark/backend/__init__.py) "
+        f"{cls.__name__} has public methods {sorted(undeclared)} that {protocol.__name__} ({protocol.__module__}) "
         "does not declare: declare them with their contract, or list them in EXTRAS as backend-only"
     )
 

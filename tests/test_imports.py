@@ -196,7 +196,7 @@ def test_every_module_has_a_layer():
 
 # Modules still over the limit, each with the length it may not grow past; an entry goes
 # once its module is under the limit (the test below says so).
-OVER_LIMIT = {"jetspark.backend": 777}  # the declared API's Protocols, each verb's contract
+OVER_LIMIT: dict[str, int] = {}
 
 
 def test_no_module_is_over_650_lines():
