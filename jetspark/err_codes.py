@@ -6,8 +6,8 @@ answer.  Each name is nats-server's own identifier without its ``JS`` prefix and
 so a name here finds the server's code that raises it.  The numbers are the stable
 part of JetStream's API: a client compares ``err_code`` with them, never the
 description.  tests/test_err_codes.py checks that every code in the error table
-(``jetspark.errors``) is named here and that code outside the engine raises codes by
-name only.
+(``jetspark.errors``) is named here and that jetspark's code raises codes by name
+only.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """jetspark.err_codes: JetStream's error codes by name, and code that raises them by name.
 
 A number in code (not in a docstring or comment) that is a JetStream err_code
-(10000-10299) is read with ``tokenize``: outside err_codes.py only the modules in
-``NOT_YET`` may still hold one, and each of those leaves the list once it holds none.
+(10000-10299) is read with ``tokenize``: no module but err_codes.py holds one.
 """
 
 from __future__ import annotations
@@ -20,17 +19,6 @@ import jetspark.errors as errors
 PACKAGE = Path(__file__).resolve().parent.parent / "jetspark"
 NAMES = {name: value for name, value in vars(E).items() if name.isupper()}
 
-# Modules that still raise or compare err_codes as bare numbers, to be converted: the
-# engine's modules are being split into new ones, and the nats-py backend's bulk
-# read/write paths (and the shared base) are being rewritten.
-NOT_YET = (
-    "jetspark.engine",
-    "jetspark.backend.base",
-    "jetspark.remote.appends",
-    "jetspark.remote.async_publish",
-    "jetspark.remote.reads",
-)
-
 
 def _module(path: Path) -> str:
     parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
@@ -46,27 +34,16 @@ def _bare_codes(source: str) -> list[tuple[int, str]]:
 BARE = {_module(p): _bare_codes(p.read_text()) for p in sorted(PACKAGE.rglob("*.py")) if p.name != "err_codes.py"}
 
 
-def _not_yet(module: str) -> bool:
-    return any(module == m or module.startswith(m + ".") for m in NOT_YET)
-
-
 def test_the_reader_sees_numbers_and_skips_text():
     source = '"""err 10059 in a docstring"""\nx = 10059  # 10014 in a comment\ny = "10037"\nz = 100590\n'
     assert _bare_codes(source) == [(2, "10059")]
 
 
-@pytest.mark.parametrize("module", sorted(m for m in BARE if not _not_yet(m)))
+@pytest.mark.parametrize("module", sorted(BARE))
 def test_err_codes_are_raised_by_name(module):
     found = BARE[module]
     hints = [f"line {line}: {n} is err_codes.{next((k for k, v in NAMES.items() if v == int(n)), '?')}" for line, n in found]
     assert not found, f"{module} uses err_codes as bare numbers: {hints}"
-
-
-@pytest.mark.parametrize("entry", NOT_YET)
-def test_a_module_leaves_the_not_yet_list_once_converted(entry):
-    left = {m: BARE[m] for m in BARE if m == entry or m.startswith(entry + ".")}
-    assert left, f"{entry} is no module of jetspark"
-    assert any(left.values()), f"{entry} holds no bare err_code any more: take it off NOT_YET"
 
 
 def test_every_code_in_the_error_table_has_a_name():

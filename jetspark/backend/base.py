@@ -42,7 +42,7 @@ from jetspark.api import (
 from jetspark.backend import JetStreamAPI, archive
 from jetspark.backend.hooks import Hooks, consumer_arg, stream_arg
 from jetspark.backend.window import settle
-from jetspark.err_codes import STREAM_NOT_FOUND
+from jetspark.err_codes import BAD_REQUEST, STREAM_NOT_FOUND
 from jetspark.errors import (
     BadRequestError,
     ClosedError,
@@ -185,7 +185,7 @@ class HandleBase(Hooks):
         V.filter_subject(subject, "subject")
         if subject is not None:
             if last_by_subj is not None or next_by_subj is not None:
-                raise BadRequestError(400, 10003, "bad request: get_msg takes subject= (with next=) or last_by_subj=/next_by_subj=, not both")
+                raise BadRequestError(400, BAD_REQUEST, "bad request: get_msg takes subject= (with next=) or last_by_subj=/next_by_subj=, not both")
             if next:
                 next_by_subj = subject
             elif seq is not None:
@@ -193,17 +193,19 @@ class HandleBase(Hooks):
                 # rather than answering a question that was not asked.
                 raise BadRequestError(
                     400,
-                    10003,
+                    BAD_REQUEST,
                     "bad request: get_msg with seq= and subject= needs next=True (the first message at or after seq on subject); subject= alone reads the last message on it",
                 )
             else:
                 last_by_subj = subject
         elif next and next_by_subj is None:
-            raise BadRequestError(400, 10003, "bad request: get_msg(next=True) needs subject= (the first message at or after seq on it; '>' for any subject)")
+            raise BadRequestError(
+                400, BAD_REQUEST, "bad request: get_msg(next=True) needs subject= (the first message at or after seq on it; '>' for any subject)"
+            )
         if seq is None and last_by_subj is None and next_by_subj is None:
             raise BadRequestError(
                 400,
-                10003,
+                BAD_REQUEST,
                 "bad request: get_msg needs seq= (a stream sequence) or subject= (the last message on it; with next=True, the first at or after seq)",
             )
         return self._get_msg(stream, *V.get_msg_args(seq, last_by_subj, next_by_subj))
@@ -284,7 +286,7 @@ class HandleBase(Hooks):
     def _stream_of_batch(self, table: "pa.Table") -> str:
         """The stream ``publish`` of the first row's subject would reach."""
         if table.num_rows == 0:
-            raise BadRequestError(400, 10003, "publish_batch of an empty table needs stream=")
+            raise BadRequestError(400, BAD_REQUEST, "publish_batch of an empty table needs stream=")
         first = table.column("subject")[0].as_py()
         if not (subj.is_valid(first) and V.publish_subject_ok(first)):
             raise NoStreamResponseError(first)

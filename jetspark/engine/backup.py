@@ -31,6 +31,7 @@ from jetspark.engine import diskio, wakeup
 from jetspark.engine.records import ENTRY, ENTRY_SIZE
 from jetspark.engine.storage import StreamStorage
 from jetspark.engine.stream import Stream, config_from_json
+from jetspark.err_codes import STREAM_NOT_FOUND
 from jetspark.errors import BackupError, CorruptStoreError, api_error
 
 __all__ = ["archived_stream", "fill", "write"]
@@ -53,7 +54,7 @@ def write(st: Stream, writer: Writer, consumers: bool, meter: Meter, store_forma
     s = st.storage
     with s.locked():  # changes nothing: only holds off every writer while the files are copied
         if s.header.deleted:
-            raise api_error(10059)
+            raise api_error(STREAM_NOT_FOUND)
         st._reload_config()
         meta = st.load_meta()
         plan = _plan(s, consumers)

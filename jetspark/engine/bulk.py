@@ -21,6 +21,7 @@ from jetspark import validate as V
 from jetspark.api import BatchAck, RetentionPolicy, datetime_to_ns
 from jetspark.engine.records import SID_NONE, msgid_hash, runs_of, template_crcs
 from jetspark.engine.stream import Stream, last_id_key
+from jetspark.err_codes import BAD_REQUEST, STREAM_MESSAGE_EXCEEDS_MAXIMUM, STREAM_SEALED
 from jetspark.errors import BadRequestError, add_note, api_error
 from jetspark.protocol import headers as H
 from jetspark.protocol import msg_ids
@@ -301,7 +302,7 @@ def _publish_fast(stream, subjects, data, id_col=None, id_range=None) -> BatchAc
     lens = pc.binary_length(data).to_numpy(zero_copy_only=False).astype(np.int64)
     if c.max_msg_size > 0 and (lens > c.max_msg_size).any():
         row = int(np.flatnonzero(lens > c.max_msg_size)[0])
-        err = api_error(10054)
+        err = api_error(STREAM_MESSAGE_EXCEEDS_MAXIMUM)
         add_note(err, f"row {row} of the batch is {lens[row]} bytes; max_msg_size is {c.max_msg_size}; nothing was stored")
         raise err
     offsets = np.frombuffer(data.buffers()[1], dtype=np.int32, count=len(data) + 1, offset=data.offset * 4)
@@ -315,7 +316,7 @@ def _publish_fast(stream, subjects, data, id_col=None, id_range=None) -> BatchAc
     with stream.locked():
         c = stream.config
         if c.sealed:
-            raise api_error(10109)
+            raise api_error(STREAM_SEALED)
         uniq, idx = V.batch_subjects(subjects, c.subjects or [c.name], c.name)
         keep = None
         hdr, hdr_offsets = b"", np.zeros(n + 1, dtype=np.int64)
@@ -330,7 +331,7 @@ def _publish_fast(stream, subjects, data, id_col=None, id_range=None) -> BatchAc
                 hl = np.diff(hdr_offsets)
                 bad = (hl > c.max_msg_size) | (hl + lens[keep] > c.max_msg_size)
                 if bad.any():
-                    err = api_error(10054)
+                    err = api_error(STREAM_MESSAGE_EXCEEDS_MAXIMUM)
                     add_note(err, "a row's Nats-Msg-Id header makes it larger than max_msg_size; nothing was stored")
                     raise err
         sid_of = np.array([s.subject_id(u) for u in uniq], dtype=np.uint32)
@@ -418,7 +419,7 @@ def _dedup_rows(stream: Stream, ids: list):
     blocks = []
     for i, msg_id in enumerate(ids):
         if not msg_id:
-            raise BadRequestError(400, 10003, f"row {i} of the batch has an empty msg_id")
+            raise BadRequestError(400, BAD_REQUEST, f"row {i} of the batch has an empty msg_id")
         h = msgid_hash(msg_id)
         hashes.append(h)
         hit = known.get(h)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Optional
 
+from jetspark import err_codes as E
 from jetspark.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from jetspark.errors import APIError, ServerError, api_error
 from jetspark.protocol import subjects as subj
@@ -30,14 +31,14 @@ _SYS_API = (("$SYS.>",), "$SYS.ACCOUNT.>", "system api")
 
 def invalid(message: str) -> APIError:
     """10052: the server's "invalid stream config" with its own message."""
-    return api_error(10052, err=message)
+    return api_error(E.STREAM_INVALID_CONFIG, err=message)
 
 
 def check_name(name: Optional[str], kind: str = "stream") -> None:
     if not name or _NAME_FORBIDDEN.intersection(name):
         raise invalid(f"{kind} name is required and can not contain '.', '*', '>', '\\', '/'")
     if "/" in name or "\\" in name:
-        raise api_error(10128)
+        raise api_error(E.STREAM_NAME_CONTAINS_PATH_SEPARATORS)
     if len(name.encode()) > MAX_NAME_LEN:
         raise invalid(f"{kind} name is too long, maximum allowed is {MAX_NAME_LEN}")
 
@@ -48,8 +49,8 @@ def check_storable_name(name: str, kind: str) -> None:
     The engine keeps memory streams in files too, so it answers this for them as well."""
     if "\x00" in name:
         if kind == "stream":
-            raise ServerError(500, 10049, "error creating store for stream")
-        raise api_error(10012, err="error creating store for consumer")
+            raise ServerError(500, E.STREAM_CREATE, "error creating store for stream")
+        raise api_error(E.CONSUMER_CREATE, err="error creating store for consumer")
 
 
 def enum_value(enum: type[Enum], value, field: str):
@@ -58,7 +59,7 @@ def enum_value(enum: type[Enum], value, field: str):
     try:
         return enum(value)
     except ValueError:
-        raise api_error(10025, err=f"can not unmarshal {value!r} into {field}") from None
+        raise api_error(E.INVALID_JSON, err=f"can not unmarshal {value!r} into {field}") from None
 
 
 def _limit(value: Optional[int]) -> int:
@@ -88,7 +89,7 @@ def normalize_stream_config(config: StreamConfig) -> StreamConfig:
     if replicas > MAX_REPLICAS:
         raise invalid(f"maximum replicas is {MAX_REPLICAS}")
     if replicas < 0:
-        raise api_error(10133)
+        raise api_error(E.REPLICAS_COUNT_CANNOT_BE_NEGATIVE)
 
     max_age = float(config.max_age or 0.0)
     if max_age < 0:
@@ -131,10 +132,10 @@ def normalize_stream_config(config: StreamConfig) -> StreamConfig:
                 raise invalid(f'subject "{s}" overlaps with "{later}"')
 
     if replicas > 1:
-        raise api_error(10074)
+        raise api_error(E.STREAM_REPLICAS_NOT_SUPPORTED)
 
     if config.first_seq is not None and config.first_seq < 0:
-        raise api_error(10025, err="first_seq can not be negative")
+        raise api_error(E.INVALID_JSON, err="first_seq can not be negative")
     first_seq = int(config.first_seq) if config.first_seq else None
     return StreamConfig(
         name=config.name,

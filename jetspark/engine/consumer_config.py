@@ -11,6 +11,7 @@ import datetime as dt
 import secrets
 from typing import Iterable, Optional
 
+from jetspark import err_codes as E
 from jetspark.api import (
     AckPolicy,
     ConsumerConfig,
@@ -48,11 +49,11 @@ def check_consumer_name(name: Optional[str]) -> None:
     if not name:
         return
     if "/" in name or "\\" in name:
-        raise api_error(10127)
+        raise api_error(E.CONSUMER_NAME_CONTAINS_PATH_SEPARATORS)
     if _NAME_FORBIDDEN.intersection(name):
         raise invalid("consumer name can not contain '.', '*', '>', '\\', '/'")
     if len(name) > MAX_NAME_LEN:
-        raise api_error(10102, max=MAX_NAME_LEN)
+        raise api_error(E.CONSUMER_NAME_TOO_LONG, max=MAX_NAME_LEN)
 
 
 def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> ConsumerConfig:
@@ -61,7 +62,7 @@ def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> C
     check_consumer_name(config.durable_name)
     check_consumer_name(config.name)
     if config.name and config.durable_name and config.name != config.durable_name:
-        raise api_error(10017)
+        raise api_error(E.CONSUMER_DURABLE_NAME_NOT_MATCH_SUBJECT)
 
     deliver = enum_value(DeliverPolicy, config.deliver_policy, "deliver policy") or DeliverPolicy.ALL
     ack = enum_value(AckPolicy, config.ack_policy, "ack policy") or AckPolicy.NONE
@@ -69,14 +70,14 @@ def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> C
 
     replicas = int(config.num_replicas or 0)
     if replicas < 0:
-        raise api_error(10133)
+        raise api_error(E.REPLICAS_COUNT_CANNOT_BE_NEGATIVE)
     if replicas > 1:
-        raise api_error(10074)
+        raise api_error(E.STREAM_REPLICAS_NOT_SUPPORTED)
     backoff = [float(b) for b in config.backoff] if config.backoff else None
     if backoff and any(b < 0 for b in backoff):
-        raise api_error(10184)  # before the description and the filters, as the server checks
+        raise api_error(E.CONSUMER_BACK_OFF_NEGATIVE)  # before the description and the filters, as the server checks
     if config.description and len(config.description) > MAX_DESCRIPTION_LEN:
-        raise api_error(10107, max=MAX_DESCRIPTION_LEN)
+        raise api_error(E.CONSUMER_DESCRIPTION_TOO_LONG, max=MAX_DESCRIPTION_LEN)
     deliver_subject = config.deliver_subject or None
     _check_push(config, deliver_subject, heartbeat, ack, stream)
 
@@ -84,26 +85,26 @@ def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> C
     filter_subject = config.filter_subject or None
     filter_subjects = list(config.filter_subjects) if config.filter_subjects else None
     if filter_subject and filter_subjects:
-        raise api_error(10136)
+        raise api_error(E.CONSUMER_DUPLICATE_FILTER_SUBJECTS)
     filters = filter_subjects or ([filter_subject] if filter_subject else [])
     if any(not f for f in filters):
-        raise api_error(10139)
+        raise api_error(E.CONSUMER_EMPTY_FILTER)
     if any(not subj.is_valid(f) for f in filters):
         raise invalid("invalid subject")
     for i, a in enumerate(filters):
         for b in filters[i + 1 :]:
             if subj.subset(a, b) or subj.subset(b, a):
-                raise api_error(10138)
+                raise api_error(E.CONSUMER_OVERLAPPING_SUBJECT_FILTERS)
 
     _check_start(deliver, config, bool(filters))
     if config.flow_control and heartbeat is None:
-        raise api_error(10108)
+        raise api_error(E.CONSUMER_WITH_FLOW_CONTROL_NEEDS_HEARTBEATS)
 
     max_deliver = int(config.max_deliver) if config.max_deliver and config.max_deliver > 0 else -1
     if backoff and max_deliver != -1 and len(backoff) > max_deliver:
-        raise api_error(10116)
+        raise api_error(E.CONSUMER_MAX_DELIVER_BACKOFF)
     if config.ack_wait is not None and config.ack_wait < 0:
-        raise api_error(10183)
+        raise api_error(E.CONSUMER_ACK_WAIT_NEGATIVE)
     if backoff:
         ack_wait: Optional[float] = backoff[0]  # the server forces the first backoff step
     elif ack == AckPolicy.NONE:
@@ -160,22 +161,22 @@ def _check_push(config: ConsumerConfig, deliver_subject: Optional[str], heartbea
     consumer may set (consumer.go checkConsumerCfg, in its order)."""
     if deliver_subject:
         if not subj.is_literal(deliver_subject):
-            raise api_error(10079)
+            raise api_error(E.CONSUMER_DELIVER_TO_WILDCARDS)
         if not subj.is_valid(deliver_subject):
-            raise api_error(10112)
+            raise api_error(E.CONSUMER_INVALID_DELIVER_SUBJECT)
         if any(subj.subset(deliver_subject, s) for s in stream.subjects or ()):
-            raise api_error(10081)  # the stream would capture its own deliveries
+            raise api_error(E.CONSUMER_DELIVER_CYCLE)  # the stream would capture its own deliveries
         if config.max_waiting:
-            raise api_error(10080)
+            raise api_error(E.CONSUMER_PUSH_MAX_WAITING)
         if config.max_ack_pending and config.max_ack_pending > 0 and ack == AckPolicy.NONE:
-            raise api_error(10082)
+            raise api_error(E.CONSUMER_MAX_PENDING_ACK_POLICY_REQUIRED)
         if heartbeat is not None and heartbeat < MIN_HEARTBEAT:
-            raise api_error(10083)
+            raise api_error(E.CONSUMER_SMALL_HEARTBEAT)
     else:
         if heartbeat is not None:
-            raise api_error(10088)
+            raise api_error(E.CONSUMER_HB_REQUIRES_PUSH)
         if config.flow_control:
-            raise api_error(10089)
+            raise api_error(E.CONSUMER_FC_REQUIRES_PUSH)
 
 
 def _check_start(deliver: DeliverPolicy, config: ConsumerConfig, filtered: bool) -> None:
@@ -184,21 +185,21 @@ def _check_start(deliver: DeliverPolicy, config: ConsumerConfig, filtered: bool)
     seq, start_time = config.opt_start_seq, config.opt_start_time
     if deliver == DeliverPolicy.BY_START_SEQUENCE:
         if not seq:
-            raise api_error(10094, err=what + "optional start sequence is not set")
+            raise api_error(E.CONSUMER_INVALID_POLICY, err=what + "optional start sequence is not set")
         if start_time is not None:
-            raise api_error(10094, err=what + "optional start time is also set")
+            raise api_error(E.CONSUMER_INVALID_POLICY, err=what + "optional start time is also set")
     elif deliver == DeliverPolicy.BY_START_TIME:
         if start_time is None:
-            raise api_error(10094, err=what + "optional start time is not set")
+            raise api_error(E.CONSUMER_INVALID_POLICY, err=what + "optional start time is not set")
         if seq:
-            raise api_error(10094, err=what + "optional start start sequence is also set")  # sic
+            raise api_error(E.CONSUMER_INVALID_POLICY, err=what + "optional start start sequence is also set")  # sic
     else:
         if deliver == DeliverPolicy.LAST_PER_SUBJECT and not filtered:
-            raise api_error(10094, err=what + "optional filter subject is not set")
+            raise api_error(E.CONSUMER_INVALID_POLICY, err=what + "optional filter subject is not set")
         if seq:
-            raise api_error(10094, err=what + "optional start sequence is also set")
+            raise api_error(E.CONSUMER_INVALID_POLICY, err=what + "optional start sequence is also set")
         if start_time is not None:
-            raise api_error(10094, err=what + "optional start time is also set")
+            raise api_error(E.CONSUMER_INVALID_POLICY, err=what + "optional start time is also set")
 
 
 def _policy_text(p: DeliverPolicy) -> str:
@@ -223,20 +224,20 @@ def check_update(old: ConsumerConfig, new: ConsumerConfig, bound: bool = False) 
         (("flow_control",), "flow control"),
     ):
         if any(getattr(old, f) != getattr(new, f) for f in fields):
-            raise api_error(10012, err=f"{text} can not be updated")
+            raise api_error(E.CONSUMER_CREATE, err=f"{text} can not be updated")
     if old.deliver_subject != new.deliver_subject:
         if not old.deliver_subject:
-            raise api_error(10012, err="can not update pull consumer to push based")
+            raise api_error(E.CONSUMER_CREATE, err="can not update pull consumer to push based")
         if not new.deliver_subject:
-            raise api_error(10012, err="can not update push consumer to pull based")
+            raise api_error(E.CONSUMER_CREATE, err="can not update push consumer to pull based")
         if bound:
-            raise api_error(10013)
+            raise api_error(E.CONSUMER_NAME_EXIST)
     for fields, text in (
         (("max_waiting",), "max waiting"),
         (("mem_storage",), "storage type"),
     ):
         if any(getattr(old, f) != getattr(new, f) for f in fields):
-            raise api_error(10012, err=f"{text} can not be updated")
+            raise api_error(E.CONSUMER_CREATE, err=f"{text} can not be updated")
 
 
 def check_workqueue(stream: StreamConfig, new: ConsumerConfig, others: Iterable[ConsumerConfig]) -> None:
@@ -244,19 +245,19 @@ def check_workqueue(stream: StreamConfig, new: ConsumerConfig, others: Iterable[
     if stream.retention != RetentionPolicy.WORK_QUEUE:
         return
     if new.ack_policy == AckPolicy.NONE and not new.deliver_subject:
-        raise api_error(10084)  # a pull consumer's rule; a push consumer gets the next one
+        raise api_error(E.CONSUMER_PULL_REQUIRES_ACK)  # a pull consumer's rule; a push consumer gets the next one
     if new.ack_policy != AckPolicy.EXPLICIT:
-        raise api_error(10098)
+        raise api_error(E.CONSUMER_WQ_REQUIRES_EXPLICIT_ACK)
     if new.deliver_policy != DeliverPolicy.ALL:
-        raise api_error(10101)
+        raise api_error(E.CONSUMER_WQ_CONSUMER_NOT_DELIVER_ALL)
     mine = filters_of(new)
     others = [o for o in others if o.name is None or o.name != new.name]
     if not mine and others:
-        raise api_error(10099)
+        raise api_error(E.CONSUMER_WQ_MULTIPLE_UNFILTERED)
     for other in others:
         theirs = filters_of(other)
         if not theirs or any(subj.collide(a, b) for a in mine for b in theirs):
-            raise api_error(10100)
+            raise api_error(E.CONSUMER_WQ_CONSUMER_NOT_UNIQUE)
 
 
 def config_to_json(config: ConsumerConfig) -> dict:

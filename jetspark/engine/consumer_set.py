@@ -31,6 +31,7 @@ from jetspark.engine.config import check_storable_name
 from jetspark.engine.consumer import LAST_PER_SUBJECT, SNAPSHOT, Consumer
 from jetspark.engine.consumer_config import config_to_json
 from jetspark.engine.records import SID_NONE, runs_of
+from jetspark.err_codes import CONSUMER_NOT_FOUND, MAXIMUM_CONSUMERS_LIMIT
 from jetspark.errors import CorruptStoreError, StoreError, StoreIOError, api_error
 
 log = logging.getLogger("jetspark")
@@ -42,7 +43,7 @@ def dir_name(name: str) -> str:
     try:
         size = len(name.encode())
     except UnicodeEncodeError:
-        raise api_error(10014) from None
+        raise api_error(CONSUMER_NOT_FOUND) from None
     return name if size <= 255 else uuid.uuid5(uuid.NAMESPACE_URL, name).hex
 
 
@@ -170,7 +171,7 @@ class ConsumerSet:
             raise next(iter(self.broken.values()))
         limit = self.stream.config.max_consumers
         if limit > 0 and self.count >= limit:
-            raise api_error(10026)
+            raise api_error(MAXIMUM_CONSUMERS_LIMIT)
         check_storable_name(name, "consumer")
         home = self.dir / dir_name(name)
         if home.exists():

@@ -31,6 +31,7 @@ from jetspark.engine import consumer_config as ccfg
 from jetspark.engine import wakeup
 from jetspark.engine.bindings import Binding
 from jetspark.engine.consumer import SCALARS
+from jetspark.err_codes import CONSUMER_NOT_FOUND
 from jetspark.errors import JetSparkError, api_error, push_based_error
 from jetspark.protocol import ack_reply
 from jetspark.protocol import headers as H
@@ -159,7 +160,7 @@ def consumer_of(st: "Stream", name: str) -> "Consumer":
     c = st.consumers.by_name.get(V.consumer_name(name))
     if c is None:
         st.consumers.check_not_broken(name)  # damaged: its CorruptStoreError
-        raise api_error(10014)
+        raise api_error(CONSUMER_NOT_FOUND)
     return c
 
 
@@ -220,7 +221,7 @@ class Deliveries:
                 try:
                     return Binding(c.home)
                 except FileNotFoundError:
-                    raise api_error(10014) from None
+                    raise api_error(CONSUMER_NOT_FOUND) from None
 
     def unbind(self, binding: Binding, stream: str, consumer: str) -> None:
         """Release a binding; the consumer's inactive_threshold counts from now, as the server's

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
+from jetspark import err_codes as E
 from jetspark import validate as V
 from jetspark.api import (
     BackupInfo,
@@ -135,7 +136,7 @@ class JetStream(HandleBase):
             if existing is not None:
                 existing.refresh()
                 if existing.config != new:
-                    raise api_error(10058)
+                    raise api_error(E.STREAM_NAME_EXIST)
                 return existing.info().evolve(did_create=True)  # as the server answers
             self._store.check_overlap(new)
             cfg.check_storable_name(new.name, "stream")
@@ -172,11 +173,11 @@ class JetStream(HandleBase):
             self._store.sync()
             home = self.path / "streams" / config.name
             if config.name in self._store.streams or config.name in self._store.broken or os.path.lexists(home):
-                raise api_error(10130)
+                raise api_error(E.STREAM_NAME_EXIST_RESTORE_FAILED)
             try:
                 self._store.check_overlap(config)
             except APIError as exc:  # as the server words it
-                raise api_error(10062, err=f"error adding stream: {exc.description} ({exc.err_code})") from None
+                raise api_error(E.STREAM_RESTORE, err=f"error adding stream: {exc.description} ({exc.err_code})") from None
             self._store.remove_leftovers()
             meta = {"config": config_to_json(config), "created": created, "uid": uuid.uuid4().hex[:12]}
             self._store.build_stream(home, config, meta, fill=lambda data_dir: backup.fill(archive, data_dir, meter, self._store.fsync))
@@ -246,7 +247,7 @@ class JetStream(HandleBase):
             if st is None:
                 err = self._store.broken.get(name) if isinstance(name, str) else None
                 if err is None:
-                    raise api_error(10059)
+                    raise api_error(E.STREAM_NOT_FOUND)
                 problems.append(Problem(err.path or str(self.path / "streams" / name), str(err)))
                 if not check.header_is_unusable(err):
                     return CheckReport(name, 0, tuple(problems))
@@ -298,7 +299,7 @@ class JetStream(HandleBase):
             self._check()
             st = self._store.route(subject)
             if st is None:
-                raise api_error(10059)
+                raise api_error(E.STREAM_NOT_FOUND)
             return st.name
 
     def _purge_stream(self, name: str, subject: Optional[str], seq: Optional[int], keep: Optional[int]) -> bool:
@@ -389,14 +390,14 @@ class JetStream(HandleBase):
                     if existing.config == new:
                         return existing.info(now)
                     if action == "create":
-                        raise api_error(10148)
+                        raise api_error(E.CONSUMER_ALREADY_EXISTS)
                     ccfg.check_update(existing.config, new, bound=existing.is_bound())
                     ccfg.check_workqueue(st.config, new, (c.config for c in st.consumers.by_name.values()))
                     return st.consumers.update(existing, new).info(now)
                 if action == "update":
-                    raise api_error(10149)
+                    raise api_error(E.CONSUMER_DOES_NOT_EXIST)
                 if st.config.max_consumers > 0 and len(st.consumers.by_name) >= st.config.max_consumers:
-                    raise api_error(10026)
+                    raise api_error(E.MAXIMUM_CONSUMERS_LIMIT)
                 ccfg.check_workqueue(st.config, new, (c.config for c in st.consumers.by_name.values()))
                 # An ephemeral consumer gets a generated name; its config keeps name=None, as the server echoes it.
                 return st.consumers.create(new, now, new.name or ccfg.new_ephemeral_name()).info(now)
@@ -406,7 +407,7 @@ class JetStream(HandleBase):
             st = self._stream(stream)
             with st.locked():
                 if consumer not in st.consumers.by_name and st.consumers.broken_error(consumer) is None:
-                    raise api_error(10014)
+                    raise api_error(E.CONSUMER_NOT_FOUND)
                 st.consumers.delete(consumer)  # a damaged one too: the user asked
             return True
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from jetspark import err_codes as E
 from jetspark.errors import BadRequestError
 from jetspark.protocol import headers as H
 
@@ -49,15 +50,15 @@ REQUEST_INFO = "Nats-Request-Info"
 
 # The server's descriptions (HTTP 400 each).
 _ERRORS = {
-    10165: "invalid per-message TTL",
-    10166: "per-message TTL is disabled",
-    10168: "message counters is disabled",
-    10171: "message counter increment is invalid",
-    10174: "atomic publish is disabled",
-    10188: "message schedules is disabled",
-    10212: "message schedules invalid scheduler",
-    10227: "message stream source header is not allowed",
-    10097: "header size exceeds maximum allowed of 64k",
+    E.MESSAGE_TTL_INVALID: "invalid per-message TTL",
+    E.MESSAGE_TTL_DISABLED: "per-message TTL is disabled",
+    E.MESSAGE_INCR_DISABLED: "message counters is disabled",
+    E.MESSAGE_INCR_INVALID: "message counter increment is invalid",
+    E.ATOMIC_PUBLISH_DISABLED: "atomic publish is disabled",
+    E.MESSAGE_SCHEDULES_DISABLED: "message schedules is disabled",
+    E.MESSAGE_SCHEDULES_SCHEDULER_INVALID: "message schedules invalid scheduler",
+    E.MESSAGE_STREAM_SOURCE_HEADER_NOT_ALLOWED: "message stream source header is not allowed",
+    E.STREAM_HEADER_EXCEEDS_MAXIMUM: "header size exceeds maximum allowed of 64k",
 }
 MAX_HEADER = 65535  # the server keeps a header block's length in 16 bits
 
@@ -87,14 +88,14 @@ def strip_request_info(hdr: bytes) -> bytes:
 def check_trace(hdr: bytes) -> None:
     if _value(hdr, TRACE_DEST) is not None:
         raise BadRequestError(
-            400, 10003, f"message tracing ({TRACE_DEST} header) is not supported by the embedded engine; publish without it, or trace on a nats-server"
+            400, E.BAD_REQUEST, f"message tracing ({TRACE_DEST} header) is not supported by the embedded engine; publish without it, or trace on a nats-server"
         )
 
 
 def check_batch(hdr: bytes) -> None:
     """After sealed and size: a message of an atomic batch."""
     if _value(hdr, BATCH_ID) is not None:
-        raise refused(10174)
+        raise refused(E.ATOMIC_PUBLISH_DISABLED)
 
 
 def check_incr(hdr: bytes) -> None:
@@ -103,48 +104,48 @@ def check_incr(hdr: bytes) -> None:
     if value is None:
         return
     if not re.fullmatch(r"[+-]?[0-9]+", value):
-        raise refused(10171)
-    raise refused(10168)
+        raise refused(E.MESSAGE_INCR_INVALID)
+    raise refused(E.MESSAGE_INCR_DISABLED)
 
 
 def check_ttl_enabled(hdr: bytes) -> None:
     """After Nats-Expected-Stream: a valid TTL asks for a feature the stream lacks."""
     value = _value(hdr, TTL)
     if value is not None and ttl_seconds(value) not in (0, None):
-        raise refused(10166)
+        raise refused(E.MESSAGE_TTL_DISABLED)
 
 
 def check_schedules(hdr: bytes, subject: str) -> None:
     """After the expected sequences: schedules, then Nats-Stream-Source."""
     if _value(hdr, SCHEDULE) is not None:
-        raise refused(10188)
+        raise refused(E.MESSAGE_SCHEDULES_DISABLED)
     zone = H.lookup(hdr, SCHEDULE_TIME_ZONE)
     if zone is not None and not _known_zone(zone):
-        raise refused(10188)
+        raise refused(E.MESSAGE_SCHEDULES_DISABLED)
     nxt = _value(hdr, SCHEDULE_NEXT)
     scheduler = _value(hdr, SCHEDULER)
     if nxt is not None:
         if nxt != "purge" or scheduler is None or scheduler == subject or not _publish_subject(scheduler):
-            raise refused(10212)
-        raise refused(10188)
+            raise refused(E.MESSAGE_SCHEDULES_SCHEDULER_INVALID)
+        raise refused(E.MESSAGE_SCHEDULES_DISABLED)
     if scheduler is not None:
-        raise refused(10212)
+        raise refused(E.MESSAGE_SCHEDULES_SCHEDULER_INVALID)
     if _value(hdr, STREAM_SOURCE) is not None:
-        raise refused(10227)
+        raise refused(E.MESSAGE_STREAM_SOURCE_HEADER_NOT_ALLOWED)
 
 
 def check_header_size(hdr: bytes) -> None:
     """After the size limit and an atomic batch, before every other header check: a header
     block the server cannot store."""
     if len(hdr) > MAX_HEADER:
-        raise refused(10097)
+        raise refused(E.STREAM_HEADER_EXCEEDS_MAXIMUM)
 
 
 def check_ttl_valid(hdr: bytes) -> None:
     """Before the discard-new limits: a Nats-TTL that is not a TTL."""
     value = _value(hdr, TTL)
     if value is not None and ttl_seconds(value) is None:
-        raise refused(10165)
+        raise refused(E.MESSAGE_TTL_INVALID)
 
 
 # ---------------------------------------------------------------------- values as the server reads them

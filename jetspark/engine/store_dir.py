@@ -49,6 +49,7 @@ from jetspark.engine import diskio, metafile
 from jetspark.engine.locking import FORK_GENERATION, FLock
 from jetspark.engine.storage import StreamStorage
 from jetspark.engine.stream import Stream, config_from_json, load_stream_meta
+from jetspark.err_codes import STREAM_NOT_FOUND, STREAM_SUBJECT_OVERLAP
 from jetspark.errors import ClosedError, CorruptStoreError, NoStreamResponseError, StoreError, StoreIOError, api_error
 from jetspark.protocol import subjects as subj
 
@@ -279,7 +280,7 @@ class StoreDirectory:
                 raise err
             st = self.streams.get(name)
             if st is None:
-                raise api_error(10059)
+                raise api_error(STREAM_NOT_FOUND)
         return st
 
     # ------------------------------------------------------------------ routes of publishes
@@ -340,7 +341,7 @@ class StoreDirectory:
             for a in new.subjects or ():
                 for b in other.config.subjects or ():
                     if subj.collide(a, b):
-                        raise api_error(10065)
+                        raise api_error(STREAM_SUBJECT_OVERLAP)
 
     # ------------------------------------------------------------------ stream directories (caller holds the store lock)
 

@@ -15,6 +15,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from jetspark import err_codes as E
 from jetspark.api import (
     ENGINE_NAME,
     ClusterInfo,
@@ -123,7 +124,7 @@ class Stream:
         self.storage.refresh()
         self._reload_config()
         if self.storage.header.deleted:
-            raise api_error(10059)
+            raise api_error(E.STREAM_NOT_FOUND)
         if self.config.max_age and self._expired_exists():
             with self.locked():
                 pass
@@ -255,7 +256,7 @@ class Stream:
                     return self._publish_locked(subject, data, b"")
             c = self.config
             if 0 < c.max_msg_size < len(data):
-                raise api_error(10054)
+                raise api_error(E.STREAM_MESSAGE_EXCEEDS_MAXIMUM)
             ts = self.clock()
             seq = s.append(subject, b"", data, ts if ts > h.last_ts else h.last_ts + 1000)
             h.last_id = b""
@@ -283,7 +284,7 @@ class Stream:
         s, c = self.storage, self.config
         h = s.header
         if c.sealed:
-            raise api_error(10109)
+            raise api_error(E.STREAM_SEALED)
         if hdr:
             hdr = refusals.strip_request_info(hdr)
             refusals.check_trace(hdr)
@@ -296,19 +297,19 @@ class Stream:
             refusals.check_incr(hdr)
             expected_stream = H.lookup(hdr, H.EXPECTED_STREAM)
             if expected_stream is not None and expected_stream != c.name:
-                raise api_error(10060)
+                raise api_error(E.STREAM_NOT_MATCH)
             refusals.check_ttl_enabled(hdr)
             subj_seq = H.lookup(hdr, H.EXPECTED_LAST_SUBJ_SEQ)
             subj_seq_subject = H.lookup(hdr, H.EXPECTED_LAST_SUBJ_SEQ_SUBJECT)
             if subj_seq is not None:
                 actual = self.last_seq_for(subj_seq_subject or subject)
                 if _int(subj_seq) != actual:
-                    raise api_error(10071, seq=actual)
+                    raise api_error(E.STREAM_WRONG_LAST_SEQUENCE, seq=actual)
             elif subj_seq_subject is not None:
-                raise api_error(10193)
+                raise api_error(E.STREAM_EXPECTED_LAST_SEQ_PER_SUBJECT_INVALID)
             last_seq = H.lookup(hdr, H.EXPECTED_LAST_SEQ)
             if last_seq is not None and _int(last_seq) != h.last_seq:
-                raise api_error(10071, seq=h.last_seq)
+                raise api_error(E.STREAM_WRONG_LAST_SEQUENCE, seq=h.last_seq)
             refusals.check_schedules(hdr, subject)
             msg_id = H.lookup(hdr, H.MSG_ID) or None
             if msg_id is not None:
@@ -317,14 +318,14 @@ class Stream:
                     return PubAck(stream=c.name, seq=hit, duplicate=True)
             last_id = H.lookup(hdr, H.EXPECTED_LAST_MSG_ID)
             if last_id is not None and last_id_key(last_id) != h.last_id:
-                raise api_error(10070, id=h.last_id.decode(errors="replace"))
+                raise api_error(E.STREAM_WRONG_LAST_MSG_ID, id=h.last_id.decode(errors="replace"))
             rollup = H.lookup(hdr, H.ROLLUP)
             if rollup is not None:
                 if not c.allow_rollup_hdrs:
-                    raise api_error(10111, err="rollup not permitted")
+                    raise api_error(E.STREAM_ROLLUP_FAILED, err="rollup not permitted")
                 rollup = rollup.lower()
                 if rollup not in ("sub", "all"):
-                    raise api_error(10111, err=f'rollup value invalid: "{H.lookup(hdr, H.ROLLUP)}"')
+                    raise api_error(E.STREAM_ROLLUP_FAILED, err=f'rollup value invalid: "{H.lookup(hdr, H.ROLLUP)}"')
         sid = s.subject_ids.get(subject)
         interested = c.retention != RetentionPolicy.INTEREST or self._has_interest(subject)
         if hdr and interested:
@@ -370,7 +371,7 @@ class Stream:
     def check_size(self, hlen: int, dlen: int) -> None:
         limit = self.config.max_msg_size
         if limit > 0 and (hlen > limit or hlen + dlen > limit):
-            raise api_error(10054)
+            raise api_error(E.STREAM_MESSAGE_EXCEEDS_MAXIMUM)
 
     def check_discard_new(self, sid: Optional[int], subject_len: int, hlen: int, dlen: int) -> None:
         """discard: new refuses what would exceed a limit (docs/semantics.md §3.2, with its quirk)."""
@@ -379,16 +380,16 @@ class Stream:
             return
         at_subject_limit = c.max_msgs_per_subject > 0 and sid is not None and s.subject_count(sid) >= c.max_msgs_per_subject
         if at_subject_limit and c.discard_new_per_subject:
-            raise api_error(10077, err="maximum messages per subject exceeded")
+            raise api_error(E.STREAM_STORE_FAILED, err="maximum messages per subject exceeded")
         # Quirk: a subject at its own limit replaces its oldest message, skips the
         # max_msgs check, and passes the max_bytes check if the stream's first
         # message is at least as large as the new one.
         if c.max_msgs > 0 and s.header.msgs >= c.max_msgs and not at_subject_limit:
-            raise api_error(10077, err="maximum messages exceeded")
+            raise api_error(E.STREAM_STORE_FAILED, err="maximum messages exceeded")
         size = s.msg_size(subject_len, hlen, dlen)
         if c.max_bytes > 0 and s.header.bytes + size > c.max_bytes:
             if not at_subject_limit or self._first_size() < size:
-                raise api_error(10077, err="maximum bytes exceeded")
+                raise api_error(E.STREAM_STORE_FAILED, err="maximum bytes exceeded")
 
     def _first_size(self) -> int:
         s = self.storage
@@ -439,15 +440,15 @@ class Stream:
     def purge(self, subject: Optional[str] = None, seq: Optional[int] = None, keep: Optional[int] = None) -> int:
         c = self.config
         if c.sealed:
-            raise api_error(10109)
+            raise api_error(E.STREAM_SEALED)
         if c.deny_purge:
-            raise api_error(10110, err="stream purge not permitted")
+            raise api_error(E.STREAM_PURGE_FAILED, err="stream purge not permitted")
         # 0 means "not set" for both, as on the wire.
         seq, keep = seq or None, keep or None
         if seq is not None and keep is not None:
-            raise api_error(10003)
+            raise api_error(E.BAD_REQUEST)
         if subject is not None and not subj.is_valid(subject):
-            raise api_error(10003)
+            raise api_error(E.BAD_REQUEST)
         with self.locked():
             s = self.storage
             before = s.header.msgs
@@ -497,25 +498,25 @@ class Stream:
     def delete_msg(self, seq: int) -> None:
         c = self.config
         if c.sealed:
-            raise api_error(10109)
+            raise api_error(E.STREAM_SEALED)
         if c.deny_delete:
-            raise api_error(10057, err="message delete not permitted")
+            raise api_error(E.STREAM_MSG_DELETE_FAILED, err="message delete not permitted")
         with self.locked():
             s = self.storage
             if not s.is_live(seq):
                 # The file store answers differently outside its range (docs/semantics.md §4).
                 if c.storage == StorageType.FILE and seq > s.header.last_seq:
-                    raise api_error(10057, err="stream store EOF")
+                    raise api_error(E.STREAM_MSG_DELETE_FAILED, err="stream store EOF")
                 if c.storage == StorageType.FILE and seq < s.header.first_seq:
-                    raise api_error(10057, err="no message found")
-                raise api_error(10043, seq=seq)
+                    raise api_error(E.STREAM_MSG_DELETE_FAILED, err="no message found")
+                raise api_error(E.SEQUENCE_NOT_FOUND, seq=seq)
             self.remove(np.array([seq], dtype=np.int64))
 
     def get_msg(self, seq: Optional[int] = None, last_by_subj: Optional[str] = None, next_by_subj: Optional[str] = None) -> RawStreamMsg:
         self.refresh()
         s = self.storage
         if last_by_subj and seq:
-            raise api_error(10003)
+            raise api_error(E.BAD_REQUEST)
         if last_by_subj:
             found = self.last_seq_for(last_by_subj)
         elif next_by_subj:
@@ -524,10 +525,10 @@ class Stream:
             found = self._next_matching(mask, start)
         else:
             if not seq:
-                raise api_error(10003)
+                raise api_error(E.BAD_REQUEST)
             found = seq if s.is_live(seq) else 0
         if not found:
-            raise api_error(10037)
+            raise api_error(E.NO_MESSAGE_FOUND)
         subject, hdr, data, ts = s.read_message(found)
         return RawStreamMsg(
             subject=subject,
@@ -605,7 +606,7 @@ class _StreamLock:
         try:
             st._reload_config()
             if st.storage.header.deleted:
-                raise api_error(10059)
+                raise api_error(E.STREAM_NOT_FOUND)
             if st.storage.header.cons_gen or st.consumers.by_name:
                 st.consumers.sync()
                 st.consumers.expire_inactive(st.clock())

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from jetspark import validate as V
 from jetspark.api import BatchAck, PubAck
+from jetspark.err_codes import STREAM_MESSAGE_EXCEEDS_MAXIMUM, STREAM_SEALED
 from jetspark.errors import (
     APIError,
     JetSparkError,
@@ -50,7 +51,7 @@ def publish_batch(session: Session, table: pa.Table, stream: str, msg_ids: Optio
     if n == 0:
         return BatchAck(c.name, pa.array([], pa.int64()), pa.array([], pa.bool_()))
     if c.sealed:
-        raise api_error(10109)
+        raise api_error(STREAM_SEALED)
     uniq, ids = V.batch_subjects(subjects, c.subjects or [c.name], c.name)
     datas = [b if b is not None else b"" for b in table.column("data").to_pylist()]
     hdr_col = table.column("headers") if "headers" in table.column_names else None
@@ -80,7 +81,7 @@ def publish_batch(session: Session, table: pa.Table, stream: str, msg_ids: Optio
     for limit, what in ((c.max_msg_size or -1, "max_msg_size"), (max_payload or -1, "the server's max_payload")):
         if limit > 0 and (lens > limit).any():
             row = int(np.flatnonzero(lens > limit)[0])
-            err = api_error(10054)
+            err = api_error(STREAM_MESSAGE_EXCEEDS_MAXIMUM)
             add_note(err, f"row {row} of the batch is {int(lens[row])} bytes; {what} is {limit}; nothing was stored")
             raise err
     subj_bytes = [u.encode() for u in uniq]

@@ -31,6 +31,7 @@ from typing import Any, Optional
 
 from jetspark.api import PubAck
 from jetspark.backend.window import PublishWindow, mark_completing, settle, settle_all
+from jetspark.err_codes import STREAM_MESSAGE_EXCEEDS_MAXIMUM
 from jetspark.errors import BadRequestError, ClosedError, JetSparkError, NoStreamResponseError, add_note, error_from_response
 from jetspark.protocol import headers as H
 from jetspark.protocol import subjects as subj
@@ -158,7 +159,12 @@ class AsyncPublisher:
                 subject_bytes = encoded[subject] = subject.encode()
             hdr = H.encode(headers) if headers else b""
             if max_payload and len(hdr) + len(payload) > max_payload:
-                settle(fut, BadRequestError(400, 10054, f"message size exceeds maximum allowed (the server's max_payload is {max_payload} bytes)"))
+                settle(
+                    fut,
+                    BadRequestError(
+                        400, STREAM_MESSAGE_EXCEEDS_MAXIMUM, f"message size exceeds maximum allowed (the server's max_payload is {max_payload} bytes)"
+                    ),
+                )
                 continue
             self._token += 1
             token = self._token

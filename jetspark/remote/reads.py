@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from jetspark.api import RetentionPolicy, StorageType, StreamInfo, datetime_to_ns
+from jetspark.err_codes import BAD_REQUEST
 from jetspark.errors import BadRequestError, JetSparkError, MsgNotFoundError
 from jetspark.protocol import headers as H
 from jetspark.protocol import subjects as subj
@@ -48,7 +49,7 @@ def _check_filters(subjects) -> Optional[list[str]]:
     out = list(subjects)
     for f in out:
         if not subj.is_valid(f):
-            raise BadRequestError(400, 10003, f"invalid subject filter {f!r}")
+            raise BadRequestError(400, BAD_REQUEST, f"invalid subject filter {f!r}")
     return out or None
 
 
@@ -56,7 +57,7 @@ def read_batches(
     session: Session, stream: str, start_seq: int, end_seq: Optional[int], *, subjects=None, batch_size: int = 65536, headers: bool = False
 ) -> Iterator[pa.RecordBatch]:
     if batch_size <= 0:
-        raise BadRequestError(400, 10003, f"batch_size must be positive, not {batch_size}")
+        raise BadRequestError(400, BAD_REQUEST, f"batch_size must be positive, not {batch_size}")
     filters = _check_filters(subjects)
     info = _stream_info(session, stream)  # the stream must exist now; its last_seq bounds the read
     lo = max(int(start_seq or 1), info.state.first_seq, 1)
