@@ -28,7 +28,7 @@ from jetspark.cli.parse import (
     DeliverType,
     format_duration,
     parse_duration,
-    parse_header,
+    parse_metadata,
     split_list,
 )
 from jetspark.cli.state import Commands, needs_store
@@ -113,16 +113,7 @@ def _changes(params: dict[str, Any]) -> dict[str, Any]:
                 err=True,
             )
     if params.get("metadata"):
-        meta = {}
-        for item in params["metadata"]:
-            key, sep, value = item.partition("=")
-            if not sep:
-                try:
-                    key, value = parse_header(item)
-                except ValueError:
-                    raise click.BadParameter(f"{item!r}: use KEY=VALUE", param_hint="--metadata") from None
-            meta[key.strip()] = value.strip()
-        out["metadata"] = meta
+        out["metadata"] = parse_metadata(params["metadata"])
     return out
 
 

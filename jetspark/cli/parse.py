@@ -240,3 +240,18 @@ class DeliverType(click.ParamType):
             return parse_deliver(value)
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
+
+
+def parse_metadata(items) -> dict[str, str]:
+    """``--metadata`` values (``KEY=VALUE``, or ``KEY: VALUE`` as a header) as a dict, for
+    streams and consumers alike."""
+    meta = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            try:
+                key, value = parse_header(item)
+            except ValueError:
+                raise click.BadParameter(f"{item!r}: use KEY=VALUE", param_hint="--metadata") from None
+        meta[key.strip()] = value.strip()
+    return meta

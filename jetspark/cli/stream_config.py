@@ -10,7 +10,7 @@ import click
 
 from jetspark.api import StreamConfig, StreamInfo
 from jetspark.cli.output import cluster_pairs, fmt_age, fmt_count, fmt_limit, fmt_time, kv_block, pair_diff
-from jetspark.cli.parse import DURATION, SIZE, format_duration, format_size, parse_header, split_list
+from jetspark.cli.parse import DURATION, SIZE, format_duration, format_size, parse_metadata, split_list
 
 __all__ = ["config_changes", "config_diff", "config_from_file", "config_options", "render_stream_info"]
 
@@ -118,16 +118,7 @@ def config_changes(params: dict[str, Any]) -> dict[str, Any]:
     if params.get("ack") is not None:
         out["no_ack"] = not params["ack"]
     if params.get("metadata"):
-        meta = {}
-        for item in params["metadata"]:
-            key, sep, value = item.partition("=")
-            if not sep:
-                try:
-                    key, value = parse_header(item)
-                except ValueError:
-                    raise click.BadParameter(f"{item!r}: use KEY=VALUE", param_hint="--metadata") from None
-            meta[key.strip()] = value.strip()
-        out["metadata"] = meta
+        out["metadata"] = parse_metadata(params["metadata"])
     return out
 
 
