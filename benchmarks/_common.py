@@ -116,7 +116,9 @@ def run_rows(sections: list[tuple[str, str, Callable[[], list[Row]]]], only: set
 
 def print_table(rows: list[Row], anchor: str = "nats-server anchor (median)", value: str = "jetspark (median)") -> None:
     head = ["#", "benchmark", value, anchor, "ratio", "target", "result", "spread (min-max)"]
-    body = [[r.key, r.name, r.value, r.anchor or "-", r.ratio or "-", r.target or "-", r.result, r.spread] for r in rows]
+    body = [
+        [r.key, r.name, r.value, r.anchor or "-", r.ratio or "-", r.target or "-", r.result, r.spread] for r in rows
+    ]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
 
     def line(cells):
@@ -150,19 +152,32 @@ def machine_info(base: Path, title: str, setup: str, sizes: object, quick: bool)
 
     import jetspark
 
-    cpu = next((ln.split(":", 1)[1].strip() for ln in read_text("/proc/cpuinfo").splitlines() if ln.startswith("model name")), platform.processor() or "?")
-    mem_kb = next((int(ln.split()[1]) for ln in read_text("/proc/meminfo").splitlines() if ln.startswith("MemTotal:")), 0)
+    cpu = next(
+        (ln.split(":", 1)[1].strip() for ln in read_text("/proc/cpuinfo").splitlines() if ln.startswith("model name")),
+        platform.processor() or "?",
+    )
+    mem_kb = next(
+        (int(ln.split()[1]) for ln in read_text("/proc/meminfo").splitlines() if ln.startswith("MemTotal:")), 0
+    )
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     try:
-        server = subprocess.run([nats_server_binary(), "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+        server = subprocess.run(
+            [nats_server_binary(), "--version"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         server = "?"
     try:
-        rev = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=10).stdout.strip()
+        rev = subprocess.run(
+            ["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         rev = "?"
     mounts = [ln.split() for ln in read_text("/proc/mounts").splitlines()]
-    fs = max((m for m in mounts if len(m) > 2 and str(base).startswith(m[1])), key=lambda m: len(m[1]), default=["?", "?", "?"])
+    fs = max(
+        (m for m in mounts if len(m) > 2 and str(base).startswith(m[1])),
+        key=lambda m: len(m[1]),
+        default=["?", "?", "?"],
+    )
     load = " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
     return [
         f"{title}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, mode: {'--quick' if quick else 'full'}",

@@ -72,7 +72,9 @@ def cpu_read(js, stream: str, n: int) -> tuple[float, float]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
-    parser.add_argument("--dir", type=Path, default=None, help="where the servers' data goes (default: the system temp dir)")
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="where the servers' data goes (default: the system temp dir)"
+    )
     args = parser.parse_args(argv)
     s = QUICK if args.quick else FULL
     base = Path(tempfile.mkdtemp(prefix="jetspark-bench-cluster-", dir=args.dir))
@@ -80,7 +82,11 @@ def main(argv=None) -> int:
     rows: list[Row] = []
     try:
         header = be.machine_info(
-            base, "jetspark on a 3-node NATS cluster", "100-byte payloads, file storage; a 3-node cluster and one server on this machine", s, args.quick
+            base,
+            "jetspark on a 3-node NATS cluster",
+            "100-byte payloads, file storage; a 3-node cluster and one server on this machine",
+            s,
+            args.quick,
         )
         cluster = NatsCluster(base=str(base)).start()
         lone = be.NatsServer(base).start()
@@ -101,7 +107,9 @@ def main(argv=None) -> int:
             cpu.append(c)
             r1.append(cpu_read(js, "R1", n)[0])
             lo.append(cpu_read(one, "LONE", n)[0])
-            log(f"1 read {r + 1}/{s.reps}: R3 {rate(r3[-1])} ({cpu[-1]:.1f} µs CPU/msg), R1 {rate(r1[-1])}, one server {rate(lo[-1])}")
+            log(
+                f"1 read {r + 1}/{s.reps}: R3 {rate(r3[-1])} ({cpu[-1]:.1f} µs CPU/msg), R1 {rate(r1[-1])}, one server {rate(lo[-1])}"
+            )
         m3, m1, ml = statistics.median(r3), statistics.median(r1), statistics.median(lo)
         rows.append(
             Row("1", f"range read into Arrow, R3 stream ({n:,} msgs)", rate(m3), rate(m1) + " (R1 on the cluster)", f"{m3 / m1:.2f}x", ">= 0.9x R1",

@@ -78,7 +78,9 @@ class Sizes:
     write_reps: int
 
 
-FULL = Sizes(read_msgs=10_000_000, read_reps=5, stream_reps=3, per_trigger=1_000_000, write_msgs=5_000_000, write_reps=3)
+FULL = Sizes(
+    read_msgs=10_000_000, read_reps=5, stream_reps=3, per_trigger=1_000_000, write_msgs=5_000_000, write_reps=3
+)
 QUICK = Sizes(read_msgs=1_000_000, read_reps=3, stream_reps=2, per_trigger=100_000, write_msgs=500_000, write_reps=2)
 
 
@@ -114,13 +116,20 @@ def _run(cmd: list[str]) -> str:
 def machine_info(base: Path, sizes: Sizes, quick: bool, spark) -> list[str]:
     import pyspark
 
-    cpu = next((ln.split(":", 1)[1].strip() for ln in _read("/proc/cpuinfo").splitlines() if ln.startswith("model name")), platform.processor() or "?")
+    cpu = next(
+        (ln.split(":", 1)[1].strip() for ln in _read("/proc/cpuinfo").splitlines() if ln.startswith("model name")),
+        platform.processor() or "?",
+    )
     mem_kb = next((int(ln.split()[1]) for ln in _read("/proc/meminfo").splitlines() if ln.startswith("MemTotal:")), 0)
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     rev = _run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"])
     java = spark.sparkContext._jvm.java.lang.System.getProperty("java.version")
     mounts = [ln.split() for ln in _read("/proc/mounts").splitlines()]
-    fs = max((m for m in mounts if len(m) > 2 and str(base).startswith(m[1])), key=lambda m: len(m[1]), default=["?", "?", "?"])
+    fs = max(
+        (m for m in mounts if len(m) > 2 and str(base).startswith(m[1])),
+        key=lambda m: len(m[1]),
+        default=["?", "?", "?"],
+    )
     load = " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
     conf = spark.sparkContext.getConf()
     return [
@@ -217,12 +226,16 @@ def _synth_batches(stream: str, prefix: str, part: SynthRange):
         if col is None:
             b = stream.encode()
             offsets = np.arange(0, (n + 1) * len(b), len(b), dtype=np.int32)
-            col = t["stream"][(stream, n)] = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b * n)])
+            col = t["stream"][(stream, n)] = pa.Array.from_buffers(
+                pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b * n)]
+            )
         seqs = np.arange(seq, seq + n, dtype=np.int64)
         yield pa.RecordBatch.from_arrays(
             [
                 col,
-                t["subject"].slice((seq - 1) % SUBJECTS, n),  # the subject of seq s is <prefix>.((s - 1) % 16), as in the store
+                t["subject"].slice(
+                    (seq - 1) % SUBJECTS, n
+                ),  # the subject of seq s is <prefix>.((s - 1) % 16), as in the store
                 pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(seqs)]),
                 pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n, [None, pa.py_buffer(seqs + ts0)]),
                 t["data"].slice(0, n),
@@ -471,7 +484,9 @@ class Bench:
                 durations[k] = durations.get(k, 0.0) + float(v) / 1e3
         return n / dt, {"wall_s": dt, "batches": len(progress), "durations": durations}
 
-    def interleave(self, key: str, reps: int, a: Callable[[], float], b: Callable[[], float], what: tuple[str, str]) -> tuple[list[float], list[float]]:
+    def interleave(
+        self, key: str, reps: int, a: Callable[[], float], b: Callable[[], float], what: tuple[str, str]
+    ) -> tuple[list[float], list[float]]:
         av, bv = [], []
         for r in range(reps):  # interleaved, so drift in machine load hits both sides alike
             av.append(a())
@@ -511,7 +526,13 @@ class Bench:
         jparts = jet_df().rdd.getNumPartitions()
         if jparts != parts:
             raise AssertionError(f"the jetstream source planned {jparts} partitions, the synthetic one {parts}")
-        jet, syn = self.interleave("1 batch read", self.sizes.read_reps, lambda: timed(jet_df), lambda: timed(synth_df), ("jetspark", "synthetic"))
+        jet, syn = self.interleave(
+            "1 batch read",
+            self.sizes.read_reps,
+            lambda: timed(jet_df),
+            lambda: timed(synth_df),
+            ("jetspark", "synthetic"),
+        )
         e, a = statistics.median(jet), statistics.median(syn)
         ratios = [x / y for x, y in zip(jet, syn)]
         notes = [
@@ -550,7 +571,11 @@ class Bench:
             return v
 
         def synth() -> float:
-            df = spark.readStream.format(SynthDataSource.name()).options(**self.synth_options(n, "BIG", "big", per)).load()
+            df = (
+                spark.readStream.format(SynthDataSource.name())
+                .options(**self.synth_options(n, "BIG", "big", per))
+                .load()
+            )
             v, info = self.timed_stream(df, "noop", {}, n)
             sinfo.append(info)
             return v
@@ -559,7 +584,9 @@ class Bench:
         sinfo: list[dict] = []
         # Warm-up (not timed): a short query on each side.
         self._warm_stream(min(n, 2 * per), per)
-        jet_v, syn_v = self.interleave("2 streaming read", self.sizes.stream_reps, jet, synth, ("jetspark", "synthetic"))
+        jet_v, syn_v = self.interleave(
+            "2 streaming read", self.sizes.stream_reps, jet, synth, ("jetspark", "synthetic")
+        )
         e, a = statistics.median(jet_v), statistics.median(syn_v)
         ratios = [x / y for x, y in zip(jet_v, syn_v)]
         notes = [
@@ -567,12 +594,18 @@ class Bench:
             f"time = start() to the return of awaitTermination(); {jinfo[0]['batches']} micro-batches of {per:,} msgs, "
             f"{len(_synth_split(_synth_opts(self.synth_options(n, 'BIG', 'big')), 1, per))} partition(s) each (the connector's split of a micro-batch); "
             f"per-repetition ratios {min(ratios):.0%}-{max(ratios):.0%}.",
-            "where the time goes (sum of the micro-batches' durationMs, median run): jetspark " + _durations(jinfo) + "; anchor " + _durations(sinfo) + ".",
+            "where the time goes (sum of the micro-batches' durationMs, median run): jetspark "
+            + _durations(jinfo)
+            + "; anchor "
+            + _durations(sinfo)
+            + ".",
             "anchor: the synthetic source as a DataSourceStreamReader (offsets {stream, seq}, ReadMaxRows from maxOffsetsPerTrigger, "
             "SupportsTriggerAvailableNow), the same partitions and batch sizes as row 1's.",
         ]
         if n < 10_000_000:
-            notes.append(f"--quick: {n:,} messages and maxOffsetsPerTrigger {per:,} (10 micro-batches, as the full run), {self.sizes.stream_reps} repetitions.")
+            notes.append(
+                f"--quick: {n:,} messages and maxOffsetsPerTrigger {per:,} (10 micro-batches, as the full run), {self.sizes.stream_reps} repetitions."
+            )
         return [
             Row(
                 "2", name, rate(e), rate(a) + " (synthetic stream)", f"{e / a:.0%}", target,
@@ -603,7 +636,12 @@ class Bench:
         sink_opts = {"store": self.store, "stream": "OUT"}
 
         def source(rows: int):
-            return spark.readStream.format(SynthDataSource.name()).options(**dict(opts, rows=str(rows))).load().select("subject", "data")
+            return (
+                spark.readStream.format(SynthDataSource.name())
+                .options(**dict(opts, rows=str(rows)))
+                .load()
+                .select("subject", "data")
+            )
 
         def jet(rows: int = n) -> float:
             js.add_stream(name="OUT", subjects=["out.>"])
@@ -688,7 +726,11 @@ def _durations(infos: list[dict]) -> str:
     d = pick["durations"]
     keys = ["addBatch", "latestOffset", "queryPlanning", "walCommit", "commitOffsets", "getBatch"]
     parts = [f"{k} {d[k]:.1f} s" for k in keys if d.get(k, 0) >= 0.05]
-    return f"wall {pick['wall_s']:.1f} s = " + ", ".join(parts) + f", rest {pick['wall_s'] - sum(d.get(k, 0) for k in keys):.1f} s"
+    return (
+        f"wall {pick['wall_s']:.1f} s = "
+        + ", ".join(parts)
+        + f", rest {pick['wall_s'] - sum(d.get(k, 0) for k in keys):.1f} s"
+    )
 
 
 # --------------------------------------------------------------------------- data
@@ -714,9 +756,18 @@ SECTIONS = ("1", "2", "3")
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="1,000,000 msgs to read, 500,000 to write, fewer repetitions")
-    parser.add_argument("--dir", type=Path, default=None, help="where the temporary store and checkpoints go (default: the system temp dir)")
-    parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated rows to run, e.g. --only 1,3 (default: all)")
+    parser.add_argument(
+        "--quick", action="store_true", help="1,000,000 msgs to read, 500,000 to write, fewer repetitions"
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="where the temporary store and checkpoints go (default: the system temp dir)",
+    )
+    parser.add_argument(
+        "--only", default=",".join(SECTIONS), help="comma-separated rows to run, e.g. --only 1,3 (default: all)"
+    )
     args = parser.parse_args(argv)
     only = chosen_rows(parser, args.only, SECTIONS)
     sizes = QUICK if args.quick else FULL
@@ -734,7 +785,9 @@ def main(argv=None) -> int:
         base = Path(tempfile.mkdtemp(prefix="jetspark-bench-connector-", dir=args.dir))
         log("starting Spark (local[2])")
         t = time.perf_counter()
-        spark = jetspark.local_session("jetspark-bench-connector", master="local[2]", **{"spark.local.dir": str(base / "spark-local")})
+        spark = jetspark.local_session(
+            "jetspark-bench-connector", master="local[2]", **{"spark.local.dir": str(base / "spark-local")}
+        )
         spark_s = time.perf_counter() - t
         header = machine_info(base, sizes, args.quick, spark)
         header.append(f"- SparkSession up in {spark_s:.1f} s")
@@ -746,7 +799,9 @@ def main(argv=None) -> int:
         ], only, rows)  # fmt: skip
         if bench.store_note():
             header.append(bench.store_note())
-        header.append(f"- load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; whole run {time.perf_counter() - started:.0f} s")
+        header.append(
+            f"- load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; whole run {time.perf_counter() - started:.0f} s"
+        )
         print("\n".join(header))
         print()
         print_table(rows)

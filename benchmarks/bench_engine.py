@@ -251,7 +251,9 @@ class RssChild:
         )  # fmt: skip
 
     def scan(self, store: Path, stream: str, mid: int, timeout: float = 1800) -> dict:
-        out, err = self.proc.communicate(json.dumps({"store": str(store), "stream": stream, "mid": mid}) + "\n", timeout=timeout)
+        out, err = self.proc.communicate(
+            json.dumps({"store": str(store), "stream": stream, "mid": mid}) + "\n", timeout=timeout
+        )
         if self.proc.returncode != 0:
             raise RuntimeError(f"RSS child exited with {self.proc.returncode}: {err.strip()[-2000:]}")
         return json.loads(out.strip().splitlines()[-1])
@@ -307,7 +309,9 @@ class Bench:
         n, reps, js, payload = self.sizes.publish_msgs, self.sizes.publish_reps, self.js, self.payload
         anchor = self.get_anchor()
         njs = anchor.js
-        use_async = callable(getattr(njs, "publish_async", None)) and callable(getattr(njs, "publish_async_completed", None))
+        use_async = callable(getattr(njs, "publish_async", None)) and callable(
+            getattr(njs, "publish_async_completed", None)
+        )
         window = 1000
 
         async def anchor_publish(subject: str, count: int) -> None:
@@ -338,7 +342,9 @@ class Bench:
             got = js.stream_info(stream).state.messages
             js.delete_stream(stream)
             if got != count:
-                raise AssertionError(f"engine stored {got} of {count} messages{' with publish_async' if use_async else ''}")
+                raise AssertionError(
+                    f"engine stored {got} of {count} messages{' with publish_async' if use_async else ''}"
+                )
             return count / dt
 
         def anchor_rep(r: int, count: int) -> float:
@@ -371,7 +377,11 @@ class Bench:
             )
         e, a = statistics.median(eng), statistics.median(anc)
         ratios = [x / y for x, y in zip(eng, anc)]
-        how = "nats-py js.publish_async + publish_async_completed()" if use_async else f"nats-py js.publish pipelined via asyncio.gather, {window} in flight"
+        how = (
+            "nats-py js.publish_async + publish_async_completed()"
+            if use_async
+            else f"nats-py js.publish pipelined via asyncio.gather, {window} in flight"
+        )
         return [
             Row(
                 "1",
@@ -390,7 +400,9 @@ class Bench:
             *self._rows_publish_async(eng, eng_async, anc, use_async),
         ]
 
-    def _rows_publish_async(self, eng: list[float], eng_async: list[float], anc: list[float], anchor_async: bool) -> list[Row]:
+    def _rows_publish_async(
+        self, eng: list[float], eng_async: list[float], anc: list[float], anchor_async: bool
+    ) -> list[Row]:
         """Rows 1b and 1c: publish_async on the engine, against the anchor and against publish."""
         name = "publish_async: js.publish_async(subject, payload) loop + publish_async_completed()"
         if not eng_async:
@@ -466,7 +478,9 @@ class Bench:
             vals = []
             for r in range(self.sizes.batch_reps):
                 vals.append(rep(rows_per_call))
-                log(f"{key} publish_batch ({rows_per_call:,} rows/call) {r + 1}/{self.sizes.batch_reps}: {rate(vals[-1])}")
+                log(
+                    f"{key} publish_batch ({rows_per_call:,} rows/call) {r + 1}/{self.sizes.batch_reps}: {rate(vals[-1])}"
+                )
             m = statistics.median(vals)
             rows.append(
                 Row(
@@ -682,7 +696,9 @@ class Bench:
             r = results[-1]
             if r["rows"] != n or r["mid_rows"] != 1000:
                 raise AssertionError(f"RSS child read {r['rows']} rows (mid read {r['mid_rows']}), expected {n}")
-            log(f"5 scan {i + 1}/{len(self.children)}: ru_maxrss {r['maxrss_kb'] / 1024:.0f} MB, VmHWM {r['vmhwm_kb'] / 1024:.0f} MB, {rate(n / r['scan_s'])}")
+            log(
+                f"5 scan {i + 1}/{len(self.children)}: ru_maxrss {r['maxrss_kb'] / 1024:.0f} MB, VmHWM {r['vmhwm_kb'] / 1024:.0f} MB, {rate(n / r['scan_s'])}"
+            )
         peaks = [r["maxrss_kb"] / 1024 for r in results]
         m = statistics.median(peaks)
         pick = results[peaks.index(sorted(peaks)[len(peaks) // 2])]
@@ -699,7 +715,13 @@ class Bench:
             notes.append(f"--quick: the stream holds {n:,} messages, not 10,000,000.")
         return [
             Row(
-                "5", name, f"{m:.0f} MB", target=target, result=verdict([(m < 500, ">= 500 MB")]), spread=spread(peaks, "MB", lambda v: f"{v:.0f}"), notes=notes
+                "5",
+                name,
+                f"{m:.0f} MB",
+                target=target,
+                result=verdict([(m < 500, ">= 500 MB")]),
+                spread=spread(peaks, "MB", lambda v: f"{v:.0f}"),
+                notes=notes,
             )
         ]
 
@@ -719,10 +741,16 @@ class Bench:
         floor_name = f"advance a durable's ack floor over {n:,} msgs (interest)"
         if not self.has("add_consumer"):
             why = "js.add_consumer missing: consumers issue"
-            return [not_available("6a", fetch_name, "ratio only", why), not_available("6b", floor_name, "ratio only", why)]
+            return [
+                not_available("6a", fetch_name, "ratio only", why),
+                not_available("6b", floor_name, "ratio only", why),
+            ]
         if not self.has("publish_batch"):
             why = "js.publish_batch missing"
-            return [not_available("6a", fetch_name, "ratio only", why), not_available("6b", floor_name, "ratio only", why)]
+            return [
+                not_available("6a", fetch_name, "ratio only", why),
+                not_available("6b", floor_name, "ratio only", why),
+            ]
         return [self._row_fetch_ack(fetch_name), self._row_ack_floor(floor_name)]
 
     def _row_fetch_ack(self, name: str) -> Row:
@@ -815,7 +843,9 @@ class Bench:
                 durable = "bench"
                 cfg = ConsumerConfig(ack_policy=AckPolicy.EXPLICIT if explicit else AckPolicy.ALL, max_ack_pending=-1)
                 sub = await njs.pull_subscribe(subject, durable=durable, stream=stream, config=cfg)
-                await anchor.fill(subject, n, self.payload)  # after the durable exists: interest streams keep only what has interest
+                await anchor.fill(
+                    subject, n, self.payload
+                )  # after the durable exists: interest streams keep only what has interest
                 got = 0
                 t = time.perf_counter()
                 while got < n:
@@ -956,7 +986,13 @@ print(json.dumps({"import_s": import_s, "open_s": open_s, "duplicate": bool(ack.
 
 
 def fresh_open(store: Path, stream: str, msg_id: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", _FRESH_OPEN, str(store), stream, msg_id], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", _FRESH_OPEN, str(store), stream, msg_id],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"fresh-open child exited with {out.returncode}: {out.stderr.strip()[-2000:]}")
     res = json.loads(out.stdout.strip().splitlines()[-1])
@@ -972,9 +1008,20 @@ SECTIONS = ("1", "2", "3", "4", "5", "6", "7")
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions (a 1,000,000-msg stream for rows 4 and 5)")
-    parser.add_argument("--dir", type=Path, default=None, help="where the temporary store and nats-server data go (default: the system temp dir)")
-    parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated rows to run, e.g. --only 1,3 (default: all)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smaller sizes and fewer repetitions (a 1,000,000-msg stream for rows 4 and 5)",
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="where the temporary store and nats-server data go (default: the system temp dir)",
+    )
+    parser.add_argument(
+        "--only", default=",".join(SECTIONS), help="comma-separated rows to run, e.g. --only 1,3 (default: all)"
+    )
     args = parser.parse_args(argv)
     only = chosen_rows(parser, args.only, SECTIONS)
     sizes = QUICK if args.quick else FULL

@@ -45,7 +45,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, NatsServer, Row, chosen_rows, exit_on_sigterm, log, machine_info, print_table, run_rows, spread, verdict  # noqa: E402
+from _common import (
+    ROOT,
+    NatsServer,
+    Row,
+    chosen_rows,
+    exit_on_sigterm,
+    log,
+    machine_info,
+    print_table,
+    run_rows,
+    spread,
+    verdict,
+)  # noqa: E402
 
 WARMUP = 20
 STAMP = struct.Struct("<q")
@@ -146,7 +158,12 @@ class Bench:
         self.count = 0
 
     def close(self) -> None:
-        for closer in (self.engine.close, self.remote.close, lambda: self.loop.run_until_complete(self.nc.close()), self.loop.close):
+        for closer in (
+            self.engine.close,
+            self.remote.close,
+            lambda: self.loop.run_until_complete(self.nc.close()),
+            self.loop.close,
+        ):
             try:
                 closer()
             except Exception:
@@ -163,7 +180,9 @@ class Bench:
 
     def one(self, kind: str) -> list[int]:
         """One repetition of one side: the consumer process's latencies (ns), warm-up dropped."""
-        js = self.engine if kind.startswith("engine") else self.remote  # streams of the anchor: made through jetspark too
+        js = (
+            self.engine if kind.startswith("engine") else self.remote
+        )  # streams of the anchor: made through jetspark too
         stream, subject = self._new_stream(js)
         target = str(self.store) if kind.startswith("engine") else self.server.url
         n = self.sizes.msgs
@@ -200,7 +219,11 @@ class Bench:
             await asyncio.sleep(self.interval)
 
     def rows(self, only: set[str]) -> list[Row]:
-        sides = [k for k, key in (("engine", "1"), ("engine-poll", "1b"), ("jetspark-nats", "2"), ("natspy", "3")) if key in only]
+        sides = [
+            k
+            for k, key in (("engine", "1"), ("engine-poll", "1b"), ("jetspark-nats", "2"), ("natspy", "3"))
+            if key in only
+        ]
         if "natspy" not in sides and ({"1", "2"} & only):
             sides.append("natspy")  # the anchor the targets are ratios of
         p50: dict[str, list[float]] = {k: [] for k in sides}
@@ -225,13 +248,23 @@ class Bench:
             if key not in only:
                 continue
             m50, m99 = statistics.median(p50[kind]), statistics.median(p99[kind])
-            row = Row(key, name, value=f"p50 {m50:.2f} ms, p99 {m99:.2f} ms", anchor=f"p50 {anchor:.2f} ms, p99 {anchor99:.2f} ms")
+            row = Row(
+                key,
+                name,
+                value=f"p50 {m50:.2f} ms, p99 {m99:.2f} ms",
+                anchor=f"p50 {anchor:.2f} ms, p99 {anchor99:.2f} ms",
+            )
             row.spread = f"p50 {spread(p50[kind], 'ms')}; p99 {spread(p99[kind], 'ms')}"
             if kind != "natspy":
                 row.ratio = f"{m50 / anchor:.2f}x"
             if kind == "engine":
                 row.target = f"p50 <= {TARGET_P50_MS:g} ms and <= {TARGET_RATIO:g}x anchor"
-                row.result = verdict([(m50 <= TARGET_P50_MS, f"p50 > {TARGET_P50_MS:g} ms"), (m50 <= TARGET_RATIO * anchor, f"> {TARGET_RATIO:g}x anchor")])
+                row.result = verdict(
+                    [
+                        (m50 <= TARGET_P50_MS, f"p50 > {TARGET_P50_MS:g} ms"),
+                        (m50 <= TARGET_RATIO * anchor, f"> {TARGET_RATIO:g}x anchor"),
+                    ]
+                )
             else:
                 row.result = "info"
             row.notes.append(
@@ -256,8 +289,15 @@ SECTIONS = ("1", "1b", "2", "3")
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer messages and repetitions")
-    parser.add_argument("--dir", type=Path, default=None, help="where the temporary store and nats-server data go (default: the system temp dir)")
-    parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated rows to run, e.g. --only 1,3 (default: all)")
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="where the temporary store and nats-server data go (default: the system temp dir)",
+    )
+    parser.add_argument(
+        "--only", default=",".join(SECTIONS), help="comma-separated rows to run, e.g. --only 1,3 (default: all)"
+    )
     parser.add_argument("--interval", type=float, default=2.0, help="milliseconds between two publishes (default 2)")
     args = parser.parse_args(argv)
     only = set(chosen_rows(parser, args.only, SECTIONS))

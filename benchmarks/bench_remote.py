@@ -70,8 +70,24 @@ class Sizes:
     publish_reps: int
 
 
-FULL = Sizes(wq_msgs=200_000, read_msgs=500_000, anchor_read_msgs=200_000, read_reps=3, publish_msgs=200_000, publish_rows=50_000, publish_reps=3)
-QUICK = Sizes(wq_msgs=50_000, read_msgs=100_000, anchor_read_msgs=50_000, read_reps=3, publish_msgs=50_000, publish_rows=25_000, publish_reps=2)
+FULL = Sizes(
+    wq_msgs=200_000,
+    read_msgs=500_000,
+    anchor_read_msgs=200_000,
+    read_reps=3,
+    publish_msgs=200_000,
+    publish_rows=50_000,
+    publish_reps=3,
+)
+QUICK = Sizes(
+    wq_msgs=50_000,
+    read_msgs=100_000,
+    anchor_read_msgs=50_000,
+    read_reps=3,
+    publish_msgs=50_000,
+    publish_rows=25_000,
+    publish_reps=2,
+)
 
 
 class RawConnection:
@@ -175,7 +191,13 @@ class Bench:
             cpu, t = time.process_time(), time.perf_counter()
             info = self.anchor.run(
                 self.anchor.js.add_consumer(
-                    stream, ConsumerConfig(deliver_subject=deliver, ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL, inactive_threshold=30.0)
+                    stream,
+                    ConsumerConfig(
+                        deliver_subject=deliver,
+                        ack_policy=AckPolicy.NONE,
+                        deliver_policy=DeliverPolicy.ALL,
+                        inactive_threshold=30.0,
+                    ),
                 )
             )
             raw.count_frames(n)
@@ -185,13 +207,18 @@ class Bench:
         self.anchor.run(self.anchor.js.delete_consumer(stream, info.name))
         return n / dt, cpu / n
 
-    def ceiling_write(self, stream: str, subjects_filter: str, subjects: list, datas: list, window: int = 4000) -> float:
+    def ceiling_write(
+        self, stream: str, subjects_filter: str, subjects: list, datas: list, window: int = 4000
+    ) -> float:
         """msgs/s of a bare socket sending ``PUB subject <inbox>.<i> size`` for every message
         (the lines built before the clock), at most ``window`` unanswered, counting the
         PubAck frames that come back without parsing them; checks every message was stored."""
         n = len(datas)
         inbox = f"_INBOX.ceiling{time.monotonic_ns()}"
-        lines = [b"PUB %s %s.%d %d\r\n%s\r\n" % (subjects[i].encode(), inbox.encode(), i, len(datas[i]), datas[i]) for i in range(n)]
+        lines = [
+            b"PUB %s %s.%d %d\r\n%s\r\n" % (subjects[i].encode(), inbox.encode(), i, len(datas[i]), datas[i])
+            for i in range(n)
+        ]
         self.anchor.run(self.anchor.js.add_stream(name=stream, subjects=[subjects_filter]))
         raw = RawConnection(self.server.url)
         try:
@@ -281,7 +308,11 @@ class Bench:
         js.delete_stream("READ")
         js.delete_stream("READI")
         c = statistics.median(x[0] for x in ceil)
-        m, mi, a = statistics.median(x[0] for x in mine), statistics.median(x[0] for x in mine_i), statistics.median(anc)
+        m, mi, a = (
+            statistics.median(x[0] for x in mine),
+            statistics.median(x[0] for x in mine_i),
+            statistics.median(anc),
+        )
         cpu, cpu_i, cpu_c = (statistics.median(x[1] for x in xs) * 1e6 for xs in (mine, mine_i, ceil))
         notes = (
             f"jetspark: {n:,} msgs per pass into pyarrow RecordBatches (65,536 rows) with the engine's schema, through an ephemeral "
@@ -309,7 +340,9 @@ class Bench:
         s, js = self.sizes, self.js
         n = s.wq_msgs
         for name, direct in (("WQD", True), ("WQG", False)):
-            js.add_stream(name=name, subjects=[f"{name.lower()}.>"], retention=RetentionPolicy.WORK_QUEUE, allow_direct=direct)
+            js.add_stream(
+                name=name, subjects=[f"{name.lower()}.>"], retention=RetentionPolicy.WORK_QUEUE, allow_direct=direct
+            )
             js.add_consumer(name, durable_name="spark", ack_policy=AckPolicy.EXPLICIT)
             for off in range(0, n, 50_000):
                 js.publish_batch(be.message_table(min(50_000, n - off), name.lower()), stream=name)
@@ -346,7 +379,9 @@ class Bench:
             )
         ]  # fmt: skip
 
-    def anchor_publish_async(self, stream: str, subjects_filter: str, subjects: list, datas: list, count: int, ids: bool = False) -> float:
+    def anchor_publish_async(
+        self, stream: str, subjects_filter: str, subjects: list, datas: list, count: int, ids: bool = False
+    ) -> float:
         """The anchor of rows 2, 2b and 4: nats-py's own ``publish_async`` per message (with a
         Nats-Msg-Id header with ``ids``), then ``publish_async_completed()``, into a fresh
         stream; msgs/s, after checking every message was stored."""
@@ -461,7 +496,9 @@ class Bench:
         for r in range(s.publish_reps):
             mine.append(ours(r, n))
             anc.append(self.anchor_publish_async(f"APA{r}", "pa.>", subjects, datas, n))
-            log(f"4 publish_async {r + 1}/{s.publish_reps}: jetspark {rate(mine[-1])}, nats-py publish_async {rate(anc[-1])}")
+            log(
+                f"4 publish_async {r + 1}/{s.publish_reps}: jetspark {rate(mine[-1])}, nats-py publish_async {rate(anc[-1])}"
+            )
         m, a = statistics.median(mine), statistics.median(anc)
         return [
             Row(
@@ -481,7 +518,11 @@ class Bench:
         n = self.rss_msgs
         self.fill("BIG", n)
         child = subprocess.run(
-            [sys.executable, "-c", _RSS_CHILD, self.server.url, "BIG", str(n)], capture_output=True, text=True, timeout=3600, cwd=str(be.ROOT)
+            [sys.executable, "-c", _RSS_CHILD, self.server.url, "BIG", str(n)],
+            capture_output=True,
+            text=True,
+            timeout=3600,
+            cwd=str(be.ROOT),
         )
         if child.returncode != 0:
             raise RuntimeError(f"the reading process failed: {child.stderr[-500:]}")
@@ -531,13 +572,17 @@ SECTIONS = ("1", "2", "3", "4", "5")
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
-    parser.add_argument("--dir", type=Path, default=None, help="where the nats-server data goes (default: the system temp dir)")
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="where the nats-server data goes (default: the system temp dir)"
+    )
     parser.add_argument(
         "--only",
         default="1,2,3,4",
         help="comma-separated rows to run (1: range read, 2: batch append, 3: work-queue read, 4: publish_async, 5: peak RSS; 5 only when named)",
     )
-    parser.add_argument("--rss-msgs", type=int, default=10_000_000, help="messages row 5 reads (default 10,000,000: minutes)")
+    parser.add_argument(
+        "--rss-msgs", type=int, default=10_000_000, help="messages row 5 reads (default 10,000,000: minutes)"
+    )
     args = parser.parse_args(argv)
     only = chosen_rows(parser, args.only, SECTIONS)
     sizes = QUICK if args.quick else FULL
@@ -551,7 +596,11 @@ def main(argv=None) -> int:
     errors = 0
     try:
         header = be.machine_info(
-            base, "jetspark nats:// backend benchmark", f"{be.PAYLOAD_SIZE}-byte payloads, file storage; both sides on one local nats-server", sizes, args.quick
+            base,
+            "jetspark nats:// backend benchmark",
+            f"{be.PAYLOAD_SIZE}-byte payloads, file storage; both sides on one local nats-server",
+            sizes,
+            args.quick,
         )
         bench = Bench(sizes, base)
         bench.rss_msgs = args.rss_msgs

@@ -94,7 +94,9 @@ def main(argv=None) -> int:
                 step = 100_000
                 for lo in range(0, n, step):
                     k = min(step, n - lo)
-                    js.publish_batch(pa.table({"subject": [f"big.{i % 16}" for i in range(k)], "data": [payload] * k}), stream="BIG")
+                    js.publish_batch(
+                        pa.table({"subject": [f"big.{i % 16}" for i in range(k)], "data": [payload] * k}), stream="BIG"
+                    )
         spark = jetspark.local_session("bench-remote-spark", master="local[2]")
         checkpoints = iter(range(1_000_000))
 
@@ -105,7 +107,12 @@ def main(argv=None) -> int:
                 .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(max(n // 4, 1))).load()
             )  # fmt: skip
             c0, t0 = tree_cpu(os.getpid()), time.perf_counter()
-            q = df.writeStream.format("noop").option("checkpointLocation", str(base / f"ckpt{next(checkpoints)}")).trigger(availableNow=True).start()
+            q = (
+                df.writeStream.format("noop")
+                .option("checkpointLocation", str(base / f"ckpt{next(checkpoints)}"))
+                .trigger(availableNow=True)
+                .start()
+            )
             try:
                 q.awaitTermination()
             finally:

@@ -33,7 +33,9 @@ with jetspark.connect(STORE) as js:
     print(f"fetched and acked {len(msgs)}: seqs {[m.metadata.sequence.stream for m in msgs]}")
 
     info = js.consumer_info("ORDERS", "worker")
-    print(f"consumer 'worker': ack floor at stream seq {info.ack_floor.stream_seq}, {info.num_pending} messages still to deliver")
+    print(
+        f"consumer 'worker': ack floor at stream seq {info.ack_floor.stream_seq}, {info.num_pending} messages still to deliver"
+    )
 
     # The rest, and a nak: a nak'd message is delivered again.
     rest = sub.fetch(10, timeout=5)
@@ -42,7 +44,11 @@ with jetspark.connect(STORE) as js:
         msg.ack_sync()
     redelivered = sub.fetch(1, timeout=5)[0]
     redelivered.ack_sync()
-    print(f"seq {redelivered.metadata.sequence.stream} was nak'd and delivered again (delivery {redelivered.metadata.num_delivered})")
+    print(
+        f"seq {redelivered.metadata.sequence.stream} was nak'd and delivered again (delivery {redelivered.metadata.num_delivered})"
+    )
 
     info = js.consumer_info("ORDERS", "worker")
-    print(f"consumer 'worker': ack floor at stream seq {info.ack_floor.stream_seq}, {info.num_pending} to deliver, {info.num_ack_pending} unacknowledged")
+    print(
+        f"consumer 'worker': ack floor at stream seq {info.ack_floor.stream_seq}, {info.num_pending} to deliver, {info.num_ack_pending} unacknowledged"
+    )

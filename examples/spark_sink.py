@@ -54,7 +54,9 @@ def copy_events() -> None:
 
 copy_events()
 with jetspark.connect(STORE) as js:
-    print(f"after the first run: AUDIT holds {js.stream_info('AUDIT').state.messages} messages")  # the note once, 3 events
+    print(
+        f"after the first run: AUDIT holds {js.stream_info('AUDIT').state.messages} messages"
+    )  # the note once, 3 events
     for i in range(3, 5):
         js.publish("events.login", b"user %d" % i)
 

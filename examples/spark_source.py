@@ -54,4 +54,6 @@ spark.stop()
 
 with jetspark.connect(STORE) as js:
     info = js.consumer_info("ORDERS", "spark-orders")
-    print(f"consumer 'spark-orders': ack floor at stream seq {info.ack_floor.stream_seq}, {info.num_pending} to deliver")
+    print(
+        f"consumer 'spark-orders': ack floor at stream seq {info.ack_floor.stream_seq}, {info.num_pending} to deliver"
+    )

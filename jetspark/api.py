@@ -308,7 +308,9 @@ class ConsumerInfo(Base):
     num_waiting: int = 0
     num_pending: int = 0
     cluster: Optional["ClusterInfo"] = None
-    push_bound: Optional[bool] = None  # a push consumer with a subscription bound to it (else None, as the server omits it)
+    push_bound: Optional[bool] = (
+        None  # a push consumer with a subscription bound to it (else None, as the server omits it)
+    )
 
 
 @dataclass(kw_only=True)
@@ -375,7 +377,9 @@ def with_params(cls: type[_B], config: Any, params: Dict[str, Any]) -> _B:
             )  # fmt: skip
         unknown = sorted(set(given) - set(known) - set(NOT_SUPPORTED[what]))
         if unknown:
-            raise BadRequestError(400, BAD_REQUEST, f"unknown {what} config field(s) {unknown} ({where}); accepted: {sorted(known)}")
+            raise BadRequestError(
+                400, BAD_REQUEST, f"unknown {what} config field(s) {unknown} ({where}); accepted: {sorted(known)}"
+            )
         return {k: v for k, v in given.items() if k in known}
 
     if config is None:

@@ -184,7 +184,9 @@ class ConnectOptions:
         if self.tls is not None and not isinstance(self.tls, ssl.SSLContext):
             raise TypeError(f"tls must be an ssl.SSLContext, not {V.show(self.tls)}")
         if self.domain is not None and (not self.domain or any(c in self.domain for c in ". \t\r\n*>")):
-            raise ValueError(f"domain must be one subject token (no dots, wildcards or whitespace), not {self.domain!r}")
+            raise ValueError(
+                f"domain must be one subject token (no dots, wildcards or whitespace), not {self.domain!r}"
+            )
 
     # ------------------------------------------------------------------ building
 
@@ -205,7 +207,12 @@ class ConnectOptions:
         ``user_credentials`` and ``nkeys_seed``, and dots or dashes for
         underscores (``tls.ca``, ``tls-ca``).
         """
-        aliases = {"creds": "user_credentials", "credentials": "user_credentials", "nkey": "nkeys_seed", "seed": "nkeys_seed"}
+        aliases = {
+            "creds": "user_credentials",
+            "credentials": "user_credentials",
+            "nkey": "nkeys_seed",
+            "seed": "nkeys_seed",
+        }
         kwargs: dict[str, Any] = {}
         for key, value in options.items():
             name = key.replace(".", "_").replace("-", "_").lower()
@@ -234,9 +241,10 @@ class ConnectOptions:
 
     @property
     def has_credentials(self) -> bool:
-        return any(v is not None for v in (self.user, self.token, self.user_credentials, self.nkeys_seed, self.nkeys_seed_str, self.tls_cert)) or any(
-            "@" in u for u in self.servers
-        )
+        return any(
+            v is not None
+            for v in (self.user, self.token, self.user_credentials, self.nkeys_seed, self.nkeys_seed_str, self.tls_cert)
+        ) or any("@" in u for u in self.servers)
 
     @property
     def api_prefix(self) -> str:
@@ -253,7 +261,9 @@ class ConnectOptions:
             if self.tls_cert:
                 ctx.load_cert_chain(self.tls_cert, self.tls_key)
         except (OSError, ssl.SSLError) as exc:
-            raise ValueError(f"cannot use the TLS files (tls_ca={self.tls_ca!r}, tls_cert={self.tls_cert!r}, tls_key={self.tls_key!r}): {exc}") from None
+            raise ValueError(
+                f"cannot use the TLS files (tls_ca={self.tls_ca!r}, tls_cert={self.tls_cert!r}, tls_key={self.tls_key!r}): {exc}"
+            ) from None
         return ctx
 
     def nats_kwargs(self) -> dict[str, Any]:

@@ -72,7 +72,8 @@ def check_store_path(text: str, *, argument: str = "url", how: str = "connect({u
             return text
         path = stripped[m.end() :]
         raise LocationError(
-            f"{argument + ' ' if argument else ''}{text!r} is not a file URL jetspark reads (file:// then the path): write the path itself, {path!r}", argument
+            f"{argument + ' ' if argument else ''}{text!r} is not a file URL jetspark reads (file:// then the path): write the path itself, {path!r}",
+            argument,
         )
     meant = server_form(stripped)
     if meant is not None:
@@ -81,11 +82,19 @@ def check_store_path(text: str, *, argument: str = "url", how: str = "connect({u
         hint = f"jetspark connects to {', '.join(s + '://' for s in SERVER_SCHEMES)} servers and to store directories"
     if "://" not in stripped:
         hint += f"; for a directory whose name has a colon, write ./{text}"
-    raise LocationError(f"{argument + ' ' if argument else ''}{redact_url(text)!r} looks like a URL, not a store directory: {hint}", argument)
+    raise LocationError(
+        f"{argument + ' ' if argument else ''}{redact_url(text)!r} looks like a URL, not a store directory: {hint}",
+        argument,
+    )
 
 
 def connect(
-    url: Any, *, clock: Optional[Callable[[], int]] = None, sync: Optional[str] = None, create: Optional[bool] = None, **options: Any
+    url: Any,
+    *,
+    clock: Optional[Callable[[], int]] = None,
+    sync: Optional[str] = None,
+    create: Optional[bool] = None,
+    **options: Any,
 ) -> "JetStreamAPI":
     """Open a JetStream handle: the embedded engine on a directory, or a real NATS server.
 
@@ -145,7 +154,9 @@ def connect(
         check_store_path(text)
     shared = {k: options.pop(k) for k in _SHARED_OPTIONS if k in options}
     if options:
-        raise TypeError(f"connection options {sorted(options)} apply to a nats:// server, not to the embedded engine at {text!r}")
+        raise TypeError(
+            f"connection options {sorted(options)} apply to a nats:// server, not to the embedded engine at {text!r}"
+        )
     from jetspark.engine.handle import JetStream
 
     return JetStream(url, clock=clock, sync=sync or "os", create=True if create is None else create, **shared)

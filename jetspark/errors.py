@@ -223,7 +223,9 @@ class StoreIOError(StoreError, OSError):
     nothing, and the store works again once the cause is gone.
     """
 
-    def __init__(self, errno: int = 0, strerror: str = "", filename: str | os.PathLike[str] = "", action: str = "") -> None:
+    def __init__(
+        self, errno: int = 0, strerror: str = "", filename: str | os.PathLike[str] = "", action: str = ""
+    ) -> None:
         OSError.__init__(self, errno, strerror, filename)
         self.path = str(filename)
         self.action = action
@@ -304,7 +306,11 @@ _API_ERRORS: dict[int, tuple[int, str, type[APIError]]] = {
     E.CONSUMER_CREATE: (500, "{err}", ServerError),
     E.CONSUMER_NAME_EXIST: (400, "consumer name already in use", BadRequestError),
     E.CONSUMER_NOT_FOUND: (404, "consumer not found", ConsumerNotFoundError),
-    E.CONSUMER_DURABLE_NAME_NOT_MATCH_SUBJECT: (400, "consumer name in subject does not match durable name in request", BadRequestError),
+    E.CONSUMER_DURABLE_NAME_NOT_MATCH_SUBJECT: (
+        400,
+        "consumer name in subject does not match durable name in request",
+        BadRequestError,
+    ),
     E.INVALID_JSON: (400, "invalid JSON: {err}", BadRequestError),
     E.MAXIMUM_CONSUMERS_LIMIT: (400, "maximum consumers limit reached", BadRequestError),
     E.NO_MESSAGE_FOUND: (404, "no message found", MsgNotFoundError),
@@ -324,19 +330,39 @@ _API_ERRORS: dict[int, tuple[int, str, type[APIError]]] = {
     E.CONSUMER_DELIVER_TO_WILDCARDS: (400, "consumer deliver subject has wildcards", BadRequestError),
     E.CONSUMER_PUSH_MAX_WAITING: (400, "consumer in push mode can not set max waiting", BadRequestError),
     E.CONSUMER_DELIVER_CYCLE: (400, "consumer deliver subject forms a cycle", BadRequestError),
-    E.CONSUMER_MAX_PENDING_ACK_POLICY_REQUIRED: (400, "consumer requires ack policy for max ack pending", BadRequestError),
+    E.CONSUMER_MAX_PENDING_ACK_POLICY_REQUIRED: (
+        400,
+        "consumer requires ack policy for max ack pending",
+        BadRequestError,
+    ),
     E.CONSUMER_SMALL_HEARTBEAT: (400, "consumer idle heartbeat needs to be >= 100ms", BadRequestError),
-    E.CONSUMER_PULL_REQUIRES_ACK: (400, "consumer in pull mode requires explicit ack policy on workqueue stream", BadRequestError),
+    E.CONSUMER_PULL_REQUIRES_ACK: (
+        400,
+        "consumer in pull mode requires explicit ack policy on workqueue stream",
+        BadRequestError,
+    ),
     E.CONSUMER_HB_REQUIRES_PUSH: (400, "consumer idle heartbeat requires a push based consumer", BadRequestError),
     E.CONSUMER_FC_REQUIRES_PUSH: (400, "consumer flow control requires a push based consumer", BadRequestError),
     E.CONSUMER_INVALID_POLICY: (400, "{err}", BadRequestError),
     E.CONSUMER_WQ_REQUIRES_EXPLICIT_ACK: (400, "workqueue stream requires explicit ack", BadRequestError),
-    E.CONSUMER_WQ_MULTIPLE_UNFILTERED: (400, "multiple non-filtered consumers not allowed on workqueue stream", BadRequestError),
+    E.CONSUMER_WQ_MULTIPLE_UNFILTERED: (
+        400,
+        "multiple non-filtered consumers not allowed on workqueue stream",
+        BadRequestError,
+    ),
     E.CONSUMER_WQ_CONSUMER_NOT_UNIQUE: (400, "filtered consumer not unique on workqueue stream", BadRequestError),
     E.CONSUMER_WQ_CONSUMER_NOT_DELIVER_ALL: (400, "consumer must be deliver all on workqueue stream", BadRequestError),
     E.CONSUMER_NAME_TOO_LONG: (400, "consumer name is too long, maximum allowed is {max}", BadRequestError),
-    E.CONSUMER_DESCRIPTION_TOO_LONG: (400, "consumer description is too long, maximum allowed is {max}", BadRequestError),
-    E.CONSUMER_WITH_FLOW_CONTROL_NEEDS_HEARTBEATS: (400, "consumer with flow control also needs heartbeats", BadRequestError),
+    E.CONSUMER_DESCRIPTION_TOO_LONG: (
+        400,
+        "consumer description is too long, maximum allowed is {max}",
+        BadRequestError,
+    ),
+    E.CONSUMER_WITH_FLOW_CONTROL_NEEDS_HEARTBEATS: (
+        400,
+        "consumer with flow control also needs heartbeats",
+        BadRequestError,
+    ),
     E.STREAM_SEALED: (400, "invalid operation on sealed stream", BadRequestError),
     E.STREAM_PURGE_FAILED: (500, "{err}", ServerError),
     E.STREAM_ROLLUP_FAILED: (500, "{err}", ServerError),
@@ -346,14 +372,22 @@ _API_ERRORS: dict[int, tuple[int, str, type[APIError]]] = {
     E.STREAM_NAME_CONTAINS_PATH_SEPARATORS: (400, "Stream name can not contain path separators", BadRequestError),
     E.STREAM_NAME_EXIST_RESTORE_FAILED: (400, "stream name already in use, cannot restore", BadRequestError),
     E.REPLICAS_COUNT_CANNOT_BE_NEGATIVE: (400, "replicas count cannot be negative", BadRequestError),
-    E.CONSUMER_DUPLICATE_FILTER_SUBJECTS: (400, "consumer cannot have both FilterSubject and FilterSubjects specified", BadRequestError),
+    E.CONSUMER_DUPLICATE_FILTER_SUBJECTS: (
+        400,
+        "consumer cannot have both FilterSubject and FilterSubjects specified",
+        BadRequestError,
+    ),
     E.CONSUMER_OVERLAPPING_SUBJECT_FILTERS: (400, "consumer subject filters cannot overlap", BadRequestError),
     E.CONSUMER_EMPTY_FILTER: (400, "consumer filter in FilterSubjects cannot be empty", BadRequestError),
     E.CONSUMER_ALREADY_EXISTS: (400, "consumer already exists", BadRequestError),
     E.CONSUMER_DOES_NOT_EXIST: (400, "consumer does not exist", BadRequestError),
     E.CONSUMER_ACK_WAIT_NEGATIVE: (400, "consumer ack wait needs to be positive", BadRequestError),
     E.CONSUMER_BACK_OFF_NEGATIVE: (400, "consumer backoff needs to be positive", BadRequestError),
-    E.STREAM_EXPECTED_LAST_SEQ_PER_SUBJECT_INVALID: (400, "missing sequence for expected last sequence per subject", BadRequestError),
+    E.STREAM_EXPECTED_LAST_SEQ_PER_SUBJECT_INVALID: (
+        400,
+        "missing sequence for expected last sequence per subject",
+        BadRequestError,
+    ),
 }
 
 

@@ -256,7 +256,11 @@ class NatsCluster:
         try:
             self._wait_ready(within / 2)
         except RuntimeError as first:
-            behind = [i for i in range(self.size) if self.alive(i) and (self.monitor(i, "/healthz") or {}).get("status") != "ok"]
+            behind = [
+                i
+                for i in range(self.size)
+                if self.alive(i) and (self.monitor(i, "/healthz") or {}).get("status") != "ok"
+            ]
             if not behind:
                 raise
             for i in behind:
@@ -266,7 +270,9 @@ class NatsCluster:
             try:
                 self._wait_ready(within / 2)
             except RuntimeError as second:
-                raise RuntimeError(f"{second} (before restarting {[self.names[i] for i in behind]} again: {first})") from None
+                raise RuntimeError(
+                    f"{second} (before restarting {[self.names[i] for i in behind]} again: {first})"
+                ) from None
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -312,7 +318,11 @@ class NatsCluster:
                 for sd in acc.get("stream_detail") or []:
                     key = (acc["name"], sd["name"])
                     st = sd.get("state") or {}
-                    states.setdefault(key, {})[self.names[i]] = (st.get("messages"), st.get("first_seq"), st.get("last_seq"))
+                    states.setdefault(key, {})[self.names[i]] = (
+                        st.get("messages"),
+                        st.get("first_seq"),
+                        st.get("last_seq"),
+                    )
                     if (sd.get("cluster") or {}).get("leader") == self.names[i]:
                         leaders[key] = self.names[i]
         for key, by_node in states.items():
@@ -330,7 +340,12 @@ class NatsCluster:
         try:
             for storage in ("file", "memory"):
                 name = f"JETSPARK_READY_{storage.upper()}"
-                config = {"name": name, "subjects": [f"_jetspark_ready.{storage}"], "storage": storage, "num_replicas": len(live)}
+                config = {
+                    "name": name,
+                    "subjects": [f"_jetspark_ready.{storage}"],
+                    "storage": storage,
+                    "num_replicas": len(live),
+                }
                 try:
                     msg = await nc.request(f"$JS.API.STREAM.CREATE.{name}", json.dumps(config).encode(), timeout=5)
                 except (asyncio.TimeoutError, nats.errors.Error):
@@ -366,9 +381,13 @@ class NatsCluster:
         while not self._ready():
             for i, proc in enumerate(self.procs):
                 if i not in self.down and proc is not None and proc.poll() is not None:
-                    raise RuntimeError(f"cluster node {self.names[i]} exited with {proc.returncode}; its log ends: {self.log_tail(i)}")
+                    raise RuntimeError(
+                        f"cluster node {self.names[i]} exited with {proc.returncode}; its log ends: {self.log_tail(i)}"
+                    )
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the cluster in {self.root} was not ready within {within:g} s: {self._why_not_ready()}")
+                raise RuntimeError(
+                    f"the cluster in {self.root} was not ready within {within:g} s: {self._why_not_ready()}"
+                )
             time.sleep(0.05)
 
     def leader(self) -> int:

@@ -43,14 +43,20 @@ def main(argv=None) -> int:
                     return
                 victim = cluster.stream_leader(demo.EVENTS)
                 cluster.kill(victim)
-                print(f"-- killed node {cluster.names[victim]} (SIGKILL), the leader of {demo.EVENTS}; the others elect a new one", flush=True)
+                print(
+                    f"-- killed node {cluster.names[victim]} (SIGKILL), the leader of {demo.EVENTS}; the others elect a new one",
+                    flush=True,
+                )
                 time.sleep(DOWN_SECONDS)
                 cluster.restart(victim)
                 print(f"-- node {cluster.names[victim]} is back and caught up", flush=True)
 
             threading.Thread(target=run, name="demo-chaos", daemon=True).start()
 
-        return demo.main(["--store", cluster.url, "--replicas", "3", "--seconds", str(args.seconds), "--rate", str(args.rate)], on_publishing=chaos)
+        return demo.main(
+            ["--store", cluster.url, "--replicas", "3", "--seconds", str(args.seconds), "--rate", str(args.rate)],
+            on_publishing=chaos,
+        )
     finally:
         cluster.stop()
         print("cluster stopped", flush=True)

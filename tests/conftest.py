@@ -210,7 +210,9 @@ def with_cluster(backends: list[str], *, reference: bool = True):
     """A module's ``backend``/``jetspark_backend`` fixture over ``backends`` and the cluster's:
     ``backend = with_cluster(BACKENDS)`` in the module.  ``reference=False`` leaves out the
     oracle on the cluster (for a module whose cluster answers are pinned in its tests)."""
-    params = backends + [b for b in CLUSTER_BACKENDS if b != "oracle-cluster" or ("oracle-file" in backends and reference)]
+    params = backends + [
+        b for b in CLUSTER_BACKENDS if b != "oracle-cluster" or ("oracle-file" in backends and reference)
+    ]
 
     @pytest.fixture(params=params)
     def fixture(request, tmp_path):
@@ -263,7 +265,9 @@ def tmpfs(tmp_path):
             pytest.skip("mounting a tmpfs to fill needs root (CI runs as root)")
         root = tmp_path / f"disk{len(mounted)}"
         root.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(root)], capture_output=True, text=True)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(root)], capture_output=True, text=True
+        )
         if done.returncode:
             pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
         mounted.append(root)

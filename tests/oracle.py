@@ -108,7 +108,9 @@ class _Loop:
 def _api_error(exc: nats.js.errors.APIError) -> Exception:
     if exc.err_code is None and exc.code is None:
         return exc
-    return error_from_response({"code": exc.code or 0, "err_code": exc.err_code or 0, "description": exc.description or ""})
+    return error_from_response(
+        {"code": exc.code or 0, "err_code": exc.err_code or 0, "description": exc.description or ""}
+    )
 
 
 @contextlib.contextmanager
@@ -198,14 +200,25 @@ def stream_info(info: napi.StreamInfo, raw_state: dict) -> api.StreamInfo:
         lost=None if s.lost is None else {"msgs": s.lost.msgs, "bytes": s.lost.bytes},
     )
     return api.StreamInfo(
-        config=_config(info.config, api.StreamConfig), state=state, created=info.created, did_create=info.did_create, cluster=cluster_info(info.cluster)
+        config=_config(info.config, api.StreamConfig),
+        state=state,
+        created=info.created,
+        did_create=info.did_create,
+        cluster=cluster_info(info.cluster),
     )
 
 
 def cluster_info(c: Optional[napi.ClusterInfo]) -> Optional[api.ClusterInfo]:
     if c is None:
         return None
-    peers = None if c.replicas is None else [api.PeerInfo(name=p.name, current=p.current, offline=p.offline, active=p.active, lag=p.lag) for p in c.replicas]
+    peers = (
+        None
+        if c.replicas is None
+        else [
+            api.PeerInfo(name=p.name, current=p.current, offline=p.offline, active=p.active, lag=p.lag)
+            for p in c.replicas
+        ]
+    )
     return api.ClusterInfo(leader=c.leader, name=c.name, replicas=peers, leader_since=c.leader_since)
 
 
@@ -341,7 +354,12 @@ class PullSubscription:
         self._js._loop.run(self._sub.unsubscribe())
 
     def fetch(
-        self, batch: int = 1, timeout: Optional[float] = 5.0, heartbeat: Optional[float] = None, no_wait: bool = False, max_bytes: Optional[int] = None
+        self,
+        batch: int = 1,
+        timeout: Optional[float] = 5.0,
+        heartbeat: Optional[float] = None,
+        no_wait: bool = False,
+        max_bytes: Optional[int] = None,
     ) -> list:
         """nats-py's fetch; FetchTimeoutError when nothing arrives."""
         run = self._js._loop.run
@@ -374,7 +392,9 @@ class PullSubscription:
         sub = await nc.subscribe(inbox)
         msgs: list = []
         try:
-            await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self.consumer}", json.dumps(request).encode(), reply=inbox)
+            await nc.publish(
+                f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self.consumer}", json.dumps(request).encode(), reply=inbox
+            )
             deadline = time.monotonic() + expires + _FETCH_GRACE
             while len(msgs) < batch:
                 m = await sub.next_msg(timeout=max(deadline - time.monotonic(), 0.001))
@@ -463,7 +483,12 @@ class PushSubscription:
 
     @property
     def pending_msgs(self) -> int:
-        held = self._getter is not None and self._getter.done() and not self._getter.cancelled() and self._getter.exception() is None
+        held = (
+            self._getter is not None
+            and self._getter.done()
+            and not self._getter.cancelled()
+            and self._getter.exception() is None
+        )
         return self._psub.pending_msgs + int(held)
 
     def unsubscribe(self) -> None:
@@ -553,7 +578,9 @@ class OracleJS:
             return self._raw(f"$JS.API.STREAM.DELETE.{name}")["success"]
         return self._run(self._js.delete_stream(name))
 
-    def stream_info(self, name: str, subjects_filter: Optional[str] = None, deleted_details: bool = False) -> api.StreamInfo:
+    def stream_info(
+        self, name: str, subjects_filter: Optional[str] = None, deleted_details: bool = False
+    ) -> api.StreamInfo:
         if deleted_details or not _name_ok(name):
             # nats-py sends no deleted_details (and refuses such names before asking).
             req: dict = {}
@@ -581,7 +608,9 @@ class OracleJS:
             # nats-py's bare NotFoundError for "no stream has it": the server's 10059.
             raise api_error(10059) from None
 
-    def purge_stream(self, name: str, subject: Optional[str] = None, seq: Optional[int] = None, keep: Optional[int] = None) -> bool:
+    def purge_stream(
+        self, name: str, subject: Optional[str] = None, seq: Optional[int] = None, keep: Optional[int] = None
+    ) -> bool:
         if seq == 0 or keep == 0 or not _name_ok(name):
             # nats-py leaves a zero seq or keep out of the request.
             req: dict = {}
@@ -595,10 +624,20 @@ class OracleJS:
         return self._run(self._js.purge_stream(name, seq=seq, subject=subject, keep=keep))
 
     def publish(
-        self, subject: str, payload: bytes = b"", headers: Optional[dict] = None, stream: Optional[str] = None, *, timeout: Optional[float] = None
+        self,
+        subject: str,
+        payload: bytes = b"",
+        headers: Optional[dict] = None,
+        stream: Optional[str] = None,
+        *,
+        timeout: Optional[float] = None,
     ) -> api.PubAck:
         try:
-            ack = self._run(self._js.publish(subject, payload, timeout=timeout, stream=stream, headers=dict(headers) if headers else None))
+            ack = self._run(
+                self._js.publish(
+                    subject, payload, timeout=timeout, stream=stream, headers=dict(headers) if headers else None
+                )
+            )
         except NoStreamResponseError:
             raise NoStreamResponseError(subject) from None
         return api.PubAck(stream=ack.stream, seq=ack.seq, domain=ack.domain, duplicate=ack.duplicate)
@@ -608,10 +647,18 @@ class OracleJS:
     # raises instead): tests/contract/test_publish_async.py does not ask the oracle for those.
 
     def publish_async(
-        self, subject: str, payload: bytes = b"", headers: Optional[dict] = None, stream: Optional[str] = None, *, wait_stall: Optional[float] = None
+        self,
+        subject: str,
+        payload: bytes = b"",
+        headers: Optional[dict] = None,
+        stream: Optional[str] = None,
+        *,
+        wait_stall: Optional[float] = None,
     ) -> concurrent.futures.Future:
         async def start() -> asyncio.Future:
-            return await self._js.publish_async(subject, payload, wait_stall=wait_stall, stream=stream, headers=dict(headers) if headers else None)
+            return await self._js.publish_async(
+                subject, payload, wait_stall=wait_stall, stream=stream, headers=dict(headers) if headers else None
+            )
 
         try:
             answer = self._loop.run(start())
@@ -657,7 +704,9 @@ class OracleJS:
     ) -> api.RawStreamMsg:
         if subject is not None or next or direct:
             # nats-py's own arguments, as its caller gives them.
-            return raw_msg(self._run(self._js.get_msg(stream, seq=seq, subject=subject, direct=direct, next=next)), stream)
+            return raw_msg(
+                self._run(self._js.get_msg(stream, seq=seq, subject=subject, direct=direct, next=next)), stream
+            )
         if last_by_subj is not None and next_by_subj is None and seq is None and _name_ok(stream):
             m = self._run(self._js.get_msg(stream, subject=last_by_subj))
         elif next_by_subj is not None and last_by_subj is None and seq and _name_ok(stream):
@@ -699,23 +748,33 @@ class OracleJS:
 
     # -- consumers
 
-    def add_consumer(self, stream: str, config: Optional[api.ConsumerConfig] = None, timeout: Optional[float] = None, **params) -> api.ConsumerInfo:
+    def add_consumer(
+        self, stream: str, config: Optional[api.ConsumerConfig] = None, timeout: Optional[float] = None, **params
+    ) -> api.ConsumerInfo:
         """Create or update (nats-py's add_consumer sends no action)."""
         config = api.with_params(api.ConsumerConfig, config, params)
         names = [n for n in (config.name, config.durable_name) if n is not None]
         if _name_ok(stream) and all(_name_ok(n) for n in names):
-            return consumer_info(self._run(self._js.add_consumer(stream, _config(config, napi.ConsumerConfig), timeout=timeout)))
+            return consumer_info(
+                self._run(self._js.add_consumer(stream, _config(config, napi.ConsumerConfig), timeout=timeout))
+            )
         return self._consumer_request(stream, config, None, timeout)
 
-    def create_consumer(self, stream: str, config: Optional[api.ConsumerConfig] = None, timeout: Optional[float] = None, **params) -> api.ConsumerInfo:
+    def create_consumer(
+        self, stream: str, config: Optional[api.ConsumerConfig] = None, timeout: Optional[float] = None, **params
+    ) -> api.ConsumerInfo:
         """Create only: an existing consumer with a different config -> 10148."""
         return self._consumer_request(stream, api.with_params(api.ConsumerConfig, config, params), "create", timeout)
 
-    def update_consumer(self, stream: str, config: Optional[api.ConsumerConfig] = None, timeout: Optional[float] = None, **params) -> api.ConsumerInfo:
+    def update_consumer(
+        self, stream: str, config: Optional[api.ConsumerConfig] = None, timeout: Optional[float] = None, **params
+    ) -> api.ConsumerInfo:
         """Update only: a missing consumer -> 10149."""
         return self._consumer_request(stream, api.with_params(api.ConsumerConfig, config, params), "update", timeout)
 
-    def _consumer_request(self, stream: str, config: api.ConsumerConfig, action: Optional[str], timeout: Optional[float] = None) -> api.ConsumerInfo:
+    def _consumer_request(
+        self, stream: str, config: api.ConsumerConfig, action: Optional[str], timeout: Optional[float] = None
+    ) -> api.ConsumerInfo:
         # nats-py's add_consumer sends no action and refuses names a subject cannot
         # carry; this sends nats-py's own serialisation of the config, on the subject
         # nats-py would choose, and a name the subject cannot carry in the body only.
@@ -743,14 +802,20 @@ class OracleJS:
 
     def consumer_info(self, stream: str, consumer: str, timeout: Optional[float] = None) -> api.ConsumerInfo:
         if not (_name_ok(stream) and _name_ok(consumer)):
-            return consumer_info(napi.ConsumerInfo.from_response(self._raw(f"$JS.API.CONSUMER.INFO.{stream}.{consumer}")))
+            return consumer_info(
+                napi.ConsumerInfo.from_response(self._raw(f"$JS.API.CONSUMER.INFO.{stream}.{consumer}"))
+            )
         return consumer_info(self._run(self._js.consumer_info(stream, consumer, timeout=timeout)))
 
     def consumers_info(self, stream: str) -> list[api.ConsumerInfo]:
         return [consumer_info(c) for c in self._run(self._js.consumers_info(stream))]
 
     def pull_subscribe(
-        self, subject: str, durable: Optional[str] = None, stream: Optional[str] = None, config: Optional[api.ConsumerConfig] = None
+        self,
+        subject: str,
+        durable: Optional[str] = None,
+        stream: Optional[str] = None,
+        config: Optional[api.ConsumerConfig] = None,
     ) -> PullSubscription:
         """nats-py's pull_subscribe: bind ``durable`` if it exists, else create it (or an
         ephemeral) filtered on ``subject`` unless ``config`` sets filter_subjects."""
@@ -772,7 +837,9 @@ class OracleJS:
     ) -> PushSubscription:  # fmt: skip
         """nats-py's subscribe; nats-py's client-side refusals become SubscriptionError."""
         nconfig = _config(config, napi.ConsumerConfig) if config is not None else None
-        policy = napi.DeliverPolicy(getattr(deliver_policy, "value", deliver_policy)) if deliver_policy is not None else None
+        policy = (
+            napi.DeliverPolicy(getattr(deliver_policy, "value", deliver_policy)) if deliver_policy is not None else None
+        )
         try:
             psub = self._run(
                 self._js.subscribe(
@@ -798,7 +865,11 @@ class OracleJS:
         info = self._run(self._js.consumer_info(stream, consumer))
         if info.config.deliver_subject is None:
             raise SubscriptionError("config.deliver_subject is required")
-        psub = self._run(self._js.subscribe_bind(stream=stream, config=info.config, consumer=consumer, cb=self._callback(cb), manual_ack=manual_ack))
+        psub = self._run(
+            self._js.subscribe_bind(
+                stream=stream, config=info.config, consumer=consumer, cb=self._callback(cb), manual_ack=manual_ack
+            )
+        )
         return PushSubscription(self, psub, cb is not None)
 
     def _callback(self, cb):
@@ -812,7 +883,9 @@ class OracleJS:
 
         return callback
 
-    def pull_subscribe_bind(self, consumer: Optional[str] = None, stream: Optional[str] = None, durable: Optional[str] = None) -> PullSubscription:
+    def pull_subscribe_bind(
+        self, consumer: Optional[str] = None, stream: Optional[str] = None, durable: Optional[str] = None
+    ) -> PullSubscription:
         sub = self._run(self._js.pull_subscribe_bind(consumer=consumer, stream=stream, durable=durable))
         return PullSubscription(self, sub, stream, durable or consumer)
 
@@ -848,5 +921,7 @@ def _stored(js, stream: str) -> dict:
         after = js.stream_info(stream).state
         if (after.messages, after.first_seq, after.last_seq) == (state.messages, state.first_seq, state.last_seq):
             break
-    assert len(out) == state.messages, f"{stream}: get_msg found {len(out)} messages, stream_info counts {state.messages}"
+    assert len(out) == state.messages, (
+        f"{stream}: get_msg found {len(out)} messages, stream_info counts {state.messages}"
+    )
     return out

@@ -16,7 +16,14 @@ import re
 import pytest
 
 import jetspark
-from jetspark.backend import ConsumeContextAPI, JetStreamAPI, MessagesAPI, MsgAPI, PullSubscriptionAPI, PushSubscriptionAPI
+from jetspark.backend import (
+    ConsumeContextAPI,
+    JetStreamAPI,
+    MessagesAPI,
+    MsgAPI,
+    PullSubscriptionAPI,
+    PushSubscriptionAPI,
+)
 from jetspark.backend.base import HandleBase
 from jetspark.backend.hooks import Hooks
 from jetspark.backend.live import ConsumeContext
@@ -90,7 +97,9 @@ def parameters(fn) -> list[tuple]:
 CASES = [(protocol, cls, verb) for protocol, cls in IMPLEMENTATIONS for verb in declared(protocol)]
 
 
-@pytest.mark.parametrize("protocol, cls, verb", CASES, ids=[f"{c.__module__.split('.')[1]}.{c.__name__}.{v}" for _, c, v in CASES])
+@pytest.mark.parametrize(
+    "protocol, cls, verb", CASES, ids=[f"{c.__module__.split('.')[1]}.{c.__name__}.{v}" for _, c, v in CASES]
+)
 def test_every_declared_verb_has_the_declared_signature(protocol, cls, verb):
     assert hasattr(cls, verb), f"{cls.__module__}.{cls.__name__} lacks {verb}, which {protocol.__name__} declares"
     want = declared(protocol)[verb]
@@ -104,7 +113,9 @@ def test_every_declared_verb_has_the_declared_signature(protocol, cls, verb):
     )
 
 
-@pytest.mark.parametrize("protocol, cls", IMPLEMENTATIONS, ids=[f"{c.__module__.split('.')[1]}.{c.__name__}" for _, c in IMPLEMENTATIONS])
+@pytest.mark.parametrize(
+    "protocol, cls", IMPLEMENTATIONS, ids=[f"{c.__module__.split('.')[1]}.{c.__name__}" for _, c in IMPLEMENTATIONS]
+)
 def test_the_protocol_declares_every_public_method(protocol, cls):
     undeclared = public_methods(cls) - set(declared(protocol)) - declared_attributes(protocol) - EXTRAS.get(cls, set())
     assert not undeclared, (
@@ -129,7 +140,9 @@ def test_the_handles_share_one_base():
     for verb in verbs:
         assert verb in HandleBase.__dict__, f"{verb} is not written in HandleBase"
         for cls in (JetStream, NatsJetStream):
-            assert verb not in cls.__dict__, f"{cls.__name__} writes {verb} again: a backend implements the hooks (jetspark/backend/hooks.py)"
+            assert verb not in cls.__dict__, (
+                f"{cls.__name__} writes {verb} again: a backend implements the hooks (jetspark/backend/hooks.py)"
+            )
 
 
 HOOKS = sorted(HandleBase.__abstractmethods__)
@@ -231,7 +244,11 @@ def test_an_object_missing_a_verb_is_not_a_jetstream_api():
 CONTRACT_SUITE = pathlib.Path(__file__).resolve().parent / "contract"
 
 
-@pytest.mark.parametrize("protocol", [JetStreamAPI, PullSubscriptionAPI, PushSubscriptionAPI, MsgAPI, MessagesAPI, ConsumeContextAPI], ids=lambda p: p.__name__)
+@pytest.mark.parametrize(
+    "protocol",
+    [JetStreamAPI, PullSubscriptionAPI, PushSubscriptionAPI, MsgAPI, MessagesAPI, ConsumeContextAPI],
+    ids=lambda p: p.__name__,
+)
 def test_the_contract_suite_calls_every_declared_verb(protocol):
     """Every verb the Protocols declare is called somewhere in tests/contract, whose tests run
     on every backend: a verb added to the contract without a contract test fails here."""

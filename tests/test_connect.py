@@ -21,7 +21,9 @@ from jetspark.connector.options import reader_options, writer_options
 from jetspark.errors import BadRequestError, LocationError, OptionError, StreamNotFoundError, api_error
 
 SCHEMES = ["nats", "tls", "ws", "wss", "NATS", "Nats"]
-hosts = st.from_regex(r"[a-z][a-z0-9-]{0,12}(\.[a-z0-9-]{1,8}){0,2}", fullmatch=True) | st.from_regex(r"(\d{1,3}\.){3}\d{1,3}", fullmatch=True)
+hosts = st.from_regex(r"[a-z][a-z0-9-]{0,12}(\.[a-z0-9-]{1,8}){0,2}", fullmatch=True) | st.from_regex(
+    r"(\d{1,3}\.){3}\d{1,3}", fullmatch=True
+)
 ports = st.integers(1, 65535)
 
 
@@ -57,7 +59,10 @@ def test_connect_refuses_a_path_that_looks_like_a_server_url(cwd, typed, meant):
 
 @pytest.mark.parametrize("typed", ["http://example.com", "s3://bucket/key", "data:2024-11/x", "jdbc:postgresql://h/db"])
 def test_connect_refuses_other_urls_and_says_what_it_takes(cwd, typed):
-    with pytest.raises(LocationError, match="looks like a URL, not a store directory: jetspark connects to nats://, tls://, ws://, wss://"):
+    with pytest.raises(
+        LocationError,
+        match="looks like a URL, not a store directory: jetspark connects to nats://, tls://, ws://, wss://",
+    ):
         jetspark.connect(typed)
     assert os.listdir(cwd) == []
 
@@ -93,7 +98,9 @@ def test_a_path_without_a_colon_is_a_path(text):
     assert not is_server_url(text)
 
 
-@pytest.mark.parametrize("path", ["C:\\data\\store", "c:/data/store", "D:store", "./nats:/h:4222", "store/nats:x", "/tmp/x:1"])
+@pytest.mark.parametrize(
+    "path", ["C:\\data\\store", "c:/data/store", "D:store", "./nats:/h:4222", "store/nats:x", "/tmp/x:1"]
+)
 def test_drive_letters_and_paths_with_a_colon_later_are_paths(path):
     assert check_store_path(path) == path
 
@@ -130,7 +137,10 @@ def test_a_path_object_is_taken_as_a_path(cwd):
         ("nats://h:99999", "the port must be a number from 0 to 65535"),
         ("nats://h:port", "the port must be a number from 0 to 65535"),
         ("nats://h:", "the port must be a number from 0 to 65535"),
-        ("nats://h:4222/127.0.0.1:4333", "a server URL is scheme://[user[:password]@]host[:port], with nothing after the port"),
+        (
+            "nats://h:4222/127.0.0.1:4333",
+            "a server URL is scheme://[user[:password]@]host[:port], with nothing after the port",
+        ),
         ("nats://a:4222,nats:/b:4222", "did you mean nats://b:4222?"),
         ("nats://a:4222,http://b:4222", "a NATS server URL starts with nats://, tls://, ws://, wss://"),
     ],
@@ -151,7 +161,9 @@ def test_a_malformed_url_hides_its_password():
 
 def test_connect_options_name_the_mistyped_url_not_a_rebuilt_one():
     # It used to read "nats:/127.0.0.1:4333" as the host "nats" and fail on nats://nats::4222/127.0.0.1:4333.
-    with pytest.raises(LocationError, match=r"^not a server URL: 'nats:/127.0.0.1:4333' \(did you mean nats://127.0.0.1:4333\?\)$"):
+    with pytest.raises(
+        LocationError, match=r"^not a server URL: 'nats:/127.0.0.1:4333' \(did you mean nats://127.0.0.1:4333\?\)$"
+    ):
         ConnectOptions.build("nats:/127.0.0.1:4333")
     assert ConnectOptions.build("127.0.0.1:4333").servers == ("nats://127.0.0.1:4333",)
     assert ConnectOptions.build("tls://h").servers == ("tls://h:4222",)
@@ -166,17 +178,25 @@ def test_location_error_pickles():
 
 
 def _cli(args, env=None):
-    return CliRunner(env={"JETSPARK_CONFIG_DIR": "config", "JETSPARK_STORE": None, **(env or {})}).invoke(jetspark_cli, args, catch_exceptions=False)
+    return CliRunner(env={"JETSPARK_CONFIG_DIR": "config", "JETSPARK_STORE": None, **(env or {})}).invoke(
+        jetspark_cli, args, catch_exceptions=False
+    )
 
 
 @pytest.mark.parametrize(
     ("store", "meant"),
-    [("nats://127.0.0.1:4333", "nats://127.0.0.1:4333"), ("nats:/127.0.0.1:4333", "nats://127.0.0.1:4333"), ("localhost:4222", "nats://localhost:4222")],
+    [
+        ("nats://127.0.0.1:4333", "nats://127.0.0.1:4333"),
+        ("nats:/127.0.0.1:4333", "nats://127.0.0.1:4333"),
+        ("localhost:4222", "nats://localhost:4222"),
+    ],
 )
 def test_cli_store_that_looks_like_a_url_is_a_usage_error(cwd, store, meant):
     r = _cli(["--store", store, "stream", "add", "Q", "--subjects", "q.>"])
     assert r.exit_code == 2, r.stdout
-    assert f"{store!r} looks like a URL, not a store directory: for the NATS server, write -s/--server {meant}" in r.stderr
+    assert (
+        f"{store!r} looks like a URL, not a store directory: for the NATS server, write -s/--server {meant}" in r.stderr
+    )
     assert "Stream Q added" not in r.stdout
     assert os.listdir(cwd) == []
 
@@ -207,7 +227,11 @@ def test_cli_store_with_a_colon_later_still_works(cwd):
 @pytest.mark.parametrize(("key", "shown"), [("store", "option store"), ("path", "option path (load/save)")])
 def test_spark_store_option_that_looks_like_a_url_is_an_option_error(key, shown):
     opts = {"stream": "S", key: "nats:/127.0.0.1:4222"}
-    for parse in (lambda: reader_options(opts, streaming=False), lambda: reader_options(opts, streaming=True), lambda: writer_options(opts)):
+    for parse in (
+        lambda: reader_options(opts, streaming=False),
+        lambda: reader_options(opts, streaming=True),
+        lambda: writer_options(opts),
+    ):
         with pytest.raises(OptionError) as err:
             parse()
         assert str(err.value).startswith(f"{shown} 'nats:/127.0.0.1:4222' looks like a URL")
@@ -242,5 +266,9 @@ def test_a_traceback_names_the_class_once(tmp_path):
     import sys
 
     code = f"import jetspark; jetspark.connect({str(tmp_path / 's')!r}).stream_info('NOPE')"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stderr.strip().splitlines()[-1]
+    out = (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        .stderr.strip()
+        .splitlines()[-1]
+    )
     assert out == "jetspark.errors.StreamNotFoundError: stream not found (code=404 err_code=10059)"

@@ -68,7 +68,20 @@ def _interrupt_at(tmp_path, marks_phase, then=None) -> tuple[int, list[str], lis
     returned); returns its exit status, the output before the Ctrl-C and the output after it."""
     env = {k: v for k, v in os.environ.items() if k != "SPARK_REMOTE"}
     demo = subprocess.Popen(
-        [sys.executable, "-u", "-m", "jetspark.demo", "--store", str(tmp_path / "store"), "--seconds", "120", "--rate", "500", "--trigger", "0.5"],
+        [
+            sys.executable,
+            "-u",
+            "-m",
+            "jetspark.demo",
+            "--store",
+            str(tmp_path / "store"),
+            "--seconds",
+            "120",
+            "--rate",
+            "500",
+            "--trigger",
+            "0.5",
+        ],
         cwd=ROOT,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -139,5 +152,7 @@ def test_the_pyspark_internals_the_demo_stops_early_with_are_there():
     a PySpark that renames them fails here, by name, rather than in the demo."""
     from pyspark import SparkContext
 
-    assert callable(getattr(SparkContext, "_ensure_initialized", None)), "pyspark.SparkContext._ensure_initialized is gone"
+    assert callable(getattr(SparkContext, "_ensure_initialized", None)), (
+        "pyspark.SparkContext._ensure_initialized is gone"
+    )
     assert "_gateway" in vars(SparkContext), "pyspark.SparkContext._gateway is gone"

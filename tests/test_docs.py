@@ -51,7 +51,12 @@ def _name(page: Path) -> str:
 
 def test_the_pages_have_their_blocks():
     counted = {_name(page) for page, _, _ in BLOCKS}
-    assert {"README.md", "docs/getting-started.md", "docs/guides/spark-source.md", "docs/guides/nats-server.md"} <= counted
+    assert {
+        "README.md",
+        "docs/getting-started.md",
+        "docs/guides/spark-source.md",
+        "docs/guides/nats-server.md",
+    } <= counted
     assert len(BLOCKS) >= 20
 
 
@@ -85,7 +90,9 @@ def test_block_runs_as_pasted(page, index, code, page_dirs, request):
     script = reader_dir / f"block{index}.py"
     script.write_text(code)
     try:
-        proc = subprocess.run([sys.executable, script.name], cwd=reader_dir, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [sys.executable, script.name], cwd=reader_dir, capture_output=True, text=True, timeout=600
+        )
         assert proc.returncode == 0, f"{where} failed:\n{code}\n--- stderr:\n{proc.stderr[-3000:]}"
     finally:
         if cleanup is not None:  # the shared server and cluster: leave them as found
@@ -126,14 +133,20 @@ def drawn_tree() -> str:
 
 def test_the_drawn_error_tree_is_jetspark_errors():
     tree = parse_tree(drawn_tree())
-    classes = {name: cls for name, cls in vars(jetspark.errors).items() if inspect.isclass(cls) and issubclass(cls, jetspark.errors.JetSparkError)}
+    classes = {
+        name: cls
+        for name, cls in vars(jetspark.errors).items()
+        if inspect.isclass(cls) and issubclass(cls, jetspark.errors.JetSparkError)
+    }
     assert sorted(tree) == sorted(classes), "classes drawn vs classes in jetspark.errors"
     for name, (parent, builtins) in tree.items():
         if name == "JetSparkError":
             continue
         bases = classes[name].__bases__
         assert bases[0] is classes[parent], f"{name}: drawn under {parent}, its first base is {bases[0].__name__}"
-        assert tuple(b.__name__ for b in bases[1:]) == builtins, f"{name}: drawn as also {builtins}, its other bases are {bases[1:]}"
+        assert tuple(b.__name__ for b in bases[1:]) == builtins, (
+            f"{name}: drawn as also {builtins}, its other bases are {bases[1:]}"
+        )
         assert getattr(jetspark, name) is classes[name], f"{name} is exported from jetspark"
 
 
@@ -142,8 +155,12 @@ def test_the_tree_check_catches_a_wrong_drawing():
     # a class moved to another parent, a builtin left out, a class missing
     wrong_parent = right.replace("│   │   ├── StreamNotFoundError", "│   ├── StreamNotFoundError", 1)
     assert parse_tree(wrong_parent)["StreamNotFoundError"][0] == "APIError"
-    assert parse_tree(right.replace("FetchTimeoutError (TimeoutError)", "FetchTimeoutError"))["FetchTimeoutError"][1] == ()
-    assert "AckFloorError" not in parse_tree("\n".join(line for line in right.splitlines() if "AckFloorError" not in line))
+    assert (
+        parse_tree(right.replace("FetchTimeoutError (TimeoutError)", "FetchTimeoutError"))["FetchTimeoutError"][1] == ()
+    )
+    assert "AckFloorError" not in parse_tree(
+        "\n".join(line for line in right.splitlines() if "AckFloorError" not in line)
+    )
 
 
 # --------------------------------------------------------------------------- the Spark options
@@ -203,7 +220,9 @@ def test_the_readme_links_reach_docs_pages():
     assert len(links) >= 10
     for link in links:
         path = link.strip("/")
-        assert path == "" or (DOCS / f"{path}.md").is_file(), f"README links to {SITE}{link}, and docs/{path}.md does not exist"
+        assert path == "" or (DOCS / f"{path}.md").is_file(), (
+            f"README links to {SITE}{link}, and docs/{path}.md does not exist"
+        )
     relative = re.findall(r"\]\((?!https?://)([^)]+)\)", (ROOT / "README.md").read_text())
     assert relative == [], "relative links break on the package index"
 

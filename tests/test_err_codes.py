@@ -28,7 +28,9 @@ def _module(path: Path) -> str:
 def _bare_codes(source: str) -> list[tuple[int, str]]:
     """(line, number) of every err_code-like number token: docstrings and comments are not numbers."""
     tokens = tokenize.generate_tokens(io.StringIO(source).readline)
-    return [(t.start[0], t.string) for t in tokens if t.type == tokenize.NUMBER and re.fullmatch(r"10[0-2]\d\d", t.string)]
+    return [
+        (t.start[0], t.string) for t in tokens if t.type == tokenize.NUMBER and re.fullmatch(r"10[0-2]\d\d", t.string)
+    ]
 
 
 BARE = {_module(p): _bare_codes(p.read_text()) for p in sorted(PACKAGE.rglob("*.py")) if p.name != "err_codes.py"}
@@ -42,7 +44,9 @@ def test_the_reader_sees_numbers_and_skips_text():
 @pytest.mark.parametrize("module", sorted(BARE))
 def test_err_codes_are_raised_by_name(module):
     found = BARE[module]
-    hints = [f"line {line}: {n} is err_codes.{next((k for k, v in NAMES.items() if v == int(n)), '?')}" for line, n in found]
+    hints = [
+        f"line {line}: {n} is err_codes.{next((k for k, v in NAMES.items() if v == int(n)), '?')}" for line, n in found
+    ]
     assert not found, f"{module} uses err_codes as bare numbers: {hints}"
 
 

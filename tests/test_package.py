@@ -43,7 +43,13 @@ def test_every_error_pickles(cls):
         assert back.path == "/s/state" and str(back) == "state: both header slots fail their checksum"
     elif cls is errors.AckFloorError:
         back = pickle.loads(pickle.dumps(cls("S", "spark", 10, 5, "the consumer is paused")))
-        assert (back.stream, back.consumer, back.seq, back.floor, back.reason) == ("S", "spark", 10, 5, "the consumer is paused")
+        assert (back.stream, back.consumer, back.seq, back.floor, back.reason) == (
+            "S",
+            "spark",
+            10,
+            5,
+            "the consumer is paused",
+        )
         assert "'spark'" in str(back) and "seq 10" in str(back) and "stream seq 5" in str(back)
     elif cls is errors.NoStreamResponseError:
         back = pickle.loads(pickle.dumps(cls("orders.x")))
@@ -101,7 +107,11 @@ def wheel(tmp_path_factory) -> Path:
 def installed(wheel, tmp_path_factory) -> Path:
     """The wheel installed with ``--target`` into a directory of its own (its dependencies are the venv's)."""
     site = tmp_path_factory.mktemp("site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
+        check=True,
+        capture_output=True,
+    )
     return site
 
 
@@ -138,9 +148,18 @@ def test_a_type_checker_reads_the_installed_package(wheel, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
     python = venv / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True)
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     purelib = Path(site.stdout.strip())
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(purelib), str(wheel)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(purelib), str(wheel)],
+        check=True,
+        capture_output=True,
+    )
     user = tmp_path / "user.py"
     user.write_text(
         "import jetspark\n"
@@ -149,11 +168,23 @@ def test_a_type_checker_reads_the_installed_package(wheel, tmp_path):
     )
 
     def mypy() -> str:
-        args = [sys.executable, "-m", "mypy", "--python-executable", str(python), "--no-incremental", "--config-file", "/dev/null", str(user)]
+        args = [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--python-executable",
+            str(python),
+            "--no-incremental",
+            "--config-file",
+            "/dev/null",
+            str(user),
+        ]
         return subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300).stdout
 
     out = mypy()
-    assert 'user.py:2: error: Incompatible types in assignment (expression has type "str", variable has type "int")' in out, out
+    assert (
+        'user.py:2: error: Incompatible types in assignment (expression has type "str", variable has type "int")' in out
+    ), out
     assert '(expression has type "ConsumerNotFoundError", variable has type "StreamNotFoundError")' in out, out
     assert "Found 2 errors in 1 file" in out, out
     (purelib / "jetspark" / "py.typed").unlink()
@@ -162,7 +193,9 @@ def test_a_type_checker_reads_the_installed_package(wheel, tmp_path):
 
 def test_python_m_jetspark_runs_the_cli(tmp_path):
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "jetspark", *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "jetspark", *args], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        )
 
     assert run("--version").stdout.strip() == f"jetspark, version {jetspark.__version__}"
     assert "stream" in run("--help").stdout
@@ -223,7 +256,12 @@ def _without_spark(tmp_path: Path) -> Path:
     deps.mkdir()
     for entry in venv_site.iterdir():
         top = entry.name.split("-")[0].split(".")[0].lower()
-        if top in SPARK_PACKAGES or top == "jetspark" or entry.name.startswith("__editable__") or entry.suffix == ".pth":
+        if (
+            top in SPARK_PACKAGES
+            or top == "jetspark"
+            or entry.name.startswith("__editable__")
+            or entry.suffix == ".pth"
+        ):
             continue
         (deps / entry.name).symlink_to(entry)
     return deps
@@ -239,10 +277,15 @@ def test_the_core_install_works_without_spark(installed, tmp_path):
     away.mkdir()
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-S", *args], cwd=away, env=env, capture_output=True, text=True, timeout=180)
+        return subprocess.run(
+            [sys.executable, "-S", *args], cwd=away, env=env, capture_output=True, text=True, timeout=180
+        )
 
     # The isolation is real: neither is importable, and jetspark is the wheel's.
-    probe = run("-c", "import importlib.util as u, jetspark; print([u.find_spec(n) for n in ('pyspark', 'pandas')], jetspark.__file__)")
+    probe = run(
+        "-c",
+        "import importlib.util as u, jetspark; print([u.find_spec(n) for n in ('pyspark', 'pandas')], jetspark.__file__)",
+    )
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.startswith("[None, None] ") and probe.stdout.split()[-1].startswith(str(installed))
 
@@ -250,11 +293,18 @@ def test_the_core_install_works_without_spark(installed, tmp_path):
     assert used.returncode == 0, used.stderr
     assert [json.loads(line) for line in used.stdout.splitlines()[-2:]] == [[], []]
 
-    for code in ("import jetspark.connector", "import jetspark; jetspark.register(None)", "import jetspark; jetspark.local_session()"):
+    for code in (
+        "import jetspark.connector",
+        "import jetspark; jetspark.register(None)",
+        "import jetspark; jetspark.local_session()",
+    ):
         failed = run("-c", code)
         assert failed.returncode == 1, (code, failed.stdout, failed.stderr)
         last = failed.stderr.strip().splitlines()[-1]
-        assert last.startswith("ModuleNotFoundError: jetspark.connector") and 'pip install "jetspark[spark]"' in last, (code, failed.stderr)
+        assert last.startswith("ModuleNotFoundError: jetspark.connector") and 'pip install "jetspark[spark]"' in last, (
+            code,
+            failed.stderr,
+        )
 
     cli = ("-m", "jetspark", "--store", str(tmp_path / "store"))
     assert run(*cli, "stream", "add", "Q", "--subjects", "q.>").returncode == 0
@@ -274,7 +324,12 @@ def test_bench_without_a_nats_server_says_what_to_install(tmp_path):
     env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{_without_spark(tmp_path)}"
     # The base interpreter: no venv, so no nats-server beside it.
     done = subprocess.run(
-        [sys._base_executable, "-S", "-m", "jetspark", "bench", "--quick"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        [sys._base_executable, "-S", "-m", "jetspark", "bench", "--quick"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 1 and "found none on PATH" in done.stderr and "'.[test]'" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
@@ -298,9 +353,14 @@ def test_the_wheel_works_like_a_checkout(installed, wheel, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(site)}
 
     def run(*args: str) -> str:
-        return subprocess.run([sys.executable, *args], cwd=away, env=env, capture_output=True, text=True, check=True).stdout
+        return subprocess.run(
+            [sys.executable, *args], cwd=away, env=env, capture_output=True, text=True, check=True
+        ).stdout
 
-    where = run("-c", "import jetspark, jetspark.connector.session as s; print(jetspark.__file__); print(s.spark_conf()['spark.driver.extraJavaOptions'])")
+    where = run(
+        "-c",
+        "import jetspark, jetspark.connector.session as s; print(jetspark.__file__); print(s.spark_conf()['spark.driver.extraJavaOptions'])",
+    )
     package, log4j = where.splitlines()
     assert package.startswith(str(site)) and log4j.endswith(f"file:{site}/jetspark/connector/conf/log4j2.properties")
     helptext = run("-m", "jetspark.cli", "--help")
@@ -309,4 +369,7 @@ def test_the_wheel_works_like_a_checkout(installed, wheel, tmp_path):
     store = str(tmp_path / "store")
     run("-m", "jetspark.cli", "--store", store, "stream", "add", "S", "--subjects", "s.>")
     run("-m", "jetspark.cli", "--store", store, "pub", "s.a", "hello {{Count}}", "--count", "2")
-    assert run("-m", "jetspark.cli", "--store", store, "sub", "s.>", "--no-follow", "--raw").split("\n")[:2] == ["hello 1", "hello 2"]
+    assert run("-m", "jetspark.cli", "--store", store, "sub", "s.>", "--no-follow", "--raw").split("\n")[:2] == [
+        "hello 1",
+        "hello 2",
+    ]

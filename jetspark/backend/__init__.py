@@ -75,7 +75,13 @@ from jetspark.api import (
     StreamConfig,
     StreamInfo,
 )
-from jetspark.backend.subscriptions import ConsumeContextAPI, MessagesAPI, MsgAPI, PullSubscriptionAPI, PushSubscriptionAPI
+from jetspark.backend.subscriptions import (
+    ConsumeContextAPI,
+    MessagesAPI,
+    MsgAPI,
+    PullSubscriptionAPI,
+    PushSubscriptionAPI,
+)
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -133,7 +139,9 @@ class JetStreamAPI(Protocol):
         is none.  On the engine a damaged stream can be deleted too."""
         ...
 
-    def stream_info(self, name: str, subjects_filter: Optional[str] = None, deleted_details: bool = False) -> StreamInfo:
+    def stream_info(
+        self, name: str, subjects_filter: Optional[str] = None, deleted_details: bool = False
+    ) -> StreamInfo:
         """The stream's config and state (§4).  With ``subjects_filter`` (a subject
         filter, wildcards allowed), ``state.subjects`` counts the live messages of
         each matching subject (every page of them); with ``deleted_details``,
@@ -155,7 +163,9 @@ class JetStreamAPI(Protocol):
         filter).  10059 when none does, or when ``subject`` is not a valid subject."""
         ...
 
-    def purge_stream(self, name: str, subject: Optional[str] = None, seq: Optional[int] = None, keep: Optional[int] = None) -> bool:
+    def purge_stream(
+        self, name: str, subject: Optional[str] = None, seq: Optional[int] = None, keep: Optional[int] = None
+    ) -> bool:
         """Remove messages; True.  All of them, or those matching ``subject`` (a
         filter), and of those only the ones below ``seq`` or all but the newest
         ``keep`` (0 means unset for both; both set is 10003).  Purging below a
@@ -165,7 +175,13 @@ class JetStreamAPI(Protocol):
         purging nothing), 10059 when there is no such stream."""
         ...
 
-    def backup_stream(self, name: str, path: Any, consumers: bool = True, progress: Optional[Callable[[int, Optional[int]], None]] = None) -> BackupInfo:
+    def backup_stream(
+        self,
+        name: str,
+        path: Any,
+        consumers: bool = True,
+        progress: Optional[Callable[[int, Optional[int]], None]] = None,
+    ) -> BackupInfo:
         """Write a backup of stream ``name`` into the directory ``path`` (new, or empty)
         and return what it holds (``BackupInfo``): the stream's config and, as of one
         point in time, its messages with their sequences, times and headers, its deleted
@@ -307,7 +323,9 @@ class JetStreamAPI(Protocol):
 
     # ------------------------------------------------------------------ consumers
 
-    def add_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, timeout: Optional[float] = None, **params: Any) -> ConsumerInfo:
+    def add_consumer(
+        self, stream: str, config: Optional[ConsumerConfig] = None, timeout: Optional[float] = None, **params: Any
+    ) -> ConsumerInfo:
         """Create a consumer from ``config`` (a ``ConsumerConfig`` or a dict) with
         ``params`` overriding its fields, or update it if one of that name exists
         with another config (nats-py's behaviour).  ``timeout``: as ``publish``'s.  Without ``durable_name`` or
@@ -319,12 +337,16 @@ class JetStreamAPI(Protocol):
         ``max_consumers``, an update the server refuses, 10059 no stream."""
         ...
 
-    def create_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, timeout: Optional[float] = None, **params: Any) -> ConsumerInfo:
+    def create_consumer(
+        self, stream: str, config: Optional[ConsumerConfig] = None, timeout: Optional[float] = None, **params: Any
+    ) -> ConsumerInfo:
         """``add_consumer`` that never updates: an identical consumer is returned as
         it is; one of that name with another config is 10148."""
         ...
 
-    def update_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, timeout: Optional[float] = None, **params: Any) -> ConsumerInfo:
+    def update_consumer(
+        self, stream: str, config: Optional[ConsumerConfig] = None, timeout: Optional[float] = None, **params: Any
+    ) -> ConsumerInfo:
         """``add_consumer`` that never creates: 10149 when there is no consumer of
         that name; fields the server fixes cannot change (§5.1)."""
         ...
@@ -345,7 +367,11 @@ class JetStreamAPI(Protocol):
         ...
 
     def pull_subscribe(
-        self, subject: Optional[str] = None, durable: Optional[str] = None, stream: Optional[str] = None, config: Optional[ConsumerConfig] = None
+        self,
+        subject: Optional[str] = None,
+        durable: Optional[str] = None,
+        stream: Optional[str] = None,
+        config: Optional[ConsumerConfig] = None,
     ) -> PullSubscriptionAPI:
         """nats-py's ``pull_subscribe``: a subscription on the consumer ``durable`` of
         ``stream`` (default: ``find_stream_name_by_subject(subject)``).
@@ -359,7 +385,9 @@ class JetStreamAPI(Protocol):
         captures ``subject``; ``TypeError`` for arguments of the wrong type."""
         ...
 
-    def pull_subscribe_bind(self, durable: Optional[str] = None, stream: Optional[str] = None, consumer: Optional[str] = None) -> PullSubscriptionAPI:
+    def pull_subscribe_bind(
+        self, durable: Optional[str] = None, stream: Optional[str] = None, consumer: Optional[str] = None
+    ) -> PullSubscriptionAPI:
         """A subscription on the existing consumer ``durable`` (or ``consumer``, for an
         ephemeral) of ``stream``.  10003 without ``stream`` or without a consumer
         name; 10014 when there is no such consumer; 10059 no stream."""
@@ -411,7 +439,9 @@ class JetStreamAPI(Protocol):
         wrong type."""
         ...
 
-    def subscribe_bind(self, stream: str, consumer: str, cb: Optional[Callable[[MsgAPI], Any]] = None, manual_ack: bool = False) -> PushSubscriptionAPI:
+    def subscribe_bind(
+        self, stream: str, consumer: str, cb: Optional[Callable[[MsgAPI], Any]] = None, manual_ack: bool = False
+    ) -> PushSubscriptionAPI:
         """A push subscription on the existing push consumer ``consumer`` of ``stream``,
         as ``subscribe`` binds one (its ``deliver_group``, if it has one, makes this
         subscription a member of the group); ``cb`` and ``manual_ack`` as ``subscribe``.
@@ -443,7 +473,9 @@ class JetStreamAPI(Protocol):
         outside 0..2**63-1 or a batch size below 1."""
         ...
 
-    def publish_batch(self, data: Any, stream: Optional[str] = None, msg_id_prefix: Optional[str] = None, msg_id_start: int = 0) -> BatchAck:
+    def publish_batch(
+        self, data: Any, stream: Optional[str] = None, msg_id_prefix: Optional[str] = None, msg_id_start: int = 0
+    ) -> BatchAck:
         """Append the rows of a pyarrow ``Table`` or ``RecordBatch`` (columns
         ``subject`` string, ``data`` binary or string, optional ``headers``
         ``map<string, string>``/``map<string, list<string>>`` and ``msg_id`` string)

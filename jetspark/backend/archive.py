@@ -132,7 +132,9 @@ class Writer:
     def tmp(self) -> Path:
         if self._tmp is None:
             remove_dead_partials(self.target)
-            tmp = self.target.with_name(f"{_partial_prefix(self.target)}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+            tmp = self.target.with_name(
+                f"{_partial_prefix(self.target)}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+            )
             with _io(tmp, "creating"):
                 tmp.parent.mkdir(parents=True, exist_ok=True)
                 tmp.mkdir()
@@ -181,7 +183,9 @@ class Writer:
             # backup got there first).
             os.replace(tmp, self.target)
         except OSError as exc:
-            raise BackupError(f"cannot put the backup in place at {self.target}: {exc.strerror or exc}", self.target) from exc
+            raise BackupError(
+                f"cannot put the backup in place at {self.target}: {exc.strerror or exc}", self.target
+            ) from exc
         self._tmp = None
         _fsync_dir(self.target.parent)
         return BackupInfo(
@@ -217,7 +221,11 @@ def remove_dead_partials(target: Path) -> None:
         if owner_host != host or not pid.isdigit() or not rest or _alive(int(pid)):
             continue
         shutil.rmtree(target.parent / name, ignore_errors=True)
-        log.warning("removed %s, the work directory of a backup whose process (pid %s) ended before finishing it", target.parent / name, pid)
+        log.warning(
+            "removed %s, the work directory of a backup whose process (pid %s) ended before finishing it",
+            target.parent / name,
+            pid,
+        )
 
 
 def _alive(pid: int) -> bool:
@@ -235,7 +243,9 @@ def check_target(target: Path) -> None:
     if not os.path.lexists(target):
         return
     if not target.is_dir():
-        raise BackupError(f"{target} exists and is not a directory: a backup goes into a new or empty directory", target)
+        raise BackupError(
+            f"{target} exists and is not a directory: a backup goes into a new or empty directory", target
+        )
     try:
         if any(target.iterdir()):
             raise BackupError(f"{target} is not empty: a backup goes into a new or empty directory", target)
@@ -284,7 +294,10 @@ class Archive:
                         break
                     size += len(chunk)
                     if size > entry["size"]:
-                        raise CorruptBackupError(f"{path}: longer than the {entry['size']} bytes the manifest records: the backup is damaged", path)
+                        raise CorruptBackupError(
+                            f"{path}: longer than the {entry['size']} bytes the manifest records: the backup is damaged",
+                            path,
+                        )
                     digest.update(chunk)
                     yield chunk
         except FileNotFoundError:
@@ -294,7 +307,9 @@ class Archive:
         except OSError as exc:
             raise BackupError(f"cannot read {path}: {exc.strerror or exc}", path) from exc
         if size < entry["size"]:
-            raise CorruptBackupError(f"{path}: {size} bytes, the manifest records {entry['size']}: the backup is truncated", path)
+            raise CorruptBackupError(
+                f"{path}: {size} bytes, the manifest records {entry['size']}: the backup is truncated", path
+            )
         if digest.hexdigest() != entry["sha256"]:
             raise CorruptBackupError(f"{path} fails its SHA-256 checksum: the backup is damaged", path)
 
@@ -304,7 +319,9 @@ def open_archive(path: Path, backend: str) -> Archive:
     path = path.absolute()
     manifest = path / MANIFEST
     if not path.is_dir():
-        raise BackupError(f"no stream backup at {path}: {'it does not exist' if not path.exists() else 'it is not a directory'}", path)
+        raise BackupError(
+            f"no stream backup at {path}: {'it does not exist' if not path.exists() else 'it is not a directory'}", path
+        )
     try:
         raw = manifest.read_bytes()
     except FileNotFoundError:
@@ -320,7 +337,9 @@ def open_archive(path: Path, backend: str) -> Archive:
     if doc.get("sha256") != _digest({k: v for k, v in doc.items() if k != "sha256"}):
         raise CorruptBackupError(f"{manifest} fails its SHA-256 checksum: the backup is damaged", manifest)
     if doc.get("version") != VERSION:
-        raise BackupError(f"{manifest}: backup version {doc.get('version')!r}; this jetspark reads version {VERSION}", manifest)
+        raise BackupError(
+            f"{manifest}: backup version {doc.get('version')!r}; this jetspark reads version {VERSION}", manifest
+        )
     _check_shape(doc, manifest)
     if doc["backend"] != backend:
         raise BackupError(
@@ -355,7 +374,13 @@ def _check_shape(doc: dict, manifest: Path) -> None:
             raise bad(f"file entry {f!r}")
         p = PurePosixPath(f["path"])
         # A part names a file inside the backup, never one outside it.
-        if p.is_absolute() or not p.parts or any(x in ("", ".", "..") for x in p.parts) or str(p) != f["path"] or f["path"] == MANIFEST:
+        if (
+            p.is_absolute()
+            or not p.parts
+            or any(x in ("", ".", "..") for x in p.parts)
+            or str(p) != f["path"]
+            or f["path"] == MANIFEST
+        ):
             raise bad(f"file path {f['path']!r}")
         if f["path"] in seen:
             raise bad(f"file {f['path']!r} listed twice")
@@ -368,7 +393,17 @@ def _check_shape(doc: dict, manifest: Path) -> None:
 def state_json(state: StreamState) -> dict:
     """A StreamState as the manifest keeps it (times in RFC 3339, as a server's JSON)."""
     out: dict[str, Any] = {}
-    for key in ("messages", "bytes", "first_seq", "first_ts", "last_seq", "last_ts", "num_subjects", "num_deleted", "consumer_count"):
+    for key in (
+        "messages",
+        "bytes",
+        "first_seq",
+        "first_ts",
+        "last_seq",
+        "last_ts",
+        "num_subjects",
+        "num_deleted",
+        "consumer_count",
+    ):
         value = getattr(state, key)
         out[key] = _rfc3339(value) if isinstance(value, _dt.datetime) else value
     return out

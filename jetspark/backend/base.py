@@ -137,12 +137,16 @@ class HandleBase(Hooks):
             raise api_error(STREAM_NOT_FOUND)  # as the server answers: no stream has that subject
         return self._find_stream_name_by_subject(subject)
 
-    def stream_info(self, name: str, subjects_filter: Optional[str] = None, deleted_details: bool = False) -> StreamInfo:
+    def stream_info(
+        self, name: str, subjects_filter: Optional[str] = None, deleted_details: bool = False
+    ) -> StreamInfo:
         V.filter_subject(subjects_filter, "subjects_filter")
         V.boolean(deleted_details, "deleted_details", api=True)
         return self._stream_info(name, subjects_filter, deleted_details)
 
-    def purge_stream(self, name: str, subject: Optional[str] = None, seq: Optional[int] = None, keep: Optional[int] = None) -> bool:
+    def purge_stream(
+        self, name: str, subject: Optional[str] = None, seq: Optional[int] = None, keep: Optional[int] = None
+    ) -> bool:
         return self._purge_stream(name, *V.purge_args(subject, seq, keep))
 
     # ------------------------------------------------------------------ messages
@@ -185,7 +189,11 @@ class HandleBase(Hooks):
         V.filter_subject(subject, "subject")
         if subject is not None:
             if last_by_subj is not None or next_by_subj is not None:
-                raise BadRequestError(400, BAD_REQUEST, "bad request: get_msg takes subject= (with next=) or last_by_subj=/next_by_subj=, not both")
+                raise BadRequestError(
+                    400,
+                    BAD_REQUEST,
+                    "bad request: get_msg takes subject= (with next=) or last_by_subj=/next_by_subj=, not both",
+                )
             if next:
                 next_by_subj = subject
             elif seq is not None:
@@ -200,7 +208,9 @@ class HandleBase(Hooks):
                 last_by_subj = subject
         elif next and next_by_subj is None:
             raise BadRequestError(
-                400, BAD_REQUEST, "bad request: get_msg(next=True) needs subject= (the first message at or after seq on it; '>' for any subject)"
+                400,
+                BAD_REQUEST,
+                "bad request: get_msg(next=True) needs subject= (the first message at or after seq on it; '>' for any subject)",
             )
         if seq is None and last_by_subj is None and next_by_subj is None:
             raise BadRequestError(
@@ -217,7 +227,9 @@ class HandleBase(Hooks):
     def delete_msg(self, stream: str, seq: int) -> bool:
         return self._delete_msg(stream, V.seq(seq, "seq", api=True, optional=False, hi=V.UINT64_MAX))
 
-    def publish_batch(self, data: Any, stream: Optional[str] = None, msg_id_prefix: Optional[str] = None, msg_id_start: int = 0) -> BatchAck:
+    def publish_batch(
+        self, data: Any, stream: Optional[str] = None, msg_id_prefix: Optional[str] = None, msg_id_start: int = 0
+    ) -> BatchAck:
         table = V.batch_table(data, msg_id_prefix, msg_id_start)
         if stream is None:
             stream = self._stream_of_batch(table)
@@ -279,7 +291,9 @@ class HandleBase(Hooks):
                 if pub is None or pub.pid != os.getpid():
                     if pub is not None:
                         # Copied by fork(): those messages are the parent's to store.
-                        pub.window.fail_pending(lambda: ClosedError("publish_async from before fork(): the parent process completes it"))
+                        pub.window.fail_pending(
+                            lambda: ClosedError("publish_async from before fork(): the parent process completes it")
+                        )
                     pub = self._async_pub = self._new_async_publisher()
         return pub
 
@@ -318,7 +332,12 @@ class HandleBase(Hooks):
         return self._advance_ack_floor(stream, durable, V.seq(seq, "seq", optional=False))
 
     def ordered_consumer(
-        self, stream: str, subjects: Optional[Sequence[str]] = None, start_seq: Optional[int] = None, end_seq: Optional[int] = None, batch_size: int = 4096
+        self,
+        stream: str,
+        subjects: Optional[Sequence[str]] = None,
+        start_seq: Optional[int] = None,
+        end_seq: Optional[int] = None,
+        batch_size: int = 4096,
     ) -> Iterator["MsgAPI"]:
         start_seq, end_seq, subjects, batch_size, _ = V.read_args(start_seq, end_seq, subjects, batch_size, False)
         return self._ordered_consumer(stream, subjects, start_seq, end_seq, batch_size)
@@ -335,20 +354,30 @@ class HandleBase(Hooks):
     def consumers_info(self, stream: str) -> list[ConsumerInfo]:
         return self._consumers_info(stream_arg(stream))
 
-    def add_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, timeout: Optional[float] = None, **params: Any) -> ConsumerInfo:
+    def add_consumer(
+        self, stream: str, config: Optional[ConsumerConfig] = None, timeout: Optional[float] = None, **params: Any
+    ) -> ConsumerInfo:
         wait = call_timeout(timeout)
         return self._put_consumer(*_consumer_args(stream, config, params), "", wait)
 
-    def create_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, timeout: Optional[float] = None, **params: Any) -> ConsumerInfo:
+    def create_consumer(
+        self, stream: str, config: Optional[ConsumerConfig] = None, timeout: Optional[float] = None, **params: Any
+    ) -> ConsumerInfo:
         wait = call_timeout(timeout)
         return self._put_consumer(*_consumer_args(stream, config, params), "create", wait)
 
-    def update_consumer(self, stream: str, config: Optional[ConsumerConfig] = None, timeout: Optional[float] = None, **params: Any) -> ConsumerInfo:
+    def update_consumer(
+        self, stream: str, config: Optional[ConsumerConfig] = None, timeout: Optional[float] = None, **params: Any
+    ) -> ConsumerInfo:
         wait = call_timeout(timeout)
         return self._put_consumer(*_consumer_args(stream, config, params), "update", wait)
 
     def pull_subscribe(
-        self, subject: Optional[str] = None, durable: Optional[str] = None, stream: Optional[str] = None, config: Optional[ConsumerConfig] = None
+        self,
+        subject: Optional[str] = None,
+        durable: Optional[str] = None,
+        stream: Optional[str] = None,
+        config: Optional[ConsumerConfig] = None,
     ) -> "PullSubscriptionAPI":
         V.pull_subscribe_args(subject, durable, stream, config)
         if stream is None:
@@ -368,7 +397,9 @@ class HandleBase(Hooks):
         info = self.add_consumer(stream, config)
         return self._subscription(stream, info.name)
 
-    def pull_subscribe_bind(self, durable: Optional[str] = None, stream: Optional[str] = None, consumer: Optional[str] = None) -> "PullSubscriptionAPI":
+    def pull_subscribe_bind(
+        self, durable: Optional[str] = None, stream: Optional[str] = None, consumer: Optional[str] = None
+    ) -> "PullSubscriptionAPI":
         name = V.bind_args(durable, stream, consumer)
         checked = stream_arg(stream)
         self.consumer_info(checked, name)
@@ -415,7 +446,9 @@ class HandleBase(Hooks):
                 return self._push_subscribe(stream, info, cb, manual_ack, None, owned=False)
         config = V.consumer_config(config, {})
         if ordered_consumer and (config.durable_name or config.name or config.deliver_group):
-            raise ValueError("ordered_consumer=True takes a config without durable_name, name or deliver_group: an ordered consumer is an ephemeral of its own")
+            raise ValueError(
+                "ordered_consumer=True takes a config without durable_name, name or deliver_group: an ordered consumer is an ephemeral of its own"
+            )
         changes: dict[str, Any] = {}
         if durable and not config.durable_name:
             changes["durable_name"] = durable
@@ -459,14 +492,18 @@ class HandleBase(Hooks):
                     pass
             raise
 
-    def subscribe_bind(self, stream: str, consumer: str, cb: Optional[Callable[["MsgAPI"], Any]] = None, manual_ack: bool = False) -> "PushSubscriptionAPI":
+    def subscribe_bind(
+        self, stream: str, consumer: str, cb: Optional[Callable[["MsgAPI"], Any]] = None, manual_ack: bool = False
+    ) -> "PushSubscriptionAPI":
         V.subscribe_bind_args(stream, consumer, cb, manual_ack)
         info = self.consumer_info(stream, consumer)
         if not info.config.deliver_subject:
             raise SubscriptionError(_PULL_CONSUMER.format(name=consumer))
         return self._push_subscribe(stream, info, cb, manual_ack, None, owned=False)
 
-    def _push_subscribe(self, stream: str, info: ConsumerInfo, cb, manual_ack: bool, ordered: Optional[ConsumerConfig], owned: bool) -> "PushSubscriptionAPI":
+    def _push_subscribe(
+        self, stream: str, info: ConsumerInfo, cb, manual_ack: bool, ordered: Optional[ConsumerConfig], owned: bool
+    ) -> "PushSubscriptionAPI":
         # Without manual_ack a callback's messages are acknowledged after it returns, as nats-py's
         # auto-ack (not on an ack-none consumer).
         auto_ack = cb is not None and not manual_ack and info.config.ack_policy != AckPolicy.NONE
@@ -482,7 +519,13 @@ class HandleBase(Hooks):
 
     # ------------------------------------------------------------------ backup and restore (archive.py)
 
-    def backup_stream(self, name: str, path: Any, consumers: bool = True, progress: Optional[Callable[[int, Optional[int]], None]] = None) -> BackupInfo:
+    def backup_stream(
+        self,
+        name: str,
+        path: Any,
+        consumers: bool = True,
+        progress: Optional[Callable[[int, Optional[int]], None]] = None,
+    ) -> BackupInfo:
         stream_arg(name)
         V.boolean(consumers, "consumers")
         with archive.Writer(_path(path), self._BACKUP_KIND, name) as writer:
@@ -511,7 +554,9 @@ def _check_bindable(info: ConsumerInfo, queue: Optional[str]) -> None:
     group = info.config.deliver_group
     if not group:
         if queue:
-            raise SubscriptionError(f"cannot create a queue subscription {queue!r} for consumer {info.name!r}, which has no deliver group")
+            raise SubscriptionError(
+                f"cannot create a queue subscription {queue!r} for consumer {info.name!r}, which has no deliver group"
+            )
         if info.push_bound:
             raise SubscriptionError(f"consumer {info.name!r} is already bound to a subscription")
     elif not queue:
@@ -519,7 +564,9 @@ def _check_bindable(info: ConsumerInfo, queue: Optional[str]) -> None:
             f"cannot create a subscription for consumer {info.name!r}, which has the deliver group {group!r}: subscribe with queue={group!r}"
         )
     elif queue != group:
-        raise SubscriptionError(f"cannot create a queue subscription {queue!r} for consumer {info.name!r}, which has the deliver group {group!r}")
+        raise SubscriptionError(
+            f"cannot create a queue subscription {queue!r} for consumer {info.name!r}, which has the deliver group {group!r}"
+        )
 
 
 def _path(value: Any) -> Path:

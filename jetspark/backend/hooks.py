@@ -21,7 +21,17 @@ from jetspark.errors import api_error
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from jetspark.api import BackupInfo, BatchAck, ConsumerConfig, ConsumerInfo, PubAck, RawStreamMsg, SequenceInfo, StreamConfig, StreamInfo
+    from jetspark.api import (
+        BackupInfo,
+        BatchAck,
+        ConsumerConfig,
+        ConsumerInfo,
+        PubAck,
+        RawStreamMsg,
+        SequenceInfo,
+        StreamConfig,
+        StreamInfo,
+    )
     from jetspark.backend import MsgAPI
     from jetspark.backend.archive import Archive, Meter, Writer
 
@@ -33,7 +43,13 @@ _WHITESPACE = frozenset(" \t\r\n\f\v")  # what NATS calls whitespace in a subjec
 def _token(value: Any) -> bool:
     """Can ``value`` be one token of an API subject?  (A str, not empty, no '.', no
     whitespace, not '*' or '>' alone, and UTF-8 can encode it.)"""
-    if not isinstance(value, str) or not value or value in ("*", ">") or "." in value or not _WHITESPACE.isdisjoint(value):
+    if (
+        not isinstance(value, str)
+        or not value
+        or value in ("*", ">")
+        or "." in value
+        or not _WHITESPACE.isdisjoint(value)
+    ):
         return False
     try:
         value.encode()
@@ -123,7 +139,9 @@ class Hooks(abc.ABC):
         """Store one message (``subject`` a publish subject, ``headers`` checked); ``timeout`` the call's own, None for the handle's."""
 
     @abc.abstractmethod
-    def _get_msg(self, stream: str, seq: Optional[int], last_by_subj: Optional[str], next_by_subj: Optional[str]) -> RawStreamMsg:
+    def _get_msg(
+        self, stream: str, seq: Optional[int], last_by_subj: Optional[str], next_by_subj: Optional[str]
+    ) -> RawStreamMsg:
         """The message of the server's MSG.GET request with these fields."""
 
     @abc.abstractmethod
@@ -142,7 +160,13 @@ class Hooks(abc.ABC):
 
     @abc.abstractmethod
     def _read_batches(
-        self, stream: str, start_seq: int, end_seq: Optional[int], subjects: Optional[Sequence[str]], batch_size: int, headers: bool
+        self,
+        stream: str,
+        start_seq: int,
+        end_seq: Optional[int],
+        subjects: Optional[Sequence[str]],
+        batch_size: int,
+        headers: bool,
     ) -> Iterator[pa.RecordBatch]:
         """``read_batches`` with its arguments checked (``jetspark.validate.read_args``)."""
 
@@ -160,7 +184,12 @@ class Hooks(abc.ABC):
 
     @abc.abstractmethod
     def _ordered_consumer(
-        self, stream: str, subjects: Optional[Sequence[str]], start_seq: Optional[int], end_seq: Optional[int], batch_size: int
+        self,
+        stream: str,
+        subjects: Optional[Sequence[str]],
+        start_seq: Optional[int],
+        end_seq: Optional[int],
+        batch_size: int,
     ) -> Iterator[MsgAPI]:
         """``ordered_consumer`` with its arguments checked."""
 
@@ -183,12 +212,20 @@ class Hooks(abc.ABC):
         """Every consumer's info of ``stream``, by name."""
 
     @abc.abstractmethod
-    def _subscription(self, stream: str, consumer: str) -> Any:  # (a PullSubscriptionAPI: tests/test_backend.py checks it)
+    def _subscription(
+        self, stream: str, consumer: str
+    ) -> Any:  # (a PullSubscriptionAPI: tests/test_backend.py checks it)
         """The backend's pull subscription on an existing consumer."""
 
     @abc.abstractmethod
     def _push_subscription(
-        self, stream: str, info: ConsumerInfo, cb: Optional[Callable[[MsgAPI], Any]], auto_ack: bool, ordered: Optional[ConsumerConfig], owned: bool
+        self,
+        stream: str,
+        info: ConsumerInfo,
+        cb: Optional[Callable[[MsgAPI], Any]],
+        auto_ack: bool,
+        ordered: Optional[ConsumerConfig],
+        owned: bool,
     ) -> Any:  # (a PushSubscriptionAPI: tests/test_backend.py checks it)
         """The backend's push subscription on an existing push consumer (``jetspark.backend.push``)."""
 

@@ -126,7 +126,9 @@ class ConsumeContext:
     ``error_cb(err)`` (default: logged); the ones that end the pull end the thread too.
     """
 
-    def __init__(self, messages, cb: Callable[[Any], Any], error_cb: Optional[Callable[[BaseException], Any]], name: str) -> None:
+    def __init__(
+        self, messages, cb: Callable[[Any], Any], error_cb: Optional[Callable[[BaseException], Any]], name: str
+    ) -> None:
         if not callable(cb):
             raise TypeError(f"cb must be a callable taking a message, not {V.show(cb)}")
         if error_cb is not None and not callable(error_cb):
@@ -239,7 +241,9 @@ class LivePulls:
         threshold_bytes: Optional[int] = None,
         heartbeat: Optional[float] = None,
     ):
-        it = self._messages(pull_options(max_messages, max_bytes, expires, threshold_messages, threshold_bytes, heartbeat))
+        it = self._messages(
+            pull_options(max_messages, max_bytes, expires, threshold_messages, threshold_bytes, heartbeat)
+        )
         self.__dict__.setdefault("_live", weakref.WeakSet()).add(it)  # for unsubscribe
         return it
 

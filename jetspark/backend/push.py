@@ -121,17 +121,23 @@ class PushBase:
 
     def next_msg(self, timeout: Optional[float] = 1.0) -> "MsgAPI":
         if self._cb is not None:
-            raise SubscriptionError(f"next_msg cannot be used on {self._where}: it has a callback (cb=), which receives the messages")
+            raise SubscriptionError(
+                f"next_msg cannot be used on {self._where}: it has a callback (cb=), which receives the messages"
+            )
         timeout = V.next_msg_timeout(timeout)
         try:
             return self._next(timeout)
         except Ended:
-            raise ClosedError(f"{self._where} has ended (unsubscribe() or drain()) and holds no more messages") from None
+            raise ClosedError(
+                f"{self._where} has ended (unsubscribe() or drain()) and holds no more messages"
+            ) from None
 
     @property
     def messages(self) -> "Messages":
         if self._cb is not None:
-            raise SubscriptionError(f"messages cannot be used on {self._where}: it has a callback (cb=), which receives the messages")
+            raise SubscriptionError(
+                f"messages cannot be used on {self._where}: it has a callback (cb=), which receives the messages"
+            )
         return Messages(self)
 
     @property

@@ -146,7 +146,12 @@ class PullSubscriptionAPI(Protocol):
     consumer: str
 
     def fetch(
-        self, batch: int = 1, timeout: Optional[float] = 5.0, heartbeat: Optional[float] = None, no_wait: bool = False, max_bytes: Optional[int] = None
+        self,
+        batch: int = 1,
+        timeout: Optional[float] = 5.0,
+        heartbeat: Optional[float] = None,
+        no_wait: bool = False,
+        max_bytes: Optional[int] = None,
     ) -> list[MsgAPI]:
         """Up to ``batch`` (1..2**31-1) messages, at most ``max_bytes`` bytes of them
         (None or 0: no limit), in delivery order; waits up to ``timeout`` seconds

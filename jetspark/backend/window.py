@@ -38,8 +38,12 @@ class PublishWindow:
                     raise TooManyStalledMsgsError(
                         f"publish_async: all {self.limit} places are pending, and this thread (a future's callback) is the one that completes them"
                     )
-                if not self._cond.wait_for(lambda: self._closed is not None or len(self._pending) < self.limit, wait_stall):
-                    raise TooManyStalledMsgsError(f"publish_async: all {self.limit} places (publish_async_max_pending) stayed pending for {wait_stall:g} s")
+                if not self._cond.wait_for(
+                    lambda: self._closed is not None or len(self._pending) < self.limit, wait_stall
+                ):
+                    raise TooManyStalledMsgsError(
+                        f"publish_async: all {self.limit} places (publish_async_max_pending) stayed pending for {wait_stall:g} s"
+                    )
             if self._closed is not None:
                 raise ClosedError(self._closed)
             fut: Future = Future()
@@ -65,7 +69,9 @@ class PublishWindow:
                     "publish_async_completed was called from the thread that completes the futures (a future's callback): it would wait for itself"
                 )
             if not self._cond.wait_for(lambda: not self._pending, timeout):
-                raise PublishAsyncTimeoutError(f"{len(self._pending)} publish_async futures were still pending after {timeout:g} s")
+                raise PublishAsyncTimeoutError(
+                    f"{len(self._pending)} publish_async futures were still pending after {timeout:g} s"
+                )
 
     def close(self, why: str) -> None:
         """Refuse new publishes (and wake the callers waiting for room) with ``ClosedError(why)``."""

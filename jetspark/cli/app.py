@@ -70,7 +70,16 @@ class Root(Group):
 )
 @click.version_option(jetspark.__version__, "--version", prog_name="jetspark")
 @click.pass_context
-def cli(ctx: click.Context, store: str, server: Optional[str], context_name: Optional[str], debug: bool, trace: bool, verbose: int, log_level: Optional[str]):
+def cli(
+    ctx: click.Context,
+    store: str,
+    server: Optional[str],
+    context_name: Optional[str],
+    debug: bool,
+    trace: bool,
+    verbose: int,
+    log_level: Optional[str],
+):
     """jetspark: streams with NATS JetStream semantics in a directory, from the command line.
 
     Commands and flags follow the `nats` CLI.  Durations read like 500ms,

@@ -53,13 +53,24 @@ def consumer():
 def _options(edit: bool):
     def deco(fn):
         opts = [
-            click.option("--filter", "filters", multiple=True, metavar="SUBJECT", help="Only deliver messages on these subjects (repeat, or comma-separate)."),
+            click.option(
+                "--filter",
+                "filters",
+                multiple=True,
+                metavar="SUBJECT",
+                help="Only deliver messages on these subjects (repeat, or comma-separate).",
+            ),
             click.option("--description", help="A description of the consumer."),
         ]
         if not edit:
             opts += [
                 click.option(
-                    "--ack", "ack_policy", type=click.Choice(["explicit", "all", "none"]), default="explicit", show_default=True, help="Acknowledgement policy."
+                    "--ack",
+                    "ack_policy",
+                    type=click.Choice(["explicit", "all", "none"]),
+                    default="explicit",
+                    show_default=True,
+                    help="Acknowledgement policy.",
                 ),
                 click.option(
                     "--deliver",
@@ -69,18 +80,38 @@ def _options(edit: bool):
                     metavar="POLICY",
                     help="Where to start: all, last, new, subject (last per subject), a stream sequence (100), a duration back from now (1h) or an RFC 3339 time.",
                 ),
-                click.option("--replay", type=click.Choice(["instant", "original"]), default="instant", show_default=True, help="Replay policy."),
+                click.option(
+                    "--replay",
+                    type=click.Choice(["instant", "original"]),
+                    default="instant",
+                    show_default=True,
+                    help="Replay policy.",
+                ),
                 click.option("--max-waiting", type=int, help="Maximum number of waiting pull requests."),
             ]
         opts += [
             click.option(
-                "--wait", "ack_wait", type=DURATION, help="Ack wait: how long a delivered message may stay unacknowledged before redelivery, e.g. 30s."
+                "--wait",
+                "ack_wait",
+                type=DURATION,
+                help="Ack wait: how long a delivered message may stay unacknowledged before redelivery, e.g. 30s.",
             ),
             click.option("--max-deliver", type=int, help="Maximum deliveries of one message (-1: unlimited)."),
             click.option("--backoff", metavar="DURATIONS", help="Redelivery delays, comma-separated, e.g. 1s,5s,30s."),
-            click.option("--max-pending", "max_ack_pending", type=int, help="Maximum messages delivered and not yet acknowledged."),
-            click.option("--inactive-threshold", type=DURATION, help="Remove the consumer after this long without activity."),
-            click.option("--headers-only/--no-headers-only", default=None, help="Deliver only headers (with Nats-Msg-Size), not bodies."),
+            click.option(
+                "--max-pending",
+                "max_ack_pending",
+                type=int,
+                help="Maximum messages delivered and not yet acknowledged.",
+            ),
+            click.option(
+                "--inactive-threshold", type=DURATION, help="Remove the consumer after this long without activity."
+            ),
+            click.option(
+                "--headers-only/--no-headers-only",
+                default=None,
+                help="Deliver only headers (with Nats-Msg-Size), not bodies.",
+            ),
             click.option("--metadata", multiple=True, metavar="KEY=VALUE", help="Metadata to attach (repeat)."),
         ]
         for opt in reversed(opts):
@@ -97,7 +128,15 @@ def _changes(params: dict[str, Any]) -> dict[str, Any]:
         out["filter_subject"], out["filter_subjects"] = filters[0], None
     elif filters:
         out["filter_subject"], out["filter_subjects"] = None, filters
-    for field in ("description", "ack_wait", "max_deliver", "max_ack_pending", "inactive_threshold", "headers_only", "max_waiting"):
+    for field in (
+        "description",
+        "ack_wait",
+        "max_deliver",
+        "max_ack_pending",
+        "inactive_threshold",
+        "headers_only",
+        "max_waiting",
+    ):
         if params.get(field) is not None:
             out[field] = params[field]
     if params.get("backoff"):
@@ -184,14 +223,19 @@ def render_consumer_info(info: ConsumerInfo) -> str:
         ),
         (
             "Outstanding Acks",
-            f"{fmt_count(info.num_ack_pending)}" + (f" out of maximum {fmt_count(c.max_ack_pending)}" if c.max_ack_pending and c.max_ack_pending > 0 else ""),
+            f"{fmt_count(info.num_ack_pending)}"
+            + (
+                f" out of maximum {fmt_count(c.max_ack_pending)}" if c.max_ack_pending and c.max_ack_pending > 0 else ""
+            ),
         ),
         ("Redelivered Messages", fmt_count(info.num_redelivered)),
         ("Unprocessed Messages", fmt_count(info.num_pending)),
         ("Waiting Pulls", None if c.deliver_subject else fmt_count(info.num_waiting)),
         ("Active Interest", ("true" if info.push_bound else "false") if c.deliver_subject else None),
     ]
-    head = f"Information for Consumer {info.stream_name} > {info.name}" + (f" created {fmt_time(info.created)}" if info.created else "")
+    head = f"Information for Consumer {info.stream_name} > {info.name}" + (
+        f" created {fmt_time(info.created)}" if info.created else ""
+    )
     cluster = cluster_pairs(info.cluster)
     middle = ["Cluster Information:", "", kv_block(cluster), ""] if cluster else []
     return "\n".join([head, "", "Configuration:", "", kv_block(config), "", *middle, "State:", "", kv_block(state)])
@@ -204,11 +248,24 @@ def _push_options(fn):
     for opt in reversed(
         [
             click.option(
-                "--ephemeral", is_flag=True, help="An ephemeral consumer: removed after --inactive-threshold (default 5s) without activity; NAME is optional."
+                "--ephemeral",
+                is_flag=True,
+                help="An ephemeral consumer: removed after --inactive-threshold (default 5s) without activity; NAME is optional.",
             ),
-            click.option("--pull", is_flag=True, help="A pull consumer, read with `consumer next` or `fetch` (the default without --target)."),
-            click.option("--target", "deliver_subject", metavar="SUBJECT", help="A push consumer delivering to SUBJECT (not one the stream captures)."),
-            click.option("--deliver-group", metavar="GROUP", help="Push: deliver only to subscriptions in this queue group."),
+            click.option(
+                "--pull",
+                is_flag=True,
+                help="A pull consumer, read with `consumer next` or `fetch` (the default without --target).",
+            ),
+            click.option(
+                "--target",
+                "deliver_subject",
+                metavar="SUBJECT",
+                help="A push consumer delivering to SUBJECT (not one the stream captures).",
+            ),
+            click.option(
+                "--deliver-group", metavar="GROUP", help="Push: deliver only to subscriptions in this queue group."
+            ),
             click.option(
                 "--heartbeat",
                 "idle_heartbeat",
@@ -234,7 +291,18 @@ def _push_options(fn):
 @_options(edit=False)
 @output_options
 @needs_store()
-def add(js, stream_name: str, name: Optional[str], ack_policy: str, deliver, replay: str, ephemeral: bool, pull: bool, as_json: bool, **params):
+def add(
+    js,
+    stream_name: str,
+    name: Optional[str],
+    ack_policy: str,
+    deliver,
+    replay: str,
+    ephemeral: bool,
+    pull: bool,
+    as_json: bool,
+    **params,
+):
     """Add a consumer NAME on STREAM: durable and pull by default.
 
     --ephemeral makes an ephemeral one (its name is chosen for it when NAME
@@ -253,10 +321,18 @@ def add(js, stream_name: str, name: Optional[str], ack_policy: str, deliver, rep
         raise click.UsageError("give the consumer's NAME (or --ephemeral, for one named for you)")
     push = {k: params.pop(k) for k in ("deliver_subject", "deliver_group", "idle_heartbeat", "flow_control")}
     if pull and push["deliver_subject"]:
-        raise click.UsageError("--pull and --target: a consumer is pull (no --target) or push (delivering to --target), not both")
+        raise click.UsageError(
+            "--pull and --target: a consumer is pull (no --target) or push (delivering to --target), not both"
+        )
     if not push["deliver_subject"]:
         given = [
-            flag for flag, key in (("--deliver-group", "deliver_group"), ("--heartbeat", "idle_heartbeat"), ("--flow-control", "flow_control")) if push[key]
+            flag
+            for flag, key in (
+                ("--deliver-group", "deliver_group"),
+                ("--heartbeat", "idle_heartbeat"),
+                ("--flow-control", "flow_control"),
+            )
+            if push[key]
         ]
         if given:
             raise click.UsageError(f"{', '.join(given)}: for a push consumer only; add --target SUBJECT")
@@ -360,7 +436,12 @@ def ls(js, stream_name: str, names_only: bool, as_json: bool):
         for i in infos
     ]
     click.echo(
-        table(["Name", "Description", "Created", "Ack Pending", "Unprocessed", "Last Delivery"], rows, right=(3, 4), title=f"Consumers of {stream_name}")
+        table(
+            ["Name", "Description", "Created", "Ack Pending", "Unprocessed", "Last Delivery"],
+            rows,
+            right=(3, 4),
+            title=f"Consumers of {stream_name}",
+        )
     )
 
 
@@ -386,13 +467,17 @@ def rm(js, stream_name: str, name: str, force: bool):
 @consumer.command("next")
 @click.argument("stream_name", metavar="STREAM")
 @click.argument("name")
-@click.option("--count", type=click.IntRange(min=1), default=1, show_default=True, help="Fetch this many messages, one at a time.")
+@click.option(
+    "--count", type=click.IntRange(min=1), default=1, show_default=True, help="Fetch this many messages, one at a time."
+)
 @click.option("--wait", type=DURATION, default="5s", show_default=True, help="How long to wait for each message.")
 @ack_options
 @click.option("--raw", is_flag=True, help="Print only message bodies, one per line.")
 @output_options
 @needs_store()
-def next_(js, stream_name: str, name: str, count: int, wait: float, ack: bool, nak: bool, term: bool, raw: bool, as_json: bool):
+def next_(
+    js, stream_name: str, name: str, count: int, wait: float, ack: bool, nak: bool, term: bool, raw: bool, as_json: bool
+):
     """Fetch and acknowledge the next messages of a consumer.
 
     Like `nats consumer next`: one message at a time, up to --count.  With --json, prints one message per line.
@@ -402,7 +487,19 @@ def next_(js, stream_name: str, name: str, count: int, wait: float, ack: bool, n
       jetspark consumer next ORDERS NEW
       jetspark consumer next ORDERS NEW --count 10 --no-ack --raw
     """
-    deliver(js, stream_name, name, count=count, per_fetch=1, wait=wait, ack=ack, nak=nak, term=term, raw=raw, as_json=as_json)
+    deliver(
+        js,
+        stream_name,
+        name,
+        count=count,
+        per_fetch=1,
+        wait=wait,
+        ack=ack,
+        nak=nak,
+        term=term,
+        raw=raw,
+        as_json=as_json,
+    )
 
 
 @consumer.command("report")
@@ -468,6 +565,15 @@ def report(js, stream_name: str, sort: str, as_json: bool):
         + ((r["cluster"] or "",) if clustered else ())
         for r in rows
     ]
-    headers = ["Consumer", "Mode", "Ack Policy", "Ack Wait", "Ack Pending", "Redelivered", "Unprocessed", "Ack Floor"] + (["Cluster"] if clustered else [])
+    headers = [
+        "Consumer",
+        "Mode",
+        "Ack Policy",
+        "Ack Wait",
+        "Ack Pending",
+        "Redelivered",
+        "Unprocessed",
+        "Ack Floor",
+    ] + (["Cluster"] if clustered else [])
     title = f"Consumer report for {stream_name} with {plural(len(rows), 'consumer')}"
     click.echo(table(headers, body, right=(3, 4, 5, 6, 7), title=title))

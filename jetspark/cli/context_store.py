@@ -107,7 +107,9 @@ class SavedContext:
         value appears in an error."""
 
         def bad(why: str) -> ContextError:
-            return ContextError(f"context file {origin} is damaged: {why}; fix it, or remove it with `jetspark context rm {name}` and add it again")
+            return ContextError(
+                f"context file {origin} is damaged: {why}; fix it, or remove it with `jetspark context rm {name}` and add it again"
+            )
 
         if not isinstance(data, dict):
             raise bad(f"it holds a JSON {type(data).__name__}, not an object")
@@ -168,11 +170,20 @@ def _server_url(url: str, options: dict[str, str]) -> str:
         raise ValueError(str(exc)) from None
     for u in checked.servers:
         if u.split("://", 1)[0].lower() not in SERVER_SCHEMES:
-            raise ValueError(f"server {redact_url(u)!r} is not a NATS server URL ({', '.join(s + '://' for s in SERVER_SCHEMES)})")
+            raise ValueError(
+                f"server {redact_url(u)!r} is not a NATS server URL ({', '.join(s + '://' for s in SERVER_SCHEMES)})"
+            )
     return ",".join(checked.servers)
 
 
-def make(name: str, *, description: str = "", store: Optional[str] = None, server: Optional[str] = None, options: Optional[dict] = None) -> SavedContext:
+def make(
+    name: str,
+    *,
+    description: str = "",
+    store: Optional[str] = None,
+    server: Optional[str] = None,
+    options: Optional[dict] = None,
+) -> SavedContext:
     """A new context from the command line's values (``ValueError`` saying what is wrong)."""
     check_name(name)
     if store is not None and not store.strip():
@@ -234,7 +245,9 @@ def load(name: str) -> SavedContext:
     except FileNotFoundError:
         raise unknown_context(name) from None
     except UnicodeDecodeError:
-        raise ContextError(f"context file {path} is damaged: not UTF-8 text; fix it, or remove it with `jetspark context rm {name}` and add it again") from None
+        raise ContextError(
+            f"context file {path} is damaged: not UTF-8 text; fix it, or remove it with `jetspark context rm {name}` and add it again"
+        ) from None
     except OSError as exc:
         raise ContextError(f"cannot read context file {path}: {exc.strerror or exc}") from None
     try:
@@ -298,7 +311,9 @@ def selected() -> Optional[str]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ContextError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
     if name and not _NAME.fullmatch(name):
-        raise ContextError(f"{path} is damaged: it should hold one context name ({NAME_RULE}); select one with `jetspark context select NAME`")
+        raise ContextError(
+            f"{path} is damaged: it should hold one context name ({NAME_RULE}); select one with `jetspark context select NAME`"
+        )
     return name or None
 
 

@@ -59,7 +59,9 @@ def choose(ctx: click.Context, server: Optional[str], name: Optional[str]) -> tu
         return name, False
     if source("store") is ParameterSource.ENVIRONMENT:
         if name is not None:
-            raise click.UsageError("JETSPARK_STORE and JETSPARK_CONTEXT are both set and both say where to connect: unset one")
+            raise click.UsageError(
+                "JETSPARK_STORE and JETSPARK_CONTEXT are both set and both say where to connect: unset one"
+            )
         return None, False
     return name, name is None
 
@@ -119,8 +121,16 @@ _FILE = click.Path(exists=True, dir_okay=False, resolve_path=True)
 @click.option("--user", metavar="USER", help="User name for the server.")
 @click.option("--password", metavar="PASSWORD", help="Password for --user; '-' asks for it without echoing it.")
 @click.option("--token", metavar="TOKEN", help="Authentication token; '-' asks for it without echoing it.")
-@click.option("--creds", "user_credentials", type=_FILE, metavar="FILE", help="A .creds file (JWT and nkey seed), referenced by its path.")
-@click.option("--nkey", "nkeys_seed", type=_FILE, metavar="FILE", help="A file holding an nkey seed, referenced by its path.")
+@click.option(
+    "--creds",
+    "user_credentials",
+    type=_FILE,
+    metavar="FILE",
+    help="A .creds file (JWT and nkey seed), referenced by its path.",
+)
+@click.option(
+    "--nkey", "nkeys_seed", type=_FILE, metavar="FILE", help="A file holding an nkey seed, referenced by its path."
+)
 @click.option("--tlsca", "tls_ca", type=_FILE, metavar="FILE", help="CA certificate (PEM) to verify the server with.")
 @click.option("--tlscert", "tls_cert", type=_FILE, metavar="FILE", help="Client certificate (PEM); goes with --tlskey.")
 @click.option("--tlskey", "tls_key", type=_FILE, metavar="FILE", help="Client certificate's private key (PEM).")
@@ -129,7 +139,16 @@ _FILE = click.Path(exists=True, dir_okay=False, resolve_path=True)
 @click.option("--select", "make_selected", is_flag=True, help="Also make it the selected context.")
 @click.option("--force", "-f", is_flag=True, help="Replace a context of that name.")
 @output_options
-def add(name: str, store: Optional[str], server: Optional[str], description: str, make_selected: bool, force: bool, as_json: bool, **options):
+def add(
+    name: str,
+    store: Optional[str],
+    server: Optional[str],
+    description: str,
+    make_selected: bool,
+    force: bool,
+    as_json: bool,
+    **options,
+):
     """Save a context: a store directory, or a server with its credentials.
 
     Credentials files (--creds, --nkey, TLS) are kept as paths; a password or
@@ -209,7 +228,10 @@ def ls(as_json: bool):
     if damaged:
         raise click.ClickException("; ".join(damaged))
     if current is not None and current not in {s.name for s in saved}:
-        click.echo(f"Warning: the selected context {current!r} does not exist (`jetspark context select NAME` chooses another)", err=True)
+        click.echo(
+            f"Warning: the selected context {current!r} does not exist (`jetspark context select NAME` chooses another)",
+            err=True,
+        )
     if as_json:
         emit_json([{**s.shown(), "selected": s.name == current} for s in saved])
         return
@@ -217,7 +239,11 @@ def ls(as_json: bool):
         click.echo("No contexts defined (`jetspark context add NAME --store PATH` or `--server URL` makes one)")
         return
     rows = [(s.name + ("*" if s.name == current else ""), s.description, s.location) for s in saved]
-    click.echo(table(["Name", "Description", "Store or server"], rows, title=f"Known contexts ({files.config_dir() / 'context'})"))
+    click.echo(
+        table(
+            ["Name", "Description", "Store or server"], rows, title=f"Known contexts ({files.config_dir() / 'context'})"
+        )
+    )
 
 
 @context.command("select")

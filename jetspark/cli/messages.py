@@ -80,7 +80,12 @@ def _stamp(when: Optional[_dt.datetime]) -> str:
     help="Publish this many messages; {{Count}} in the body, subject, headers and --id numbers them.",
 )
 @click.option("--header", "-H", "headers", multiple=True, metavar="KEY:VALUE", help="Add a header (repeat for more).")
-@click.option("--id", "msg_id", metavar="ID", help="Set Nats-Msg-Id for de-duplication (templates allowed, e.g. 'order-{{Count}}').")
+@click.option(
+    "--id",
+    "msg_id",
+    metavar="ID",
+    help="Set Nats-Msg-Id for de-duplication (templates allowed, e.g. 'order-{{Count}}').",
+)
 @click.option("--force-stdin", is_flag=True, help="Read the body from standard input.")
 @click.option(
     "--send-on",
@@ -193,7 +198,9 @@ def pub(
         click.echo(f"  stream {name}: {plural(k, 'ack')}, seq {fmt_count(lo)}..{fmt_count(hi)}")
     if stats.duplicates:
         were = "was" if stats.duplicates == 1 else "were"
-        click.echo(f"  {plural(stats.duplicates, 'duplicate')} (same Nats-Msg-Id within the duplicate window) {were} not stored again")
+        click.echo(
+            f"  {plural(stats.duplicates, 'duplicate')} (same Nats-Msg-Id within the duplicate window) {were} not stored again"
+        )
 
 
 def _header(text: str) -> tuple[str, str]:
@@ -231,16 +238,25 @@ class _PubStats:
 
 @click.command()
 @click.argument("subject", required=False)
-@click.option("--stream", "stream_name", metavar="STREAM", help="Read this stream (default: the stream that captures SUBJECT).")
-@click.option("--all", "start", flag_value="all", default=True, help="Start with the first stored message (the default).")
+@click.option(
+    "--stream", "stream_name", metavar="STREAM", help="Read this stream (default: the stream that captures SUBJECT)."
+)
+@click.option(
+    "--all", "start", flag_value="all", default=True, help="Start with the first stored message (the default)."
+)
 @click.option("--new", "start", flag_value="new", help="Only messages published from now on.")
 @click.option("--last", "start", flag_value="last", help="Start with the last stored message.")
-@click.option("--last-per-subject", "start", flag_value="last_per_subject", help="Start with the last message of every subject.")
+@click.option(
+    "--last-per-subject", "start", flag_value="last_per_subject", help="Start with the last message of every subject."
+)
 @click.option("--start-sequence", type=click.IntRange(min=1), help="Start at this stream sequence.")
 @click.option("--since", type=DURATION, help="Start with messages stored this long ago, e.g. 1h.")
 @click.option("--count", type=click.IntRange(min=1), help="Stop after this many messages.")
 @click.option(
-    "--follow/--no-follow", default=True, show_default=True, help="Keep waiting for new messages (stop with Ctrl-C), or stop at the end of the stream."
+    "--follow/--no-follow",
+    default=True,
+    show_default=True,
+    help="Keep waiting for new messages (stop with Ctrl-C), or stop at the end of the stream.",
 )
 @click.option("--raw", is_flag=True, help="Print only message bodies, one per line.")
 @output_options
@@ -274,7 +290,9 @@ def sub(
     if subject is None and stream_name is None:
         raise click.UsageError("give a SUBJECT, --stream STREAM, or both")
     if (start_sequence is not None or since is not None) and start != "all":
-        raise click.UsageError("--start-sequence and --since cannot be combined with --new, --last or --last-per-subject")
+        raise click.UsageError(
+            "--start-sequence and --since cannot be combined with --new, --last or --last-per-subject"
+        )
     if start_sequence is not None and since is not None:
         raise click.UsageError("--start-sequence and --since cannot be combined")
     if stream_name is None:
@@ -319,7 +337,9 @@ def sub(
             # Read before the range: a message stored after this read is past ``last`` and is
             # read next time (taken after the read, it could skip one published meanwhile).
             last = js.stream_info(stream_name).state.last_seq
-            for batch in js.read_batches(stream_name, next_seq, None, subjects=filters, batch_size=min(count or 4096, 4096), headers=True):
+            for batch in js.read_batches(
+                stream_name, next_seq, None, subjects=filters, batch_size=min(count or 4096, 4096), headers=True
+            ):
                 got = True
                 for row in batch.to_pylist():
                     show(_from_row(row))
@@ -368,14 +388,28 @@ def show_message(m: dict, *, raw: bool, as_json: bool) -> None:
 @click.command("view")
 @click.argument("name")
 @click.argument("size", type=click.IntRange(min=1), default=10, required=False)
-@click.option("--count", type=click.IntRange(min=1), help="Stop after this many messages (in a pipe: print this many, across pages).")
+@click.option(
+    "--count",
+    type=click.IntRange(min=1),
+    help="Stop after this many messages (in a pipe: print this many, across pages).",
+)
 @click.option("--id", "start_seq", type=click.IntRange(min=1), help="Start at this stream sequence.")
 @click.option("--since", type=DURATION, help="Start with messages stored this long ago, e.g. 1h.")
 @click.option("--subject", help="Only messages on this subject (wildcards allowed).")
 @click.option("--raw", is_flag=True, help="Print only message bodies, one per line.")
 @output_options
 @needs_store()
-def view(js, name: str, size: int, count: Optional[int], start_seq: Optional[int], since: Optional[float], subject: Optional[str], raw: bool, as_json: bool):
+def view(
+    js,
+    name: str,
+    size: int,
+    count: Optional[int],
+    start_seq: Optional[int],
+    since: Optional[float],
+    subject: Optional[str],
+    raw: bool,
+    as_json: bool,
+):
     """View a stream's messages, a page of SIZE (default 10) at a time.
 
     On a terminal it asks "Next page?" after each page, up to --count
@@ -417,7 +451,10 @@ def view(js, name: str, size: int, count: Optional[int], start_seq: Optional[int
         if not more or (count is not None and shown >= count):
             return
         if not ask:
-            click.echo(f"(more messages after sequence {page[want - 1]['seq']}: add --count N to print more, or --id to start later)", err=True)
+            click.echo(
+                f"(more messages after sequence {page[want - 1]['seq']}: add --count N to print more, or --id to start later)",
+                err=True,
+            )
             return
         next_seq = page[want - 1]["seq"] + 1
         if not click.confirm("Next page?", default=True):
@@ -441,7 +478,14 @@ def _last_seq(js, stream_name: str, subject: str) -> int:
 
 
 def _from_raw(m) -> dict:
-    return {"stream": m.stream, "seq": m.seq, "subject": m.subject, "time": m.time, "headers": m.headers, "data": m.data}
+    return {
+        "stream": m.stream,
+        "seq": m.seq,
+        "subject": m.subject,
+        "time": m.time,
+        "headers": m.headers,
+        "data": m.data,
+    }
 
 
 def _from_row(row: dict) -> dict:
@@ -477,7 +521,20 @@ def ack_options(fn):
     return fn
 
 
-def deliver(js, stream_name: str, consumer: str, *, count: int, per_fetch: int, wait: float, ack: bool, nak: bool, term: bool, raw: bool, as_json: bool) -> int:
+def deliver(
+    js,
+    stream_name: str,
+    consumer: str,
+    *,
+    count: int,
+    per_fetch: int,
+    wait: float,
+    ack: bool,
+    nak: bool,
+    term: bool,
+    raw: bool,
+    as_json: bool,
+) -> int:
     """Fetch up to ``count`` messages from a pull consumer, print them, then ack/nak/term each; returns how many came."""
     if nak and term:
         raise click.UsageError("--nak and --term cannot be combined")
@@ -560,13 +617,32 @@ def _show_delivered(msg, action: Optional[str], raw: bool, as_json: bool) -> Non
 @click.command()
 @click.argument("stream_name", metavar="STREAM")
 @click.argument("consumer")
-@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True, help="Fetch up to this many messages in one pull.")
-@click.option("--timeout", "wait", type=DURATION, default="5s", show_default=True, help="How long to wait for the first message.")
+@click.option(
+    "--batch",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Fetch up to this many messages in one pull.",
+)
+@click.option(
+    "--timeout", "wait", type=DURATION, default="5s", show_default=True, help="How long to wait for the first message."
+)
 @ack_options
 @click.option("--raw", is_flag=True, help="Print only message bodies, one per line.")
 @output_options
 @needs_store()
-def fetch(js, stream_name: str, consumer: str, batch: int, wait: float, ack: bool, nak: bool, term: bool, raw: bool, as_json: bool):
+def fetch(
+    js,
+    stream_name: str,
+    consumer: str,
+    batch: int,
+    wait: float,
+    ack: bool,
+    nak: bool,
+    term: bool,
+    raw: bool,
+    as_json: bool,
+):
     """Pull a batch of messages from a consumer.
 
     As nats-py's fetch(batch, timeout), then acknowledges each message.
@@ -579,4 +655,16 @@ def fetch(js, stream_name: str, consumer: str, batch: int, wait: float, ack: boo
       jetspark fetch ORDERS NEW --batch 100 --timeout 1s
       jetspark fetch ORDERS NEW --no-ack --json
     """
-    deliver(js, stream_name, consumer, count=batch, per_fetch=batch, wait=wait, ack=ack, nak=nak, term=term, raw=raw, as_json=as_json)
+    deliver(
+        js,
+        stream_name,
+        consumer,
+        count=batch,
+        per_fetch=batch,
+        wait=wait,
+        ack=ack,
+        nak=nak,
+        term=term,
+        raw=raw,
+        as_json=as_json,
+    )

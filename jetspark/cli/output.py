@@ -114,7 +114,9 @@ def emit_json_line(value: Any) -> None:
 # ---------------------------------------------------------------------- human output
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = (), title: Optional[str] = None) -> str:
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = (), title: Optional[str] = None
+) -> str:
     """Columns aligned under their headers; the columns numbered in ``right`` are right-aligned (numbers)."""
     cells = [[str(c) for c in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
@@ -195,7 +197,9 @@ def replicas_text(cluster) -> str:
     if cluster is None or (cluster.name is None and not cluster.replicas):
         return ""
     names = [f"{cluster.leader}*"] if cluster.leader else []
-    names += [(p.name or "?") + ("!" if p.offline else "") for p in sorted(cluster.replicas or [], key=lambda p: p.name or "")]
+    names += [
+        (p.name or "?") + ("!" if p.offline else "") for p in sorted(cluster.replicas or [], key=lambda p: p.name or "")
+    ]
     return ", ".join(names)
 
 
@@ -283,7 +287,9 @@ def wants_progress(show: Optional[bool]) -> bool:
 
 
 @contextlib.contextmanager
-def progress(total: Optional[int], desc: str, unit: str = "msg", show: Optional[bool] = None, delay: float = 0.3) -> Iterator[Progress]:
+def progress(
+    total: Optional[int], desc: str, unit: str = "msg", show: Optional[bool] = None, delay: float = 0.3
+) -> Iterator[Progress]:
     """A tqdm bar with rate and ETA on stderr, shown after ``delay`` seconds of work
     so quick runs do not flash one; nothing at all when piped."""
     if not wants_progress(show):

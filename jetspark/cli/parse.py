@@ -104,7 +104,21 @@ def format_duration(seconds: Optional[float]) -> str:
 
 
 _SIZE = re.compile(r"(\d+)\s*([A-Za-z]+)")
-_SIZE_SHIFT = {"B": 0, "K": 10, "KB": 10, "KIB": 10, "M": 20, "MB": 20, "MIB": 20, "G": 30, "GB": 30, "GIB": 30, "T": 40, "TB": 40, "TIB": 40}
+_SIZE_SHIFT = {
+    "B": 0,
+    "K": 10,
+    "KB": 10,
+    "KIB": 10,
+    "M": 20,
+    "MB": 20,
+    "MIB": 20,
+    "G": 30,
+    "GB": 30,
+    "GIB": 30,
+    "T": 40,
+    "TB": 40,
+    "TIB": 40,
+}
 
 
 def parse_size(text: str) -> int:
@@ -118,7 +132,9 @@ def parse_size(text: str) -> int:
         return int(s)
     m = _SIZE.fullmatch(s)
     if not m or m.group(2).upper() not in _SIZE_SHIFT:
-        raise ValueError(f"invalid size {text!r}: use a number of bytes or one ending in B, K, KB, KiB, M, MB, MiB, G, GB, GiB, T, TB or TiB (1024-based)")
+        raise ValueError(
+            f"invalid size {text!r}: use a number of bytes or one ending in B, K, KB, KiB, M, MB, MiB, G, GB, GiB, T, TB or TiB (1024-based)"
+        )
     return int(m.group(1)) << _SIZE_SHIFT[m.group(2).upper()]
 
 
@@ -224,7 +240,9 @@ def parse_deliver(text: str, now: Optional[_dt.datetime] = None) -> Deliver:
     try:
         when = _dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(f"invalid start {text!r}: use all, last, new, subject, a sequence number, a duration back from now (1h) or an RFC 3339 time") from None
+        raise ValueError(
+            f"invalid start {text!r}: use all, last, new, subject, a sequence number, a duration back from now (1h) or an RFC 3339 time"
+        ) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=_dt.timezone.utc)
     return Deliver("by_start_time", time=when)

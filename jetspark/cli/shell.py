@@ -146,7 +146,11 @@ def man_page(root: click.Command) -> str:
     for param in root.params:
         if isinstance(param, click.Option) and isinstance(param.envvar, str):
             out += [".TP", f"\\fB{param.envvar}\\fR", _line(f"{param.opts[-1]} when it is not given: {param.help}")]
-    out += [".TP", f"\\fB{CONFIG_DIR_VAR}\\fR", _line("Where saved contexts are kept (jetspark context), instead of the user's configuration directory.")]
+    out += [
+        ".TP",
+        f"\\fB{CONFIG_DIR_VAR}\\fR",
+        _line("Where saved contexts are kept (jetspark context), instead of the user's configuration directory."),
+    ]
     out += [
         ".SH SEE ALSO",
         "\\fBnats\\fR(1), the nats command line jetspark's commands follow.",

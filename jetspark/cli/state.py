@@ -42,7 +42,15 @@ class State:
     saved contexts are in.
     """
 
-    def __init__(self, store: str, server: Optional[str], debug: bool, trace: bool = False, context: Optional[str] = None, use_selected: bool = False) -> None:
+    def __init__(
+        self,
+        store: str,
+        server: Optional[str],
+        debug: bool,
+        trace: bool = False,
+        context: Optional[str] = None,
+        use_selected: bool = False,
+    ) -> None:
         self.store = store
         self.server = server
         self.debug = debug
@@ -91,7 +99,9 @@ class State:
             path = Path(str(self.store).removeprefix("file://"))
             if not create and not (path / "store.json").exists():
                 how = self.origin or "choose one with --store or JETSPARK_STORE"
-                raise click.ClickException(f"no jetspark store at {self.store} ({how}; `jetspark stream add` creates it)")
+                raise click.ClickException(
+                    f"no jetspark store at {self.store} ({how}; `jetspark stream add` creates it)"
+                )
             self._js = jetspark.connect(str(path))
         if self.trace and not isinstance(self._js, Traced):
             self._js = Traced(self._js)
@@ -161,7 +171,9 @@ def describe_error(exc: BaseException) -> str:
     """One line for a library error: API errors as ``description (err_code N)``."""
     if isinstance(exc, APIError):
         # A server status without an err_code (a 409 to a pull request, say) shows its status.
-        return f"{exc.description} (err_code {exc.err_code})" if exc.err_code else f"{exc.description} (status {exc.code})"
+        return (
+            f"{exc.description} (err_code {exc.err_code})" if exc.err_code else f"{exc.description} (status {exc.code})"
+        )
     if isinstance(exc, JetSparkError):
         return str(exc) or type(exc).__name__
     if isinstance(exc, OSError):

@@ -14,7 +14,13 @@ from jetspark.cli.parse import DURATION, SIZE, format_duration, format_size, par
 
 __all__ = ["config_changes", "config_diff", "config_from_file", "config_options", "render_stream_info"]
 
-_RETENTION = {"limits": "limits", "interest": "interest", "workqueue": "workqueue", "work": "workqueue", "workq": "workqueue"}
+_RETENTION = {
+    "limits": "limits",
+    "interest": "interest",
+    "workqueue": "workqueue",
+    "work": "workqueue",
+    "workq": "workqueue",
+}
 _STORAGE = {"file": "file", "memory": "memory"}
 
 # ---------------------------------------------------------------------- config flags
@@ -26,12 +32,21 @@ def config_options(edit: bool):
     def deco(fn):
         opts = [
             click.option(
-                "--subjects", multiple=True, metavar="SUBJECT", help="Subjects the stream captures (repeat, or comma-separate). Default: the stream's name."
+                "--subjects",
+                multiple=True,
+                metavar="SUBJECT",
+                help="Subjects the stream captures (repeat, or comma-separate). Default: the stream's name.",
             ),
             click.option("--description", help="A description of the stream."),
         ]
         if not edit:
-            opts.append(click.option("--storage", type=click.Choice(list(_STORAGE), case_sensitive=False), help="Storage backend: file (default) or memory."))
+            opts.append(
+                click.option(
+                    "--storage",
+                    type=click.Choice(list(_STORAGE), case_sensitive=False),
+                    help="Storage backend: file (default) or memory.",
+                )
+            )
         opts += [
             click.option(
                 "--replicas",
@@ -58,13 +73,23 @@ def config_options(edit: bool):
             opts.append(click.option("--first-sequence", type=int, help="The stream's first sequence number."))
         opts += [
             click.option("--max-age", type=DURATION, help="Maximum age of messages, e.g. 1h30m, 7d (0: unlimited)."),
-            click.option("--max-bytes", type=SIZE, help="Maximum bytes kept, e.g. 10MB, 1GiB (1024-based; -1: unlimited)."),
+            click.option(
+                "--max-bytes", type=SIZE, help="Maximum bytes kept, e.g. 10MB, 1GiB (1024-based; -1: unlimited)."
+            ),
             click.option("--max-consumers", type=int, help="Maximum number of consumers (-1: unlimited)."),
             click.option("--max-msg-size", type=SIZE, help="Maximum size of one message, e.g. 1MB (-1: unlimited)."),
             click.option("--max-msgs", type=int, help="Maximum number of messages kept (-1: unlimited)."),
             click.option("--max-msgs-per-subject", type=int, help="Maximum messages kept per subject (-1: unlimited)."),
-            click.option("--dupe-window", type=DURATION, help="Duplicate-detection window for Nats-Msg-Id, e.g. 2m (default 2m, or max-age if smaller)."),
-            click.option("--allow-rollup/--no-allow-rollup", default=None, help="Allow Nats-Rollup headers to purge subjects or the stream."),
+            click.option(
+                "--dupe-window",
+                type=DURATION,
+                help="Duplicate-detection window for Nats-Msg-Id, e.g. 2m (default 2m, or max-age if smaller).",
+            ),
+            click.option(
+                "--allow-rollup/--no-allow-rollup",
+                default=None,
+                help="Allow Nats-Rollup headers to purge subjects or the stream.",
+            ),
             click.option("--deny-delete/--allow-delete", default=None, help="Refuse deleting single messages (rmm)."),
             click.option("--deny-purge/--allow-purge", default=None, help="Refuse purges."),
             click.option("--allow-direct/--no-allow-direct", default=None, help="Allow direct get."),

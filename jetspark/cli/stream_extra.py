@@ -45,7 +45,10 @@ def subjects(js, name: str, filter_subject: str, sort: str, reverse: bool, names
       jetspark stream subjects ORDERS 'orders.*.new' --sort name --json
     """
     if not is_valid(filter_subject):
-        raise click.BadParameter(f"{filter_subject!r} is not a subject: tokens separated by '.', with * or > as wildcards", param_hint="FILTER")
+        raise click.BadParameter(
+            f"{filter_subject!r} is not a subject: tokens separated by '.', with * or > as wildcards",
+            param_hint="FILTER",
+        )
     counts = js.stream_info(name, subjects_filter=filter_subject).state.subjects or {}
     if sort == "name":
         order = sorted(counts, reverse=reverse)
@@ -64,16 +67,31 @@ def subjects(js, name: str, filter_subject: str, sort: str, reverse: bool, names
         click.echo(f"No subjects in stream {name} match {filter_subject}")
         return
     rows = [(s, fmt_count(counts[s])) for s in order]
-    click.echo(table(["Subject", "Messages"], rows, right=(1,), title=f"{plural(len(order), 'subject')} in stream {name}"))
+    click.echo(
+        table(["Subject", "Messages"], rows, right=(1,), title=f"{plural(len(order), 'subject')} in stream {name}")
+    )
 
 
 @click.command("find", short_help="Find the streams matching the criteria given.")
-@click.option("--subject", metavar="SUBJECT", help="Streams whose subjects overlap SUBJECT (wildcards allowed): those a publish to it could reach.")
+@click.option(
+    "--subject",
+    metavar="SUBJECT",
+    help="Streams whose subjects overlap SUBJECT (wildcards allowed): those a publish to it could reach.",
+)
 @click.option("--empty", is_flag=True, help="Streams without messages.")
-@click.option("--idle", type=DURATION, metavar="DURATION", help="Streams without a new message or a consumer delivery for this long, e.g. 1h.")
+@click.option(
+    "--idle",
+    type=DURATION,
+    metavar="DURATION",
+    help="Streams without a new message or a consumer delivery for this long, e.g. 1h.",
+)
 @click.option("--created", type=DURATION, metavar="DURATION", help="Streams created longer ago than this, e.g. 7d.")
-@click.option("--consumers", type=click.IntRange(min=0), metavar="THRESHOLD", help="Streams with fewer consumers than THRESHOLD.")
-@click.option("--replicas", type=click.IntRange(min=1), metavar="REPLICAS", help="Streams with this many replicas or fewer.")
+@click.option(
+    "--consumers", type=click.IntRange(min=0), metavar="THRESHOLD", help="Streams with fewer consumers than THRESHOLD."
+)
+@click.option(
+    "--replicas", type=click.IntRange(min=1), metavar="REPLICAS", help="Streams with this many replicas or fewer."
+)
 @click.option("--invert", is_flag=True, help="The streams that do not match instead.")
 @click.option("--names", "-n", "names_only", is_flag=True, help="Print just the stream names.")
 @output_options
@@ -102,7 +120,9 @@ def find(
       jetspark stream find --idle 1d --invert
     """
     if subject is not None and not is_valid(subject):
-        raise click.BadParameter(f"{subject!r} is not a subject: tokens separated by '.', with * or > as wildcards", param_hint="--subject")
+        raise click.BadParameter(
+            f"{subject!r} is not a subject: tokens separated by '.', with * or > as wildcards", param_hint="--subject"
+        )
     now = _dt.datetime.now(_dt.timezone.utc)
 
     def matches(i: StreamInfo) -> bool:
@@ -144,7 +164,14 @@ def find(
         )
         for i in found
     ]
-    click.echo(table(["Name", "Subjects", "Created", "Messages", "Size", "Last Message"], rows, right=(3, 4), title=f"{plural(len(found), 'stream')} found"))
+    click.echo(
+        table(
+            ["Name", "Subjects", "Created", "Messages", "Size", "Last Message"],
+            rows,
+            right=(3, 4),
+            title=f"{plural(len(found), 'stream')} found",
+        )
+    )
 
 
 def _last_activity(js, info: StreamInfo) -> Optional[_dt.datetime]:
@@ -200,11 +227,15 @@ def copy(js, source: str, destination: str, config_file, as_json: bool, **params
     if source == destination:
         raise click.UsageError("SOURCE and DESTINATION are the same stream: give the copy another name")
     if config_file is not None:
-        raise click.UsageError("--config: stream copy takes SOURCE's configuration; `stream add NAME --config FILE` adds one from a file")
+        raise click.UsageError(
+            "--config: stream copy takes SOURCE's configuration; `stream add NAME --config FILE` adds one from a file"
+        )
     config = js.stream_info(source).config
     changes = config_changes(params)
     if "subjects" not in changes and config.subjects:
-        raise click.UsageError(f"the copy would capture SOURCE's subjects ({', '.join(config.subjects)}); give it its own with --subjects")
+        raise click.UsageError(
+            f"the copy would capture SOURCE's subjects ({', '.join(config.subjects)}); give it its own with --subjects"
+        )
     # A sealed stream's copy starts open (a stream cannot be created sealed).
     info = js.add_stream(config.evolve(name=destination, sealed=False, **changes))
     if as_json:

@@ -117,7 +117,12 @@ def edit(js, name: str, config_file, as_json: bool, **params):
 
 @stream.command("info")
 @click.argument("name")
-@click.option("--subjects", "subjects_filter", metavar="FILTER", help="Also count messages per subject matching FILTER (e.g. '>').")
+@click.option(
+    "--subjects",
+    "subjects_filter",
+    metavar="FILTER",
+    help="Also count messages per subject matching FILTER (e.g. '>').",
+)
 @output_options
 @needs_store()
 def info(js, name: str, subjects_filter: Optional[str], as_json: bool):
@@ -136,7 +141,11 @@ def info(js, name: str, subjects_filter: Optional[str], as_json: bool):
 
 @stream.command("check", short_help="Check (and --repair) a stream's files.")
 @click.argument("name")
-@click.option("--repair", is_flag=True, help="Fix what can be fixed, keeping every intact message; damaged ones are dropped and listed.")
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Fix what can be fixed, keeping every intact message; damaged ones are dropped and listed.",
+)
 @output_options
 @needs_store()
 def check(js, name: str, repair: bool, as_json: bool):
@@ -165,7 +174,9 @@ def check(js, name: str, repair: bool, as_json: bool):
         if report.lost:
             click.echo(f"Dropped {plural(len(report.lost), 'damaged message')}: {_seq_list(report.lost)}")
         if report.problems:
-            click.echo(f"Stream {name}: {'OK after repair' if report.ok else 'problems remain'}, {plural(report.messages, 'message')}")
+            click.echo(
+                f"Stream {name}: {'OK after repair' if report.ok else 'problems remain'}, {plural(report.messages, 'message')}"
+            )
     if not report.ok:
         raise SystemExit(1)
 
@@ -209,7 +220,14 @@ def ls(js, names_only: bool, as_json: bool):
         )
         for i in infos
     ]
-    click.echo(table(["Name", "Description", "Created", "Messages", "Size", "Last Message"], rows, right=(3, 4), title=plural(len(infos), "stream")))
+    click.echo(
+        table(
+            ["Name", "Description", "Created", "Messages", "Size", "Last Message"],
+            rows,
+            right=(3, 4),
+            title=plural(len(infos), "stream"),
+        )
+    )
 
 
 @stream.command("report")
@@ -281,7 +299,18 @@ def report(js, sort: str, as_json: bool):
     ]
     click.echo(
         table(
-            ["Stream", "Storage", "Retention", "Consumers", "Messages", "Bytes", "First Seq", "Last Seq", "Deleted", "Subjects"]
+            [
+                "Stream",
+                "Storage",
+                "Retention",
+                "Consumers",
+                "Messages",
+                "Bytes",
+                "First Seq",
+                "Last Seq",
+                "Deleted",
+                "Subjects",
+            ]
             + (["Replicas"] if clustered else []),
             body,
             right=(3, 4, 5, 6, 7, 8, 9),
@@ -303,7 +332,10 @@ def rm(js, name: str, force: bool):
     """
     state = js.stream_info(name).state
     if not force:
-        click.confirm(f"Really delete stream {name} with {plural(state.messages, 'message')} and {plural(state.consumer_count, 'consumer')}?", abort=True)
+        click.confirm(
+            f"Really delete stream {name} with {plural(state.messages, 'message')} and {plural(state.consumer_count, 'consumer')}?",
+            abort=True,
+        )
     js.delete_stream(name)
     click.echo(f"Deleted stream {name}")
 
@@ -317,7 +349,16 @@ def rm(js, name: str, force: bool):
 @output_options
 @progress_options
 @needs_store()
-def purge(js, name: str, subject: Optional[str], seq: Optional[int], keep: Optional[int], force: bool, as_json: bool, show_progress: Optional[bool]):
+def purge(
+    js,
+    name: str,
+    subject: Optional[str],
+    seq: Optional[int],
+    keep: Optional[int],
+    force: bool,
+    as_json: bool,
+    show_progress: Optional[bool],
+):
     """Remove messages from a stream.
 
     All of them, one subject's, those below --seq, or all but the --keep newest.
@@ -338,7 +379,9 @@ def purge(js, name: str, subject: Optional[str], seq: Optional[int], keep: Optio
     elif keep is not None:
         what += f" except the newest {fmt_count(keep)}"
     if not force:
-        click.confirm(f"Really purge {what} from stream {name} ({plural(before.messages, 'message')} stored)?", abort=True)
+        click.confirm(
+            f"Really purge {what} from stream {name} ({plural(before.messages, 'message')} stored)?", abort=True
+        )
     # The purge is one call with no progress of its own: the bar shows the time
     # it runs, and the count once it returns.
     with progress(None, f"purge {name} ({plural(before.messages, 'message')} stored)", show=show_progress) as bar:
@@ -359,7 +402,12 @@ def purge(js, name: str, subject: Optional[str], seq: Optional[int], keep: Optio
 @stream.command("get")
 @click.argument("name")
 @click.argument("seq", type=click.IntRange(min=1), required=False)
-@click.option("--last-for", "-S", metavar="SUBJECT", help="Get the last message on SUBJECT (wildcards allowed) instead of a sequence.")
+@click.option(
+    "--last-for",
+    "-S",
+    metavar="SUBJECT",
+    help="Get the last message on SUBJECT (wildcards allowed) instead of a sequence.",
+)
 @click.option("--raw", is_flag=True, help="Print only the message body, byte for byte.")
 @output_options
 @needs_store()
@@ -428,7 +476,9 @@ def rmm(js, name: str, seq: int, force: bool):
         js.delete_msg(name, seq)
     except APIError as exc:
         # The server's words ("stream store EOF", "no message found") name neither.
-        raise click.ClickException(f"cannot delete message {seq} from stream {name}{_range(js, name)}: {describe_error(exc)}") from exc
+        raise click.ClickException(
+            f"cannot delete message {seq} from stream {name}{_range(js, name)}: {describe_error(exc)}"
+        ) from exc
     click.echo(f"Deleted message {seq} from stream {name}")
 
 
@@ -436,7 +486,10 @@ def rmm(js, name: str, seq: int, force: bool):
 @click.argument("name")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option(
-    "--consumers/--no-consumers", default=True, show_default=True, help="Include the stream's consumers (config and state: deliveries, acks, ack floor)."
+    "--consumers/--no-consumers",
+    default=True,
+    show_default=True,
+    help="Include the stream's consumers (config and state: deliveries, acks, ack floor).",
 )
 @output_options
 @progress_options

@@ -74,7 +74,9 @@ class Template:
         for m in _TAG.finditer(raw):
             name, args = m.group(1).lower(), m.group(2).split()
             if name not in FUNCTIONS:
-                known = ", ".join("{{" + n + "}}" for n in ("Count", "ID", "Time", "TimeStamp", "Unix", "UnixNano", "Random MIN MAX"))
+                known = ", ".join(
+                    "{{" + n + "}}" for n in ("Count", "ID", "Time", "TimeStamp", "Unix", "UnixNano", "Random MIN MAX")
+                )
                 raise TemplateError(f"unknown template function {m.group(0)!r}; available: {known}")
             nargs, factory = FUNCTIONS[name]
             if len(args) != nargs:
@@ -89,7 +91,9 @@ class Template:
 
     def render(self, count: int) -> str:
         if self.is_static:
-            return self.source if isinstance(self.source, str) else "".join(p for p in self._parts if isinstance(p, str))
+            return (
+                self.source if isinstance(self.source, str) else "".join(p for p in self._parts if isinstance(p, str))
+            )
         return "".join(p if isinstance(p, str) else p(count) for p in self._parts)
 
     def render_bytes(self, count: int) -> bytes:

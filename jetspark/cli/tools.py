@@ -55,9 +55,15 @@ def demo(state: State, demo_args: tuple[str, ...]):
 
 
 @click.command()
-@click.option("--quick", is_flag=True, help="Small sizes and fewer repetitions (about 30 s on a quiet 2-core machine, measured; more under load).")
+@click.option(
+    "--quick",
+    is_flag=True,
+    help="Small sizes and fewer repetitions (about 30 s on a quiet 2-core machine, measured; more under load).",
+)
 @click.option("--only", metavar="ROWS", help="Comma-separated rows to run, e.g. 1,3 (default: all).")
-@click.option("--dir", "work_dir", type=click.Path(file_okay=False), help="Where the temporary store and nats-server data go.")
+@click.option(
+    "--dir", "work_dir", type=click.Path(file_okay=False), help="Where the temporary store and nats-server data go."
+)
 @progress_options
 def bench(quick: bool, only: Optional[str], work_dir: Optional[str], show_progress: Optional[bool]):
     """Run the engine benchmarks and print their table.
@@ -95,7 +101,9 @@ def bench(quick: bool, only: Optional[str], work_dir: Optional[str], show_progre
     if work_dir:
         args += ["--dir", work_dir]
 
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1, cwd=script.parent.parent)
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1, cwd=script.parent.parent
+    )
 
     def pump_stdout() -> None:
         assert proc.stdout is not None
@@ -121,7 +129,9 @@ def bench(quick: bool, only: Optional[str], work_dir: Optional[str], show_progre
                     current = row.group(1)
                     bar.set_description(f"bench row {row.group(1)} ({row.group(2)})")
                 elif log:
-                    bar.set_description(f"bench row {current}: {log.group(1)[:60]}" if current else f"bench: {log.group(1)[:60]}")
+                    bar.set_description(
+                        f"bench row {current}: {log.group(1)[:60]}" if current else f"bench: {log.group(1)[:60]}"
+                    )
                 else:
                     bar.write(text)  # tracebacks and anything else the script reports
             rc = proc.wait()

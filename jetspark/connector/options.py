@@ -53,7 +53,9 @@ class WriterOptions:
     connection: tuple[tuple[str, str], ...]
     stream: Optional[str]
     subject: Optional[str]
-    registry_replicas: Optional[int] = None  # the sink registry's replicas (None: as many as the cluster allows, up to 3)
+    registry_replicas: Optional[int] = (
+        None  # the sink registry's replicas (None: as many as the cluster allows, up to 3)
+    )
 
 
 @dataclass(frozen=True)
@@ -150,7 +152,9 @@ def _connection(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     ``nats.tls.ca``, ``nats.timeout``, ...): docs/guides/nats-server.md."""
     conn = tuple(sorted((k[5:], v) for k, v in options.items() if k.lower().startswith("nats.")))
     if conn and not is_server_url(_store(options)):
-        raise OptionError(f"options {', '.join('nats.' + k for k, _ in conn)} are for a nats:// store, not {_store(options)!r}")
+        raise OptionError(
+            f"options {', '.join('nats.' + k for k, _ in conn)} are for a nats:// store, not {_store(options)!r}"
+        )
     return conn
 
 
@@ -159,7 +163,9 @@ def _check_known(options: Mapping[str, str], known: set, what: str) -> None:
         if k.lower().startswith("nats."):
             continue
         if k.lower() not in known:
-            raise OptionError(f"unknown {what} option {k!r}; accepted: {', '.join(sorted(_CANONICAL[x] for x in known))}")
+            raise OptionError(
+                f"unknown {what} option {k!r}; accepted: {', '.join(sorted(_CANONICAL[x] for x in known))}"
+            )
 
 
 def _positive_int(options, key: str) -> Optional[int]:
@@ -220,7 +226,9 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
     subjects = tuple(s.strip() for s in subjects_raw.split(",") if s.strip())
     for s in subjects:
         if not is_valid_subject(s):
-            raise OptionError(f"option subjects must be comma-separated subject filters like orders.new, orders.* or orders.>, and {s!r} is not one")
+            raise OptionError(
+                f"option subjects must be comma-separated subject filters like orders.new, orders.* or orders.>, and {s!r} is not one"
+            )
 
     start_raw = _get(options, "startingOffsets")
     ts_raw = _get(options, "startingTimestamp")
@@ -230,7 +238,9 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
         try:
             starting = Start("timestamp", int(ts_raw))
         except ValueError:
-            raise OptionError(f"option startingTimestamp must be milliseconds since the epoch, not {ts_raw!r}") from None
+            raise OptionError(
+                f"option startingTimestamp must be milliseconds since the epoch, not {ts_raw!r}"
+            ) from None
     elif start_raw is None:
         starting = Start("latest" if streaming else "earliest")
     elif start_raw.strip().lower() in ("earliest", "latest"):
@@ -248,7 +258,9 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
                 raise OptionError('option endingOffsets must be "latest" or JSON like {"seq": 42}, not "earliest"')
             ending = _sequence_json(end_raw, "endingOffsets", stream, '"latest"')
 
-    limits = {k: _positive_int(options, k) for k in ("maxOffsetsPerTrigger", "maxBytesPerTrigger", "minOffsetsPerTrigger")}
+    limits = {
+        k: _positive_int(options, k) for k in ("maxOffsetsPerTrigger", "maxBytesPerTrigger", "minOffsetsPerTrigger")
+    }
     if not streaming:
         for k, v in limits.items():
             if v is not None:
@@ -259,7 +271,9 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
     delay = parse_duration(delay_raw, "maxTriggerDelay") if delay_raw is not None else 15 * 60.0
     push_filters = _bool(options, "pushFilters", False)
     if streaming and _get(options, "pushFilters") is not None:
-        raise OptionError("option pushFilters is for batch reads (spark.read); a streaming read takes every message of its range")
+        raise OptionError(
+            "option pushFilters is for batch reads (spark.read); a streaming read takes every message of its range"
+        )
 
     return ReaderOptions(
         store=_store(options),
@@ -297,5 +311,7 @@ def _registry_replicas(options: Mapping[str, str]) -> Optional[int]:
     if raw is None or raw == "":
         return None
     if not raw.strip().isdigit() or not 1 <= int(raw) <= 5:
-        raise OptionError(f"option registryReplicas must be a number of replicas from 1 to 5 (a NATS stream's limit), not {raw!r}")
+        raise OptionError(
+            f"option registryReplicas must be a number of replicas from 1 to 5 (a NATS stream's limit), not {raw!r}"
+        )
     return int(raw)

@@ -56,7 +56,13 @@ from typing import Optional
 
 from jetspark import validate as V
 from jetspark.api import RetentionPolicy, StorageType, StreamConfig
-from jetspark.err_codes import CLUSTER_NO_PEERS, STREAM_NAME_EXIST, STREAM_REPLICAS_NOT_SUPPORTED, STREAM_SUBJECT_OVERLAP, STREAM_WRONG_LAST_SEQUENCE
+from jetspark.err_codes import (
+    CLUSTER_NO_PEERS,
+    STREAM_NAME_EXIST,
+    STREAM_REPLICAS_NOT_SUPPORTED,
+    STREAM_SUBJECT_OVERLAP,
+    STREAM_WRONG_LAST_SEQUENCE,
+)
 from jetspark.errors import (
     APIError,
     MsgNotFoundError,
@@ -147,8 +153,12 @@ def commit_batch(js, query_id: str, batch_id: int, replicas: Optional[int] = Non
             _create(js, replicas)
             continue
         except APIError as exc:
-            if exc.err_code != STREAM_WRONG_LAST_SEQUENCE:  # wrong last sequence: another writer got in first; read again
-                raise SinkRegistryError(f"committing batch {batch_id} of query {query_id!r} in stream {REGISTRY_STREAM}: {exc}") from exc
+            if (
+                exc.err_code != STREAM_WRONG_LAST_SEQUENCE
+            ):  # wrong last sequence: another writer got in first; read again
+                raise SinkRegistryError(
+                    f"committing batch {batch_id} of query {query_id!r} in stream {REGISTRY_STREAM}: {exc}"
+                ) from exc
     raise SinkRegistryError(
         f"committing batch {batch_id} of query {query_id!r}: stream {REGISTRY_STREAM} changed under this commit "
         f"{COMMIT_ROUNDS} times without reaching the batch"
@@ -165,7 +175,9 @@ def _read(js, query_id: str) -> tuple[int, int, bool]:
         return _legacy(js, query_id), 0, True
     doc = _decode(msg.data, f"{REGISTRY_STREAM} message {msg.seq}")
     if doc.get("query") != query_id:
-        raise SinkRegistryError(f"{REGISTRY_STREAM} message {msg.seq} on {msg.subject} belongs to query {doc.get('query')!r}, not {query_id!r}")
+        raise SinkRegistryError(
+            f"{REGISTRY_STREAM} message {msg.seq} on {msg.subject} belongs to query {doc.get('query')!r}, not {query_id!r}"
+        )
     return doc["batch"], msg.seq, True
 
 
@@ -210,7 +222,11 @@ def _create(js, replicas: Optional[int]) -> None:
             f"there on {REGISTRY_SUBJECTS}: delete or rename that stream"
         ) from err
     if err.err_code == STREAM_SUBJECT_OVERLAP:
-        others = [i.config.name for i in js.streams_info() if any(subj.collide(s, REGISTRY_SUBJECTS) for s in i.config.subjects or [])]
+        others = [
+            i.config.name
+            for i in js.streams_info()
+            if any(subj.collide(s, REGISTRY_SUBJECTS) for s in i.config.subjects or [])
+        ]
         raise SinkRegistryError(
             f"the Spark sink cannot create its registry of committed batches, stream {REGISTRY_STREAM} on "
             f"{REGISTRY_SUBJECTS}: the subjects of stream {', '.join(others) or '(another stream)'} overlap them "
@@ -246,5 +262,7 @@ def _scale_up(js, config: StreamConfig, replicas: Optional[int]) -> None:
         log.info("stream %s now has %d replicas", REGISTRY_STREAM, wanted)
     except APIError as exc:
         if replicas:
-            raise SinkRegistryError(f"stream {REGISTRY_STREAM} has {config.num_replicas or 1} replicas and cannot have the {wanted} asked for: {exc}") from exc
+            raise SinkRegistryError(
+                f"stream {REGISTRY_STREAM} has {config.num_replicas or 1} replicas and cannot have the {wanted} asked for: {exc}"
+            ) from exc
         log.debug("stream %s keeps %d replica(s): %s", REGISTRY_STREAM, config.num_replicas or 1, exc)

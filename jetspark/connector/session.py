@@ -46,7 +46,13 @@ def spark_conf(conf_dir: Optional[Path] = None) -> dict[str, str]:
     return conf
 
 
-def local_session(app_name: str = "jetspark", master: str = "local[2]", *, jvm_started: Optional[Callable[[], None]] = None, **extra: str) -> SparkSession:
+def local_session(
+    app_name: str = "jetspark",
+    master: str = "local[2]",
+    *,
+    jvm_started: Optional[Callable[[], None]] = None,
+    **extra: str,
+) -> SparkSession:
     """Build (or get) a local SparkSession with the jetstream format registered.
 
     Under Spark Connect (``SPARK_REMOTE`` set, e.g. ``sc://host:15002`` or ``local[2]``)
@@ -76,7 +82,9 @@ def local_session(app_name: str = "jetspark", master: str = "local[2]", *, jvm_s
 
         if SparkContext._gateway is None:
             # The JVM alone first, launched with what the session's SparkConf would give it.
-            SparkContext._ensure_initialized(conf=SparkConf(loadDefaults=False).setMaster(master).setAppName(app_name).setAll(list(settings.items())))
+            SparkContext._ensure_initialized(
+                conf=SparkConf(loadDefaults=False).setMaster(master).setAppName(app_name).setAll(list(settings.items()))
+            )
             jvm_started()
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():

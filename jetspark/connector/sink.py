@@ -102,7 +102,9 @@ def check_schema(schema, opts: WriterOptions) -> None:
     names = [f.name for f in schema.fields]
     for n in names:
         if n not in ALLOWED:
-            raise OptionError(f"column {n!r} cannot be written to a stream; the sink takes columns {', '.join(ALLOWED)} (select or rename them first)")
+            raise OptionError(
+                f"column {n!r} cannot be written to a stream; the sink takes columns {', '.join(ALLOWED)} (select or rename them first)"
+            )
     if "data" not in names:
         raise OptionError("the sink needs a 'data' column (binary or string)")
     if "subject" not in names and not opts.subject:
@@ -136,7 +138,9 @@ def write_batches(opts: WriterOptions, batches: Iterator[pa.RecordBatch], id_pre
             if cols["subject"].null_count and opts.subject:
                 cols["subject"] = pc.fill_null(cols["subject"], opts.subject)
             if cols["subject"].null_count:
-                raise NullValueError('a row has a null subject and the sink has no .option("subject", "...") to use instead')
+                raise NullValueError(
+                    'a row has a null subject and the sink has no .option("subject", "...") to use instead'
+                )
         else:
             cols["subject"] = pa.repeat(pa.scalar(opts.subject, pa.string()), n)
         cols["data"] = batch.column("data")
@@ -234,7 +238,15 @@ def _by_stream(js, table: pa.Table) -> list[tuple[Optional[str], pa.Table]]:
     names = sorted(set(route.values()))
     if len(names) <= 1:
         return [(names[0] if names else None, table)]
-    return [(name, table.filter(pc.is_in(subjects, value_set=pa.array([s for s, n in route.items() if n == name], subjects.type)))) for name in names]
+    return [
+        (
+            name,
+            table.filter(
+                pc.is_in(subjects, value_set=pa.array([s for s, n in route.items() if n == name], subjects.type))
+            ),
+        )
+        for name in names
+    ]
 
 
 class BatchWriter(DataSourceArrowWriter):

@@ -65,7 +65,10 @@ def split(opts: ReaderOptions, lo: int, hi: int, subjects: tuple[str, ...]) -> l
     n = max(opts.min_partitions, math.ceil(total / opts.rows_per_partition))
     n = min(n, total)
     step = math.ceil(total / n)
-    return [SeqRange(opts.store, opts.stream, a, min(a + step - 1, hi), subjects, opts.include_headers, opts.connection) for a in range(lo, hi + 1, step)]
+    return [
+        SeqRange(opts.store, opts.stream, a, min(a + step - 1, hi), subjects, opts.include_headers, opts.connection)
+        for a in range(lo, hi + 1, step)
+    ]
 
 
 def read_range(p: SeqRange) -> Iterator:
@@ -82,7 +85,9 @@ def named_stream_info(js, store: str, stream: str):
         return js.stream_info(stream)
     except StreamNotFoundError:
         names = ", ".join(sorted(js.stream_names())) or "none"
-        raise OptionError(f"option stream: there is no stream {stream!r} in the store {store} (streams: {names})") from None
+        raise OptionError(
+            f"option stream: there is no stream {stream!r} in the store {store} (streams: {names})"
+        ) from None
 
 
 def _stream_info(js, opts: ReaderOptions):
@@ -175,7 +180,9 @@ class BatchReader(DataSourceReader):
             else:
                 hi = min(hi, js.seq_for_time(self.opts.stream, (us + 1) * 1000) - 1)
         return split(self.opts, max(lo, state.first_seq, 1), hi, self.subjects) or [
-            SeqRange(self.opts.store, self.opts.stream, 1, 0, self.subjects, self.opts.include_headers, self.opts.connection)
+            SeqRange(
+                self.opts.store, self.opts.stream, 1, 0, self.subjects, self.opts.include_headers, self.opts.connection
+            )
         ]
 
     def read(self, partition: SeqRange):  # type: ignore[override]  # (Spark hands back the SeqRanges partitions() made)
@@ -398,6 +405,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             handle(self.opts.store, self.opts.connection).advance_ack_floor(self.opts.stream, self.opts.consumer, seq)
         except JetSparkError as exc:
-            log.error("commit of stream %r up to seq %d: the ack floor of consumer %r did not advance: %s", self.opts.stream, seq, self.opts.consumer, exc)
+            log.error(
+                "commit of stream %r up to seq %d: the ack floor of consumer %r did not advance: %s",
+                self.opts.stream,
+                seq,
+                self.opts.consumer,
+                exc,
+            )
             raise
         self._released = seq

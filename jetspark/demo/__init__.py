@@ -183,7 +183,9 @@ def _start_spark(ctrl_c: "CtrlC", interrupted: threading.Event):
 
     try:
         with quiet_jvm_startup():
-            return session.local_session("jetspark-demo", jvm_started=jvm_started, **{"spark.ui.showConsoleProgress": "false"})
+            return session.local_session(
+                "jetspark-demo", jvm_started=jvm_started, **{"spark.ui.showConsoleProgress": "false"}
+            )
     finally:
         ctrl_c.immediate = False
         root.setLevel(level)
@@ -230,13 +232,32 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         description="A Spark streaming pipeline on the embedded engine: shop events in EVENTS, revenue per region and micro-batch in METRICS.",
     )
     parser.add_argument(
-        "--store", default=DEFAULT_STORE, metavar="DIR", help=f"store directory (default {DEFAULT_STORE}); EVENTS and METRICS in it are recreated"
+        "--store",
+        default=DEFAULT_STORE,
+        metavar="DIR",
+        help=f"store directory (default {DEFAULT_STORE}); EVENTS and METRICS in it are recreated",
     )
-    parser.add_argument("--seconds", type=_positive(float), default=20.0, metavar="N", help="how long the publisher runs (default 20)")
-    parser.add_argument("--rate", type=_positive(int), default=2000, metavar="R", help="events published per second (default 2000)")
-    parser.add_argument("--trigger", type=_positive(float), default=1.0, metavar="S", help="micro-batch trigger interval in seconds (default 1)")
+    parser.add_argument(
+        "--seconds", type=_positive(float), default=20.0, metavar="N", help="how long the publisher runs (default 20)"
+    )
+    parser.add_argument(
+        "--rate", type=_positive(int), default=2000, metavar="R", help="events published per second (default 2000)"
+    )
+    parser.add_argument(
+        "--trigger",
+        type=_positive(float),
+        default=1.0,
+        metavar="S",
+        help="micro-batch trigger interval in seconds (default 1)",
+    )
     parser.add_argument("--seed", type=int, default=7, help="random seed of the event generator (default 7)")
-    parser.add_argument("--replicas", type=_positive(int), default=1, metavar="N", help="replicas of EVENTS and METRICS on a NATS cluster (default 1)")
+    parser.add_argument(
+        "--replicas",
+        type=_positive(int),
+        default=1,
+        metavar="N",
+        help="replicas of EVENTS and METRICS on a NATS cluster (default 1)",
+    )
     return parser.parse_args(argv)
 
 
@@ -426,12 +447,16 @@ def _summary(js, publisher: "Publisher", monitor: Monitor, elapsed: float) -> No
         print(f"  consumer           {CONSUMER}: ack floor {floor:,}")
     if floor is not None and floor < (monitor.last_end or 0):
         # The source releases a batch when Spark asks for offsets after committing it.
-        print(f"                     (the last batch was not yet released: a new query on {CONSUMER} would start at seq {floor + 1:,})")
+        print(
+            f"                     (the last batch was not yet released: a new query on {CONSUMER} would start at seq {floor + 1:,})"
+        )
     print(f"  {METRICS:<18} {met.messages:,} messages ({monitor.written:,} rows written by the sink)")
     totals = _revenue_totals(js)
     if totals:
         parts = ", ".join(f"{r} {v:,.2f}" for r, v in sorted(totals.items()))
-        same = totals.keys() == publisher.revenue.keys() and all(abs(v - publisher.revenue[r]) < 0.01 * max(1, met.messages) for r, v in totals.items())
+        same = totals.keys() == publisher.revenue.keys() and all(
+            abs(v - publisher.revenue[r]) < 0.01 * max(1, met.messages) for r, v in totals.items()
+        )
         if monitor.last_end != ev.last_seq:
             check = f"up to seq {monitor.last_end or 0:,} of {ev.last_seq:,}"
         elif same:

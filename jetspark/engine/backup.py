@@ -98,10 +98,16 @@ def _blocks(s: StreamStorage) -> list[tuple[str, Path, int]]:
         with diskio.io_errors(f"{base}.idx", "backing up the stream"), open(f"{base}.idx", "rb") as f:
             raw = os.pread(f.fileno(), ENTRY_SIZE, (n - 1) * ENTRY_SIZE)
         if len(raw) != ENTRY_SIZE:
-            raise CorruptStoreError(f"{base}.idx: the index entry of sequence {end} is missing (truncated); `jetspark stream check` tells more", f"{base}.idx")
+            raise CorruptStoreError(
+                f"{base}.idx: the index entry of sequence {end} is missing (truncated); `jetspark stream check` tells more",
+                f"{base}.idx",
+            )
         _, doff, hoff, dlen, hlen, _, _ = ENTRY.unpack(raw)
         out += [(f"blk/{base.name}.idx", Path(f"{base}.idx"), n * ENTRY_SIZE)]
-        out += [(f"blk/{base.name}.dat", Path(f"{base}.dat"), doff + dlen), (f"blk/{base.name}.hdr", Path(f"{base}.hdr"), hoff + hlen)]
+        out += [
+            (f"blk/{base.name}.dat", Path(f"{base}.dat"), doff + dlen),
+            (f"blk/{base.name}.hdr", Path(f"{base}.hdr"), hoff + hlen),
+        ]
         if os.path.exists(f"{base}.sum"):
             out.append((f"blk/{base.name}.sum", Path(f"{base}.sum"), os.path.getsize(f"{base}.sum")))
     return out
@@ -129,14 +135,21 @@ def archived_stream(archive: Archive, store_format: int) -> tuple[StreamConfig, 
     """The config and creation time (ns) of the stream in an engine backup."""
     manifest = archive.path / "backup.json"
     if archive.extra.get("store_format") != store_format:
-        raise BackupError(f"{manifest}: a backup of store format {archive.extra.get('store_format')!r}; this jetspark reads format {store_format}", manifest)
+        raise BackupError(
+            f"{manifest}: a backup of store format {archive.extra.get('store_format')!r}; this jetspark reads format {store_format}",
+            manifest,
+        )
     created = archive.extra.get("created")
     try:
         config = config_from_json(archive.config)
     except (KeyError, ValueError, TypeError) as exc:
-        raise BackupError(f"{manifest}: the stream config cannot be read: {type(exc).__name__}: {exc}", manifest) from None
+        raise BackupError(
+            f"{manifest}: the stream config cannot be read: {type(exc).__name__}: {exc}", manifest
+        ) from None
     if type(created) is not int or any(not f["path"].startswith(f"{DATA}/") for f in archive.files):
-        raise BackupError(f"{manifest} is not the manifest of an engine backup (no creation time, or files outside {DATA}/)", manifest)
+        raise BackupError(
+            f"{manifest} is not the manifest of an engine backup (no creation time, or files outside {DATA}/)", manifest
+        )
     return cfg.normalize_stream_config(config), created
 
 

@@ -87,7 +87,9 @@ class BlockIndex:
         """The position in ``blocks`` of the block holding ``seq``."""
         i = bisect_right(self.block_firsts, seq) - 1
         if i < 0:
-            raise CorruptStoreError(f"{self.dir / 'blk'}: no block file holds sequence {seq} (removed?)", self.dir / "blk")
+            raise CorruptStoreError(
+                f"{self.dir / 'blk'}: no block file holds sequence {seq} (removed?)", self.dir / "blk"
+            )
         return i
 
     def entries(self, a: int, b: int) -> np.ndarray:
@@ -99,7 +101,10 @@ class BlockIndex:
             n = end - seq + 1
             raw = os.pread(blk.ifd, n * ENTRY_SIZE, (seq - blk.first) * ENTRY_SIZE)
             if len(raw) != n * ENTRY_SIZE:
-                raise CorruptStoreError(f"{blk.path}.idx: the index entries of sequences {seq}..{end} are missing (truncated)", f"{blk.path}.idx")
+                raise CorruptStoreError(
+                    f"{blk.path}.idx: the index entries of sequences {seq}..{end} are missing (truncated)",
+                    f"{blk.path}.idx",
+                )
             parts.append(np.frombuffer(raw, dtype=IDX_DTYPE))
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
@@ -236,7 +241,9 @@ class BlockIndex:
         blk.checkpoint(k, (h.tail_dcrc, h.tail_hcrc, h.tail_icrc))
         h.tail_dcrc = h.tail_hcrc = h.tail_icrc = 0
 
-    def chain(self, blk: Block, k: int, data, data_offsets: np.ndarray, hdr, hdr_offsets: np.ndarray, entries: bytes) -> None:
+    def chain(
+        self, blk: Block, k: int, data, data_offsets: np.ndarray, hdr, hdr_offsets: np.ndarray, entries: bytes
+    ) -> None:
         """Account k records just written at the block's end (blk.count not yet counting them)
         in the open interval's checksums, writing a checkpoint at each interval's end; bumps
         blk.count.  ``data_offsets``/``hdr_offsets``: k + 1 offsets into ``data``/``hdr``."""

@@ -59,14 +59,21 @@ class BlockWriter:
         ix = self.index
         if ix.blocks:
             b = ix.blocks[-1]
-            if b.first + b.count == seq and b.count < BLOCK_MAX_MSGS and (b.dlen + dlen <= BLOCK_MAX_BYTES or b.count == 0):
+            if (
+                b.first + b.count == seq
+                and b.count < BLOCK_MAX_MSGS
+                and (b.dlen + dlen <= BLOCK_MAX_BYTES or b.count == 0)
+            ):
                 # Closed early when at least half of it is already removed (the stream keeps
                 # less than half a block): the block is then dropped as soon as the few
                 # messages it still holds go, instead of after a whole block more.  Looked
                 # at once per 1,024 sequences, so the common case costs one comparison.
                 if seq < self.roll_at:
                     return b
-                if 2 * (self.index.header.first_seq - b.first) < b.count or b.count * ENTRY_SIZE + b.dlen + b.hlen < ROLL_MIN_BYTES:
+                if (
+                    2 * (self.index.header.first_seq - b.first) < b.count
+                    or b.count * ENTRY_SIZE + b.dlen + b.hlen < ROLL_MIN_BYTES
+                ):
                     self.roll_at = seq + 1024
                     return b
             if b.count % CHECK_EVERY and b.sfd >= 0:
@@ -138,7 +145,17 @@ class BlockWriter:
         last[sid] = seq
         return seq
 
-    def append_many(self, sids: np.ndarray, data: bytes, data_offsets: np.ndarray, hdr: bytes, hdr_offsets: np.ndarray, ts: int, hdr_crcs, stats: Stats) -> int:
+    def append_many(
+        self,
+        sids: np.ndarray,
+        data: bytes,
+        data_offsets: np.ndarray,
+        hdr: bytes,
+        hdr_offsets: np.ndarray,
+        ts: int,
+        hdr_crcs,
+        stats: Stats,
+    ) -> int:
         """Store a run of messages (already validated) in one write per file; returns the first sequence."""
         h = self.index.header
         n = len(sids)
@@ -245,7 +262,9 @@ class BlockWriter:
         h.msgs -= n
         h.bytes -= removed_bytes
         first = int(seqs[0])
-        head = first == h.first_seq and int(seqs[-1]) - first + 1 - len(seqs) == int(self.index.removed.mask(first, int(seqs[-1])).sum())
+        head = first == h.first_seq and int(seqs[-1]) - first + 1 - len(seqs) == int(
+            self.index.removed.mask(first, int(seqs[-1])).sum()
+        )
         if not head:
             runs = runs_of(seqs)
             self.index.removed.write(runs, self.index.header)
@@ -277,7 +296,9 @@ class BlockWriter:
         else:
             raw = os.pread(blk.ifd, _ENTRY_SIZES.size, off)
             if len(raw) != _ENTRY_SIZES.size:
-                raise CorruptStoreError(f"{blk.path}.idx: the index entry of sequence {seq} is missing (truncated)", f"{blk.path}.idx")
+                raise CorruptStoreError(
+                    f"{blk.path}.idx: the index entry of sequence {seq} is missing (truncated)", f"{blk.path}.idx"
+                )
             dlen, hlen, sid = _ENTRY_SIZES.unpack(raw)
         if sid == SID_NONE:  # not a stored message (first_seq always is one; keep remove()'s rules)
             return self.remove(np.array([seq], dtype=np.int64), stats)
@@ -292,7 +313,9 @@ class BlockWriter:
             last[sid] = 0
         h.msgs -= 1
         slen = self.subject_table.len_list[sid]
-        h.bytes -= (slen + hlen + dlen + 16) if self.memory else (30 + slen + dlen + (hlen + 4 if hlen else 0))  # msg_size
+        h.bytes -= (
+            (slen + hlen + dlen + 16) if self.memory else (30 + slen + dlen + (hlen + 4 if hlen else 0))
+        )  # msg_size
         # _advance_first(seq + 1), with no removed sequences ahead (no bitmap) inline.
         if ix.removed.bitmap.size or not h.msgs:
             self._advance_first(seq + 1)

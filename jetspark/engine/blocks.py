@@ -77,12 +77,16 @@ class Block:
     def reserve_index(self, end: int) -> None:
         """Make sure index bytes up to ``end`` have disk space before they are stored into."""
         if end > self.ialloc:
-            self.ialloc = _reserve(self.ifd, self.ialloc, end, min(self.ialloc + INDEX_CHUNK, len(self.imm)), f"{self.path}.idx")
+            self.ialloc = _reserve(
+                self.ifd, self.ialloc, end, min(self.ialloc + INDEX_CHUNK, len(self.imm)), f"{self.path}.idx"
+            )
 
     def reserve_data(self, end: int) -> None:
         """Make sure payload bytes up to ``end`` (within the mapping) have disk space."""
         if end > self.dalloc:
-            self.dalloc = _reserve(self.dfd, self.dalloc, end, min(self.dalloc + DATA_CHUNK, self.dcap), f"{self.path}.dat")
+            self.dalloc = _reserve(
+                self.dfd, self.dalloc, end, min(self.dalloc + DATA_CHUNK, self.dcap), f"{self.path}.dat"
+            )
 
     def map_for_writing(self, index_capacity: int, data_capacity: int) -> None:
         """Map the index and payload files at their full block capacity.
@@ -147,5 +151,7 @@ def _pread_bounded(fd: int, n: int, off: int, path: str) -> bytes:
     # Bounds first: a damaged length must not become a gigabyte read.
     raw = os.pread(fd, n, off) if off + n <= os.fstat(fd).st_size else b""
     if len(raw) != n:
-        raise CorruptStoreError(f"{path}: the file ends at byte {off + len(raw)} but a record reaches byte {off + n} (truncated)", path)
+        raise CorruptStoreError(
+            f"{path}: the file ends at byte {off + len(raw)} but a record reaches byte {off + n} (truncated)", path
+        )
     return raw

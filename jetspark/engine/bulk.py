@@ -167,7 +167,9 @@ def _strings(values: list[str]) -> pa.Array:
     encoded = [v.encode() for v in values]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
     np.cumsum([len(b) for b in encoded], out=offsets[1:])
-    return pa.Array.from_buffers(pa.string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))])
+    return pa.Array.from_buffers(
+        pa.string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
+    )
 
 
 def _bool_array(mask: np.ndarray) -> pa.Array:
@@ -235,7 +237,9 @@ def _column(table: pa.Table, name: str) -> Optional[pa.ChunkedArray]:
     return None if col.null_count == len(col) else col
 
 
-def publish_batch(stream: Stream, table: pa.Table, msg_id_prefix: Optional[str] = None, msg_id_start: int = 0) -> BatchAck:
+def publish_batch(
+    stream: Stream, table: pa.Table, msg_id_prefix: Optional[str] = None, msg_id_start: int = 0
+) -> BatchAck:
     """Append every row as one publish would, all or nothing.
 
     ``table`` is checked by ``jetspark.validate.batch_table`` (subject string, data binary).
@@ -303,7 +307,9 @@ def _publish_fast(stream, subjects, data, id_col=None, id_range=None) -> BatchAc
     if c.max_msg_size > 0 and (lens > c.max_msg_size).any():
         row = int(np.flatnonzero(lens > c.max_msg_size)[0])
         err = api_error(STREAM_MESSAGE_EXCEEDS_MAXIMUM)
-        add_note(err, f"row {row} of the batch is {lens[row]} bytes; max_msg_size is {c.max_msg_size}; nothing was stored")
+        add_note(
+            err, f"row {row} of the batch is {lens[row]} bytes; max_msg_size is {c.max_msg_size}; nothing was stored"
+        )
         raise err
     offsets = np.frombuffer(data.buffers()[1], dtype=np.int32, count=len(data) + 1, offset=data.offset * 4)
     payload = data.buffers()[2]
@@ -397,7 +403,9 @@ def id_header_blocks(prefix: str, numbers: np.ndarray) -> tuple[bytes, np.ndarra
     """The Nats-Msg-Id header blocks of ``numbers`` (protocol.msg_ids.blocks), their
     offsets, and each block's CRC-32 from the digits (records.template_crcs)."""
     crcs: list[np.ndarray] = []
-    blocks, offsets = msg_ids.blocks(prefix, numbers, lambda head, tail, digits: crcs.append(template_crcs(head, tail, digits)))
+    blocks, offsets = msg_ids.blocks(
+        prefix, numbers, lambda head, tail, digits: crcs.append(template_crcs(head, tail, digits))
+    )
     return blocks, offsets, (np.concatenate(crcs) if crcs else np.zeros(0, dtype=np.uint32))
 
 
@@ -442,7 +450,9 @@ def _gather(body, offsets: np.ndarray, keep: np.ndarray):
     """The kept rows' payloads back to back, and their offsets."""
     if keep.all():
         return body, offsets
-    arr = pa.Array.from_buffers(pa.binary(), len(keep), [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(body)])
+    arr = pa.Array.from_buffers(
+        pa.binary(), len(keep), [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(body)]
+    )
     kept = arr.filter(pa.array(keep))
     o = np.frombuffer(kept.buffers()[1], dtype=np.int32, count=len(kept) + 1).astype(np.int64)
     data = kept.buffers()[2]

@@ -239,7 +239,9 @@ def check_records(storage, repair: bool) -> tuple[list[Problem], list[int]]:
         path = f"{s.blocks[i].path}.dat" if s.blocks else str(s.dir / "blk")
         by_file.setdefault(path, []).append(q)
     for path, seqs in by_file.items():
-        problems.append(Problem(path, f"{len(seqs)} record(s) missing or failing their checksums", tuple(seqs), repaired=repair))
+        problems.append(
+            Problem(path, f"{len(seqs)} record(s) missing or failing their checksums", tuple(seqs), repaired=repair)
+        )
     if repair and len(bad):
         dropped = bad.tolist()
         s.drop_damaged(bad)
@@ -264,7 +266,9 @@ def check_records(storage, repair: bool) -> tuple[list[Problem], list[int]]:
             )
     for orphan in s.index.orphans():
         if orphan.exists():
-            problems.append(Problem(str(orphan), "a block file no committed sequence refers to (left by a crash)", repaired=repair))
+            problems.append(
+                Problem(str(orphan), "a block file no committed sequence refers to (left by a crash)", repaired=repair)
+            )
             if repair:
                 orphan.unlink(missing_ok=True)
     return problems, dropped
@@ -275,7 +279,10 @@ def consumer_problems(consumers) -> list[Problem]:
     with a damaged record): not repaired, as their state cannot be rebuilt; deleting the
     consumer and creating it again starts it over."""
     return [
-        Problem(exc.path or str(consumers.dir / name), f"{exc.args[0]}; delete the consumer and create it again to start it over")
+        Problem(
+            exc.path or str(consumers.dir / name),
+            f"{exc.args[0]}; delete the consumer and create it again to start it over",
+        )
         for name, exc in sorted(consumers.broken.items())
     ]
 
@@ -303,7 +310,13 @@ def _check_interval_sums(s, bad: set, repair: bool) -> list[Problem]:
             if want == got or (want is None and blk.sfd < 0):
                 continue
             where = str(s.dir / "state") if open_interval else f"{blk.path}.sum"
-            problems.append(Problem(where, f"the checksums of records {lo}..{hi} do not match them (the records are intact)", repaired=repair))
+            problems.append(
+                Problem(
+                    where,
+                    f"the checksums of records {lo}..{hi} do not match them (the records are intact)",
+                    repaired=repair,
+                )
+            )
             if repair:
                 if open_interval:
                     h.tail_dcrc, h.tail_hcrc, h.tail_icrc = got

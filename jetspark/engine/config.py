@@ -185,5 +185,7 @@ def check_update(old: StreamConfig, new: StreamConfig) -> StreamConfig:
         raise invalid("stream configuration update can not cancel deny purge")
     if new.sealed:
         # Sealing forces these (docs/semantics.md §1.3).
-        new = new.evolve(max_age=0.0, discard=DiscardPolicy.NEW, deny_delete=True, deny_purge=True, allow_rollup_hdrs=False)
+        new = new.evolve(
+            max_age=0.0, discard=DiscardPolicy.NEW, deny_delete=True, deny_purge=True, allow_rollup_hdrs=False
+        )
     return new

@@ -65,7 +65,19 @@ from jetspark.engine.consumer_log import (
 from jetspark.engine.consumer_match import ByteBudget, SubjectFilter
 from jetspark.errors import CorruptStoreError
 
-__all__ = ["COMPACT_BYTES", "DELIVER", "DROP", "DUE", "LAST_PER_SUBJECT", "MAXED", "QUEUED", "SCALARS", "SNAPSHOT", "Change", "Consumer"]
+__all__ = [
+    "COMPACT_BYTES",
+    "DELIVER",
+    "DROP",
+    "DUE",
+    "LAST_PER_SUBJECT",
+    "MAXED",
+    "QUEUED",
+    "SCALARS",
+    "SNAPSHOT",
+    "Change",
+    "Consumer",
+]
 
 _NS = 1_000_000_000
 QUEUED = 0xFFFFFFFF  # an item's count marking "appended to the redelivery queue"
@@ -91,9 +103,13 @@ class Consumer:
             self.created_ns = int(meta["created"])
             self.name = meta.get("name") or self.config.name
         except FileNotFoundError:
-            raise CorruptStoreError(f"{path} and its mirror {path.name}{metafile.MIRROR_SUFFIX} are missing", path=str(path)) from None
+            raise CorruptStoreError(
+                f"{path} and its mirror {path.name}{metafile.MIRROR_SUFFIX} are missing", path=str(path)
+            ) from None
         except (KeyError, ValueError, TypeError) as exc:
-            raise CorruptStoreError(f"{path} is not a consumer config: {type(exc).__name__}: {exc}", path=str(path)) from exc
+            raise CorruptStoreError(
+                f"{path} is not a consumer config: {type(exc).__name__}: {exc}", path=str(path)
+            ) from exc
         self.filters = filters_of(self.config)
         self.filter = SubjectFilter(stream, self.filters)  # which stored messages it matches (consumer_match.py)
         self.log = ConsumerLog(home, self.name, fresh=fresh, fsync=stream.storage.fsync)
@@ -151,7 +167,13 @@ class Consumer:
     def _apply(self, op: int, scalars: tuple, items: np.ndarray) -> None:
         """One record read from the log (another process's change, or ours read back)."""
         old_floor = self.ack_floor_stream_seq
-        self.delivered_consumer_seq, self.next_stream_seq, self.ack_floor_consumer_seq, self.ack_floor_stream_seq, self.last_active = scalars[:5]
+        (
+            self.delivered_consumer_seq,
+            self.next_stream_seq,
+            self.ack_floor_consumer_seq,
+            self.ack_floor_stream_seq,
+            self.last_active,
+        ) = scalars[:5]
         self.delivered_ns, self.acked_ns = scalars[5:] or (0, 0)
         # What this record released, for the stream's retention to reconsider: the
         # process that wrote it may have died before committing the removal.
@@ -303,9 +325,15 @@ class Consumer:
             config=self.config,
             created=ns_to_datetime(self.created_ns),
             delivered=SequenceInfo(
-                consumer_seq=self.delivered_consumer_seq, stream_seq=max(self.next_stream_seq - 1, 0), last_active=_time_or_none(self.delivered_ns)
+                consumer_seq=self.delivered_consumer_seq,
+                stream_seq=max(self.next_stream_seq - 1, 0),
+                last_active=_time_or_none(self.delivered_ns),
             ),
-            ack_floor=SequenceInfo(consumer_seq=self.ack_floor_consumer_seq, stream_seq=self.ack_floor_stream_seq, last_active=_time_or_none(self.acked_ns)),
+            ack_floor=SequenceInfo(
+                consumer_seq=self.ack_floor_consumer_seq,
+                stream_seq=self.ack_floor_stream_seq,
+                last_active=_time_or_none(self.acked_ns),
+            ),
             num_ack_pending=len(self.pending),
             num_redelivered=self.num_redelivered(),
             num_waiting=0,
@@ -362,7 +390,9 @@ class Consumer:
             # Messages past their ack wait join the redelivery queue in stream order,
             # behind those nak'd (consumer.go checkPending, addToRedeliverQueue).
             queued = set(self.redelivery_queue)
-            self.redelivery_queue.extend(sorted(q for q, (c, d) in self.pending.items() if d <= now and q not in queued))
+            self.redelivery_queue.extend(
+                sorted(q for q, (c, d) in self.pending.items() if d <= now and q not in queued)
+            )
             while self.redelivery_queue and len(out) < batch:
                 q = self.redelivery_queue.pop(0)
                 p = self.pending.get(q)
@@ -390,7 +420,13 @@ class Consumer:
             qs = self._new_seqs(room)
             if fits is not None:
                 qs = qs[: fits.count_new(qs, self.delivered_consumer_seq + 1)]
-            if not qs and not out and s.memory and self.filter.matches_nothing_stored() and self.config.deliver_policy != DeliverPolicy.BY_START_SEQUENCE:
+            if (
+                not qs
+                and not out
+                and s.memory
+                and self.filter.matches_nothing_stored()
+                and self.config.deliver_policy != DeliverPolicy.BY_START_SEQUENCE
+            ):
                 # nats-server's memory store moves a pull whose filter matches no stored
                 # subject to the end of the stream (its file store does not); the ack floor stays.
                 self.next_stream_seq = max(self.next_stream_seq, s.header.last_seq + 1)
@@ -466,12 +502,17 @@ class Consumer:
             self.pending.clear()
             for q in released:
                 self.delivery_counts.pop(q, None)
-            self.ack_floor_consumer_seq, self.ack_floor_stream_seq = self.delivered_consumer_seq, self.next_stream_seq - 1
+            self.ack_floor_consumer_seq, self.ack_floor_stream_seq = (
+                self.delivered_consumer_seq,
+                self.next_stream_seq - 1,
+            )
         else:
             released = []
             for q in stream_seqs:
                 released.extend(self._ack_explicit(q))
-        self.redelivery_queue = [q for q in self.redelivery_queue if q in self.pending] if self.redelivery_queue else self.redelivery_queue
+        self.redelivery_queue = (
+            [q for q in self.redelivery_queue if q in self.pending] if self.redelivery_queue else self.redelivery_queue
+        )
         if released:
             self.acked_ns = now
             drop = np.zeros(len(released), dtype=ITEM)
@@ -490,7 +531,10 @@ class Consumer:
             return [stream_seq] if stream_seq < self.next_stream_seq else []
         consumer_seq = p[0]
         if not self.pending:
-            self.ack_floor_consumer_seq, self.ack_floor_stream_seq = self.delivered_consumer_seq, self.next_stream_seq - 1
+            self.ack_floor_consumer_seq, self.ack_floor_stream_seq = (
+                self.delivered_consumer_seq,
+                self.next_stream_seq - 1,
+            )
         elif consumer_seq == self.ack_floor_consumer_seq + 1:
             self.ack_floor_consumer_seq, self.ack_floor_stream_seq = consumer_seq, stream_seq
             for ss in range(stream_seq + 1, self.next_stream_seq):
@@ -569,7 +613,10 @@ class Consumer:
             first = min(self.pending)
             self.ack_floor_consumer_seq, self.ack_floor_stream_seq = self.pending[first][0] - 1, first - 1
         else:
-            self.ack_floor_consumer_seq, self.ack_floor_stream_seq = self.delivered_consumer_seq, self.next_stream_seq - 1
+            self.ack_floor_consumer_seq, self.ack_floor_stream_seq = (
+                self.delivered_consumer_seq,
+                self.next_stream_seq - 1,
+            )
         if self.ack_floor_stream_seq > old_floor and self.config.ack_policy != AckPolicy.NONE:
             self.acked_ns = now  # with ack none the floor follows delivery, and nothing is acked
         self.write(SNAPSHOT, self._snapshot_items())
@@ -640,7 +687,10 @@ class Consumer:
                 self.acked_ns = self.stream.clock()  # a purged pending message counts as acked (consumer.go purge)
         if not self.pending:
             self.delivery_counts.clear()
-            self.ack_floor_consumer_seq, self.ack_floor_stream_seq = self.delivered_consumer_seq, self.next_stream_seq - 1
+            self.ack_floor_consumer_seq, self.ack_floor_stream_seq = (
+                self.delivered_consumer_seq,
+                self.next_stream_seq - 1,
+            )
         self.redelivery_queue = [q for q in self.redelivery_queue if q in self.pending]
         self.last_per_subject = [q for q in self.last_per_subject if q >= start]
         self.write(SNAPSHOT, self._snapshot_items())

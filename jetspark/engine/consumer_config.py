@@ -156,7 +156,13 @@ def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> C
     )
 
 
-def _check_push(config: ConsumerConfig, deliver_subject: Optional[str], heartbeat: Optional[float], ack: AckPolicy, stream: StreamConfig) -> None:
+def _check_push(
+    config: ConsumerConfig,
+    deliver_subject: Optional[str],
+    heartbeat: Optional[float],
+    ack: AckPolicy,
+    stream: StreamConfig,
+) -> None:
     """What a push consumer (one with a deliver subject) may set, and what only a push
     consumer may set (consumer.go checkConsumerCfg, in its order)."""
     if deliver_subject:

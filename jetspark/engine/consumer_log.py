@@ -91,7 +91,9 @@ class ConsumerLog:
         try:
             self.fd = os.open(home / "log", flags, 0o644)
         except FileNotFoundError:
-            raise CorruptStoreError(f"{home / 'log'} is missing: the consumer's state is lost", path=str(home / "log")) from None
+            raise CorruptStoreError(
+                f"{home / 'log'} is missing: the consumer's state is lost", path=str(home / "log")
+            ) from None
         except OSError as exc:
             raise diskio.translate(exc, home / "log", "opening") from exc
         self.base = _LOG_HEAD.size  # where records start (0 in a log without the header)
@@ -155,12 +157,16 @@ class ConsumerLog:
                 return False
             size = st.st_size
             if size < self.pos:
-                raise self._damage(f"is {size} bytes, shorter than the {self.pos} bytes of records already read: records were lost")
+                raise self._damage(
+                    f"is {size} bytes, shorter than the {self.pos} bytes of records already read: records were lost"
+                )
             if size == self.pos and self._synced:
                 return True
             committed = self._committed()
             if size < committed:
-                raise self._damage(f"is {size} bytes, shorter than the {committed} bytes its header commits (cut short): records were lost")
+                raise self._damage(
+                    f"is {size} bytes, shorter than the {committed} bytes its header commits (cut short): records were lost"
+                )
             raw = os.pread(self.fd, size - self.pos, self.pos)
             pos = 0
             while pos < len(raw):
@@ -176,20 +182,32 @@ class ConsumerLog:
                 if bad == self.base:
                     raise self._damage(f"has a damaged first record ({why}); a crash cannot tear it, so it is not cut")
                 if _record_after(raw, pos):
-                    raise self._damage(f"has a damaged record at offset {bad} ({why}) followed by valid records; nothing was cut")
+                    raise self._damage(
+                        f"has a damaged record at offset {bad} ({why}) followed by valid records; nothing was cut"
+                    )
                 if bad < committed:
-                    raise self._damage(f"has a damaged record at offset {bad} ({why}) below the {committed} bytes its header commits; nothing was cut")
+                    raise self._damage(
+                        f"has a damaged record at offset {bad} ({why}) below the {committed} bytes its header commits; nothing was cut"
+                    )
                 log.warning(
-                    "%s: the last record, at offset %d (%d bytes), is torn (%s) and was cut off: a writer died mid-record", self.path, bad, size - bad, why
+                    "%s: the last record, at offset %d (%d bytes), is torn (%s) and was cut off: a writer died mid-record",
+                    self.path,
+                    bad,
+                    size - bad,
+                    why,
                 )
                 os.ftruncate(self.fd, bad)
             if committed > self.pos:
-                raise self._damage(f"holds {self.pos} bytes of records, less than the {committed} its header commits (cut short): records were lost")
+                raise self._damage(
+                    f"holds {self.pos} bytes of records, less than the {committed} its header commits (cut short): records were lost"
+                )
             self._synced = True
         return True
 
     def _damage(self, what: str) -> CorruptStoreError:
-        self.damaged = CorruptStoreError(f"{self.path} {what}: the state of consumer {self.name!r} cannot be trusted", path=str(self.path))
+        self.damaged = CorruptStoreError(
+            f"{self.path} {what}: the state of consumer {self.name!r} cannot be trusted", path=str(self.path)
+        )
         return self.damaged
 
     def append(self, rec: bytes) -> None:
@@ -213,7 +231,9 @@ class ConsumerLog:
         tmp = self.home / "log.tmp"
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            diskio.pwrite(fd, _LOG_HEAD.pack(LOG_MAGIC, _LOG_HEAD.size + len(rec)) + rec, 0, tmp)  # all of it, or StoreIOError/StoreFullError
+            diskio.pwrite(
+                fd, _LOG_HEAD.pack(LOG_MAGIC, _LOG_HEAD.size + len(rec)) + rec, 0, tmp
+            )  # all of it, or StoreIOError/StoreFullError
             if self.fsync:
                 os.fsync(fd)
             os.replace(tmp, self.path)
@@ -286,4 +306,9 @@ def _record_after(raw: bytes, start: int) -> bool:
 
 
 def _u32(b: np.ndarray, q: np.ndarray) -> np.ndarray:
-    return b[q].astype(np.int64) | (b[q + 1].astype(np.int64) << 8) | (b[q + 2].astype(np.int64) << 16) | (b[q + 3].astype(np.int64) << 24)
+    return (
+        b[q].astype(np.int64)
+        | (b[q + 1].astype(np.int64) << 8)
+        | (b[q + 2].astype(np.int64) << 16)
+        | (b[q + 3].astype(np.int64) << 24)
+    )

@@ -138,7 +138,11 @@ class ConsumerSet:
         if not self.by_name or self.broken or self.stream.config.retention == RetentionPolicy.LIMITS:
             return
         s = self.stream.storage
-        top = s.header.last_seq if everything else min(max(c.next_stream_seq for c in self.by_name.values()) - 1, s.header.last_seq)
+        top = (
+            s.header.last_seq
+            if everything
+            else min(max(c.next_stream_seq for c in self.by_name.values()) - 1, s.header.last_seq)
+        )
         first = s.header.first_seq
         if s.header.msgs and top >= first:
             seqs = np.arange(first, top + 1, dtype=np.int64)[~s.dead_mask(first, top)]
@@ -298,7 +302,9 @@ class ConsumerSet:
                 self.release_range(c.ack_floor_stream_seq + 1, s.header.last_seq, unmatched=True)
         except OSError as exc:
             log.warning(
-                "stream %r: removing the messages only the deleted consumer held failed (%s); the next reload of the consumer list removes them", st.name, exc
+                "stream %r: removing the messages only the deleted consumer held failed (%s); the next reload of the consumer list removes them",
+                st.name,
+                exc,
             )
             self._gen = -1
 

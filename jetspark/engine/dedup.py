@@ -156,7 +156,9 @@ class MessageIds:
         try:
             return self.journals.read(kind, n, off)
         except CorruptStoreError as exc:
-            raise CorruptStoreError(f"{exc.args[0]}; check_stream(name, repair=True) forgets the missing ids", exc.path) from None
+            raise CorruptStoreError(
+                f"{exc.args[0]}; check_stream(name, repair=True) forgets the missing ids", exc.path
+            ) from None
 
     def _check_records(self, raw: bytes, size: int, kind: str, base: int) -> None:
         ok = record_checks(raw, size)

@@ -70,7 +70,20 @@ class Msg:
     """A message delivered by a consumer; acknowledge it with ack/nak/in_progress/term."""
 
     # _ackd: set by ack, nak, term (a push callback's auto-ack skips it); _stream.._ts: its Delivery.
-    __slots__ = ("subject", "data", "headers", "_deliveries", "_stream", "_consumer", "_sseq", "_cseq", "_delivered", "_pending", "_ts", "_ackd")
+    __slots__ = (
+        "subject",
+        "data",
+        "headers",
+        "_deliveries",
+        "_stream",
+        "_consumer",
+        "_sseq",
+        "_cseq",
+        "_delivered",
+        "_pending",
+        "_ts",
+        "_ackd",
+    )
 
     def __init__(
         self,
@@ -115,7 +128,9 @@ class Msg:
 
     @property
     def reply(self) -> str:
-        return ack_reply.build(self._stream, self._consumer, self._delivered, self._sseq, self._cseq, self._ts, self._pending)
+        return ack_reply.build(
+            self._stream, self._consumer, self._delivered, self._sseq, self._cseq, self._ts, self._pending
+        )
 
     def ack(self) -> None:
         """Acknowledge (fire-and-forget; applied before the handle's next call)."""
@@ -243,7 +258,14 @@ class Deliveries:
     # ------------------------------------------------------------------ delivering
 
     def fetch_wait(
-        self, stream: str, consumer: str, batch: int, max_bytes: int, timeout: float, interrupt: Optional[wakeup.Interrupt] = None, push: bool = False
+        self,
+        stream: str,
+        consumer: str,
+        batch: int,
+        max_bytes: int,
+        timeout: float,
+        interrupt: Optional[wakeup.Interrupt] = None,
+        push: bool = False,
     ) -> list[Msg]:
         """Up to ``batch`` messages (``pull``), waiting up to ``timeout`` seconds (``math.inf``:
         until ``interrupt``) for the first: woken by another process's commit (wakeup.py) or
@@ -308,7 +330,9 @@ class Deliveries:
                         headers = dict(headers or {})
                         headers["Nats-Msg-Size"] = str(len(data))
                         data = b""
-                    append(Msg(self, subject, data, headers, name, cname, sseq, cseq, delivered, pending + new_after, ts))
+                    append(
+                        Msg(self, subject, data, headers, name, cname, sseq, cseq, delivered, pending + new_after, ts)
+                    )
                 return msgs, None, None, 0
 
     # ------------------------------------------------------------------ acks

@@ -80,7 +80,9 @@ class JetStream(HandleBase):
         if not isinstance(create, bool):
             raise TypeError(f"create must be True or False, not {create!r}")
         super().__init__()
-        self._publish_async_max_pending = V.integer(publish_async_max_pending, "publish_async_max_pending", 1, V.INT32[1])
+        self._publish_async_max_pending = V.integer(
+            publish_async_max_pending, "publish_async_max_pending", 1, V.INT32[1]
+        )
         self.path = Path(str(path).removeprefix("file://")).absolute()
         self.clock = clock or time.time_ns
         self._store = StoreDirectory(self.path, clock=self.clock, fsync=sync == "fsync", create=create)
@@ -142,7 +144,9 @@ class JetStream(HandleBase):
             cfg.check_storable_name(new.name, "stream")
             home = self.path / "streams" / new.name
             if os.path.lexists(home):
-                raise CorruptStoreError(f"{home} exists but is not a usable stream; it is left as it is", path=str(home))
+                raise CorruptStoreError(
+                    f"{home} exists but is not a usable stream; it is left as it is", path=str(home)
+                )
             self._store.remove_leftovers()
             uid = uuid.uuid4().hex[:12]
             meta = {"config": config_to_json(new), "created": self.clock(), "uid": uid}
@@ -177,10 +181,14 @@ class JetStream(HandleBase):
             try:
                 self._store.check_overlap(config)
             except APIError as exc:  # as the server words it
-                raise api_error(E.STREAM_RESTORE, err=f"error adding stream: {exc.description} ({exc.err_code})") from None
+                raise api_error(
+                    E.STREAM_RESTORE, err=f"error adding stream: {exc.description} ({exc.err_code})"
+                ) from None
             self._store.remove_leftovers()
             meta = {"config": config_to_json(config), "created": created, "uid": uuid.uuid4().hex[:12]}
-            self._store.build_stream(home, config, meta, fill=lambda data_dir: backup.fill(archive, data_dir, meter, self._store.fsync))
+            self._store.build_stream(
+                home, config, meta, fill=lambda data_dir: backup.fill(archive, data_dir, meter, self._store.fsync)
+            )
             st = self._store.open_stream(config.name)
             self._store.streams[config.name] = st
             self._store.changed()
@@ -334,7 +342,9 @@ class JetStream(HandleBase):
         if pub is not None and pub.queued and pub.pid == os.getpid():
             pub.drain()
 
-    def _get_msg(self, stream: str, seq: Optional[int], last_by_subj: Optional[str], next_by_subj: Optional[str]) -> RawStreamMsg:
+    def _get_msg(
+        self, stream: str, seq: Optional[int], last_by_subj: Optional[str], next_by_subj: Optional[str]
+    ) -> RawStreamMsg:
         with self._lock:
             return self._stream(stream).get_msg(seq=seq, last_by_subj=last_by_subj, next_by_subj=next_by_subj)
 
@@ -346,7 +356,13 @@ class JetStream(HandleBase):
     # ------------------------------------------------------------------ bulk paths for Spark
 
     def _read_batches(
-        self, stream: str, start_seq: int, end_seq: Optional[int], subjects: Optional[Sequence[str]], batch_size: int, headers: bool
+        self,
+        stream: str,
+        start_seq: int,
+        end_seq: Optional[int],
+        subjects: Optional[Sequence[str]],
+        batch_size: int,
+        headers: bool,
     ) -> Iterator["pa.RecordBatch"]:
         from jetspark.engine import bulk
 
@@ -354,7 +370,9 @@ class JetStream(HandleBase):
             st = self._stream(stream)
         return bulk.read_batches(st, start_seq, end_seq, subjects=subjects, batch_size=batch_size, headers=headers)
 
-    def _publish_batch(self, table: "pa.Table", stream: str, msg_id_prefix: Optional[str], msg_id_start: int) -> BatchAck:
+    def _publish_batch(
+        self, table: "pa.Table", stream: str, msg_id_prefix: Optional[str], msg_id_start: int
+    ) -> BatchAck:
         """All or nothing.  With ``msg_id_prefix`` the batch is deduplicated as one range
         (how the Spark sink makes its writes exactly-once cheaply)."""
         from jetspark.engine import bulk
@@ -420,7 +438,13 @@ class JetStream(HandleBase):
     # ------------------------------------------------------------------ push subscriptions (push.py)
 
     def _push_subscription(
-        self, stream: str, info: ConsumerInfo, cb: Optional[Callable[[MsgAPI], Any]], auto_ack: bool, ordered: Optional[ConsumerConfig], owned: bool
+        self,
+        stream: str,
+        info: ConsumerInfo,
+        cb: Optional[Callable[[MsgAPI], Any]],
+        auto_ack: bool,
+        ordered: Optional[ConsumerConfig],
+        owned: bool,
     ) -> PushSubscription:
         return PushSubscription(self, self._deliveries, stream, info, cb, auto_ack, ordered, owned)
 
@@ -433,7 +457,9 @@ class JetStream(HandleBase):
             with st.locked():
                 now = st.clock()
                 for key, err in sorted(st.consumers.broken.items()):
-                    log.warning("consumers_info of stream %r leaves out the damaged consumer in %r: %s", stream, key, err)
+                    log.warning(
+                        "consumers_info of stream %r leaves out the damaged consumer in %r: %s", stream, key, err
+                    )
                 return [st.consumers.by_name[n].info(now) for n in sorted(st.consumers.by_name)]
 
     # ------------------------------------------------------------------ for the Spark connector
@@ -452,7 +478,12 @@ class JetStream(HandleBase):
                 return SequenceInfo(consumer_seq=c.ack_floor_consumer_seq, stream_seq=c.ack_floor_stream_seq)
 
     def _ordered_consumer(
-        self, stream: str, subjects: Optional[Sequence[str]], start_seq: Optional[int], end_seq: Optional[int], batch_size: int
+        self,
+        stream: str,
+        subjects: Optional[Sequence[str]],
+        start_seq: Optional[int],
+        end_seq: Optional[int],
+        batch_size: int,
     ) -> Iterator[Msg]:
         from jetspark.engine import bulk
 
@@ -472,7 +503,9 @@ def _ordered(st: Stream, lo: int, hi: int, subjects, batch_size: int, total: int
         return
     for batch in bulk.read_batches(st, lo, hi, subjects=subjects, batch_size=batch_size, headers=True):
         cols = batch.to_pydict()
-        for subject, seq, ts, data, hdrs in zip(cols["subject"], cols["seq"], cols["timestamp"], cols["data"], cols["headers"]):
+        for subject, seq, ts, data, hdrs in zip(
+            cols["subject"], cols["seq"], cols["timestamp"], cols["data"], cols["headers"]
+        ):
             cseq += 1
             headers = {k: v[-1] for k, v in hdrs} if hdrs else None
             yield Msg(None, subject, data, headers, st.name, "", seq, cseq, 1, total - cseq, datetime_to_ns(ts))

@@ -103,7 +103,9 @@ class Journals:
         for kind in KINDS:
             g = max((x for x in found[kind] if x <= jgen), default=None)
             if g is None:
-                raise FilesMoved(f"{self.path(kind, 0)}: no file of this journal at generation {jgen}", self.path(kind, 0))
+                raise FilesMoved(
+                    f"{self.path(kind, 0)}: no file of this journal at generation {jgen}", self.path(kind, 0)
+                )
             if g != self.gens[kind]:
                 want[kind] = g
         chosen = {kind: want.get(kind, self.gens[kind]) for kind in KINDS}
@@ -173,7 +175,9 @@ class Journals:
             if not isinstance(exc, OSError):
                 raise
             # Housekeeping only: the change it rode on (a publish) goes ahead without it.
-            log.warning("stream data in %s: compacting the %s journal failed (%s); it stays as it is", self.dir, kind, exc)
+            log.warning(
+                "stream data in %s: compacting the %s journal failed (%s); it stays as it is", self.dir, kind, exc
+            )
             return False
         self.retired.append((self.fds[kind], self.path(kind)))
         self.fds[kind] = nfd

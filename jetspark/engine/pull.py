@@ -31,7 +31,12 @@ class PullSubscription(live.LivePulls):
         self.consumer = consumer
 
     def fetch(
-        self, batch: int = 1, timeout: Optional[float] = 5.0, heartbeat: Optional[float] = None, no_wait: bool = False, max_bytes: Optional[int] = None
+        self,
+        batch: int = 1,
+        timeout: Optional[float] = 5.0,
+        heartbeat: Optional[float] = None,
+        no_wait: bool = False,
+        max_bytes: Optional[int] = None,
     ) -> list[Msg]:
         """Up to ``batch`` messages; waits up to ``timeout`` for the first one, woken by a
         publish or ack in any process (jetspark.engine.wakeup).  ``heartbeat`` is checked as
@@ -41,9 +46,13 @@ class PullSubscription(live.LivePulls):
         """
         batch, timeout, no_wait, max_bytes = V.fetch_args(batch, timeout, no_wait, max_bytes)
         live.fetch_heartbeat(heartbeat, timeout)
-        msgs = self._deliveries.fetch_wait(self.stream, self.consumer, batch, max_bytes or 0, 0.0 if no_wait else timeout)
+        msgs = self._deliveries.fetch_wait(
+            self.stream, self.consumer, batch, max_bytes or 0, 0.0 if no_wait else timeout
+        )
         if not msgs:
-            raise FetchTimeoutError(f"no message from consumer {self.consumer!r} of stream {self.stream!r} within {timeout} s")
+            raise FetchTimeoutError(
+                f"no message from consumer {self.consumer!r} of stream {self.stream!r} within {timeout} s"
+            )
         return msgs
 
     def _messages(self, opts: live.PullOptions) -> "Messages":
@@ -104,7 +113,9 @@ class Messages(live.MessagesBase):
                 continue  # stopped meanwhile
             left = deadline - time.monotonic()
             if left <= 0 and looked:
-                raise FetchTimeoutError(f"no message from consumer {self.consumer!r} of stream {self.stream!r} within {timeout} s")
+                raise FetchTimeoutError(
+                    f"no message from consumer {self.consumer!r} of stream {self.stream!r} within {timeout} s"
+                )
             self._pull(batch, max_bytes, max(left, 0.0))
             looked = True
 

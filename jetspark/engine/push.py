@@ -86,7 +86,9 @@ class PushSubscription(PushBase):
         deadline = math.inf if timeout is None else _now() + timeout
         while self._state is OPEN:
             try:
-                msgs = self._deliveries.fetch_wait(self.stream, self._consumer, TAKE, 0, max(deadline - _now(), 0.0), self._interrupt, push=True)
+                msgs = self._deliveries.fetch_wait(
+                    self.stream, self._consumer, TAKE, 0, max(deadline - _now(), 0.0), self._interrupt, push=True
+                )
             except ConsumerNotFoundError:
                 if self._ordered is None:
                     raise
@@ -121,7 +123,9 @@ class PushSubscription(PushBase):
         """Make the ordered consumer again, from the stream sequence after the last one taken."""
         js, deliveries, old = self._js, self._deliveries, self.consumer
         sseq = self._last[0]
-        log.info("ordered consumer %r of stream %r: %s; making a new one from stream seq %d", old, self.stream, why, sseq + 1)
+        log.info(
+            "ordered consumer %r of stream %r: %s; making a new one from stream seq %d", old, self.stream, why, sseq + 1
+        )
         if self._binding is not None:
             deliveries.unbind(self._binding, self.stream, old)
         try:
@@ -130,7 +134,9 @@ class PushSubscription(PushBase):
             pass
         config = self._ordered.evolve(name=None, durable_name=None, deliver_subject=deliveries.new_inbox())
         if sseq:
-            config = config.evolve(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=sseq + 1, opt_start_time=None)
+            config = config.evolve(
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=sseq + 1, opt_start_time=None
+            )
         info = js.add_consumer(self.stream, config)
         self._consumer = info.name
         self._binding = deliveries.bind(self.stream, info.name)

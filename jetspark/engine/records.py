@@ -8,7 +8,9 @@ import zlib
 
 import numpy as np
 
-IDX_DTYPE = np.dtype([("ts", "<i8"), ("doff", "<u8"), ("hoff", "<u8"), ("dlen", "<u4"), ("hlen", "<u4"), ("sid", "<u4"), ("crc", "<u4")])
+IDX_DTYPE = np.dtype(
+    [("ts", "<i8"), ("doff", "<u8"), ("hoff", "<u8"), ("dlen", "<u4"), ("hlen", "<u4"), ("sid", "<u4"), ("crc", "<u4")]
+)
 ENTRY = struct.Struct("<qQQIIII")
 ENTRY_SIZE = ENTRY.size
 assert ENTRY_SIZE == IDX_DTYPE.itemsize == 40
@@ -34,7 +36,11 @@ def record_checks(raw, size: int) -> np.ndarray:
         return np.zeros(0, dtype=bool)
     mv = memoryview(raw)
     starts = range(0, n * size, size)
-    got = np.fromiter(map(zlib.crc32, map(mv.__getitem__, map(slice, starts, range(size - 4, n * size, size)))), dtype=np.uint32, count=n)
+    got = np.fromiter(
+        map(zlib.crc32, map(mv.__getitem__, map(slice, starts, range(size - 4, n * size, size)))),
+        dtype=np.uint32,
+        count=n,
+    )
     want = np.frombuffer(raw, dtype=np.uint8)[: n * size].reshape(n, size)[:, size - 4 :].copy().view("<u4").ravel()
     return got == want
 
@@ -64,17 +70,23 @@ def record_crc(seq: int, ts: int, sid: int, hdr: bytes | memoryview, data: bytes
     return zlib.crc32(data) ^ rotl1(zlib.crc32(hdr)) ^ seq_mix(seq, ts, sid)
 
 
-def record_crcs(seqs: np.ndarray, ts: np.ndarray, sids: np.ndarray, hdr, hdr_offsets, data, data_offsets, hdr_crcs=None) -> np.ndarray:
+def record_crcs(
+    seqs: np.ndarray, ts: np.ndarray, sids: np.ndarray, hdr, hdr_offsets, data, data_offsets, hdr_crcs=None
+) -> np.ndarray:
     """record_crc for a run of records: the crc32 calls iterate in C (map), the rest in NumPy.
     ``hdr_crcs``: the header blocks' crc32s when the caller already has them."""
     n = len(seqs)
     dv = memoryview(data)
     d = data_offsets.tolist()
-    crc = np.fromiter(map(zlib.crc32, map(dv.__getitem__, map(slice, d[:-1], d[1:]))), dtype=np.uint32, count=n).astype(np.uint64)
+    crc = np.fromiter(map(zlib.crc32, map(dv.__getitem__, map(slice, d[:-1], d[1:]))), dtype=np.uint32, count=n).astype(
+        np.uint64
+    )
     if hdr_crcs is None and hdr_offsets[-1] > hdr_offsets[0]:
         hv = memoryview(hdr)
         h = hdr_offsets.tolist()
-        hdr_crcs = np.fromiter(map(zlib.crc32, map(hv.__getitem__, map(slice, h[:-1], h[1:]))), dtype=np.uint32, count=n)
+        hdr_crcs = np.fromiter(
+            map(zlib.crc32, map(hv.__getitem__, map(slice, h[:-1], h[1:]))), dtype=np.uint32, count=n
+        )
     if hdr_crcs is not None:
         crc ^= rotl1(np.asarray(hdr_crcs, dtype=np.uint64))
     mix = seq_mix(seqs.astype(np.uint64), ts.astype(np.uint64), sids.astype(np.uint64))

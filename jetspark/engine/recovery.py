@@ -62,11 +62,20 @@ def repair_tail(s: BlockIndex) -> Optional[Stats]:
     intact = np.setdiff1d(np.flatnonzero(~s.removed.mask(a, h.last_seq)) + a, bad)
     if not len(intact) and a > h.first_seq:
         # Every record checked is bad: not the shape of a torn write; cut nothing blindly.
-        log.warning("stream data in %s: the last %d records all fail their checksums; left for check_stream", s.dir, h.last_seq - a + 1)
+        log.warning(
+            "stream data in %s: the last %d records all fail their checksums; left for check_stream",
+            s.dir,
+            h.last_seq - a + 1,
+        )
         return None
     cut = int(intact[-1]) + 1 if len(intact) else a
     if (bad < cut).any():
-        log.warning("stream data in %s: %d damaged record(s) before sequence %d; reads of them raise CorruptStoreError", s.dir, int((bad < cut).sum()), cut)
+        log.warning(
+            "stream data in %s: %d damaged record(s) before sequence %d; reads of them raise CorruptStoreError",
+            s.dir,
+            int((bad < cut).sum()),
+            cut,
+        )
     if cut <= h.last_seq:
         return truncate_after(s, cut - 1)
     return None
@@ -77,7 +86,9 @@ def truncate_after(s: BlockIndex, good_last: int) -> Stats:
     the per-subject stats counted again (``recount``)."""
     h = s.header
     lost_seqs = [q for q in range(max(good_last + 1, h.first_seq), h.last_seq + 1) if s.is_live(q)]
-    log.warning("stream data in %s: records %d..%d are torn or corrupt and were dropped", s.dir, good_last + 1, h.last_seq)
+    log.warning(
+        "stream data in %s: records %d..%d are torn or corrupt and were dropped", s.dir, good_last + 1, h.last_seq
+    )
     h.last_seq = good_last
     first = h.first_seq
     h.last_ts = int(s.entries(good_last, good_last)[0]["ts"]) if good_last >= first and good_last > 0 else h.last_ts

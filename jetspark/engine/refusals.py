@@ -88,7 +88,9 @@ def strip_request_info(hdr: bytes) -> bytes:
 def check_trace(hdr: bytes) -> None:
     if _value(hdr, TRACE_DEST) is not None:
         raise BadRequestError(
-            400, E.BAD_REQUEST, f"message tracing ({TRACE_DEST} header) is not supported by the embedded engine; publish without it, or trace on a nats-server"
+            400,
+            E.BAD_REQUEST,
+            f"message tracing ({TRACE_DEST} header) is not supported by the embedded engine; publish without it, or trace on a nats-server",
         )
 
 

@@ -59,11 +59,15 @@ class RemovedSet:
         pos, out = 0, list[tuple[int, int]]()
         while pos < len(raw):
             if pos + OPS_RECORD.size > len(raw):
-                raise CorruptStoreError(f"{self.journals.path('ops')}: truncated record at {pos0 + pos}", self.journals.path("ops"))
+                raise CorruptStoreError(
+                    f"{self.journals.path('ops')}: truncated record at {pos0 + pos}", self.journals.path("ops")
+                )
             n, crc = OPS_RECORD.unpack_from(raw, pos)
             body = raw[pos + OPS_RECORD.size : pos + OPS_RECORD.size + 16 * n]
             if len(body) != 16 * n or zlib.crc32(body) != crc:
-                raise CorruptStoreError(f"{self.journals.path('ops')}: record at {pos0 + pos} fails its checksum", self.journals.path("ops"))
+                raise CorruptStoreError(
+                    f"{self.journals.path('ops')}: record at {pos0 + pos} fails its checksum", self.journals.path("ops")
+                )
             out.extend((int(a), int(b)) for a, b in np.frombuffer(body, dtype="<u8").reshape(-1, 2))
             pos += OPS_RECORD.size + 16 * n
         self.read_upto = upto

@@ -183,7 +183,11 @@ class HeaderFile:
         if h is None:
             raise CorruptStoreError(f"{self.path}: both header slots fail their checksum", self.path)
         if not self.slot_damaged:
-            log.warning("stream header %s: the active slot fails its checksum; using its mirror (commit %d)", self.path, h.commit)
+            log.warning(
+                "stream header %s: the active slot fails its checksum; using its mirror (commit %d)",
+                self.path,
+                h.commit,
+            )
         self.slot_damaged = True  # the next writer rewrites it (see storage._Locked)
         return h
 

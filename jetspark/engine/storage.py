@@ -163,7 +163,11 @@ class StreamStorage:
                     path.unlink(missing_ok=True)
 
     def _has_data(self) -> bool:
-        return any((self.dir / "blk").glob("*.idx")) or bool(os.fstat(self.subject_table.fd).st_size) or self.journals.any_data()
+        return (
+            any((self.dir / "blk").glob("*.idx"))
+            or bool(os.fstat(self.subject_table.fd).st_size)
+            or self.journals.any_data()
+        )
 
     def _reset_caches(self) -> None:
         self.index.reset(RemovedSet(self.journals))
@@ -263,7 +267,9 @@ class StreamStorage:
                     return
                 except FilesMoved:
                     continue  # a writer replaced files after we read the header: read it again
-            raise CorruptStoreError(f"{self.dir}: the stream's files kept changing under 100 reads of its header", self.dir)
+            raise CorruptStoreError(
+                f"{self.dir}: the stream's files kept changing under 100 reads of its header", self.dir
+            )
 
     def _catch_up(self, h: StreamHeader) -> None:
         ix = self.index
@@ -312,7 +318,9 @@ class StreamStorage:
         if self.stats_by_subject is not None:
             grow = len(table.names) - len(self.stats_by_subject[0])
             if grow > 0:
-                self.stats_by_subject = tuple(np.concatenate([a, np.zeros(grow, np.int64)]) for a in self.stats_by_subject)
+                self.stats_by_subject = tuple(
+                    np.concatenate([a, np.zeros(grow, np.int64)]) for a in self.stats_by_subject
+                )
 
     def _catch_up_stats(self, old: StreamHeader, h: StreamHeader, ranges: list[tuple[int, int]]) -> None:
         """Apply the removals and move the per-subject stats from ``old`` to ``h``: what was
@@ -478,7 +486,16 @@ class StreamStorage:
         sid = self.subject_id(subject)  # (may grow the stats by one subject)
         return self.writer.append(sid, hdr, data, ts, self.stats_by_subject)
 
-    def append_many(self, sids: np.ndarray, data: bytes, data_offsets: np.ndarray, hdr: bytes, hdr_offsets: np.ndarray, ts: int, hdr_crcs=None) -> int:
+    def append_many(
+        self,
+        sids: np.ndarray,
+        data: bytes,
+        data_offsets: np.ndarray,
+        hdr: bytes,
+        hdr_offsets: np.ndarray,
+        ts: int,
+        hdr_crcs=None,
+    ) -> int:
         """Store a run of messages (already validated) in one write per file; returns the first sequence."""
         return self.writer.append_many(sids, data, data_offsets, hdr, hdr_offsets, ts, hdr_crcs, self.ensure_stats())
 

@@ -167,11 +167,14 @@ class StoreDirectory:
         except CorruptStoreError:
             if _legacy_store_doc(meta):
                 raise StoreError(
-                    f"{self.path} was written by an older jetspark (store format 1, no checksums); this version reads format {STORE_FORMAT}", path=str(meta)
+                    f"{self.path} was written by an older jetspark (store format 1, no checksums); this version reads format {STORE_FORMAT}",
+                    path=str(meta),
                 ) from None
             raise
         if not isinstance(doc.get("id"), str) or doc.get("format") != STORE_FORMAT:
-            raise CorruptStoreError(f"{meta} is not a jetspark store document of format {STORE_FORMAT}: {doc!r}", path=str(meta))
+            raise CorruptStoreError(
+                f"{meta} is not a jetspark store document of format {STORE_FORMAT}: {doc!r}", path=str(meta)
+            )
         return doc
 
     # ------------------------------------------------------------------ the generation
@@ -218,7 +221,9 @@ class StoreDirectory:
         home = self.path / "streams" / name
         if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
             return diskio.translate(exc, exc.filename or home, "opening the stream")
-        return CorruptStoreError(f"stream {name!r} in {self.path} cannot be opened: {type(exc).__name__}: {exc}", path=str(home))
+        return CorruptStoreError(
+            f"stream {name!r} in {self.path} cannot be opened: {type(exc).__name__}: {exc}", path=str(home)
+        )
 
     def _list_names(self) -> list[str]:
         """Every stream directory, damaged or not (see the module docstring)."""
@@ -345,7 +350,9 @@ class StoreDirectory:
 
     # ------------------------------------------------------------------ stream directories (caller holds the store lock)
 
-    def build_stream(self, home: Path, config: StreamConfig, meta: dict, fill: Optional[Callable[[Path], None]] = None) -> None:
+    def build_stream(
+        self, home: Path, config: StreamConfig, meta: dict, fill: Optional[Callable[[Path], None]] = None
+    ) -> None:
         """Make the stream's directory under a temporary name, then rename it to ``home``.
         ``fill(data_dir)``: write a restored stream's files first (engine/backup.py)."""
         tmp = home.with_name(f".new-{meta['uid']}")
@@ -356,7 +363,9 @@ class StoreDirectory:
                 metafile.save(tmp / "config.json", meta, fsync=self.fsync)
                 if fill is not None:
                     fill(data_dir)
-                storage = StreamStorage(data_dir, tmp / "lock", memory=config.storage == StorageType.MEMORY, fsync=self.fsync)
+                storage = StreamStorage(
+                    data_dir, tmp / "lock", memory=config.storage == StorageType.MEMORY, fsync=self.fsync
+                )
                 try:
                     if fill is None and config.first_seq and config.first_seq > 1:
                         with storage.locked():
@@ -370,7 +379,9 @@ class StoreDirectory:
             if config.storage == StorageType.MEMORY:
                 shutil.rmtree(data_dir, ignore_errors=True)
             if isinstance(exc, StoreIOError) and exc.path.startswith(str(tmp)):
-                raise type(exc)(exc.errno or 0, exc.strerror or "", str(home) + exc.path[len(str(tmp)) :], exc.action) from exc
+                raise type(exc)(
+                    exc.errno or 0, exc.strerror or "", str(home) + exc.path[len(str(tmp)) :], exc.action
+                ) from exc
             raise
         if self.fsync:
             metafile.fsync_dir(home.parent)

@@ -71,7 +71,9 @@ def load_stream_meta(home: Path, fsync: bool = False) -> dict:
             path=str(path),
         ) from None
     except (KeyError, ValueError, TypeError) as exc:
-        raise CorruptStoreError(f"stream {home.name!r}: {path} is not a stream config: {type(exc).__name__}: {exc}", path=str(path)) from exc
+        raise CorruptStoreError(
+            f"stream {home.name!r}: {path} is not a stream config: {type(exc).__name__}: {exc}", path=str(path)
+        ) from exc
     return meta
 
 
@@ -80,14 +82,18 @@ class Stream:
 
     uid: str  # the stream directory's identity, set by the handle that opens it
 
-    def __init__(self, home: Path, data_dir: Path, clock: Callable[[], int], fsync: bool, meta: Optional[dict] = None) -> None:
+    def __init__(
+        self, home: Path, data_dir: Path, clock: Callable[[], int], fsync: bool, meta: Optional[dict] = None
+    ) -> None:
         self.home = home  # persistent: config.json (and its mirror), lock
         self.clock = clock
         self.fsync = fsync  # for the config, which stays in the store directory even for memory streams
         meta = meta if meta is not None else self.load_meta()
         self.config = config_from_json(meta["config"])
         self.created_ns = int(meta["created"])
-        self.storage = StreamStorage(data_dir, home / "lock", memory=self.config.storage == StorageType.MEMORY, fsync=fsync)
+        self.storage = StreamStorage(
+            data_dir, home / "lock", memory=self.config.storage == StorageType.MEMORY, fsync=fsync
+        )
         self._cfg_gen = self.storage.header.cfg_gen
         self.consumers = ConsumerSet(self)
 
@@ -275,7 +281,13 @@ class Stream:
         c = self.config
         cached = self.__dict__.get("_plain_cache")
         if cached is None or cached[0] is not c:
-            ok = c.retention == RetentionPolicy.LIMITS and not c.sealed and c.discard == DiscardPolicy.OLD and not c.max_age and c.max_msgs_per_subject <= 0
+            ok = (
+                c.retention == RetentionPolicy.LIMITS
+                and not c.sealed
+                and c.discard == DiscardPolicy.OLD
+                and not c.max_age
+                and c.max_msgs_per_subject <= 0
+            )
             cached = self._plain_cache = (c, ok)
         return cached[1]
 
@@ -360,7 +372,11 @@ class Stream:
         first = s.header.first_seq
         if rollup == "sub":
             sid = s.subject_ids.get(subject)
-            prior = s.seqs_of_subjects(_mask_of(len(s.subjects), [sid]), first, upto) if sid is not None else np.zeros(0, dtype=np.int64)
+            prior = (
+                s.seqs_of_subjects(_mask_of(len(s.subjects), [sid]), first, upto)
+                if sid is not None
+                else np.zeros(0, dtype=np.int64)
+            )
         else:
             prior = np.arange(first, upto + 1, dtype=np.int64)
             prior = prior[~s.dead_mask(first, upto)] if upto >= first else prior
@@ -378,7 +394,9 @@ class Stream:
         s, c = self.storage, self.config
         if c.discard != DiscardPolicy.NEW:
             return
-        at_subject_limit = c.max_msgs_per_subject > 0 and sid is not None and s.subject_count(sid) >= c.max_msgs_per_subject
+        at_subject_limit = (
+            c.max_msgs_per_subject > 0 and sid is not None and s.subject_count(sid) >= c.max_msgs_per_subject
+        )
         if at_subject_limit and c.discard_new_per_subject:
             raise api_error(E.STREAM_STORE_FAILED, err="maximum messages per subject exceeded")
         # Quirk: a subject at its own limit replaces its oldest message, skips the
@@ -489,9 +507,13 @@ class Stream:
                 c.purged(first)
             elif c.filters and all(subj.subset(f, subject) for f in c.filters):
                 mask = _mask_of(len(s.subjects), [i for i, n in enumerate(s.subjects) if subj.matches(subject, n)])
-                left: np.ndarray | list[int] = s.seqs_of_subjects(mask, s.header.first_seq, s.header.last_seq) if s.header.msgs else []
+                left: np.ndarray | list[int] = (
+                    s.seqs_of_subjects(mask, s.header.first_seq, s.header.last_seq) if s.header.msgs else []
+                )
                 c.purged(int(left[0]) if len(left) else s.header.last_seq + 1)
-            elif (rollup or not subj.is_literal(subject)) and (not c.filters or any(subj.collide(f, subject) for f in c.filters)):
+            elif (rollup or not subj.is_literal(subject)) and (
+                not c.filters or any(subj.collide(f, subject) for f in c.filters)
+            ):
                 c.purged(first, wider=True)
         self.consumers.dropped(np.asarray(removed, dtype=np.int64))
 
@@ -512,7 +534,9 @@ class Stream:
                 raise api_error(E.SEQUENCE_NOT_FOUND, seq=seq)
             self.remove(np.array([seq], dtype=np.int64))
 
-    def get_msg(self, seq: Optional[int] = None, last_by_subj: Optional[str] = None, next_by_subj: Optional[str] = None) -> RawStreamMsg:
+    def get_msg(
+        self, seq: Optional[int] = None, last_by_subj: Optional[str] = None, next_by_subj: Optional[str] = None
+    ) -> RawStreamMsg:
         self.refresh()
         s = self.storage
         if last_by_subj and seq:
@@ -573,7 +597,11 @@ class Stream:
         subjects = None
         if subjects_filter:
             count = s.ensure_stats()[0]
-            subjects = {name: int(count[i]) for i, name in enumerate(s.subjects) if count[i] > 0 and subj.matches(subjects_filter, name)} or None
+            subjects = {
+                name: int(count[i])
+                for i, name in enumerate(s.subjects)
+                if count[i] > 0 and subj.matches(subjects_filter, name)
+            } or None
         state = StreamState(
             messages=h.msgs,
             bytes=h.bytes,
@@ -588,7 +616,12 @@ class Stream:
             subjects=subjects,
             lost=s.lost(),
         )
-        return StreamInfo(config=self.config, state=state, created=ns_to_datetime(self.created_ns), cluster=ClusterInfo(leader=ENGINE_NAME))
+        return StreamInfo(
+            config=self.config,
+            state=state,
+            created=ns_to_datetime(self.created_ns),
+            cluster=ClusterInfo(leader=ENGINE_NAME),
+        )
 
 
 class _StreamLock:

@@ -79,7 +79,10 @@ def catch_up(s: BlockIndex, stats: Stats, old: StreamHeader, h: StreamHeader, ra
     are read.  Raises CorruptStoreError (storage turns it into FilesMoved) when
     the appended tail is not all in the blocks listed.
     """
-    touched = merge_ranges([(max(a, old.first_seq), min(b, old.last_seq)) for a, b in ranges] + [(old.first_seq, min(h.first_seq - 1, old.last_seq))])
+    touched = merge_ranges(
+        [(max(a, old.first_seq), min(b, old.last_seq)) for a, b in ranges]
+        + [(old.first_seq, min(h.first_seq - 1, old.last_seq))]
+    )
     before = [(a, b, s.removed.mask(a, b)) for a, b in touched]
     s.removed.apply(ranges)
     for a, b, dead_before in before:

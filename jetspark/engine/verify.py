@@ -40,7 +40,9 @@ from jetspark.errors import CorruptStoreError
 Record = tuple[str, bytes, bytes, int]  # subject, header block, payload, ts
 
 
-def verify(s: BlockIndex, blk: Block, a: int, b: int, data: Optional[bytes] = None, e: Optional[np.ndarray] = None) -> None:
+def verify(
+    s: BlockIndex, blk: Block, a: int, b: int, data: Optional[bytes] = None, e: Optional[np.ndarray] = None
+) -> None:
     """Check the records a..b of ``blk`` before they are served, once per process.
 
     Each check interval is checked whole against the block's ``.sum`` (or, for the
@@ -92,7 +94,9 @@ def interval_crcs(blk: Block, lo: int, hi: int, have=None) -> tuple[int, int, in
     ``have``: (payload bytes, their file offset) already read, used when they cover lo..hi."""
     raw = os.pread(blk.ifd, (hi - lo + 1) * ENTRY_SIZE, (lo - blk.first) * ENTRY_SIZE)
     if len(raw) != (hi - lo + 1) * ENTRY_SIZE:
-        raise CorruptStoreError(f"{blk.path}.idx: the index entries of {lo}..{hi} are missing (truncated)", f"{blk.path}.idx")
+        raise CorruptStoreError(
+            f"{blk.path}.idx: the index entries of {lo}..{hi} are missing (truncated)", f"{blk.path}.idx"
+        )
     first, last = ENTRY.unpack_from(raw, 0), ENTRY.unpack_from(raw, len(raw) - ENTRY_SIZE)
     d0, d1 = first[1], last[1] + last[3]
     h0, h1 = first[2], last[2] + last[4]
@@ -163,7 +167,9 @@ def _bad_in_block(blk: Block, lo: int, hi: int, n_subjects: int) -> np.ndarray:
         for j in k.tolist():
             r = e[j]
             ds, hs = int(r["doff"]) - d0, int(r["hoff"]) - h0
-            crc = record_crc(lo + j, int(r["ts"]), int(r["sid"]), hdr[hs : hs + int(r["hlen"])], data[ds : ds + int(r["dlen"])])
+            crc = record_crc(
+                lo + j, int(r["ts"]), int(r["sid"]), hdr[hs : hs + int(r["hlen"])], data[ds : ds + int(r["dlen"])]
+            )
             ok[j] = crc == int(r["crc"])
     return np.concatenate([np.flatnonzero(~ok) + lo, missing]).astype(np.int64)
 
@@ -206,10 +212,18 @@ def read_run(s: BlockIndex, a: int, b: int) -> list[Record]:
         verify(s, blk, lo, hi, data, e)
         hdr = blk.read_hdrs(h0, int(e["hoff"][-1]) + int(e["hlen"][-1]) - h0)
         if not hdr:
-            out.extend((names[sid] if sid != SID_NONE else "", b"", data[doff - d0 : doff - d0 + dlen], ts) for ts, doff, _, dlen, _, sid, _ in e.tolist())
+            out.extend(
+                (names[sid] if sid != SID_NONE else "", b"", data[doff - d0 : doff - d0 + dlen], ts)
+                for ts, doff, _, dlen, _, sid, _ in e.tolist()
+            )
         else:
             out.extend(
-                (names[sid] if sid != SID_NONE else "", hdr[hoff - h0 : hoff - h0 + hlen], data[doff - d0 : doff - d0 + dlen], ts)
+                (
+                    names[sid] if sid != SID_NONE else "",
+                    hdr[hoff - h0 : hoff - h0 + hlen],
+                    data[doff - d0 : doff - d0 + dlen],
+                    ts,
+                )
                 for ts, doff, hoff, dlen, hlen, sid, _ in e.tolist()
             )
     return out

@@ -37,7 +37,9 @@ class AckReply(NamedTuple):
     domain: Optional[str] = None
 
 
-def build(stream: str, consumer: str, delivered: int, stream_seq: int, consumer_seq: int, time_ns: int, pending: int) -> str:
+def build(
+    stream: str, consumer: str, delivered: int, stream_seq: int, consumer_seq: int, time_ns: int, pending: int
+) -> str:
     """The v1 reply subject of a delivery (as a server without a domain sends it)."""
     return f"{PREFIX}{stream}.{consumer}.{delivered}.{stream_seq}.{consumer_seq}.{time_ns}.{pending}"
 
@@ -60,7 +62,9 @@ def parse(reply: str) -> AckReply:
     o = stream_token(reply)
     domain = None if o == 2 or t[2] == "_" else t[2]
     try:
-        return AckReply(t[o], t[o + 1], int(t[o + 2]), int(t[o + 3]), int(t[o + 4]), int(t[o + 5]), int(t[o + 6]), domain)
+        return AckReply(
+            t[o], t[o + 1], int(t[o + 2]), int(t[o + 3]), int(t[o + 4]), int(t[o + 5]), int(t[o + 6]), domain
+        )
     except ValueError:
         raise ValueError(f"not a JetStream delivery reply subject: {reply[:200]!r}") from None
 

@@ -40,7 +40,9 @@ def ack_fields(buf: bytes, f: Frames) -> AckFields:
     ndots = np.searchsorted(dots, hi) - j0
     if not ((ndots == 8) | (ndots >= 10)).all():
         bad = int(np.flatnonzero(~((ndots == 8) | (ndots >= 10)))[0])
-        raise JetSparkError(f"not a JetStream delivery reply subject: {bytes(buf[lo[bad] : min(hi[bad], lo[bad] + 200)])!r}")
+        raise JetSparkError(
+            f"not a JetStream delivery reply subject: {bytes(buf[lo[bad] : min(hi[bad], lo[bad] + 200)])!r}"
+        )
     off = np.where(ndots == 8, 2, 4)
     top = len(dots) - 1
 
@@ -54,7 +56,9 @@ def ack_fields(buf: bytes, f: Frames) -> AckFields:
         values, ok = parse_ints(a, *token(off + k))
         if not ok.all():
             bad = int(np.flatnonzero(~ok)[0])
-            raise JetSparkError(f"not a JetStream delivery reply subject: {bytes(buf[lo[bad] : min(hi[bad], lo[bad] + 200)])!r}")
+            raise JetSparkError(
+                f"not a JetStream delivery reply subject: {bytes(buf[lo[bad] : min(hi[bad], lo[bad] + 200)])!r}"
+            )
         out.append(values)
     p_lo, p_hi = token(off + 6)
     last = (p_hi - p_lo == 1) & (a[np.minimum(p_lo, len(a) - 1)] == 48)
@@ -163,7 +167,15 @@ def direct_fields(buf: bytes, f: Frames) -> DirectFields:
     ok &= good
     time, good = rfc3339_ns(a, t + 19, e)
     ok &= good
-    return DirectFields(status=status, subj_lo=j + 16, subj_hi=q, seq=seq, time=time, own_end=np.where(i > hdr_lo + 8, i + 2, 0), ok=ok | status)
+    return DirectFields(
+        status=status,
+        subj_lo=j + 16,
+        subj_hi=q,
+        seq=seq,
+        time=time,
+        own_end=np.where(i > hdr_lo + 8, i + 2, 0),
+        ok=ok | status,
+    )
 
 
 _DUPLICATE = b',"duplicate":true}'
@@ -233,9 +245,15 @@ _KEEP_SKIP = np.tile(np.array([True, False]), 1 << 17)
 class FrameChunk:
     """Messages in stream order, kept as frames of the buffers they came in (``parts``), with
     their stream sequences and times (ns) as arrays.  The list views (``subjects``,
-    ``datas``, ``headers``, ``replies``, ``seqs``, ``times``) match ``puller.Chunk``'s."""
+    ``datas``, ``headers``, ``replies``, ``seqs``, ``times``) match ``range_reader.Chunk``'s."""
 
-    def __init__(self, parts: list[tuple[bytes, Frames]], seq_array: np.ndarray, time_array: np.ndarray, headers: Optional[list] = None) -> None:
+    def __init__(
+        self,
+        parts: list[tuple[bytes, Frames]],
+        seq_array: np.ndarray,
+        time_array: np.ndarray,
+        headers: Optional[list] = None,
+    ) -> None:
         self.parts = parts
         self.seq_array = seq_array
         self.time_array = time_array
@@ -246,7 +264,12 @@ class FrameChunk:
 
     def column(self, what: str) -> tuple[np.ndarray, bytes]:
         """(offsets, body) of ``"subject"``, ``"data"``, ``"headers"`` or ``"reply"``."""
-        lo, hi = {"subject": ("subj_lo", "subj_hi"), "data": ("data_lo", "data_hi"), "headers": ("hdr_lo", "data_lo"), "reply": ("reply_lo", "reply_hi")}[what]
+        lo, hi = {
+            "subject": ("subj_lo", "subj_hi"),
+            "data": ("data_lo", "data_hi"),
+            "headers": ("hdr_lo", "data_lo"),
+            "reply": ("reply_lo", "reply_hi"),
+        }[what]
         return _spans(self.parts, lo, hi)
 
     def _list(self, what: str) -> list[bytes]:

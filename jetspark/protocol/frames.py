@@ -31,7 +31,20 @@ from numpy.lib.stride_tricks import as_strided
 
 from jetspark.errors import JetSparkError
 
-__all__ = ["ERR", "HMSG", "INFO", "MSG", "OK", "PING", "PONG", "FrameError", "FrameReader", "Frames", "scan", "parse_ints"]
+__all__ = [
+    "ERR",
+    "HMSG",
+    "INFO",
+    "MSG",
+    "OK",
+    "PING",
+    "PONG",
+    "FrameError",
+    "FrameReader",
+    "Frames",
+    "scan",
+    "parse_ints",
+]
 
 MSG, HMSG, PING, PONG, OK, ERR, INFO = 1, 2, 3, 4, 5, 6, 7
 
@@ -110,7 +123,9 @@ def parse_ints(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarra
     # byte); columns before its first digit count 0.
     near = hi < width
     if len(a) >= width:
-        rows = as_strided(a, shape=(len(a) - width + 1, width), strides=(a.strides[0], a.strides[0]), writeable=False)[np.maximum(hi - width, 0)]
+        rows = as_strided(a, shape=(len(a) - width + 1, width), strides=(a.strides[0], a.strides[0]), writeable=False)[
+            np.maximum(hi - width, 0)
+        ]
     else:
         rows = np.zeros((len(lo), width), dtype=np.uint8)
         near[:] = True
@@ -123,7 +138,9 @@ def parse_ints(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarra
     return digits.astype(np.int64) @ _POW10[width], ok
 
 
-def _chain(a: np.ndarray, n: int, pos: int, cands: np.ndarray, nl: np.ndarray, sp: np.ndarray) -> tuple[Optional[Frames], int]:
+def _chain(
+    a: np.ndarray, n: int, pos: int, cands: np.ndarray, nl: np.ndarray, sp: np.ndarray
+) -> tuple[Optional[Frames], int]:
     """The run of MSG/HMSG frames from ``pos`` (``cands``: candidate starts, ``pos`` first),
     framed with array operations; (None, pos) when the frame at ``pos`` is not one of them
     as a server writes it (single spaces) or is not whole yet."""
@@ -191,7 +208,17 @@ def _one(buf: bytes, pos: int, n: int) -> tuple[Optional[tuple], int]:
         if hsize > total:
             raise FrameError(f"malformed HMSG: header size {hsize} > total size {total}")
         r_lo, r_hi = g.span(4) if g.group(4) is not None else (start, start)
-        return (HMSG if h else MSG, sid, g.start(1), g.end(1), r_lo, r_hi, start, start + hsize, start + total), start + total + 2
+        return (
+            HMSG if h else MSG,
+            sid,
+            g.start(1),
+            g.end(1),
+            r_lo,
+            r_hi,
+            start,
+            start + hsize,
+            start + total,
+        ), start + total + 2
     for kind, rx in ((OK, _OK), (ERR, _ERR), (PING, _PING), (PONG, _PONG), (INFO, _INFO)):
         g = rx.match(buf, pos)
         if g:

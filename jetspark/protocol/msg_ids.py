@@ -11,7 +11,9 @@ import numpy as np
 from jetspark.protocol import headers as H
 
 
-def blocks(prefix: str, numbers: np.ndarray, on_run: Optional[Callable[[bytes, bytes, np.ndarray], None]] = None) -> tuple[bytes, np.ndarray]:
+def blocks(
+    prefix: str, numbers: np.ndarray, on_run: Optional[Callable[[bytes, bytes, np.ndarray], None]] = None
+) -> tuple[bytes, np.ndarray]:
     """The header blocks ``NATS/1.0\\r\\nNats-Msg-Id: <prefix><n>\\r\\n\\r\\n`` for ascending
     ``numbers``, back to back, and their offsets (len(numbers) + 1): built as rows of bytes,
     one NumPy array per digit count, rather than one string per message.  ``on_run(head,

@@ -15,7 +15,7 @@ Modules, each importing only those above it (nothing imports ``client``):
 - ``jsapi``: stream and consumer infos, shared by the handle and the bulk paths;
 - ``pull_messages``: ``PullSubscription.messages()``, pull requests kept outstanding;
   ``pull``: pull subscriptions and delivered messages; ``push``: push subscriptions;
-- ``puller``: pipelined pulls of a range (ephemeral consumers, plain gets);
+- ``range_reader``: pipelined pulls of a range (ephemeral consumers, plain gets);
   ``direct``: a range read with batched direct gets, no consumer;
 - ``reads``: Arrow range reads, the ordered consumer, time/bytes -> sequence;
 - ``appends``: batch appends; ``async_publish``: ``publish_async``, pipelined;

@@ -52,7 +52,7 @@ from jetspark.protocol import ack_reply
 from jetspark.protocol import subjects as subj
 from jetspark.remote import jsapi
 from jetspark.remote.fastpath import RawInbox, status_of
-from jetspark.remote.puller import GET_WINDOW, PULL_BATCH, PULL_MAX_BYTES, count_from, first_stored
+from jetspark.remote.range_reader import GET_WINDOW, PULL_BATCH, PULL_MAX_BYTES, count_from, first_stored
 from jetspark.remote.session import PROGRESS, Session
 
 log = logging.getLogger("jetspark.remote")
@@ -87,7 +87,11 @@ def advance_ack_floor(session: Session, stream: str, durable: str, seq: int) -> 
                                     also=lambda e: isinstance(e, _NoProgress))  # fmt: skip
     except _NoProgress as exc:
         raise AckFloorError(
-            exc.stream, exc.consumer, exc.seq, exc.floor, f"{exc.reason}, and still so after the retry_budget ({session.retry_budget:g} s)"
+            exc.stream,
+            exc.consumer,
+            exc.seq,
+            exc.floor,
+            f"{exc.reason}, and still so after the retry_budget ({session.retry_budget:g} s)",
         ) from None
 
 
@@ -125,12 +129,16 @@ class _Floor:
     async def stalled(self, info: ConsumerInfo) -> AckFloorError:
         """The error for rounds that moved nothing: final when the consumer cannot deliver
         (paused, push), else ``_NoProgress``, which the call waits out."""
-        raw = await self.session.api(self.session.consumer_subject("INFO", self.stream, self.durable), what=f"consumer_info {self.durable!r}")
+        raw = await self.session.api(
+            self.session.consumer_subject("INFO", self.stream, self.durable), what=f"consumer_info {self.durable!r}"
+        )
         cfg = raw.get("config") or {}
         if raw.get("paused"):
             return self.fail(info, f"the consumer is paused (until {cfg.get('pause_until')}): it delivers nothing")
         if cfg.get("deliver_subject"):
-            return self.fail(info, "it is a push consumer: the server delivers its messages to its subscribers, not to pulls")
+            return self.fail(
+                info, "it is a push consumer: the server delivers its messages to its subscribers, not to pulls"
+            )
         return _NoProgress(
             self.stream, self.durable, self.seq, info.ack_floor.stream_seq,
             f"the server delivered and acknowledged nothing more in {STALLS} rounds ({info.num_pending} matching messages "
@@ -145,7 +153,11 @@ class _Floor:
 
     async def _subject_at(self, seq: int) -> Optional[str]:
         try:
-            resp = await self.session.api(self.session.stream_subject("MSG.GET", self.stream), {"seq": seq}, what=f"reading stream {self.stream!r}")
+            resp = await self.session.api(
+                self.session.stream_subject("MSG.GET", self.stream),
+                {"seq": seq},
+                what=f"reading stream {self.stream!r}",
+            )
         except MsgNotFoundError:
             return None
         return resp["message"]["subject"]
@@ -159,7 +171,11 @@ class _Floor:
         while q <= hi and len(out) < limit:
             top = min(hi, q + GET_WINDOW - 1)
             subjects = await asyncio.gather(*(self._subject_at(x) for x in range(q, top + 1)))
-            found = [x for x, sub in zip(range(q, top + 1), subjects) if sub is not None and (not self.filters or subj.matches_any(self.filters, sub))]
+            found = [
+                x
+                for x, sub in zip(range(q, top + 1), subjects)
+                if sub is not None and (not self.filters or subj.matches_any(self.filters, sub))
+            ]
             out.extend(found)
             q = top + 1
             if not found and q <= hi:
@@ -253,7 +269,9 @@ class _Floor:
             # the server takes it only for a sequence that is pending.
             if delivered.stream_seq <= self.seq and not self.tried_last:
                 self.tried_last = True  # the last delivery: exact floors (unless it is gone)
-                await self.ack_all([self.ack_subject(delivered.stream_seq, delivered.consumer_seq)], delivered.stream_seq)
+                await self.ack_all(
+                    [self.ack_subject(delivered.stream_seq, delivered.consumer_seq)], delivered.stream_seq
+                )
                 return True
             seqs = await self.matching(lo, hi, WALK_CHUNK)
             if not seqs:
@@ -287,7 +305,11 @@ class _Floor:
         self.requests += 1
         reply = f"{self.inbox_prefix}.{self.requests}"
         req = {"batch": int(batch), "no_wait": True}
-        await nc.publish(f"{self.session.api_prefix}.CONSUMER.MSG.NEXT.{self.stream}.{self.durable}", json.dumps(req).encode(), reply=reply)
+        await nc.publish(
+            f"{self.session.api_prefix}.CONSUMER.MSG.NEXT.{self.stream}.{self.durable}",
+            json.dumps(req).encode(),
+            reply=reply,
+        )
         got = 0
         ended = False
         last: Optional[tuple[int, str]] = None  # the highest delivery <= seq: acked last, as a request
@@ -300,7 +322,8 @@ class _Floor:
                 # waiting to be served, and the consumer's state would not show it yet; a
                 # next pull counted from that state could take messages past seq.
                 raise self.session.silence(
-                    f"a pull of {batch} messages from consumer {self.durable!r} on stream {self.stream!r}", self.session.timeout
+                    f"a pull of {batch} messages from consumer {self.durable!r} on stream {self.stream!r}",
+                    self.session.timeout,
                 ) from exc
             for subject, r, _data, hdr in items:
                 if not r:
@@ -376,7 +399,12 @@ async def _advance(session: Session, stream: str, durable: str, seq: int) -> Seq
     stalls = 0
     try:
         while not await call.reached(info):
-            before = (info.ack_floor.stream_seq, info.ack_floor.consumer_seq, info.delivered.consumer_seq, info.num_ack_pending)
+            before = (
+                info.ack_floor.stream_seq,
+                info.ack_floor.consumer_seq,
+                info.delivered.consumer_seq,
+                info.num_ack_pending,
+            )
             if call.policy != AckPolicy.NONE and await call.settle_pending(info):
                 info = await call.consumer_info()
                 if await call.reached(info):
@@ -388,13 +416,19 @@ async def _advance(session: Session, stream: str, durable: str, seq: int) -> Seq
                     room = min(room, call.max_ack_pending - info.num_ack_pending)
                     if room <= 0:
                         raise call.fail(
-                            info, f"max_ack_pending ({call.max_ack_pending}) is taken by {info.num_ack_pending} deliveries past seq that are not acknowledged"
+                            info,
+                            f"max_ack_pending ({call.max_ack_pending}) is taken by {info.num_ack_pending} deliveries past seq that are not acknowledged",
                         )
                 # No max_bytes (it would end a pull early with a status of its own): the batch
                 # size alone keeps a pull's deliveries near PULL_MAX_BYTES.
                 await call.pull(max(1, min(room, PULL_BATCH, PULL_MAX_BYTES // call.msg_bytes)))
             info = await call.consumer_info()
-            after = (info.ack_floor.stream_seq, info.ack_floor.consumer_seq, info.delivered.consumer_seq, info.num_ack_pending)
+            after = (
+                info.ack_floor.stream_seq,
+                info.ack_floor.consumer_seq,
+                info.delivered.consumer_seq,
+                info.num_ack_pending,
+            )
             stalls = 0 if after != before else stalls + 1
             if stalls >= STALLS:
                 raise await call.stalled(info)

@@ -41,7 +41,9 @@ from jetspark.remote.session import PROGRESS, Session
 PUBLISH_CHUNK = 1024
 
 
-def publish_batch(session: Session, table: pa.Table, stream: str, msg_ids: Optional[tuple[str, int]] = None) -> BatchAck:
+def publish_batch(
+    session: Session, table: pa.Table, stream: str, msg_ids: Optional[tuple[str, int]] = None
+) -> BatchAck:
     """``table`` as ``jetspark.validate.batch_table`` returns it (subject string, data binary);
     ``msg_ids=(prefix, start)``: row i gets the Nats-Msg-Id ``f"{prefix}{start + i}"``."""
     n = table.num_rows
@@ -108,11 +110,18 @@ def publish_batch(session: Session, table: pa.Table, stream: str, msg_ids: Optio
                 retrier.failed(err, also=lambda e: isinstance(e, NoStreamResponseError))
             except JetSparkError as final:
                 if not acks.noted:
-                    add_note(final, f"{int(acks.done.sum())} of {n} rows were stored (see the error's batch_ack); the others are unknown or not stored")
-                final.batch_ack = BatchAck(c.name, from_numpy(pa.int64(), acks.seqs), pa.array(acks.dups.tolist(), pa.bool_()))  # type: ignore[attr-defined]
+                    add_note(
+                        final,
+                        f"{int(acks.done.sum())} of {n} rows were stored (see the error's batch_ack); the others are unknown or not stored",
+                    )
+                final.batch_ack = BatchAck(
+                    c.name, from_numpy(pa.int64(), acks.seqs), pa.array(acks.dups.tolist(), pa.bool_())
+                )  # type: ignore[attr-defined]
                 raise
     seqs, dups = acks.seqs, acks.dups
-    return BatchAck(c.name, from_numpy(pa.int64(), seqs), pa.array(dups.tolist(), pa.bool_()) if dups.any() else _false(n))
+    return BatchAck(
+        c.name, from_numpy(pa.int64(), seqs), pa.array(dups.tolist(), pa.bool_()) if dups.any() else _false(n)
+    )
 
 
 class _Acks:
@@ -130,7 +139,9 @@ def _false(n: int) -> pa.Array:
     return pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(np.zeros((n + 7) // 8, dtype=np.uint8))])
 
 
-async def _publish_rows(session: Session, subjects: list[bytes], datas: list[bytes], blocks: Optional[list[bytes]], acks: _Acks) -> None:
+async def _publish_rows(
+    session: Session, subjects: list[bytes], datas: list[bytes], blocks: Optional[list[bytes]], acks: _Acks
+) -> None:
     """Publish every row ``acks`` does not hold yet, with reply subject ``<inbox>.<row>``, up to
     publish_window in flight, and collect their PubAcks into ``acks``.  Raises the error of
     the first row refused for good; a row refused as "not stored, try again" (no responders,
@@ -171,7 +182,10 @@ async def _publish_rows(session: Session, subjects: list[bytes], datas: list[byt
                         for i in rows:
                             d, h = datas[i], blocks[i]
                             if h:
-                                parts.append(b"HPUB %b %b%d %d %d\r\n%b%b\r\n" % (subjects[i], prefix, i, len(h), len(h) + len(d), h, d))
+                                parts.append(
+                                    b"HPUB %b %b%d %d %d\r\n%b%b\r\n"
+                                    % (subjects[i], prefix, i, len(h), len(h) + len(d), h, d)
+                                )
                             else:
                                 parts.append(b"PUB %b %b%d %d\r\n%b\r\n" % (subjects[i], prefix, i, len(d), d))
                     await asyncio.wait_for(write(b"".join(parts)), timeout)
@@ -210,7 +224,9 @@ async def _publish_rows(session: Session, subjects: list[bytes], datas: list[byt
     if first_error is not None:
         row, refused = first_error
         stored = int(done.sum())
-        add_note(refused, f"row {row} of the batch was refused; {stored} of {n} rows were stored, {m - sent} were not sent")
+        add_note(
+            refused, f"row {row} of the batch was refused; {stored} of {n} rows were stored, {m - sent} were not sent"
+        )
         acks.noted = True
         raise refused
 

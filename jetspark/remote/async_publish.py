@@ -32,7 +32,14 @@ from typing import Any, Optional
 from jetspark.api import PubAck
 from jetspark.backend.window import PublishWindow, mark_completing, settle, settle_all
 from jetspark.err_codes import STREAM_MESSAGE_EXCEEDS_MAXIMUM
-from jetspark.errors import BadRequestError, ClosedError, JetSparkError, NoStreamResponseError, add_note, error_from_response
+from jetspark.errors import (
+    BadRequestError,
+    ClosedError,
+    JetSparkError,
+    NoStreamResponseError,
+    add_note,
+    error_from_response,
+)
 from jetspark.protocol import headers as H
 from jetspark.protocol import subjects as subj
 from jetspark.protocol.deliveries import puback_fields
@@ -93,7 +100,9 @@ class AsyncPublisher:
                 self.window.wait(self.session.timeout + 1.0)
             except TimeoutError:
                 pass
-        self.window.fail_pending(lambda: ClosedError(f"{why} before the PubAck came: the message may or may not be stored"))
+        self.window.fail_pending(
+            lambda: ClosedError(f"{why} before the PubAck came: the message may or may not be stored")
+        )
 
     # ------------------------------------------------------------------ on the loop
 
@@ -162,7 +171,9 @@ class AsyncPublisher:
                 settle(
                     fut,
                     BadRequestError(
-                        400, STREAM_MESSAGE_EXCEEDS_MAXIMUM, f"message size exceeds maximum allowed (the server's max_payload is {max_payload} bytes)"
+                        400,
+                        STREAM_MESSAGE_EXCEEDS_MAXIMUM,
+                        f"message size exceeds maximum allowed (the server's max_payload is {max_payload} bytes)",
                     ),
                 )
                 continue
@@ -175,7 +186,10 @@ class AsyncPublisher:
             if write is None:
                 public.append((subject, payload, reply.decode(), H.decode(hdr) if hdr else None))
             elif hdr:
-                lines.append(b"HPUB %b %b %d %d\r\n%b%b\r\n" % (subject_bytes, reply, len(hdr), len(hdr) + len(payload), hdr, payload))
+                lines.append(
+                    b"HPUB %b %b %d %d\r\n%b%b\r\n"
+                    % (subject_bytes, reply, len(hdr), len(hdr) + len(payload), hdr, payload)
+                )
             else:
                 lines.append(b"PUB %b %b %d\r\n%b\r\n" % (subject_bytes, reply, len(payload), payload))
         self._arm_sweeper()
@@ -223,7 +237,9 @@ class AsyncPublisher:
         at, tokens, seqs, dups, plain = puback_fields(buf, f, len(self._inbox[1]), 1 << 62)
         awaiting, names = self._awaiting, self._names
         columns = (f.data_lo[at], f.data_hi[at], f.hdr_lo[at])
-        for token, seq, dup, ok, lo, hi, hl in zip(tokens.tolist(), seqs.tolist(), dups.tolist(), plain.tolist(), *(c.tolist() for c in columns)):
+        for token, seq, dup, ok, lo, hi, hl in zip(
+            tokens.tolist(), seqs.tolist(), dups.tolist(), plain.tolist(), *(c.tolist() for c in columns)
+        ):
             entry = awaiting.pop(token, None)
             if entry is None:
                 continue  # given up on already
@@ -282,7 +298,10 @@ def _puback(data: bytes, subject: str) -> object:
     if m is not None:
         domain = m.group(2)
         return PubAck(
-            stream=m.group(1).decode(), seq=int(m.group(3)), domain=None if domain is None else domain.decode(), duplicate=True if m.group(4) else None
+            stream=m.group(1).decode(),
+            seq=int(m.group(3)),
+            domain=None if domain is None else domain.decode(),
+            duplicate=True if m.group(4) else None,
         )
     try:
         resp = json.loads(data)

@@ -90,12 +90,19 @@ class NatsJetStream(HandleBase):
         (jetspark.remote.retry): for calls that only read."""
         return self._session.run_retrying(make, what=what)
 
-    def _request(self, subject: str, payload: Any = None, *, what: str, idempotent: bool = True, timeout: Optional[float] = None) -> dict:
+    def _request(
+        self, subject: str, payload: Any = None, *, what: str, idempotent: bool = True, timeout: Optional[float] = None
+    ) -> dict:
         if timeout is None:
             return self._session.call(subject, payload, what=what, idempotent=idempotent)
         # nats-py's per-call timeout= bounds each request, as there (retries still follow retry_budget).
         s = self._session
-        return s.run_retrying(lambda: s.api(subject, payload, what=what, timeout=timeout), what=what, idempotent=idempotent, timeout=timeout)
+        return s.run_retrying(
+            lambda: s.api(subject, payload, what=what, timeout=timeout),
+            what=what,
+            idempotent=idempotent,
+            timeout=timeout,
+        )
 
     def _stream_subject(self, verb: str, name: Any) -> str:
         return self._session.stream_subject(verb, name)
@@ -129,14 +136,22 @@ class NatsJetStream(HandleBase):
     def _add_stream(self, config: StreamConfig) -> StreamInfo:
         """Create a stream; creating an existing one with the same config is a no-op."""
         self._check_stream_name(config.name)
-        resp = self._request(f"{self._api}.STREAM.CREATE.{config.name}", wire.stream_config_to_wire(config), what=f"add_stream {config.name!r}")
+        resp = self._request(
+            f"{self._api}.STREAM.CREATE.{config.name}",
+            wire.stream_config_to_wire(config),
+            what=f"add_stream {config.name!r}",
+        )
         return wire.stream_info_from_wire(resp)
 
     def _update_stream(self, config: StreamConfig) -> StreamInfo:
         """Replace a stream's config as a whole (omitted fields return to their defaults)."""
         if not wire.token_ok(config.name):
             raise api_error(STREAM_NOT_FOUND)
-        resp = self._request(f"{self._api}.STREAM.UPDATE.{config.name}", wire.stream_config_to_wire(config), what=f"update_stream {config.name!r}")
+        resp = self._request(
+            f"{self._api}.STREAM.UPDATE.{config.name}",
+            wire.stream_config_to_wire(config),
+            what=f"update_stream {config.name!r}",
+        )
         return wire.stream_info_from_wire(resp)
 
     @staticmethod
@@ -144,23 +159,43 @@ class NatsJetStream(HandleBase):
         if not wire.token_ok(name):
             # The server never answers a request whose subject carries such a name;
             # for a name it can read ("a*") its answer is this.
-            raise api_error(STREAM_INVALID_CONFIG, err="stream name is required and can not contain '.', '*', '>', '\\', '/'")
+            raise api_error(
+                STREAM_INVALID_CONFIG, err="stream name is required and can not contain '.', '*', '>', '\\', '/'"
+            )
 
     def _delete_stream(self, name: str) -> bool:
-        return self._request(self._stream_subject("DELETE", name), what=f"delete_stream {name!r}", idempotent=False)["success"]
+        return self._request(self._stream_subject("DELETE", name), what=f"delete_stream {name!r}", idempotent=False)[
+            "success"
+        ]
 
     def _stream_info(self, name: str, subjects_filter: Optional[str], deleted_details: bool) -> StreamInfo:
-        return self._run(lambda: jsapi.stream_info(self._session, name, subjects_filter, deleted_details), what=f"stream_info {name!r}")
+        return self._run(
+            lambda: jsapi.stream_info(self._session, name, subjects_filter, deleted_details),
+            what=f"stream_info {name!r}",
+        )
 
     def _streams_info(self) -> list[StreamInfo]:
-        items = self._run(lambda: self._session.paged(f"{self._api}.STREAM.LIST", "streams", None, what="streams_info"), what="streams_info")
+        items = self._run(
+            lambda: self._session.paged(f"{self._api}.STREAM.LIST", "streams", None, what="streams_info"),
+            what="streams_info",
+        )
         return sorted((wire.stream_info_from_wire(s) for s in items), key=lambda i: i.config.name)
 
     def _stream_names(self) -> list[str]:
-        return sorted(self._run(lambda: self._session.paged(f"{self._api}.STREAM.NAMES", "streams", None, what="stream_names"), what="stream_names"))
+        return sorted(
+            self._run(
+                lambda: self._session.paged(f"{self._api}.STREAM.NAMES", "streams", None, what="stream_names"),
+                what="stream_names",
+            )
+        )
 
     def _find_stream_name_by_subject(self, subject: str) -> str:
-        streams = self._request(f"{self._api}.STREAM.NAMES", {"subject": subject}, what=f"find_stream_name_by_subject {subject!r}").get("streams") or []
+        streams = (
+            self._request(
+                f"{self._api}.STREAM.NAMES", {"subject": subject}, what=f"find_stream_name_by_subject {subject!r}"
+            ).get("streams")
+            or []
+        )
         if not streams:
             raise api_error(STREAM_NOT_FOUND)
         return streams[0]
@@ -173,7 +208,9 @@ class NatsJetStream(HandleBase):
             req["seq"] = seq
         if keep is not None:
             req["keep"] = keep
-        return self._request(self._stream_subject("PURGE", name), req or None, what=f"purge_stream {name!r}", idempotent=False)["success"]
+        return self._request(
+            self._stream_subject("PURGE", name), req or None, what=f"purge_stream {name!r}", idempotent=False
+        )["success"]
 
     # ------------------------------------------------------------------ backup and restore (remote/snapshot.py)
 
@@ -181,7 +218,11 @@ class NatsJetStream(HandleBase):
 
     def _backup_stream(self, name: str, writer: Writer, consumers: bool, meter: Meter) -> BackupInfo:
         subject = self._stream_subject("SNAPSHOT", name)
-        resp = self._session.run(snapshot.snapshot(self._session, subject, name, writer, consumers, meter), what=f"backup_stream {name!r}", timeout=PROGRESS)
+        resp = self._session.run(
+            snapshot.snapshot(self._session, subject, name, writer, consumers, meter),
+            what=f"backup_stream {name!r}",
+            timeout=PROGRESS,
+        )
         info = wire.stream_info_from_wire(resp)
         count = info.state.consumer_count if consumers else 0
         info.state.consumer_count = count
@@ -189,7 +230,11 @@ class NatsJetStream(HandleBase):
 
     def _restore_stream(self, archive: Archive, meter: Meter) -> StreamInfo:
         subject = self._stream_subject("RESTORE", archive.stream)
-        resp = self._session.run(snapshot.restore(self._session, subject, archive, meter), what=f"restore_stream {archive.stream!r}", timeout=PROGRESS)
+        resp = self._session.run(
+            snapshot.restore(self._session, subject, archive, meter),
+            what=f"restore_stream {archive.stream!r}",
+            timeout=PROGRESS,
+        )
         info = wire.stream_info_from_wire(resp)
         placed = self.stream_info(archive.stream).cluster  # (the restore's answer has no cluster part)
         if placed is not None and placed.name:  # a stream on a cluster
@@ -240,14 +285,18 @@ class NatsJetStream(HandleBase):
             return False
         try:
             got = self._session.run(
-                self._session.api(f"{self._api}.STREAM.NAMES", {"subject": subject}, what="finding the stream of a subject"),
+                self._session.api(
+                    f"{self._api}.STREAM.NAMES", {"subject": subject}, what="finding the stream of a subject"
+                ),
                 what="finding the stream of a subject",
             )
         except (RequestTimeoutError, ServerConnectionError):
             return True
         return bool(got.get("streams"))
 
-    async def _apublish(self, subject: str, payload: bytes, headers: Optional[dict], timeout: Optional[float] = None) -> PubAck:
+    async def _apublish(
+        self, subject: str, payload: bytes, headers: Optional[dict], timeout: Optional[float] = None
+    ) -> PubAck:
         session = self._session
         pub = self._async_pub
         if pub is not None and pub.pid == os.getpid():
@@ -268,7 +317,9 @@ class NatsJetStream(HandleBase):
             raise error_from_response(resp["error"])
         return PubAck.from_response(resp)
 
-    def _get_msg(self, stream: str, seq: Optional[int], last_by_subj: Optional[str], next_by_subj: Optional[str]) -> RawStreamMsg:
+    def _get_msg(
+        self, stream: str, seq: Optional[int], last_by_subj: Optional[str], next_by_subj: Optional[str]
+    ) -> RawStreamMsg:
         req: dict = {}
         if seq is not None:
             req["seq"] = seq
@@ -281,19 +332,32 @@ class NatsJetStream(HandleBase):
 
     def _delete_msg(self, stream: str, seq: int) -> bool:
         return self._request(
-            self._stream_subject("MSG.DELETE", stream), {"seq": seq, "no_erase": True}, what=f"delete_msg {seq} from {stream!r}", idempotent=False
+            self._stream_subject("MSG.DELETE", stream),
+            {"seq": seq, "no_erase": True},
+            what=f"delete_msg {seq} from {stream!r}",
+            idempotent=False,
         )["success"]
 
     # ------------------------------------------------------------------ bulk paths for Spark
 
     def _read_batches(
-        self, stream: str, start_seq: int, end_seq: Optional[int], subjects: Optional[Sequence[str]], batch_size: int, headers: bool
+        self,
+        stream: str,
+        start_seq: int,
+        end_seq: Optional[int],
+        subjects: Optional[Sequence[str]],
+        batch_size: int,
+        headers: bool,
     ) -> Iterator["pa.RecordBatch"]:
         # The server streams the range to an ephemeral, ack-less pull consumer (deleted at
         # the end) in large pipelined pull requests; a work-queue stream is read with gets.
-        return reads.read_batches(self._session, stream, start_seq, end_seq, subjects=subjects, batch_size=batch_size, headers=headers)
+        return reads.read_batches(
+            self._session, stream, start_seq, end_seq, subjects=subjects, batch_size=batch_size, headers=headers
+        )
 
-    def _publish_batch(self, table: "pa.Table", stream: str, msg_id_prefix: Optional[str], msg_id_start: int) -> BatchAck:
+    def _publish_batch(
+        self, table: "pa.Table", stream: str, msg_id_prefix: Optional[str], msg_id_start: int
+    ) -> BatchAck:
         """Pipelined publishes, awaiting every PubAck.  Unlike the engine it is not all
         or nothing: a refused row raises its error (with a note naming the row) and rows
         the server accepted stay stored.  A server deduplicates the ids of
@@ -301,7 +365,9 @@ class NatsJetStream(HandleBase):
         pub = self._async_pub
         if pub is not None and pub.pid == os.getpid():
             self._session.run(pub.sent(), what="sending the publish_async messages before a publish_batch")
-        return appends.publish_batch(self._session, table, stream, None if msg_id_prefix is None else (msg_id_prefix, msg_id_start))
+        return appends.publish_batch(
+            self._session, table, stream, None if msg_id_prefix is None else (msg_id_prefix, msg_id_start)
+        )
 
     def _seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:
         return reads.seq_for_bytes(self._session, stream, lo, hi, max_bytes)
@@ -332,10 +398,14 @@ class NatsJetStream(HandleBase):
         # Creating a named consumer of a given config twice is creating it once; an unnamed
         # (ephemeral) one would be a second consumer.
         what = f"{action or 'add'}_consumer on {stream!r}"
-        return wire.consumer_info_from_wire(self._request(subject, req, what=what, idempotent=bool(name), timeout=timeout))
+        return wire.consumer_info_from_wire(
+            self._request(subject, req, what=what, idempotent=bool(name), timeout=timeout)
+        )
 
     def _delete_consumer(self, stream: str, consumer: str) -> bool:
-        return self._request(self._consumer_subject("DELETE", stream, consumer), what=f"delete_consumer {consumer!r}", idempotent=False)["success"]
+        return self._request(
+            self._consumer_subject("DELETE", stream, consumer), what=f"delete_consumer {consumer!r}", idempotent=False
+        )["success"]
 
     def _consumer_info(self, stream: str, consumer: str, timeout: Optional[float]) -> ConsumerInfo:
         subject = self._consumer_subject("INFO", stream, consumer)
@@ -343,14 +413,23 @@ class NatsJetStream(HandleBase):
 
     def _consumers_info(self, stream: str) -> list[ConsumerInfo]:
         subject = f"{self._api}.CONSUMER.LIST.{stream}"
-        items = self._run(lambda: self._session.paged(subject, "consumers", None, what=f"consumers_info of {stream!r}"), what=f"consumers_info of {stream!r}")
+        items = self._run(
+            lambda: self._session.paged(subject, "consumers", None, what=f"consumers_info of {stream!r}"),
+            what=f"consumers_info of {stream!r}",
+        )
         return sorted((wire.consumer_info_from_wire(c) for c in items), key=lambda i: i.name)
 
     def _subscription(self, stream: str, consumer: str) -> PullSubscription:
         return PullSubscription(self._session, stream, consumer)
 
     def _push_subscription(
-        self, stream: str, info: ConsumerInfo, cb: Optional[Callable[[MsgAPI], Any]], auto_ack: bool, ordered: Optional[ConsumerConfig], owned: bool
+        self,
+        stream: str,
+        info: ConsumerInfo,
+        cb: Optional[Callable[[MsgAPI], Any]],
+        auto_ack: bool,
+        ordered: Optional[ConsumerConfig],
+        owned: bool,
     ) -> PushSubscription:
         # How: jetspark/remote/push.py (nats-py's own push subscription on the session's loop).
         return PushSubscription(self, self._session, stream, info, cb, auto_ack, ordered, owned)
@@ -365,6 +444,11 @@ class NatsJetStream(HandleBase):
         return floors.advance_ack_floor(self._session, stream, durable, seq)
 
     def _ordered_consumer(
-        self, stream: str, subjects: Optional[Sequence[str]], start_seq: Optional[int], end_seq: Optional[int], batch_size: int
+        self,
+        stream: str,
+        subjects: Optional[Sequence[str]],
+        start_seq: Optional[int],
+        end_seq: Optional[int],
+        batch_size: int,
     ) -> Iterator[Msg]:
         return reads.ordered_consumer(self._session, stream, subjects, start_seq, end_seq, batch_size)

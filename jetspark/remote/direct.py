@@ -2,7 +2,7 @@
 
 A work-queue stream takes no second consumer over the subjects a durable already
 covers (10099/10100) and none without acks (10084), so its ranges cannot be read
-through a reader consumer (``puller.RangeRead``).  On a stream with
+through a reader consumer (``range_reader.RangeRead``).  On a stream with
 ``allow_direct`` the server answers ``$JS.API.DIRECT.GET.<stream>`` with
 ``{"seq": N, "batch": K}`` by sending the next K stored messages (gaps skipped)
 one after another, each with ``Nats-Sequence``, ``Nats-Subject`` and
@@ -11,7 +11,7 @@ one after another, each with ``Nats-Sequence``, ``Nats-Subject`` and
 at a time, the next from the last sequence received, until ``hi``.  The
 replies come as runs of frames (``fastpath.FrameInbox``) and their headers
 are read for a whole run at once (``protocol.deliveries.direct_fields``).
-Without ``allow_direct``, ``puller.GetRead`` (one MSG.GET per sequence) reads
+Without ``allow_direct``, ``range_reader.GetRead`` (one MSG.GET per sequence) reads
 the range instead (docs/semantics.md §8; benchmarks/bench_remote.py).
 """
 
@@ -29,7 +29,7 @@ from jetspark.protocol.deliveries import FrameChunk, direct_fields
 from jetspark.protocol.frames import Frames
 from jetspark.remote import wire
 from jetspark.remote.fastpath import FrameInbox, status_of
-from jetspark.remote.puller import EndCheck
+from jetspark.remote.range_reader import EndCheck
 from jetspark.remote.session import Session
 
 __all__ = ["DirectRead", "strip_direct_headers"]
@@ -123,7 +123,9 @@ class DirectRead:
                 if not await self.end_check.short(self.next - 1):
                     break
                 self.done = False
-            n += await self._batch(parts, seqs, times, headers, min(DIRECT_BATCH, max_msgs - n, self.hi - self.next + 1))
+            n += await self._batch(
+                parts, seqs, times, headers, min(DIRECT_BATCH, max_msgs - n, self.hi - self.next + 1)
+            )
         self.returned_next = self.next
         if not parts:
             return FrameChunk([], np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), [])
@@ -144,7 +146,9 @@ class DirectRead:
             try:
                 runs = await self._inbox.take(timeout)
             except asyncio.TimeoutError as exc:
-                raise self.session.silence(f"a direct get of {batch} messages from stream {self.stream!r}", timeout) from exc
+                raise self.session.silence(
+                    f"a direct get of {batch} messages from stream {self.stream!r}", timeout
+                ) from exc
             for buf, f in runs:
                 d = direct_fields(buf, f)
                 stat = np.flatnonzero(d.status)
@@ -156,10 +160,14 @@ class DirectRead:
                     if st[0] == b"404" or b"\r\nNats-Num-Pending: 0\r\n" in hdr:
                         self.done = True  # nothing (more) stored at or after seq
                     elif st[0] != b"204":  # 204: the end of the batch
-                        raise JetSparkError(f"direct get from stream {self.stream!r} answered {st[0].decode()} {st[1].decode(errors='replace')}")
+                        raise JetSparkError(
+                            f"direct get from stream {self.stream!r} answered {st[0].decode()} {st[1].decode(errors='replace')}"
+                        )
                     return got
 
-    def _messages(self, buf: bytes, f, d, end: int, filters, parts: list, seqs: list, times: list, headers: list) -> int:
+    def _messages(
+        self, buf: bytes, f, d, end: int, filters, parts: list, seqs: list, times: list, headers: list
+    ) -> int:
         """The messages among the first ``end`` replies of a run, kept up to ``hi``."""
         if not end:
             return 0
@@ -180,12 +188,25 @@ class DirectRead:
             if last >= self.hi:
                 self.done = True
         if filters is not None:
-            keep &= np.array([subj.matches_any(filters, buf[a:b].decode()) for a, b in zip(subj_lo.tolist(), subj_hi.tolist())], dtype=bool)
+            keep &= np.array(
+                [subj.matches_any(filters, buf[a:b].decode()) for a, b in zip(subj_lo.tolist(), subj_hi.tolist())],
+                dtype=bool,
+            )
         sel = np.flatnonzero(keep)
         if not len(sel):
             return 0
         g = f[:end]
-        frames = Frames(g.kind[sel], g.sid[sel], subj_lo[sel], subj_hi[sel], g.reply_lo[sel], g.reply_hi[sel], g.hdr_lo[sel], g.data_lo[sel], g.data_hi[sel])
+        frames = Frames(
+            g.kind[sel],
+            g.sid[sel],
+            subj_lo[sel],
+            subj_hi[sel],
+            g.reply_lo[sel],
+            g.reply_hi[sel],
+            g.hdr_lo[sel],
+            g.data_lo[sel],
+            g.data_hi[sel],
+        )
         parts.append((buf, frames))
         seqs.append(seq[sel])
         times.append(time[sel])

@@ -100,7 +100,9 @@ FRAME_FEED = (
     and _has_method(_Parser, "parse", ["self", "data"])
     and callable(getattr(_Parser, "reset", None))
     and _read_loop_feeds_parser()
-    and all(_has_method(_NATS, m, ["self"]) for m in ("_process_ping", "_process_pong", "_process_info", "_process_err"))
+    and all(
+        _has_method(_NATS, m, ["self"]) for m in ("_process_ping", "_process_pong", "_process_info", "_process_err")
+    )
     and isinstance(getattr(_nats_client, "DEFAULT_BUFFER_SIZE", None), int)
 )
 # A read this long (nats-py's read size) likely left more waiting: it is kept and framed with

@@ -11,7 +11,9 @@ from jetspark.remote.session import Session
 _PAGE_GUARD = 10_000
 
 
-async def stream_info(s: Session, name: str, subjects_filter: Optional[str] = None, deleted_details: bool = False) -> StreamInfo:
+async def stream_info(
+    s: Session, name: str, subjects_filter: Optional[str] = None, deleted_details: bool = False
+) -> StreamInfo:
     subject = s.stream_subject("INFO", name)
     req: dict = {}
     if subjects_filter:
@@ -37,10 +39,14 @@ async def stream_info(s: Session, name: str, subjects_filter: Optional[str] = No
 
 
 async def consumer_info(s: Session, stream: str, consumer: str) -> ConsumerInfo:
-    return wire.consumer_info_from_wire(await s.api(s.consumer_subject("INFO", stream, consumer), what=f"consumer_info {consumer!r}"))
+    return wire.consumer_info_from_wire(
+        await s.api(s.consumer_subject("INFO", stream, consumer), what=f"consumer_info {consumer!r}")
+    )
 
 
 async def streams_with_subject(s: Session, subject: str) -> list[str]:
     """The names of the streams whose subjects overlap ``subject``."""
-    resp = await s.api(f"{s.api_prefix}.STREAM.NAMES", {"subject": subject}, what=f"find_stream_name_by_subject {subject!r}")
+    resp = await s.api(
+        f"{s.api_prefix}.STREAM.NAMES", {"subject": subject}, what=f"find_stream_name_by_subject {subject!r}"
+    )
     return resp.get("streams") or []

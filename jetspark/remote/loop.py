@@ -56,7 +56,9 @@ class Loop:
         """The coroutine's result; ``LoopTimeout`` after ``timeout`` seconds (None: no limit,
         for coroutines that bound themselves)."""
         if self.in_loop_thread():
-            raise RuntimeError("a jetspark nats handle was called from its own event loop thread (e.g. a nats callback)")
+            raise RuntimeError(
+                "a jetspark nats handle was called from its own event loop thread (e.g. a nats callback)"
+            )
         if not self.alive:
             if asyncio.iscoroutine(coro):
                 coro.close()

@@ -41,9 +41,19 @@ _NO_LEADER_PAUSE = 0.05
 class Msg:
     """A message delivered by a consumer; acknowledge it with ack/nak/in_progress/term."""
 
-    __slots__ = ("subject", "data", "headers", "reply", "_session", "_meta", "_ackd")  # _ackd: set by ack, nak, term (a push callback's auto-ack skips it)
+    __slots__ = (
+        "subject",
+        "data",
+        "headers",
+        "reply",
+        "_session",
+        "_meta",
+        "_ackd",
+    )  # _ackd: set by ack, nak, term (a push callback's auto-ack skips it)
 
-    def __init__(self, session: Optional[Session], subject: str, data: bytes, headers, reply: str, meta: Optional[tuple] = None) -> None:
+    def __init__(
+        self, session: Optional[Session], subject: str, data: bytes, headers, reply: str, meta: Optional[tuple] = None
+    ) -> None:
         self.subject = subject
         self.data = data
         self.headers = headers
@@ -125,7 +135,12 @@ class PullSubscription(live.LivePulls):
         self.consumer = consumer
 
     def fetch(
-        self, batch: int = 1, timeout: Optional[float] = 5.0, heartbeat: Optional[float] = None, no_wait: bool = False, max_bytes: Optional[int] = None
+        self,
+        batch: int = 1,
+        timeout: Optional[float] = 5.0,
+        heartbeat: Optional[float] = None,
+        no_wait: bool = False,
+        max_bytes: Optional[int] = None,
     ) -> list[Msg]:
         """Up to ``batch`` messages: what is available now, else wait up to ``timeout`` for
         the first one.  Raises FetchTimeoutError (a TimeoutError) when none arrives, and
@@ -139,7 +154,9 @@ class PullSubscription(live.LivePulls):
             timeout=expires + _FETCH_GRACE + self._session.timeout,
         )
         if not msgs:
-            raise FetchTimeoutError(f"no message from consumer {self.consumer!r} of stream {self.stream!r} within {timeout} s")
+            raise FetchTimeoutError(
+                f"no message from consumer {self.consumer!r} of stream {self.stream!r} within {timeout} s"
+            )
         return msgs
 
     async def _fetch(self, batch: int, expires: float, max_bytes: Optional[int], heartbeat: float = 0.0) -> list[Msg]:
@@ -218,7 +235,10 @@ class PullSubscription(live.LivePulls):
         return Messages(self, opts, Msg)
 
     def consumer_info(self) -> ConsumerInfo:
-        return self._session.run_retrying(lambda: jsapi.consumer_info(self._session, self.stream, self.consumer), what=f"consumer_info {self.consumer!r}")
+        return self._session.run_retrying(
+            lambda: jsapi.consumer_info(self._session, self.stream, self.consumer),
+            what=f"consumer_info {self.consumer!r}",
+        )
 
     def _settle_acks(self) -> None:
         # (a fetch has no standing subscription to end: each has its own inbox)

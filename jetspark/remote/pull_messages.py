@@ -131,7 +131,9 @@ class Messages(live.MessagesBase):
             return  # an idle heartbeat: noted above
         low = desc.lower()
         with self._cond:
-            if code == b"408" or (code == b"409" and (low.startswith(b"batch completed") or b"exceeds maxbytes" in low)):
+            if code == b"408" or (
+                code == b"409" and (low.startswith(b"batch completed") or b"exceeds maxbytes" in low)
+            ):
                 # A request ended short: what it will not deliver leaves pending.
                 self._pending = max(0, self._pending - _int(H.lookup(hdr, "Nats-Pending-Messages")))
                 self._pending_bytes = max(0, self._pending_bytes - _int(H.lookup(hdr, "Nats-Pending-Bytes")))
@@ -149,7 +151,10 @@ class Messages(live.MessagesBase):
                 # The server dropped a request for now (Server Shutdown, Exceeded MaxWaiting, ...):
                 # as nats.go, carry on; a reconnect or the heartbeat clock asks again.
                 log.info(
-                    "messages() of consumer %r of stream %r: the server ended a pull request: %s", self.consumer, self.stream, desc.decode(errors="replace")
+                    "messages() of consumer %r of stream %r: the server ended a pull request: %s",
+                    self.consumer,
+                    self.stream,
+                    desc.decode(errors="replace"),
                 )
                 return
             if code == b"503":
@@ -164,8 +169,16 @@ class Messages(live.MessagesBase):
             if code == b"409" and low.startswith(b"consumer deleted"):
                 err = api_error(CONSUMER_NOT_FOUND)
             else:  # 400 Bad Request, a request the consumer's limits refuse: asking again cannot help
-                err = error_from_response({"code": int(code), "err_code": 0, "description": desc.decode(errors="replace")})
-            log.debug("messages() of consumer %r of stream %r: the server ended the pull: %s %s", self.consumer, self.stream, code, desc)
+                err = error_from_response(
+                    {"code": int(code), "err_code": 0, "description": desc.decode(errors="replace")}
+                )
+            log.debug(
+                "messages() of consumer %r of stream %r: the server ended the pull: %s %s",
+                self.consumer,
+                self.stream,
+                code,
+                desc,
+            )
             self._end(err)
 
     def _end(self, err: BaseException) -> None:
@@ -186,7 +199,12 @@ class Messages(live.MessagesBase):
                     self._end(exc)
             return
         except JetSparkError as exc:  # no answer either: the heartbeat clock or the next check asks again
-            log.debug("messages() of consumer %r of stream %r: no responder, and no consumer info: %s", self.consumer, self.stream, exc)
+            log.debug(
+                "messages() of consumer %r of stream %r: no responder, and no consumer info: %s",
+                self.consumer,
+                self.stream,
+                exc,
+            )
         await asyncio.sleep(_NO_LEADER_PAUSE)
         with self._cond:
             self._pending = self._pending_bytes = 0
@@ -272,7 +290,9 @@ class Messages(live.MessagesBase):
                     )
                 left = deadline - now
                 if left <= 0:
-                    raise FetchTimeoutError(f"no message from consumer {self.consumer!r} of stream {self.stream!r} within {timeout} s")
+                    raise FetchTimeoutError(
+                        f"no message from consumer {self.consumer!r} of stream {self.stream!r} within {timeout} s"
+                    )
                 self._cond.wait(min(left, _SLICE, hb / 2 if hb else _SLICE))
 
     def _gone(self) -> Optional[Exception]:

@@ -163,7 +163,12 @@ class PushSubscription(PushBase):
     def _pending(self) -> int:
         # nats-py's pending queue, plus a message a timed-out next_msg's take got since, and
         # one handed to the callback thread and not yet taken by it.
-        held = self._getter is not None and self._getter.done() and not self._getter.cancelled() and self._getter.exception() is None
+        held = (
+            self._getter is not None
+            and self._getter.done()
+            and not self._getter.cancelled()
+            and self._getter.exception() is None
+        )
         return self._psub.pending_msgs + int(held) + self._handoff.qsize()
 
     # ------------------------------------------------------------------ ending
@@ -224,8 +229,16 @@ def _resolve(fut: Optional[asyncio.Future]) -> None:
 
 def _nats_config(config: ConsumerConfig) -> napi.ConsumerConfig:
     """jetspark's ConsumerConfig as nats-py's (same fields, same units), for subscribe_bind."""
-    fields = {f: getattr(config, f) for f in ConsumerConfig.__dataclass_fields__ if f in napi.ConsumerConfig.__dataclass_fields__}
-    for name, enum in (("deliver_policy", napi.DeliverPolicy), ("ack_policy", napi.AckPolicy), ("replay_policy", napi.ReplayPolicy)):
+    fields = {
+        f: getattr(config, f)
+        for f in ConsumerConfig.__dataclass_fields__
+        if f in napi.ConsumerConfig.__dataclass_fields__
+    }
+    for name, enum in (
+        ("deliver_policy", napi.DeliverPolicy),
+        ("ack_policy", napi.AckPolicy),
+        ("replay_policy", napi.ReplayPolicy),
+    ):
         if fields.get(name) is not None:
             fields[name] = enum(getattr(fields[name], "value", fields[name]))
     return napi.ConsumerConfig(**fields)

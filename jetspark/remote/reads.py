@@ -1,4 +1,4 @@
-"""The range reads of the nats:// backend, built for throughput (over ``puller``).
+"""The range reads of the nats:// backend, built for throughput (over ``range_reader``).
 
 - ``read_batches``: a range into Arrow batches with the engine's exact schema.
 - ``ordered_consumer``: a range as ``Msg`` objects in order, no acks.
@@ -26,7 +26,7 @@ from jetspark.protocol.deliveries import FrameChunk
 from jetspark.remote import jsapi, wire
 from jetspark.remote.direct import DirectRead
 from jetspark.remote.pull import Msg
-from jetspark.remote.puller import (
+from jetspark.remote.range_reader import (
     PULL_BATCH,
     Chunk,
     GetRead,
@@ -54,7 +54,14 @@ def _check_filters(subjects) -> Optional[list[str]]:
 
 
 def read_batches(
-    session: Session, stream: str, start_seq: int, end_seq: Optional[int], *, subjects=None, batch_size: int = 65536, headers: bool = False
+    session: Session,
+    stream: str,
+    start_seq: int,
+    end_seq: Optional[int],
+    *,
+    subjects=None,
+    batch_size: int = 65536,
+    headers: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     if batch_size <= 0:
         raise BadRequestError(400, BAD_REQUEST, f"batch_size must be positive, not {batch_size}")
@@ -65,10 +72,12 @@ def read_batches(
     return _read_gen(session, info, lo, hi, filters, batch_size, headers)
 
 
-def range_reader(session: Session, info: StreamInfo, lo: int, hi: int, filters, *, keep_headers: bool, headers_only: bool = False):
-    """The reader for a range of ``info``'s stream: an ephemeral consumer (puller.RangeRead);
+def range_reader(
+    session: Session, info: StreamInfo, lo: int, hi: int, filters, *, keep_headers: bool, headers_only: bool = False
+):
+    """The reader for a range of ``info``'s stream: an ephemeral consumer (range_reader.RangeRead);
     on a work-queue stream, which takes none, batched direct gets where the stream allows
-    them (direct.DirectRead), plain gets otherwise (puller.GetRead)."""
+    them (direct.DirectRead), plain gets otherwise (range_reader.GetRead)."""
     if info.config.retention == RetentionPolicy.WORK_QUEUE:
         if info.config.allow_direct:
             return DirectRead(session, info.config.name, lo, hi, filters)
@@ -159,7 +168,9 @@ def _frames_to_batch(stream: str, chunk: FrameChunk, headers: bool) -> pa.Record
     ]
     if headers:
         rows = [list(H.decode_multi(h).items()) if h else None for h in chunk.headers]
-        columns.append(pa.array(rows, type=HEADERS_TYPE) if any(r is not None for r in rows) else pa.nulls(n, HEADERS_TYPE))
+        columns.append(
+            pa.array(rows, type=HEADERS_TYPE) if any(r is not None for r in rows) else pa.nulls(n, HEADERS_TYPE)
+        )
     return pa.RecordBatch.from_arrays(columns, schema=schema(headers))
 
 
@@ -180,7 +191,9 @@ def _to_batch(stream: str, chunk: Chunk, headers: bool) -> pa.RecordBatch:
     ]
     if headers:
         rows = [list(H.decode_multi(h).items()) if h else None for h in chunk.headers]
-        columns.append(pa.array(rows, type=HEADERS_TYPE) if any(r is not None for r in rows) else pa.nulls(n, HEADERS_TYPE))
+        columns.append(
+            pa.array(rows, type=HEADERS_TYPE) if any(r is not None for r in rows) else pa.nulls(n, HEADERS_TYPE)
+        )
     return pa.RecordBatch.from_arrays(columns, schema=schema(headers))
 
 
@@ -205,20 +218,29 @@ def _ordered_gen(session, info, lo, hi, filters, batch_size) -> Iterator[Msg]:
     def count(reader) -> None:
         # num_pending counts down the messages in the range.  A reader consumer knows how
         # many it matches from lo on; less what lies past hi.  A work-queue stream, read with
-        # gets (direct.DirectRead, puller.GetRead), has no consumer to ask: a first pass counts them.
+        # gets (direct.DirectRead, range_reader.GetRead), has no consumer to ask: a first pass counts them.
         nonlocal total
         if not isinstance(reader, RangeRead):
-            total = sum(len(c) for c in _chunks(session, range_reader(session, info, lo, hi, filters, keep_headers=False), batch_size, what))
+            total = sum(
+                len(c)
+                for c in _chunks(
+                    session, range_reader(session, info, lo, hi, filters, keep_headers=False), batch_size, what
+                )
+            )
         else:
             beyond = hi < info.state.last_seq and reader.pending_at_start
-            after = session.run_retrying(lambda: count_from(session, stream, hi + 1, filters), what=what) if beyond else 0
+            after = (
+                session.run_retrying(lambda: count_from(session, stream, hi + 1, filters), what=what) if beyond else 0
+            )
             total = reader.pending_at_start - after
 
     cseq = 0
     reader = range_reader(session, info, lo, hi, filters, keep_headers=True)
     for chunk in _chunks(session, reader, batch_size, what, opened=count):
         replies = chunk.replies or [b""] * len(chunk)  # gets have no delivery subjects
-        for subject, data, reply, hdr, sseq, ts in zip(chunk.subjects, chunk.datas, replies, chunk.headers, chunk.seqs, chunk.times):
+        for subject, data, reply, hdr, sseq, ts in zip(
+            chunk.subjects, chunk.datas, replies, chunk.headers, chunk.seqs, chunk.times
+        ):
             cseq += 1
             meta = (stream, "", 1, sseq, cseq, ts, max(total - cseq, 0), None)
             yield Msg(None, subject.decode(), data, H.decode(hdr) if hdr else None, reply.decode(), meta)

@@ -28,7 +28,13 @@ import random
 import time
 from typing import Callable, Optional, TypeVar
 
-from jetspark.err_codes import CLUSTER_NO_PEERS, CLUSTER_NOT_AVAIL, CONSUMER_OFFLINE, STREAM_DUPLICATE_MESSAGE_CONFLICT, STREAM_OFFLINE
+from jetspark.err_codes import (
+    CLUSTER_NO_PEERS,
+    CLUSTER_NOT_AVAIL,
+    CONSUMER_OFFLINE,
+    STREAM_DUPLICATE_MESSAGE_CONFLICT,
+    STREAM_OFFLINE,
+)
 from jetspark.errors import APIError, AuthenticationError, JetSparkError, RequestTimeoutError, ServerConnectionError
 
 __all__ = ["Backoff", "NotSentError", "Retrier", "TRANSIENT_ERR_CODES", "retrying", "transient", "unknown_outcome"]
@@ -44,7 +50,9 @@ T = TypeVar("T")
 # (no leader elected yet), 10158 "duplicate message id is in process" (a cluster's
 # answer to a publish whose Nats-Msg-Id an earlier publish is still storing: repeated,
 # it is answered as the duplicate it is).
-TRANSIENT_ERR_CODES = frozenset({CLUSTER_NO_PEERS, CLUSTER_NOT_AVAIL, STREAM_OFFLINE, CONSUMER_OFFLINE, STREAM_DUPLICATE_MESSAGE_CONFLICT})
+TRANSIENT_ERR_CODES = frozenset(
+    {CLUSTER_NO_PEERS, CLUSTER_NOT_AVAIL, STREAM_OFFLINE, CONSUMER_OFFLINE, STREAM_DUPLICATE_MESSAGE_CONFLICT}
+)
 
 
 class NotSentError(ServerConnectionError):

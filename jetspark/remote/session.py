@@ -33,7 +33,13 @@ import nats.errors as nerr
 from nats.aio.client import Client as NATS
 
 from jetspark.connect_options import ConnectOptions
-from jetspark.err_codes import BAD_REQUEST, CONSUMER_NOT_FOUND, NOT_ENABLED, STREAM_MESSAGE_EXCEEDS_MAXIMUM, STREAM_NOT_FOUND
+from jetspark.err_codes import (
+    BAD_REQUEST,
+    CONSUMER_NOT_FOUND,
+    NOT_ENABLED,
+    STREAM_MESSAGE_EXCEEDS_MAXIMUM,
+    STREAM_NOT_FOUND,
+)
 from jetspark.errors import (
     AuthenticationError,
     BadRequestError,
@@ -70,7 +76,13 @@ PROGRESS = math.inf
 # timeout.  Requests watch for it (Session.request).
 _VIOLATION = re.compile(r'permissions violation for (publish|subscription) to "([^"]*)"')
 # nats-py errors that mean the connection went away under a call.
-_CONNECTION_LOST = (nerr.ConnectionClosedError, nerr.OutboundBufferLimitError, nerr.ConnectionReconnectingError, nerr.StaleConnectionError, nerr.UnexpectedEOF)
+_CONNECTION_LOST = (
+    nerr.ConnectionClosedError,
+    nerr.OutboundBufferLimitError,
+    nerr.ConnectionReconnectingError,
+    nerr.StaleConnectionError,
+    nerr.UnexpectedEOF,
+)
 
 
 class Session:
@@ -118,7 +130,9 @@ class Session:
         except LoopTimeout:
             self.loop.stop()
             # LoopTimeout is our own marker with nothing to say: the message says it all.
-            raise ServerConnectionError(f"cannot connect to {self.url} within {budget:g} s{self._last_error_text()}") from None
+            raise ServerConnectionError(
+                f"cannot connect to {self.url} within {budget:g} s{self._last_error_text()}"
+            ) from None
         except BaseException:
             self.loop.stop()
             raise
@@ -156,7 +170,11 @@ class Session:
 
     def _connect_error(self, exc: BaseException, budget: float) -> JetSparkError:
         last = self._last_error or exc
-        auth = [e for e in self._connect_errors if isinstance(e, nerr.AuthorizationError) or "authorization" in str(e).lower()]
+        auth = [
+            e
+            for e in self._connect_errors
+            if isinstance(e, nerr.AuthorizationError) or "authorization" in str(e).lower()
+        ]
         if auth:
             last = auth[-1]
             who = f" as user {self.options.user!r}" if self.options.user else ""
@@ -165,9 +183,13 @@ class Session:
                 f"({_describe(last)}); check user/password, token, nkey or credentials file"
             )
         if isinstance(last, ConnectionResetError) and self.options.has_credentials:
-            return ServerConnectionError(f"cannot connect to {self.url}: {_describe(last)} (if the server requires authentication, check the credentials)")
+            return ServerConnectionError(
+                f"cannot connect to {self.url}: {_describe(last)} (if the server requires authentication, check the credentials)"
+            )
         if isinstance(last, ModuleNotFoundError) and "nkeys" in str(last):
-            return ServerConnectionError("nkey and credentials-file authentication need the nkeys package: pip install 'nats-py[nkeys]'")
+            return ServerConnectionError(
+                "nkey and credentials-file authentication need the nkeys package: pip install 'nats-py[nkeys]'"
+            )
         if isinstance(exc, asyncio.TimeoutError) and self._last_error is None:
             return ServerConnectionError(f"cannot connect to {self.url}: no connection within {budget:g} s")
         return ServerConnectionError(f"cannot connect to {self.url}: {_describe(last)}")
@@ -218,7 +240,9 @@ class Session:
     def _permission_error(self, action: str, subject: str) -> PermissionDeniedError:
         who = f"user {self.options.user!r}" if self.options.user else "this connection"
         why = ", where the replies to its requests arrive" if action == "subscribe to" else ""
-        return PermissionDeniedError(f"permission denied: {self.url} does not allow {who} to {action} {subject!r}{why}", subject)
+        return PermissionDeniedError(
+            f"permission denied: {self.url} does not allow {who} to {action} {subject!r}{why}", subject
+        )
 
     @property
     def connected(self) -> bool:
@@ -246,7 +270,9 @@ class Session:
             if nc.is_closed:
                 raise ServerConnectionError(f"the connection to {self.url} is closed{self._last_error_text()}")
             if time.monotonic() >= deadline:
-                raise NotSentError(f"lost the connection to {self.url}{self._last_error_text()}; it did not come back within {timeout:g} s")
+                raise NotSentError(
+                    f"lost the connection to {self.url}{self._last_error_text()}; it did not come back within {timeout:g} s"
+                )
             await asyncio.sleep(0.01)
         return nc
 
@@ -255,7 +281,9 @@ class Session:
     def silence(self, what: str, timeout: float) -> JetSparkError:
         """The error for ``what`` not answered within ``timeout``: the connection is gone, or the server is silent."""
         if not self._nc.is_connected:
-            return ServerConnectionError(f"lost the connection to {self.url} while waiting {timeout:g} s for {what}{self._last_error_text()}")
+            return ServerConnectionError(
+                f"lost the connection to {self.url} while waiting {timeout:g} s for {what}{self._last_error_text()}"
+            )
         hint = ""
         if self._last_violation and time.monotonic() - self._last_violation[0] <= min(timeout, self.timeout) + 1:
             # The bulk paths publish without request()'s watch: say what the server refused
@@ -274,7 +302,9 @@ class Session:
             return ServerConnectionError(f"lost the connection to {self.url} during {what}: {_describe(exc)}")
         if isinstance(exc, nerr.MaxPayloadError):
             return BadRequestError(
-                400, STREAM_MESSAGE_EXCEEDS_MAXIMUM, f"message size exceeds maximum allowed (the server's max_payload is {self.max_payload} bytes)"
+                400,
+                STREAM_MESSAGE_EXCEEDS_MAXIMUM,
+                f"message size exceeds maximum allowed (the server's max_payload is {self.max_payload} bytes)",
             )
         if isinstance(exc, nerr.BadSubjectError):
             return BadRequestError(400, BAD_REQUEST, f"invalid subject in {what}")
@@ -323,7 +353,13 @@ class Session:
         """``run(make())``, repeated while the server cannot answer for a while (a leader
         election, a cold cluster), within ``retry_budget`` (jetspark.remote.retry): every
         call made with ``idempotent=False`` raises on no answer, saying it may have been applied."""
-        return retrying(lambda: self.run(make(), what=what, timeout=timeout), budget=self.retry_budget, what=what, idempotent=idempotent, also=also)
+        return retrying(
+            lambda: self.run(make(), what=what, timeout=timeout),
+            budget=self.retry_budget,
+            what=what,
+            idempotent=idempotent,
+            also=also,
+        )
 
     async def request(self, subject: str, data: bytes, *, what: str, timeout: Optional[float] = None, headers: Optional[dict] = None,
                       no_responders: Optional[Callable[[], JetSparkError]] = None):  # fmt: skip

@@ -46,18 +46,25 @@ async def snapshot(session: Session, subject: str, name: str, writer: Writer, co
     what = f"backup_stream {name!r}"
     try:
         chunk = min(CHUNK, session.max_payload or CHUNK)
-        resp = await session.api(subject, {"deliver_subject": inbox, "no_consumers": not consumers, "chunk_size": chunk}, what=what)
+        resp = await session.api(
+            subject, {"deliver_subject": inbox, "no_consumers": not consumers, "chunk_size": chunk}, what=what
+        )
         with writer.part(PART) as part:
             while True:
                 try:
                     msg = await sub.next_msg(timeout=session.timeout)
                 except nerr.TimeoutError:
-                    raise session.silence(f"the next chunk of the snapshot of stream {name!r}", session.timeout) from None
+                    raise session.silence(
+                        f"the next chunk of the snapshot of stream {name!r}", session.timeout
+                    ) from None
                 if not msg.data:
                     status = (msg.headers or {}).get("Status")
                     if status not in (None, "", "204"):
                         why = (msg.headers or {}).get("Description", "")
-                        raise BackupError(f"{session.url} ended the snapshot of stream {name!r} early: status {status} {why}".rstrip(), part.path)
+                        raise BackupError(
+                            f"{session.url} ended the snapshot of stream {name!r} early: status {status} {why}".rstrip(),
+                            part.path,
+                        )
                     break
                 part.write(msg.data)
                 meter.add(len(msg.data))
@@ -76,9 +83,16 @@ async def restore(session: Session, subject: str, archive: Archive, meter: Meter
     name = archive.stream
     what = f"restore_stream {name!r}"
     extra = archive.extra
-    if not isinstance(extra.get("config"), dict) or not isinstance(extra.get("state"), dict) or [f["path"] for f in archive.files] != [PART]:
+    if (
+        not isinstance(extra.get("config"), dict)
+        or not isinstance(extra.get("state"), dict)
+        or [f["path"] for f in archive.files] != [PART]
+    ):
         manifest = archive.path / "backup.json"
-        raise BackupError(f"{manifest} is not the manifest of a server backup (no server config and state, or not one part {PART})", manifest)
+        raise BackupError(
+            f"{manifest} is not the manifest of a server backup (no server config and state, or not one part {PART})",
+            manifest,
+        )
     resp = await session.api(subject, {"config": extra["config"], "state": extra["state"]}, what=what)
     deliver = resp["deliver_subject"]
     size = min(CHUNK, session.max_payload or CHUNK)

@@ -81,7 +81,14 @@ def strip_server_metadata(meta: Optional[dict]) -> Optional[dict]:
 def token_ok(name: Any) -> bool:
     """Can ``name`` be one token of an API subject?  (UTF-8 must encode it: the protocol
     line is UTF-8, and a lone surrogate would fail inside nats-py instead of here.)"""
-    return isinstance(name, str) and bool(name) and name not in ("*", ">") and "." not in name and not _WHITESPACE.intersection(name) and _utf8(name)
+    return (
+        isinstance(name, str)
+        and bool(name)
+        and name not in ("*", ">")
+        and "." not in name
+        and not _WHITESPACE.intersection(name)
+        and _utf8(name)
+    )
 
 
 def _utf8(text: str) -> bool:
@@ -171,7 +178,11 @@ def consumer_config_from_wire(d: dict) -> api.ConsumerConfig:
         d["backoff"] = [ns_to_s(b) for b in d["backoff"]]
     if "opt_start_time" in d:
         d["opt_start_time"] = parse_time(d["opt_start_time"])
-    for k, enum in (("deliver_policy", api.DeliverPolicy), ("ack_policy", api.AckPolicy), ("replay_policy", api.ReplayPolicy)):
+    for k, enum in (
+        ("deliver_policy", api.DeliverPolicy),
+        ("ack_policy", api.AckPolicy),
+        ("replay_policy", api.ReplayPolicy),
+    ):
         if k in d and d[k] is not None:
             d[k] = enum(d[k])
     d["metadata"] = strip_server_metadata(d.get("metadata"))

@@ -103,7 +103,9 @@ def seq(value: Any, name: str, *, api: bool = False, optional: bool = True, hi: 
     if value is None and optional:
         return None
     if api and is_int(value) and hi < value <= UINT64_MAX:
-        raise BadRequestError(400, BAD_REQUEST, f"{name} must be at most {hi} (jetspark's sequences are int64), not {value}")
+        raise BadRequestError(
+            400, BAD_REQUEST, f"{name} must be at most {hi} (jetspark's sequences are int64), not {value}"
+        )
     return integer(value, name, 0, hi, api=api)
 
 
@@ -217,7 +219,10 @@ def start_time(value: Any, name: str = "opt_start_time") -> Optional[_dt.datetim
         value = value.replace(tzinfo=_dt.timezone.utc)
     value = value.astimezone(_dt.timezone.utc)
     if not _MIN_TIME <= value <= _MAX_TIME:
-        raise api_error(INVALID_JSON, err=f"{name} must be between {_MIN_TIME:%Y-%m-%d} and {_MAX_TIME:%Y-%m-%d}, not {value.isoformat()}")
+        raise api_error(
+            INVALID_JSON,
+            err=f"{name} must be between {_MIN_TIME:%Y-%m-%d} and {_MAX_TIME:%Y-%m-%d}, not {value.isoformat()}",
+        )
     return value
 
 
@@ -249,10 +254,22 @@ _STREAM_INTS = {
     "max_msg_size": INT32,
     "num_replicas": INT64,
 }
-_STREAM_BOOLS = ("discard_new_per_subject", "no_ack", "sealed", "deny_delete", "deny_purge", "allow_rollup_hdrs", "allow_direct")
+_STREAM_BOOLS = (
+    "discard_new_per_subject",
+    "no_ack",
+    "sealed",
+    "deny_delete",
+    "deny_purge",
+    "allow_rollup_hdrs",
+    "allow_direct",
+)
 _STREAM_ENUMS: dict[str, type[Enum]] = {"retention": RetentionPolicy, "storage": StorageType, "discard": DiscardPolicy}
 _CONSUMER_INTS = {"max_deliver": INT64, "max_waiting": INT64, "max_ack_pending": INT64, "num_replicas": INT64}
-_CONSUMER_ENUMS: dict[str, type[Enum]] = {"deliver_policy": DeliverPolicy, "ack_policy": AckPolicy, "replay_policy": ReplayPolicy}
+_CONSUMER_ENUMS: dict[str, type[Enum]] = {
+    "deliver_policy": DeliverPolicy,
+    "ack_policy": AckPolicy,
+    "replay_policy": ReplayPolicy,
+}
 
 
 def _config_arg(cls, config: Any, params: dict):
@@ -349,7 +366,9 @@ def purge_args(subject: Any, seq_: Any, keep: Any) -> tuple[Optional[str], Optio
     a malformed one is refused (the server would purge nothing and report success)."""
     subject = filter_subject(subject, "subject") or None
     if subject is not None and not subj.is_valid(subject):
-        raise BadRequestError(400, BAD_REQUEST, f"subject {show(subject)} is not a valid subject filter: purge_stream would match nothing")
+        raise BadRequestError(
+            400, BAD_REQUEST, f"subject {show(subject)} is not a valid subject filter: purge_stream would match nothing"
+        )
     return subject, seq(seq_, "seq", api=True), seq(keep, "keep", api=True, hi=UINT64_MAX)
 
 
@@ -372,7 +391,11 @@ def publish_subject(subject: Any, name: str = "subject") -> str:
     """A subject a message can be published to: non-empty text without whitespace
     (the server's 10003 otherwise; empty tokens are left to routing, which finds no stream)."""
     if not publish_subject_ok(subject):
-        raise BadRequestError(400, BAD_REQUEST, f"invalid publish {name} {show(subject)}: a subject is non-empty dot-separated tokens without whitespace")
+        raise BadRequestError(
+            400,
+            BAD_REQUEST,
+            f"invalid publish {name} {show(subject)}: a subject is non-empty dot-separated tokens without whitespace",
+        )
     return subject
 
 
@@ -400,7 +423,9 @@ def header_name(key: Any, name: str = "headers") -> str:
     if not isinstance(key, str):
         raise TypeError(f"{name}: a header name must be a str, not {show(key)}")
     if not _HEADER_NAME.fullmatch(key.strip()):
-        raise ValueError(f"{name}: invalid header name {show(key)}: use letters, digits and !#$%&'*+-.^_`|~ (no spaces, colons or line breaks)")
+        raise ValueError(
+            f"{name}: invalid header name {show(key)}: use letters, digits and !#$%&'*+-.^_`|~ (no spaces, colons or line breaks)"
+        )
     return key
 
 
@@ -503,7 +528,9 @@ def bind_args(durable: Any, stream: Any, consumer: Any) -> str:
     return name
 
 
-def subscribe_args(subject: Any, queue: Any, cb: Any, durable: Any, stream: Any, config: Any, manual_ack: Any, ordered_consumer: Any) -> None:
+def subscribe_args(
+    subject: Any, queue: Any, cb: Any, durable: Any, stream: Any, config: Any, manual_ack: Any, ordered_consumer: Any
+) -> None:
     """subscribe's own arguments (the consumer fields it passes on are checked with the config)."""
     text(subject, "subject", optional=False)
     text(queue, "queue")
@@ -514,7 +541,9 @@ def subscribe_args(subject: Any, queue: Any, cb: Any, durable: Any, stream: Any,
         raise TypeError(f"config must be a ConsumerConfig, a dict or None, not {show(config)}")
     boolean(manual_ack, "manual_ack")
     if boolean(ordered_consumer, "ordered_consumer") and (durable or queue):
-        raise ValueError("ordered_consumer=True takes no durable and no queue: an ordered consumer is an ephemeral of its own")
+        raise ValueError(
+            "ordered_consumer=True takes no durable and no queue: an ordered consumer is an ephemeral of its own"
+        )
 
 
 def callback(value: Any) -> None:

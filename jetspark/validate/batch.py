@@ -10,9 +10,7 @@ from jetspark.errors import BadRequestError
 from jetspark.protocol import subjects as subj
 from jetspark.validate.args import INT64_MAX, header_name, header_value, integer, publish_subject_ok, show, text
 
-_BATCH_COLUMNS = (
-    "columns 'subject' (string) and 'data' (binary or string), optional 'headers' (map<string, string> or map<string, list<string>>) and 'msg_id' (string)"
-)
+_BATCH_COLUMNS = "columns 'subject' (string) and 'data' (binary or string), optional 'headers' (map<string, string> or map<string, list<string>>) and 'msg_id' (string)"
 
 
 def _is_text_type(t) -> bool:
@@ -35,13 +33,17 @@ def batch_table(data: Any, msg_id_prefix: Any = None, msg_id_start: Any = 0):
     names = data.column_names
     for required in ("subject", "data"):
         if required not in names:
-            raise BadRequestError(400, BAD_REQUEST, f"data (the table) has no {required!r} column: publish_batch takes {_BATCH_COLUMNS}")
+            raise BadRequestError(
+                400, BAD_REQUEST, f"data (the table) has no {required!r} column: publish_batch takes {_BATCH_COLUMNS}"
+            )
     if len(set(names)) != len(names):
         raise BadRequestError(400, BAD_REQUEST, f"data (the table) has repeated column names {names}")
     if msg_id_prefix is not None:
         header_value(text(msg_id_prefix, "msg_id_prefix"), "msg_id_prefix")
         if "msg_id" in names:
-            raise BadRequestError(400, BAD_REQUEST, "publish_batch takes either a msg_id column or msg_id_prefix, not both")
+            raise BadRequestError(
+                400, BAD_REQUEST, "publish_batch takes either a msg_id column or msg_id_prefix, not both"
+            )
     integer(msg_id_start, "msg_id_start", 0, INT64_MAX)
 
     subject = data.column("subject")
@@ -56,7 +58,13 @@ def batch_table(data: Any, msg_id_prefix: Any = None, msg_id_start: Any = 0):
         subject = subject.cast(pa.string())
     payloads = data.column("data")
     t = payloads.type
-    if not (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) or _is_text_type(t) or pa.types.is_null(t)):
+    if not (
+        pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_fixed_size_binary(t)
+        or _is_text_type(t)
+        or pa.types.is_null(t)
+    ):
         raise TypeError(f"data column 'data' must be of type binary (or string), not {t}")
     if not pa.types.is_binary(t):
         payloads = pc.cast(payloads, pa.binary())
@@ -85,7 +93,9 @@ def _check_headers_type(t) -> None:
         v = t.item_type
         ok = _is_text_type(v) or ((pa.types.is_list(v) or pa.types.is_large_list(v)) and _is_text_type(v.value_type))
     if not ok:
-        raise TypeError(f"data column 'headers' must be of type map<string, string> or map<string, list<string>>, not {t}")
+        raise TypeError(
+            f"data column 'headers' must be of type map<string, string> or map<string, list<string>>, not {t}"
+        )
 
 
 def batch_subjects(subjects, patterns: list[str], stream: str):
@@ -107,7 +117,9 @@ def batch_subjects(subjects, patterns: list[str], stream: str):
         else:
             continue
         row = int(np.flatnonzero(idx == k)[0])
-        raise BadRequestError(400, BAD_REQUEST, f"row {row} of the batch: subject {show(u)} {why}; nothing from the batch was stored")
+        raise BadRequestError(
+            400, BAD_REQUEST, f"row {row} of the batch: subject {show(u)} {why}; nothing from the batch was stored"
+        )
     return uniq, idx
 
 

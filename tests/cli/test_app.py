@@ -107,7 +107,9 @@ def test_every_command_has_help_with_an_example_and_is_in_the_cli_guide(cli, pat
     for param in command.params:
         if isinstance(param, click.Option):
             assert param.help, f"jetspark {' '.join(path)} {param.opts[0]} has no help"
-    assert f"jetspark {' '.join(path)}".strip() in GUIDE, f"docs/guides/cli.md does not mention jetspark {' '.join(path)}"
+    assert f"jetspark {' '.join(path)}".strip() in GUIDE, (
+        f"docs/guides/cli.md does not mention jetspark {' '.join(path)}"
+    )
 
 
 @pytest.mark.parametrize("path", READ_COMMANDS, ids=" ".join)
@@ -132,7 +134,9 @@ def test_importing_the_cli_is_light():
 def test_console_script_and_module():
     (ep,) = [e for e in metadata.entry_points(group="console_scripts") if e.name == "jetspark"]
     assert ep.value == "jetspark.cli:main"
-    out = subprocess.run([sys.executable, "-m", "jetspark.cli", "--version"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "jetspark.cli", "--version"], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == f"jetspark, version {jetspark.__version__}"
 
 
@@ -158,7 +162,9 @@ def test_store_comes_from_flag_then_env_then_default(cli, tmp_path, monkeypatch)
 
 def test_a_missing_store_is_not_created(cli):
     r = cli("stream", "ls", code=1)
-    assert r.stderr.strip() == (f"Error: no jetspark store at {cli.store} (choose one with --store or JETSPARK_STORE; `jetspark stream add` creates it)")
+    assert r.stderr.strip() == (
+        f"Error: no jetspark store at {cli.store} (choose one with --store or JETSPARK_STORE; `jetspark stream add` creates it)"
+    )
     cli("pub", "x", "y", code=1)
     assert not cli.store.exists()
 
@@ -220,7 +226,10 @@ def test_an_ordinary_close_of_a_server_connection_logs_nothing_at_info(cli, nats
 def test_trace_prints_each_call_and_its_answer(cli, nats_server):
     cli("stream", "add", "S", "--subjects", "s.>")
     r = cli("--trace", "pub", "s.a", "hi")
-    assert r.stderr.splitlines() == [">>> publish('s.a', b'hi')", "<<< PubAck(stream='S', seq=1, domain=None, duplicate=None)"]
+    assert r.stderr.splitlines() == [
+        ">>> publish('s.a', b'hi')",
+        "<<< PubAck(stream='S', seq=1, domain=None, duplicate=None)",
+    ]
     assert "Published 2 bytes to s.a" in r.stdout  # the output itself is unchanged
     r = cli("--trace", "stream", "info", "NOPE", code=1)
     assert ">>> stream_info('NOPE')\n<<< StreamNotFoundError: stream not found (err_code 10059)" in r.stderr
@@ -326,5 +335,10 @@ def test_bench_script_location():
 def test_an_api_error_without_an_err_code_shows_its_status():
     from jetspark.cli.state import describe_error
 
-    assert describe_error(jetspark.errors.APIError(409, 0, "Consumer is push based")) == "Consumer is push based (status 409)"
-    assert describe_error(jetspark.errors.APIError(404, 10059, "stream not found")) == "stream not found (err_code 10059)"
+    assert (
+        describe_error(jetspark.errors.APIError(409, 0, "Consumer is push based"))
+        == "Consumer is push based (status 409)"
+    )
+    assert (
+        describe_error(jetspark.errors.APIError(404, 10059, "stream not found")) == "stream not found (err_code 10059)"
+    )

@@ -77,7 +77,9 @@ def test_the_page_has_examples_for_every_command():
         if path in {("bench",), ("demo",)}:  # long-running: shown, but in ```text blocks
             assert f"jetspark {' '.join(path)}" in text
             continue
-        assert f"jetspark {' '.join(path)}" in commands, f"docs/guides/cli.md has no example of jetspark {' '.join(path)}"
+        assert f"jetspark {' '.join(path)}" in commands, (
+            f"docs/guides/cli.md has no example of jetspark {' '.join(path)}"
+        )
 
 
 def test_the_page_runs_as_written(tmp_path, monkeypatch):
@@ -93,7 +95,9 @@ def test_the_page_runs_as_written(tmp_path, monkeypatch):
     assert len(cases) > 30
     for command, expected in cases:
         got = run(command, env)
-        assert matches(expected, got), f"$ {command}\n--- the page says:\n" + "\n".join(expected) + "\n--- it printed:\n" + "\n".join(got)
+        assert matches(expected, got), (
+            f"$ {command}\n--- the page says:\n" + "\n".join(expected) + "\n--- it printed:\n" + "\n".join(got)
+        )
 
 
 @pytest.mark.parametrize(

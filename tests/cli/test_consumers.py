@@ -37,8 +37,18 @@ def test_add_info_ls(orders):
     info = orders.json("consumer", "info", "ORDERS", "NEW")
     c = info["config"]
     assert (info["name"], info["stream_name"], info["num_pending"]) == ("NEW", "ORDERS", 3)
-    assert (c["durable_name"], c["filter_subject"], c["ack_policy"], c["deliver_policy"]) == ("NEW", "orders.new", "explicit", "all")
-    assert (c["max_deliver"], c["max_ack_pending"], c["backoff"], c["metadata"]) == (5, 100, [1.0, 5.0], {"owner": "me"})
+    assert (c["durable_name"], c["filter_subject"], c["ack_policy"], c["deliver_policy"]) == (
+        "NEW",
+        "orders.new",
+        "explicit",
+        "all",
+    )
+    assert (c["max_deliver"], c["max_ack_pending"], c["backoff"], c["metadata"]) == (
+        5,
+        100,
+        [1.0, 5.0],
+        {"owner": "me"},
+    )
     assert c["ack_wait"] == 1.0  # the server forces the first backoff step
     assert "Ack Wait: 1s" in orders("consumer", "info", "ORDERS", "NEW").stdout
 
@@ -46,7 +56,10 @@ def test_add_info_ls(orders):
     assert orders.json("consumer", "ls", "ORDERS", "--names") == ["ALL", "NEW"]
     assert orders("consumer", "ls", "ORDERS", "-n").stdout.split() == ["ALL", "NEW"]
     infos = orders.json("consumer", "ls", "ORDERS")
-    assert [(i["name"], i["config"]["ack_policy"], i["num_pending"]) for i in infos] == [("ALL", "none", 1), ("NEW", "explicit", 3)]
+    assert [(i["name"], i["config"]["ack_policy"], i["num_pending"]) for i in infos] == [
+        ("ALL", "none", 1),
+        ("NEW", "explicit", 3),
+    ]
     text = orders("consumer", "ls", "ORDERS").stdout
     assert "Consumers of ORDERS" in text
     assert any(line.split()[:1] == ["NEW"] for line in text.splitlines())
@@ -90,11 +103,18 @@ def test_add_errors(orders):
 
 def test_edit(orders):
     orders("consumer", "add", "ORDERS", "C", "--filter", "orders.new")
-    info = orders.json("consumer", "edit", "ORDERS", "C", "--max-deliver", "7", "--description", "edited", "--filter", "orders.*")
+    info = orders.json(
+        "consumer", "edit", "ORDERS", "C", "--max-deliver", "7", "--description", "edited", "--filter", "orders.*"
+    )
     assert info["name"] == "C"
     # A fresh handle sees what the edit stored.
     c = orders.json("consumer", "info", "ORDERS", "C")["config"]
-    assert (c["max_deliver"], c["description"], c["filter_subject"], c["ack_policy"]) == (7, "edited", "orders.*", "explicit")
+    assert (c["max_deliver"], c["description"], c["filter_subject"], c["ack_policy"]) == (
+        7,
+        "edited",
+        "orders.*",
+        "explicit",
+    )
     r = orders("consumer", "edit", "ORDERS", "NOPE", "--max-deliver", "3", code=1)
     assert r.stderr.strip() == "Error: consumer 'NOPE' not found on stream 'ORDERS' (err_code 10014); consumers: C"
 
@@ -103,7 +123,11 @@ def test_edit_prints_the_new_config(orders):
     orders("consumer", "add", "ORDERS", "C")
     r = orders("consumer", "edit", "ORDERS", "C", "--max-deliver", "7", "--wait", "1m30s")
     # The changes in consumer info's words and units.
-    assert r.stdout.split("\n\n")[0].splitlines() == ["Consumer ORDERS > C updated:", "  Ack Wait: 30s -> 1m30s", "  Maximum Deliveries: unlimited -> 7"]
+    assert r.stdout.split("\n\n")[0].splitlines() == [
+        "Consumer ORDERS > C updated:",
+        "  Ack Wait: 30s -> 1m30s",
+        "  Maximum Deliveries: unlimited -> 7",
+    ]
 
 
 def test_next_acks(orders):
@@ -113,7 +137,10 @@ def test_next_acks(orders):
     assert "stream seq 1, consumer seq 1, delivered 1x, 2 pending" in r.stdout
     assert '{"id": 1}' in r.stdout and "Acknowledged message" in r.stdout
     msgs = orders.json_lines("consumer", "next", "ORDERS", "NEW", "--count", "2")
-    assert [(m["seq"], m["consumer_seq"], m["delivered"], m["pending"], m["action"]) for m in msgs] == [(2, 2, 1, 1, "ack"), (3, 3, 1, 0, "ack")]
+    assert [(m["seq"], m["consumer_seq"], m["delivered"], m["pending"], m["action"]) for m in msgs] == [
+        (2, 2, 1, 1, "ack"),
+        (3, 3, 1, 0, "ack"),
+    ]
     assert msgs[0]["data"] == '{"id": 2}' and msgs[0]["headers"] == {"Nats-Msg-Id": "order-2"}
     info = orders.json("consumer", "info", "ORDERS", "NEW")
     assert (info["ack_floor"]["stream_seq"], info["num_ack_pending"], info["num_pending"]) == (3, 0, 0)
@@ -225,13 +252,36 @@ def test_a_consumer_needs_a_name_unless_ephemeral(orders):
 
 def test_push_consumer(orders):
     # (nats-py binds a queue subscription to the consumer named as its queue group.)
-    r = orders("consumer", "add", "ORDERS", "workers", "--target", "monitor.orders", "--deliver-group", "workers", "--heartbeat", "5s", "--flow-control")
+    r = orders(
+        "consumer",
+        "add",
+        "ORDERS",
+        "workers",
+        "--target",
+        "monitor.orders",
+        "--deliver-group",
+        "workers",
+        "--heartbeat",
+        "5s",
+        "--flow-control",
+    )
     text = r.stdout
-    for line in ("Delivery Subject: monitor.orders", "Deliver Queue Group: workers", "Idle Heartbeat: 5s", "Flow Control: true", "Active Interest: false"):
+    for line in (
+        "Delivery Subject: monitor.orders",
+        "Deliver Queue Group: workers",
+        "Idle Heartbeat: 5s",
+        "Flow Control: true",
+        "Active Interest: false",
+    ):
         assert line in text
     assert "Pull Mode" not in text and "Waiting Pulls" not in text
     c = orders.json("consumer", "info", "ORDERS", "workers")["config"]
-    assert (c["deliver_subject"], c["deliver_group"], c["idle_heartbeat"], c["flow_control"]) == ("monitor.orders", "workers", 5.0, True)
+    assert (c["deliver_subject"], c["deliver_group"], c["idle_heartbeat"], c["flow_control"]) == (
+        "monitor.orders",
+        "workers",
+        5.0,
+        True,
+    )
     # A push subscription on the API receives what the consumer delivers.
     with jetspark.connect(orders.store) as js:
         sub = js.subscribe("orders.>", durable="workers", stream="ORDERS", queue="workers", manual_ack=True)
@@ -288,7 +338,14 @@ def test_report(orders):
     assert [r["consumer"] for r in rows] == ["A_PUSH", "B_PULL"]
     push, pull = rows
     assert (push["mode"], push["ack_policy"], push["unprocessed"], push["ack_pending"]) == ("push", "none", 5, 0)
-    assert (pull["mode"], pull["ack_policy"], pull["ack_wait"], pull["ack_pending"], pull["unprocessed"], pull["ack_floor"]) == (
+    assert (
+        pull["mode"],
+        pull["ack_policy"],
+        pull["ack_wait"],
+        pull["ack_pending"],
+        pull["unprocessed"],
+        pull["ack_floor"],
+    ) == (
         "pull",
         "explicit",
         30.0,
@@ -297,11 +354,27 @@ def test_report(orders):
         0,
     )
     assert pull["durable"] is True and pull["cluster"] is None
-    assert [r["consumer"] for r in orders.json("consumer", "report", "ORDERS", "--sort", "ack-pending")] == ["B_PULL", "A_PUSH"]
+    assert [r["consumer"] for r in orders.json("consumer", "report", "ORDERS", "--sort", "ack-pending")] == [
+        "B_PULL",
+        "A_PUSH",
+    ]
     text = orders("consumer", "report", "ORDERS").stdout
     lines = text.splitlines()
     assert lines[0] == "Consumer report for ORDERS with 2 consumers"
-    assert lines[2].split() == ["Consumer", "Mode", "Ack", "Policy", "Ack", "Wait", "Ack", "Pending", "Redelivered", "Unprocessed", "Ack", "Floor"]
+    assert lines[2].split() == [
+        "Consumer",
+        "Mode",
+        "Ack",
+        "Policy",
+        "Ack",
+        "Wait",
+        "Ack",
+        "Pending",
+        "Redelivered",
+        "Unprocessed",
+        "Ack",
+        "Floor",
+    ]
     assert lines[4].split() == ["A_PUSH", "Push", "None", "-", "0", "0", "5", "0"]
     assert lines[5].split() == ["B_PULL", "Pull", "Explicit", "30s", "2", "0", "1", "0"]
     orders("stream", "add", "EMPTY", "--subjects", "empty")

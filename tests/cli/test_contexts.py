@@ -78,7 +78,10 @@ def test_which_store_a_command_uses(cli, tmp_path, monkeypatch):
     # A store context that holds no store yet: named, and stream add creates it.
     run(cli, "context", "add", "fresh", "--store", tmp_path / "fresh")
     r = run(cli, "--context", "fresh", "stream", "ls", code=1)
-    assert r.stderr.strip() == f"Error: no jetspark store at {tmp_path / 'fresh'} (context 'fresh'; `jetspark stream add` creates it)"
+    assert (
+        r.stderr.strip()
+        == f"Error: no jetspark store at {tmp_path / 'fresh'} (context 'fresh'; `jetspark stream add` creates it)"
+    )
     run(cli, "--context", "fresh", "stream", "add", "F")
     assert (tmp_path / "fresh" / "store.json").exists()
 
@@ -91,7 +94,9 @@ def test_ls_info_select_unselect(cli, tmp_path):
     run(cli, "context", "add", "b", "--store", tmp_path / "b", "--description", "second")
     run(cli, "context", "add", "a", "--server", "localhost", "--js-domain", "hub")
     r = run(cli, "context", "select", "a")
-    assert r.stdout.strip() == "Selected context a (nats://localhost:4222)"  # scheme and port filled in, as connect reads them
+    assert (
+        r.stdout.strip() == "Selected context a (nats://localhost:4222)"
+    )  # scheme and port filled in, as connect reads them
     assert run(cli, "context", "select").stdout.strip() == "a"
     lines = run(cli, "context", "list").stdout.splitlines()  # list is ls, as with nats
     assert [ln.split()[0] for ln in lines[-2:]] == ["a*", "b"]
@@ -135,12 +140,23 @@ def test_add_refuses_an_existing_name_unless_forced_and_needs_one_place(cli, tmp
 @pytest.mark.parametrize("name", ["a/b", "..", ".hidden", "a b", "", "x:y", "a\\b", "x" * 65, "ünï"])
 def test_invalid_names_are_refused_with_the_accepted_form(cli, tmp_path, name):
     rule = "use letters, digits, '_', '-' and '.' (not first), up to 64 characters"
-    for args in (("context", "add", name, "--store", tmp_path), ("context", "select", name), ("context", "info", name), ("context", "rm", name, "-f")):
+    for args in (
+        ("context", "add", name, "--store", tmp_path),
+        ("context", "select", name),
+        ("context", "info", name),
+        ("context", "rm", name, "-f"),
+    ):
         r = run(cli, *args, code=2)
         assert f"invalid context name {name!r}: {rule}" in r.stderr
-    assert f"Invalid value for --context: invalid context name {name!r}: {rule}" in run(cli, "--context", name, "stream", "ls", code=2).stderr
+    assert (
+        f"Invalid value for --context: invalid context name {name!r}: {rule}"
+        in run(cli, "--context", name, "stream", "ls", code=2).stderr
+    )
     if name:  # (an empty variable is no variable)
-        assert f"Invalid value for JETSPARK_CONTEXT: invalid context name {name!r}" in run(cli, "stream", "ls", code=2, env={"JETSPARK_CONTEXT": name}).stderr
+        assert (
+            f"Invalid value for JETSPARK_CONTEXT: invalid context name {name!r}"
+            in run(cli, "stream", "ls", code=2, env={"JETSPARK_CONTEXT": name}).stderr
+        )
     assert not cli.config.exists()  # nothing written
 
 
@@ -149,7 +165,12 @@ def test_an_unknown_name_is_named_with_the_known_ones(cli, tmp_path):
     assert r.stderr.strip() == "Error: unknown context 'prod'; contexts: none (`jetspark context add` makes one)"
     run(cli, "context", "add", "dev", "--store", tmp_path / "dev")
     run(cli, "context", "add", "test", "--store", tmp_path / "test")
-    for args in (("--context", "prod", "stream", "ls"), ("context", "info", "prod"), ("context", "select", "prod"), ("context", "rm", "prod", "-f")):
+    for args in (
+        ("--context", "prod", "stream", "ls"),
+        ("context", "info", "prod"),
+        ("context", "select", "prod"),
+        ("context", "rm", "prod", "-f"),
+    ):
         assert run(cli, *args, code=1).stderr.strip() == "Error: unknown context 'prod'; contexts: dev, test"
     assert run(cli, "context", "select").stdout.strip() == "No context selected"
 
@@ -266,7 +287,20 @@ def test_a_server_context_s_credentials_reach_the_server_and_are_never_printed(c
         return r
 
     # The password asked for, not echoed (nor on the command line).
-    r = go("context", "add", "prod", "--server", url, "--user", "app", "--password", "-", "--description", "the cluster", input=SECRET + "\n")
+    r = go(
+        "context",
+        "add",
+        "prod",
+        "--server",
+        url,
+        "--user",
+        "app",
+        "--password",
+        "-",
+        "--description",
+        "the cluster",
+        input=SECRET + "\n",
+    )
     assert "Password: ********" in r.stdout
     go("--context", "prod", "stream", "add", "CTX_S", "--subjects", "ctx.>")
     go("--context", "prod", "pub", "ctx.a", "hello")
@@ -304,5 +338,10 @@ def test_a_server_context_s_credentials_reach_the_server_and_are_never_printed(c
     for name in ("prod", "tok", "inurl"):
         path = context_file(cli, name)
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert json.loads(context_file(cli, "prod").read_text()) == {"description": "the cluster", "server": url, "user": "app", "password": SECRET}
+    assert json.loads(context_file(cli, "prod").read_text()) == {
+        "description": "the cluster",
+        "server": url,
+        "user": "app",
+        "password": SECRET,
+    }
     assert stat.S_IMODE((cli.config / "context").stat().st_mode) == 0o700

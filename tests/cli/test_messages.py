@@ -26,14 +26,29 @@ def test_pub_one(orders):
 
 def test_pub_count_templates_headers_and_id(cli):
     cli("stream", "add", "T", "--subjects", "t.>")
-    r = cli("pub", "t.{{Count}}", '{"n": {{Count}}}', "--count", "3", "-H", "Source:cli", "-H", "Seq:{{Count}}", "--id", "m-{{Count}}")
+    r = cli(
+        "pub",
+        "t.{{Count}}",
+        '{"n": {{Count}}}',
+        "--count",
+        "3",
+        "-H",
+        "Source:cli",
+        "-H",
+        "Seq:{{Count}}",
+        "--id",
+        "m-{{Count}}",
+    )
     assert r.stdout.splitlines()[0].startswith("Published 3 messages (")
     assert "stream T: 3 acks, seq 1..3" in r.stdout
     r = cli("pub", "t.one", "x", "--count", "1")
     assert r.stdout == "Published 1 byte to t.one: stream T seq 4\n"
     cli("pub", "t.x", "x", "--id", "n-1")
     r = cli("pub", "t.x", "x", "--count", "2", "--id", "n-{{Count}}")  # n-1 a duplicate, n-2 new
-    assert "stream T: 2 acks, seq 5..6" in r.stdout and "  1 duplicate (same Nats-Msg-Id within the duplicate window) was not stored again" in r.stdout
+    assert (
+        "stream T: 2 acks, seq 5..6" in r.stdout
+        and "  1 duplicate (same Nats-Msg-Id within the duplicate window) was not stored again" in r.stdout
+    )
     js = jetspark.connect(cli.store)
     m = js.get_msg("T", seq=2)
     assert (m.subject, m.data, m.headers) == ("t.2", b'{"n": 2}', {"Source": "cli", "Seq": "2", "Nats-Msg-Id": "m-2"})
@@ -95,7 +110,13 @@ def test_sub_reads_a_subject(orders):
     assert orders("sub", "orders.new", "--no-follow", "--raw").stdout == '{"id": 1}\n{"id": 2}\n{"id": 3}\n'
     msgs = orders.json_lines("sub", "orders.>", "--no-follow")
     assert [m["seq"] for m in msgs] == [1, 2, 3, 4, 5]
-    assert msgs[3] == {**msgs[3], "subject": "orders.eu.new", "headers": {"Region": "eu"}, "data": "eu", "stream": "ORDERS"}
+    assert msgs[3] == {
+        **msgs[3],
+        "subject": "orders.eu.new",
+        "headers": {"Region": "eu"},
+        "data": "eu",
+        "stream": "ORDERS",
+    }
     assert [m["seq"] for m in orders.json_lines("sub", "orders.*.new", "--no-follow")] == [4]
     text = orders("sub", "orders.shipped", "--no-follow").stdout
     assert text.startswith("[ORDERS #5] orders.shipped @ ") and "shipped" in text

@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jetspark.cli.parse import format_duration, format_size, parse_deliver, parse_duration, parse_header, parse_size, split_list
+from jetspark.cli.parse import (
+    format_duration,
+    format_size,
+    parse_deliver,
+    parse_duration,
+    parse_header,
+    parse_size,
+    split_list,
+)
 from jetspark.cli.templates import Template, TemplateError
 
 
@@ -54,7 +62,9 @@ def test_format_duration_reads_back(ms):
     assert parse_duration(format_duration(ms / 1000)) == pytest.approx(ms / 1000)
 
 
-@pytest.mark.parametrize("seconds, text", [(0, "0s"), (0.5, "500ms"), (5400, "1h30m"), (86400 * 2 + 1, "2d1s"), (120.0, "2m")])
+@pytest.mark.parametrize(
+    "seconds, text", [(0, "0s"), (0.5, "500ms"), (5400, "1h30m"), (86400 * 2 + 1, "2d1s"), (120.0, "2m")]
+)
 def test_format_duration(seconds, text):
     assert format_duration(seconds) == text
 
@@ -89,7 +99,17 @@ def test_parse_size_rejects(text):
         parse_size(text)
 
 
-@pytest.mark.parametrize("n, text", [(-1, "unlimited"), (0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (10 * 2**20, "10.0 MiB"), (3 * 2**30 // 2, "1.5 GiB")])
+@pytest.mark.parametrize(
+    "n, text",
+    [
+        (-1, "unlimited"),
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1.0 KiB"),
+        (10 * 2**20, "10.0 MiB"),
+        (3 * 2**30 // 2, "1.5 GiB"),
+    ],
+)
 def test_format_size(n, text):
     assert format_size(n) == text
 

@@ -36,7 +36,10 @@ def test_completion_prints_the_script(cli, shell, marker):
     assert marker in r.stdout and "_JETSPARK_COMPLETE" in r.stdout
     # The same script click's own mechanism prints: _JETSPARK_COMPLETE=<shell>_source jetspark.
     env = {**os.environ, "_JETSPARK_COMPLETE": f"{shell}_source"}
-    assert r.stdout == subprocess.run([BIN / "jetspark"], capture_output=True, text=True, env=env, timeout=120, check=True).stdout
+    assert (
+        r.stdout
+        == subprocess.run([BIN / "jetspark"], capture_output=True, text=True, env=env, timeout=120, check=True).stdout
+    )
 
 
 def test_completion_refuses_an_unknown_shell(cli):
@@ -58,7 +61,14 @@ _jetspark_completion jetspark
 printf '%s\\n' "${{COMPREPLY[@]}}"
 """
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    out = subprocess.run(["bash", "--norc", "--noprofile", "-c", program], capture_output=True, text=True, env=env, timeout=120, check=True)
+    out = subprocess.run(
+        ["bash", "--norc", "--noprofile", "-c", program],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
+    )
     return [line for line in out.stdout.splitlines() if line]
 
 
@@ -100,7 +110,9 @@ def test_man_renders_without_roff_warnings(cli, tmp_path):
     r = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z", str(page)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stderr == "", r.stderr
     if shutil.which("man") is not None:
-        text = subprocess.run(["man", "-l", str(page)], capture_output=True, text=True, timeout=120, env={**os.environ, "MANWIDTH": "100"}).stdout
+        text = subprocess.run(
+            ["man", "-l", str(page)], capture_output=True, text=True, timeout=120, env={**os.environ, "MANWIDTH": "100"}
+        ).stdout
         # Help text that starts with a quote or a dot stays text, and examples keep their lines.
         assert "jetspark stream add ORDERS --subjects 'orders.>' --max-age 1d" in text
         assert "   jetspark stream subjects\n" in text.replace("\x08", "")

@@ -10,17 +10,36 @@ import jetspark
 def test_subjects(orders):
     orders("pub", "orders.new", "x")
     assert orders.json("stream", "subjects", "ORDERS") == {"orders.new": 4, "orders.eu.new": 1, "orders.shipped": 1}
-    assert list(orders.json("stream", "subjects", "ORDERS", "--sort", "name")) == ["orders.eu.new", "orders.new", "orders.shipped"]
-    assert list(orders.json("stream", "subjects", "ORDERS", "--sort", "name", "-R")) == ["orders.shipped", "orders.new", "orders.eu.new"]
+    assert list(orders.json("stream", "subjects", "ORDERS", "--sort", "name")) == [
+        "orders.eu.new",
+        "orders.new",
+        "orders.shipped",
+    ]
+    assert list(orders.json("stream", "subjects", "ORDERS", "--sort", "name", "-R")) == [
+        "orders.shipped",
+        "orders.new",
+        "orders.eu.new",
+    ]
     assert orders.json("stream", "subjects", "ORDERS", "orders.*.new") == {"orders.eu.new": 1}
-    assert orders("stream", "subjects", "ORDERS", "--names").stdout.splitlines() == ["orders.new", "orders.eu.new", "orders.shipped"]
+    assert orders("stream", "subjects", "ORDERS", "--names").stdout.splitlines() == [
+        "orders.new",
+        "orders.eu.new",
+        "orders.shipped",
+    ]
     text = orders("stream", "subjects", "ORDERS").stdout.splitlines()
     assert text[0] == "3 subjects in stream ORDERS"
-    assert [line.split() for line in text[2:3] + text[4:]] == [["Subject", "Messages"], ["orders.new", "4"], ["orders.eu.new", "1"], ["orders.shipped", "1"]]
+    assert [line.split() for line in text[2:3] + text[4:]] == [
+        ["Subject", "Messages"],
+        ["orders.new", "4"],
+        ["orders.eu.new", "1"],
+        ["orders.shipped", "1"],
+    ]
 
 
 def test_subjects_off_the_happy_path(orders):
-    assert orders("stream", "subjects", "ORDERS", "nothing.>").stdout == "No subjects in stream ORDERS match nothing.>\n"
+    assert (
+        orders("stream", "subjects", "ORDERS", "nothing.>").stdout == "No subjects in stream ORDERS match nothing.>\n"
+    )
     assert orders.json("stream", "subjects", "ORDERS", "nothing.>") == {}
     r = orders("stream", "subjects", "ORDERS", "a..b", code=2)
     assert "'a..b' is not a subject" in r.stderr
@@ -78,10 +97,20 @@ def test_seal(orders):
     r = orders("stream", "seal", "ORDERS", "-f")
     assert r.stdout.startswith("Stream ORDERS sealed\n") and "Sealed: true" in r.stdout
     # Sealed: no publish, delete, purge or unseal; reading still works.
-    assert orders("pub", "orders.new", "late", code=1).stderr == "Error: invalid operation on sealed stream (err_code 10109)\n"
+    assert (
+        orders("pub", "orders.new", "late", code=1).stderr
+        == "Error: invalid operation on sealed stream (err_code 10109)\n"
+    )
     assert "sealed" in orders("stream", "purge", "ORDERS", "-f", code=1).stderr
-    assert orders("stream", "rmm", "ORDERS", "1", "-f", code=1).stderr.startswith("Error: cannot delete message 1 from stream ORDERS")
-    assert "unseal" in orders("stream", "edit", "ORDERS", "--config", _write(orders, {"name": "ORDERS", "subjects": ["orders.>"]}), code=1).stderr
+    assert orders("stream", "rmm", "ORDERS", "1", "-f", code=1).stderr.startswith(
+        "Error: cannot delete message 1 from stream ORDERS"
+    )
+    assert (
+        "unseal"
+        in orders(
+            "stream", "edit", "ORDERS", "--config", _write(orders, {"name": "ORDERS", "subjects": ["orders.>"]}), code=1
+        ).stderr
+    )
     assert orders.json("stream", "info", "ORDERS")["state"]["messages"] == 5
     assert orders("stream", "get", "ORDERS", "1", "--raw").stdout == '{"id": 1}'
     assert orders.json("stream", "seal", "ORDERS", "-f")["config"]["sealed"] is True  # again: nothing changes
@@ -99,20 +128,36 @@ def test_copy(orders):
     orders("stream", "edit", "ORDERS", "--max-age", "7d", "--description", "all orders", "--max-msgs-per-subject", "3")
     info = orders.json("stream", "copy", "ORDERS", "ARCHIVE", "--subjects", "archive.>", "--max-age", "30d")
     c = info["config"]
-    assert (c["name"], c["subjects"], c["max_age"], c["description"], c["max_msgs_per_subject"]) == ("ARCHIVE", ["archive.>"], 30 * 86400.0, "all orders", 3)
+    assert (c["name"], c["subjects"], c["max_age"], c["description"], c["max_msgs_per_subject"]) == (
+        "ARCHIVE",
+        ["archive.>"],
+        30 * 86400.0,
+        "all orders",
+        3,
+    )
     assert info["state"]["messages"] == 0  # the configuration, not the messages
     r = orders("stream", "copy", "ORDERS", "COPY2", "--subjects", "copy2.>")
-    assert r.stdout.startswith("Stream COPY2 added, a copy of ORDERS's configuration\n") and "Maximum Age: 7d" in r.stdout
+    assert (
+        r.stdout.startswith("Stream COPY2 added, a copy of ORDERS's configuration\n") and "Maximum Age: 7d" in r.stdout
+    )
 
 
 def test_copy_off_the_happy_path(orders):
     r = orders("stream", "copy", "ORDERS", "OTHER", code=2)
     assert "the copy would capture SOURCE's subjects (orders.>); give it its own with --subjects" in r.stderr
-    assert "SOURCE and DESTINATION are the same stream" in orders("stream", "copy", "ORDERS", "ORDERS", "--subjects", "x", code=2).stderr
+    assert (
+        "SOURCE and DESTINATION are the same stream"
+        in orders("stream", "copy", "ORDERS", "ORDERS", "--subjects", "x", code=2).stderr
+    )
     r = orders("stream", "copy", "ORDERS", "OTHER", "--subjects", "orders.new", code=1)
     assert "(err_code 10065)" in r.stderr  # overlapping subjects, the server's refusal
-    assert orders("stream", "copy", "NOPE", "OTHER", "--subjects", "x", code=1).stderr.startswith("Error: stream 'NOPE' not found")
-    assert "--config: stream copy takes SOURCE's configuration" in orders("stream", "copy", "ORDERS", "O", "--config", _write(orders, {}), code=2).stderr
+    assert orders("stream", "copy", "NOPE", "OTHER", "--subjects", "x", code=1).stderr.startswith(
+        "Error: stream 'NOPE' not found"
+    )
+    assert (
+        "--config: stream copy takes SOURCE's configuration"
+        in orders("stream", "copy", "ORDERS", "O", "--config", _write(orders, {}), code=2).stderr
+    )
     assert orders.json("stream", "ls", "--names") == ["ORDERS"]  # nothing was added
 
 

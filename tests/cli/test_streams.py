@@ -39,7 +39,12 @@ def test_add_creates_the_store_and_prints_the_stream(cli):
     assert (cli.store / "store.json").exists()
     c = jetspark.connect(cli.store).stream_info("ORDERS").config
     assert (c.subjects, c.max_age, c.max_bytes, c.duplicate_window) == (["orders.>"], 5400.0, 10 * 2**20, 300.0)
-    assert (c.max_msgs_per_subject, c.max_msg_size, c.metadata, c.description) == (10, 1024, {"team": "shop"}, "all orders")
+    assert (c.max_msgs_per_subject, c.max_msg_size, c.metadata, c.description) == (
+        10,
+        1024,
+        {"team": "shop"},
+        "all orders",
+    )
 
 
 def test_add_flags_map_to_the_config(cli):
@@ -70,7 +75,13 @@ def test_add_flags_map_to_the_config(cli):
     c = info["config"]
     assert c["subjects"] == ["q.a", "q.b", "q.c"]
     assert (c["storage"], c["retention"], c["discard"]) == ("memory", "workqueue", "new")
-    assert (c["max_msgs"], c["max_consumers"], c["deny_delete"], c["deny_purge"], c["allow_direct"]) == (100, 3, True, True, True)
+    assert (c["max_msgs"], c["max_consumers"], c["deny_delete"], c["deny_purge"], c["allow_direct"]) == (
+        100,
+        3,
+        True,
+        True,
+        True,
+    )
     assert info["state"]["first_seq"] == 50
     cli("stream", "rm", "Q", "-f")
 
@@ -88,7 +99,12 @@ def test_add_from_a_config_file(cli, tmp_path):
     doc = tmp_path / "a.json"
     doc.write_text(cli("stream", "info", "A", "--json").stdout)  # the whole info document works too
     info = cli.json("stream", "add", "B", "--config", doc, "--subjects", "b.>")
-    assert (info["config"]["name"], info["config"]["subjects"], info["config"]["max_age"], info["config"]["max_msgs"]) == ("B", ["b.>"], 86400.0, 9)
+    assert (
+        info["config"]["name"],
+        info["config"]["subjects"],
+        info["config"]["max_age"],
+        info["config"]["max_msgs"],
+    ) == ("B", ["b.>"], 86400.0, 9)
     r = cli("stream", "add", "--subjects", "c.>", code=2)
     assert "NAME" in r.stderr
 
@@ -142,7 +158,20 @@ def test_report(orders):
     assert [r["stream"] for r in orders.json("stream", "report", "--sort", "consumers")] == ["ORDERS", "BIG"]
     text = orders("stream", "report").stdout
     header = next(line for line in text.splitlines() if line.startswith("Stream") and "Storage" in line)
-    assert header.split() == ["Stream", "Storage", "Retention", "Consumers", "Messages", "Bytes", "First", "Seq", "Last", "Seq", "Deleted", "Subjects"]
+    assert header.split() == [
+        "Stream",
+        "Storage",
+        "Retention",
+        "Consumers",
+        "Messages",
+        "Bytes",
+        "First",
+        "Seq",
+        "Last",
+        "Seq",
+        "Deleted",
+        "Subjects",
+    ]
     assert any(line.split()[:5] == ["ORDERS", "file", "limits", "1", "5"] for line in text.splitlines())
 
 
@@ -150,7 +179,9 @@ def test_edit_changes_only_the_given_flags(orders):
     r = orders("stream", "edit", "ORDERS", "--max-msgs", "4", "--description", "edited")
     assert "Stream ORDERS updated:" in r.stdout
     # The changes in stream info's words and units.
-    assert r.stdout.startswith("Stream ORDERS updated:\n  Description: - -> edited\n  Maximum Messages: unlimited -> 4\n\n")
+    assert r.stdout.startswith(
+        "Stream ORDERS updated:\n  Description: - -> edited\n  Maximum Messages: unlimited -> 4\n\n"
+    )
     assert "Messages: 4" in r.stdout  # the lower limit removed the oldest message
     assert "Duplicate Window: 2m" in r.stdout  # untouched fields keep their values
 
@@ -165,7 +196,9 @@ def test_edit_shows_durations_and_sizes_as_info_does(orders):
         "  Maximum Age: 7d -> 1d",
     ]
     assert "Maximum Age: 1d" in orders("stream", "info", "ORDERS").stdout
-    assert orders("stream", "edit", "ORDERS", "--max-age", "1d").stdout.startswith("Stream ORDERS updated (no changes)\n")
+    assert orders("stream", "edit", "ORDERS", "--max-age", "1d").stdout.startswith(
+        "Stream ORDERS updated (no changes)\n"
+    )
 
 
 def test_edit_json(orders):
@@ -189,7 +222,12 @@ def test_get(orders):
     assert "on subject orders.eu.new" in r.stdout
     assert "Region: eu" in r.stdout and "\neu\n" in r.stdout
     msg = orders.json("stream", "get", "ORDERS", "2")
-    assert (msg["seq"], msg["subject"], msg["data"], msg["headers"]) == (2, "orders.new", '{"id": 2}', {"Nats-Msg-Id": "order-2"})
+    assert (msg["seq"], msg["subject"], msg["data"], msg["headers"]) == (
+        2,
+        "orders.new",
+        '{"id": 2}',
+        {"Nats-Msg-Id": "order-2"},
+    )
     assert msg["time"].endswith("Z")
     assert orders("stream", "get", "ORDERS", "--last-for", "orders.new", "--raw").stdout_bytes == b'{"id": 3}'
     assert orders.json("stream", "get", "ORDERS", "-S", "orders.*.new")["seq"] == 4
@@ -241,7 +279,9 @@ def run_in_terminal(store, args, answers) -> str:
 
     main, tty = pty.openpty()
     env = {**os.environ, "JETSPARK_STORE": str(store), "COLUMNS": "200"}
-    proc = subprocess.Popen([sys.executable, "-m", "jetspark.cli", *args], stdin=tty, stdout=tty, stderr=tty, env=env, close_fds=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jetspark.cli", *args], stdin=tty, stdout=tty, stderr=tty, env=env, close_fds=True
+    )
     os.close(tty)
     seen, pending = b"", list(answers)
     while True:
@@ -272,12 +312,20 @@ def test_get_binary_body_in_json(orders):
 
 def test_get_errors(orders):
     r = orders("stream", "get", "ORDERS", "99", code=1)
-    assert r.stderr.strip() == "Error: no message 99 in stream ORDERS (sequences 1..5): no message found (err_code 10037)"
+    assert (
+        r.stderr.strip() == "Error: no message 99 in stream ORDERS (sequences 1..5): no message found (err_code 10037)"
+    )
     r = orders("stream", "get", "ORDERS", "--last-for", "nothing.here", code=1)
-    assert r.stderr.strip() == "Error: no message on nothing.here in stream ORDERS (sequences 1..5): no message found (err_code 10037)"
+    assert (
+        r.stderr.strip()
+        == "Error: no message on nothing.here in stream ORDERS (sequences 1..5): no message found (err_code 10037)"
+    )
     assert "one of the two" in orders("stream", "get", "ORDERS", code=2).stderr
     assert "one of the two" in orders("stream", "get", "ORDERS", "1", "--last-for", "x", code=2).stderr
-    assert orders("stream", "get", "NOPE", "1", code=1).stderr.strip() == "Error: stream 'NOPE' not found (err_code 10059); streams: ORDERS"
+    assert (
+        orders("stream", "get", "NOPE", "1", code=1).stderr.strip()
+        == "Error: stream 'NOPE' not found (err_code 10059); streams: ORDERS"
+    )
 
 
 @pytest.mark.parametrize(
@@ -303,7 +351,12 @@ def test_purge_text_confirmation_and_errors(orders):
     assert "Aborted" in r.stderr
     r = orders("stream", "purge", "ORDERS", "--subject", "orders.shipped", input="y\n")
     assert "Purged 1 message from ORDERS: 4 left" in r.stdout
-    assert orders("stream", "purge", "ORDERS", "--seq", "2", "--keep", "1", "-f", code=2).stderr.count("cannot be combined") == 1
+    assert (
+        orders("stream", "purge", "ORDERS", "--seq", "2", "--keep", "1", "-f", code=2).stderr.count(
+            "cannot be combined"
+        )
+        == 1
+    )
     orders("stream", "add", "LOCKED", "--subjects", "locked.>", "--deny-purge")
     r = orders("stream", "purge", "LOCKED", "-f", code=1)
     assert r.stderr.strip() == "Error: stream purge not permitted (err_code 10110)"
@@ -322,15 +375,24 @@ def test_rmm(orders):
     info = orders.json("stream", "info", "ORDERS")
     assert (info["state"]["messages"], info["state"]["num_deleted"]) == (4, 1)
     r = orders("stream", "rmm", "ORDERS", "2", "-f", code=1)
-    assert r.stderr.startswith("Error: cannot delete message 2 from stream ORDERS (sequences 1..5): ") and "(err_code " in r.stderr
+    assert (
+        r.stderr.startswith("Error: cannot delete message 2 from stream ORDERS (sequences 1..5): ")
+        and "(err_code " in r.stderr
+    )
     r = orders("stream", "rmm", "ORDERS", "99999", "-f", code=1)
-    assert r.stderr.strip() == "Error: cannot delete message 99999 from stream ORDERS (sequences 1..5): stream store EOF (err_code 10057)"
+    assert (
+        r.stderr.strip()
+        == "Error: cannot delete message 99999 from stream ORDERS (sequences 1..5): stream store EOF (err_code 10057)"
+    )
     orders("stream", "rmm", "ORDERS", "3", input="n\n", code=1)
     orders("stream", "rmm", "ORDERS", "3", input="y\n")
     orders("stream", "add", "NODEL", "--subjects", "nodel", "--deny-delete")
     orders("pub", "nodel", "x")
     r = orders("stream", "rmm", "NODEL", "1", "-f", code=1)
-    assert r.stderr.strip() == "Error: cannot delete message 1 from stream NODEL (sequences 1..1): message delete not permitted (err_code 10057)"
+    assert (
+        r.stderr.strip()
+        == "Error: cannot delete message 1 from stream NODEL (sequences 1..1): message delete not permitted (err_code 10057)"
+    )
     assert orders.json("stream", "info", "NODEL")["state"]["messages"] == 1
 
 
@@ -340,7 +402,10 @@ def test_rm(orders):
     assert orders.json("stream", "ls", "--names") == ["ORDERS"]
     orders("stream", "rm", "ORDERS", input="y\n")
     assert orders.json("stream", "ls", "--names") == []
-    assert orders("stream", "rm", "ORDERS", "-f", code=1).stderr.strip() == "Error: stream 'ORDERS' not found (err_code 10059); streams: none"
+    assert (
+        orders("stream", "rm", "ORDERS", "-f", code=1).stderr.strip()
+        == "Error: stream 'ORDERS' not found (err_code 10059); streams: none"
+    )
 
 
 def test_invalid_values_are_usage_errors(cli):
@@ -362,7 +427,12 @@ def test_config_errors_name_the_server_error(cli):
 
 
 def test_json_outputs_are_json(orders):
-    for args in (["stream", "info", "ORDERS"], ["stream", "ls"], ["stream", "report"], ["stream", "get", "ORDERS", "1"]):
+    for args in (
+        ["stream", "info", "ORDERS"],
+        ["stream", "ls"],
+        ["stream", "report"],
+        ["stream", "get", "ORDERS", "1"],
+    ):
         json.loads(orders(*args, "--json").stdout)
 
 
@@ -401,7 +471,10 @@ def test_view_pub_edit_and_rmm_on_a_nats_server(cli, server):
         r = cli("-s", url, "stream", "edit", "SRV_V", "--max-age", "1d")
         assert r.stdout.startswith("Stream SRV_V updated:\n  Maximum Age: 7d -> 1d\n\n")
         r = cli("-s", url, "stream", "rmm", "SRV_V", "99", "-f", code=1)
-        assert r.stderr.startswith("Error: cannot delete message 99 from stream SRV_V (sequences 1..3): ") and "(err_code " in r.stderr
+        assert (
+            r.stderr.startswith("Error: cannot delete message 99 from stream SRV_V (sequences 1..3): ")
+            and "(err_code " in r.stderr
+        )
         assert cli.json("-s", url, "stream", "info", "SRV_V")["state"]["messages"] == 3
     finally:
         with jetspark.connect(url) as js:

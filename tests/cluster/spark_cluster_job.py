@@ -107,7 +107,13 @@ def main(url: str, work: Path) -> dict:
             .start()
         )
         query.awaitTermination(300)
-        got = spark.read.format("jetstream").option("store", url).option("stream", "SPK_OUT").load().selectExpr("CAST(data AS STRING) AS data")
+        got = (
+            spark.read.format("jetstream")
+            .option("store", url)
+            .option("stream", "SPK_OUT")
+            .load()
+            .selectExpr("CAST(data AS STRING) AS data")
+        )
         want = spark.createDataFrame([(f"m{i:04d}",) for i in range(1000)], "data STRING")
         assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
         with jetspark.connect(url, timeout=15) as js:

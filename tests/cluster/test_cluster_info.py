@@ -20,10 +20,20 @@ def test_an_r3_stream_and_its_durable_name_their_leader_and_replicas(cluster, js
     assert sorted([info.leader] + [p.name for p in info.replicas]) == sorted(cluster.names)
     # A replica of a stream made a moment ago can report current=False until its raft
     # group has caught up (seen once in a CI run), so that waits.
-    settles(lambda: all(p.current and not p.offline and p.active is not None for p in js.stream_info("CL").cluster.replicas), True, timeout=10)
+    settles(
+        lambda: all(
+            p.current and not p.offline and p.active is not None for p in js.stream_info("CL").cluster.replicas
+        ),
+        True,
+        timeout=10,
+    )
     assert info.leader_since is not None
     seen = oracle.stream_info("CL").cluster
-    assert (seen.name, seen.leader, sorted(p.name for p in seen.replicas)) == (info.name, info.leader, sorted(p.name for p in info.replicas))
+    assert (seen.name, seen.leader, sorted(p.name for p in seen.replicas)) == (
+        info.name,
+        info.leader,
+        sorted(p.name for p in info.replicas),
+    )
 
     consumer = js.consumer_info("CL", "D").cluster
     assert consumer.name == cluster.name and consumer.leader in cluster.names

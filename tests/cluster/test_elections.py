@@ -54,7 +54,11 @@ def expected(lo: int, hi: int) -> list:
 
 
 def got(table_or_batches) -> list:
-    t = pa.Table.from_batches(list(table_or_batches)) if not isinstance(table_or_batches, pa.Table) else table_or_batches
+    t = (
+        pa.Table.from_batches(list(table_or_batches))
+        if not isinstance(table_or_batches, pa.Table)
+        else table_or_batches
+    )
     return [(r["seq"], r["subject"], r["data"]) for r in t.to_pylist()]
 
 
@@ -64,7 +68,9 @@ def test_every_verb_through_the_stream_leaders_election(cluster, stream):
     # loss of its own connection (a ServerConnectionError, a race with the kill's EOF).
     survivor = cluster.node_url(next(i for i in range(cluster.size) if i != leader))
     with jetspark.connect(cluster.url, **FAST) as js, jetspark.connect(survivor, timeout=1.0, retry_budget=0) as hasty:
-        assert js.stream_info(S).state.last_seq == 300 and hasty.stream_info(S).state.last_seq == 300  # connected before the kill
+        assert (
+            js.stream_info(S).state.last_seq == 300 and hasty.stream_info(S).state.last_seq == 300
+        )  # connected before the kill
         cluster.kill(leader)
         try:
             # Without a budget, a call that may have taken effect says so and is not repeated.
@@ -100,7 +106,9 @@ def test_reader_consumers_placed_on_a_dead_node_are_replaced(cluster, stream, ca
                     break
             else:
                 pytest.fail("no read met the dead node: the retry path was not exercised")
-            assert {q: m.data for q, m in stored(js, S).items()} == {q: b"d%d" % q for q in range(1, 301)}  # get_msg, retried too
+            assert {q: m.data for q, m in stored(js, S).items()} == {
+                q: b"d%d" % q for q in range(1, 301)
+            }  # get_msg, retried too
         finally:
             cluster.restart(victim)
 
@@ -111,8 +119,12 @@ def test_the_first_requests_to_a_cold_cluster(tmp_path):
     try:
         with jetspark.connect(cold.url, **FAST) as js:
             js.add_stream(name="COLD", subjects=["cold.>"], num_replicas=3)
-            assert js.publish_batch(rows(1, 20).set_column(0, "subject", pa.array(["cold.a"] * 20)), stream="COLD").seqs.to_pylist() == list(range(1, 21))
-            assert [r["data"] for r in pa.Table.from_batches(list(js.read_batches("COLD"))).to_pylist()] == [b"d%d" % q for q in range(1, 21)]
+            assert js.publish_batch(
+                rows(1, 20).set_column(0, "subject", pa.array(["cold.a"] * 20)), stream="COLD"
+            ).seqs.to_pylist() == list(range(1, 21))
+            assert [r["data"] for r in pa.Table.from_batches(list(js.read_batches("COLD"))).to_pylist()] == [
+                b"d%d" % q for q in range(1, 21)
+            ]
     finally:
         cold.stop()
 
@@ -145,7 +157,12 @@ def test_publish_batch_with_msg_ids_through_a_leader_kill(cluster, stream, caplo
         # The batch is under way once the leader holds rows past the fixture's 300.
         while not killed.is_set():
             jsz = cluster.monitor(leader, "/jsz?streams=true") or {}
-            held = [sd["state"]["last_seq"] for acc in jsz.get("account_details") or [] for sd in acc.get("stream_detail") or [] if sd["name"] == S]
+            held = [
+                sd["state"]["last_seq"]
+                for acc in jsz.get("account_details") or []
+                for sd in acc.get("stream_detail") or []
+                if sd["name"] == S
+            ]
             if held and held[0] > 300 + 1000:
                 cluster.kill(leader)
                 killed.set()
@@ -161,12 +178,16 @@ def test_publish_batch_with_msg_ids_through_a_leader_kill(cluster, stream, caplo
             finally:
                 killed.set()
                 killer.join()
-            assert any("publish_batch" in r.getMessage() and "retrying" in r.getMessage() for r in caplog.records), "the kill came too late"
+            assert any("publish_batch" in r.getMessage() and "retrying" in r.getMessage() for r in caplog.records), (
+                "the kill came too late"
+            )
             seqs = ack.seqs.to_pylist()
             assert len(set(seqs)) == n and min(seqs) > 300
             batch = got(js.read_batches(S, 301))  # from the two nodes left
         assert sorted(data for _, _, data in batch) == sorted(b"b%d" % q for q in range(n))  # each row once
-        assert {seq: data for seq, _, data in batch} == {seqs[q]: b"b%d" % q for q in range(n)}  # where the BatchAck says
+        assert {seq: data for seq, _, data in batch} == {
+            seqs[q]: b"b%d" % q for q in range(n)
+        }  # where the BatchAck says
     finally:
         restart_without_the_stream(cluster, leader)
 

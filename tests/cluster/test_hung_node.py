@@ -123,9 +123,13 @@ def test_work_goes_on_during_a_freeze_of_each_node_that_matters(cluster, stream)
                     # The freeze lasts its time whatever happens meanwhile: a fault, not a poll.
                     time.sleep(max(0.0, frozen_at + seconds - time.monotonic()))
                     thawed_at = time.monotonic()
-                assert worker.error is None, f"freezing the {role} ({cluster.names[node]}) stopped the work: {worker.error!r}"
+                assert worker.error is None, (
+                    f"freezing the {role} ({cluster.names[node]}) stopped the work: {worker.error!r}"
+                )
                 during = [e for e in worker.rounds_after(frozen_at, 0) if e[0] < thawed_at]
-                assert during, f"no round finished while the {role} ({cluster.names[node]}) was frozen for {seconds:g} s"
+                assert during, (
+                    f"no round finished while the {role} ({cluster.names[node]}) was frozen for {seconds:g} s"
+                )
                 if role == "connected node":
                     assert all(e[3] != node for e in during), "the client stayed on the frozen node"
                 cluster.wait_ready()
@@ -201,8 +205,16 @@ def test_the_ping_options_reach_nats_py_and_are_checked():
 
     kw = ConnectOptions.build("nats://127.0.0.1:4222").nats_kwargs()
     assert (kw["ping_interval"], kw["max_outstanding_pings"]) == (2.0, 2)
-    kw = ConnectOptions.from_strings("nats://127.0.0.1:4222", {"ping_interval": "10", "max-outstanding-pings": "5"}).nats_kwargs()
+    kw = ConnectOptions.from_strings(
+        "nats://127.0.0.1:4222", {"ping_interval": "10", "max-outstanding-pings": "5"}
+    ).nats_kwargs()
     assert (kw["ping_interval"], kw["max_outstanding_pings"]) == (10.0, 5)
-    for bad in ({"ping_interval": 0}, {"ping_interval": -1.0}, {"ping_interval": "2"}, {"max_outstanding_pings": 0}, {"max_outstanding_pings": 1.5}):
+    for bad in (
+        {"ping_interval": 0},
+        {"ping_interval": -1.0},
+        {"ping_interval": "2"},
+        {"max_outstanding_pings": 0},
+        {"max_outstanding_pings": 1.5},
+    ):
         with pytest.raises((TypeError, ValueError), match=next(iter(bad))):
             ConnectOptions.build("nats://127.0.0.1:4222", **bad)

@@ -50,7 +50,11 @@ def test_a_push_subscription_on_an_r3_stream(cluster, js):
     sub.drain()
     assert got.seen == [(q, 1) for q in range(1, 201)]  # in order, each once
     # Auto-acked after each callback, through the consumer's raft group.
-    settles(lambda: (js.consumer_info(S, "D").ack_floor.stream_seq, js.consumer_info(S, "D").num_ack_pending), (200, 0), WAIT)
+    settles(
+        lambda: (js.consumer_info(S, "D").ack_floor.stream_seq, js.consumer_info(S, "D").num_ack_pending),
+        (200, 0),
+        WAIT,
+    )
 
 
 def test_a_queue_group_with_members_on_different_nodes(cluster, js):
@@ -126,7 +130,11 @@ def test_backup_and_restore_of_an_r3_stream(cluster, js, tmp_path):
     js.delete_stream(S)
     restored = js.restore_stream(tmp_path / "bk")
     assert restored.config.num_replicas == 3
-    assert (restored.state.messages, restored.state.first_seq, restored.state.last_seq) == (before.state.messages, 1, 300)
+    assert (restored.state.messages, restored.state.first_seq, restored.state.last_seq) == (
+        before.state.messages,
+        1,
+        300,
+    )
     # restore_stream returns once the consumer is back with a leader (a cluster places it
     # after answering the restore).  A replicated consumer comes back at its ack floor: the
     # deliveries not acknowledged at the backup (8-11) are delivered again, none lost.

@@ -29,7 +29,12 @@ def test_executor_jvms_read_and_write_the_cluster(cluster, tmp_path):
         js.add_stream(name="SPK_IN", subjects=["spk.in.>"], num_replicas=3)
         js.add_stream(name="SPK_OUT", subjects=["spk.out.>"], num_replicas=3)
         js.add_consumer("SPK_IN", durable_name="spark", ack_policy=AckPolicy.EXPLICIT)
-        js.publish_batch(pa.table({"subject": [f"spk.in.{i % 3}" for i in range(1000)], "data": [b"m%04d" % i for i in range(1000)]}), stream="SPK_IN")
+        js.publish_batch(
+            pa.table(
+                {"subject": [f"spk.in.{i % 3}" for i in range(1000)], "data": [b"m%04d" % i for i in range(1000)]}
+            ),
+            stream="SPK_IN",
+        )
         try:
             env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
             done = subprocess.run(

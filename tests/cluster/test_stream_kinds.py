@@ -25,7 +25,11 @@ pytestmark = pytest.mark.cluster
 
 S = "R3"
 N = 60
-KINDS = [(r, s) for r in (RetentionPolicy.LIMITS, RetentionPolicy.INTEREST, RetentionPolicy.WORK_QUEUE) for s in (StorageType.FILE, StorageType.MEMORY)]
+KINDS = [
+    (r, s)
+    for r in (RetentionPolicy.LIMITS, RetentionPolicy.INTEREST, RetentionPolicy.WORK_QUEUE)
+    for s in (StorageType.FILE, StorageType.MEMORY)
+]
 
 
 @pytest.fixture(params=KINDS, ids=[f"{r.value}-{s.value}" for r, s in KINDS])
@@ -42,7 +46,9 @@ def make_stream(js, kind, n: int = N, headers: bool = True) -> None:
     js.add_consumer(S, durable_name="spark", ack_policy=AckPolicy.EXPLICIT)
     cols = {"subject": [f"k.{q % 3}" for q in range(n)], "data": [b"p%03d" % (q + 1) for q in range(n)]}
     if headers:
-        cols["headers"] = pa.array([[("H", [str(q + 1)])] if (q + 1) % 7 == 0 else None for q in range(n)], HEADERS_TYPE)
+        cols["headers"] = pa.array(
+            [[("H", [str(q + 1)])] if (q + 1) % 7 == 0 else None for q in range(n)], HEADERS_TYPE
+        )
     ack = js.publish_batch(pa.table(cols), stream=S)
     assert ack.seqs.to_pylist() == list(range(1, n + 1)) and not any(ack.duplicate.to_pylist())
 
@@ -78,7 +84,9 @@ def test_read_batches(js, oracle, kind):
             assert r["headers"] == [("H", [str(r["seq"])])]
     # A range and a filter.
     assert [r["seq"] for r in read(js, 10, 30, subjects=["k.1"])] == [q for q in range(10, 31) if (q - 1) % 3 == 1]
-    assert [r["seq"] for r in read(js, 55, None, subjects=["k.0", "k.2"])] == [q for q in range(55, N + 1) if (q - 1) % 3 != 1]
+    assert [r["seq"] for r in read(js, 55, None, subjects=["k.0", "k.2"])] == [
+        q for q in range(55, N + 1) if (q - 1) % 3 != 1
+    ]
     # The readers leave only the durable; nothing was consumed.
     assert [c.name for c in oracle.consumers_info(S)] == ["spark"]
     assert oracle.stream_info(S).state.messages == N
@@ -126,7 +134,9 @@ def test_durable_fetch_and_ack(js, oracle, kind):
         m.ack_sync()
     info = oracle.consumer_info(S, "spark")
     assert (info.ack_floor.stream_seq, info.num_ack_pending, info.num_pending) == (5, 0, N - 5)
-    settles(held(oracle), set(range(1, N + 1)) if kind[0] == RetentionPolicy.LIMITS else set(range(6, N + 1)), timeout=10)
+    settles(
+        held(oracle), set(range(1, N + 1)) if kind[0] == RetentionPolicy.LIMITS else set(range(6, N + 1)), timeout=10
+    )
 
 
 def test_advance_ack_floor(js, oracle, kind):

@@ -25,10 +25,22 @@ class Store:
     backend: str = "engine"
 
     def read(self, stream: str = "S", **options):
-        return self.spark.read.format("jetstream").option("store", self.path).option("stream", stream).options(**options).load()
+        return (
+            self.spark.read.format("jetstream")
+            .option("store", self.path)
+            .option("stream", stream)
+            .options(**options)
+            .load()
+        )
 
     def read_stream(self, stream: str = "S", **options):
-        return self.spark.readStream.format("jetstream").option("store", self.path).option("stream", stream).options(**options).load()
+        return (
+            self.spark.readStream.format("jetstream")
+            .option("store", self.path)
+            .option("stream", stream)
+            .options(**options)
+            .load()
+        )
 
     def checkpoint(self, name: str = "ckpt") -> str:
         return str(self.tmp / name)

@@ -237,7 +237,12 @@ def test_timestamp_filters_narrow_the_read_and_stay_right(timed, op, k, expected
     if op == "between":
         cond = ts.between(F.lit(times[k[0]]), F.lit(times[k[1]]))
     else:
-        cond = {">=": ts >= F.lit(times[k]), ">": ts > F.lit(times[k]), "<": ts < F.lit(times[k]), "<=": ts <= F.lit(times[k])}[op]
+        cond = {
+            ">=": ts >= F.lit(times[k]),
+            ">": ts > F.lit(times[k]),
+            "<": ts < F.lit(times[k]),
+            "<=": ts <= F.lit(times[k]),
+        }[op]
     df = store.read(rowsPerPartition="1", pushFilters="true").where(cond)
     assert seqs(df) == list(expected)
     # The source reads only the matching sequence range (one per partition here)...
@@ -291,10 +296,16 @@ def test_include_headers(store, spark):
     df = store.read(includeHeaders="true")
     assert [f.name for f in df.schema.fields] == ["stream", "subject", "seq", "timestamp", "data", "headers"]
     htype = df.schema["headers"].dataType
-    assert isinstance(htype, MapType) and htype.keyType == StringType() and htype.valueType == ArrayType(StringType(), True)
+    assert (
+        isinstance(htype, MapType)
+        and htype.keyType == StringType()
+        and htype.valueType == ArrayType(StringType(), True)
+    )
     expected = spark.createDataFrame(
         [(1, None), (2, {"k": ["v"]}), (3, {"k": ["1", "2"], "Other": ["x"]}), (4, None)],
-        StructType([StructField("seq", LongType()), StructField("headers", MapType(StringType(), ArrayType(StringType())))]),
+        StructType(
+            [StructField("seq", LongType()), StructField("headers", MapType(StringType(), ArrayType(StringType())))]
+        ),
     )
     # (Map columns cannot be sorted on: order by seq instead of ignore_row_order.)
     assert_df_equality(df.select("seq", "headers").orderBy("seq"), expected, ignore_nullable=True)

@@ -25,7 +25,11 @@ PHASE = 200  # messages published before the kill, while the node is down, after
 
 def publish(js, phase: int) -> None:
     q = range(phase * PHASE, (phase + 1) * PHASE)
-    js.publish_batch(pa.table({"subject": [f"cin.{i % 2}" for i in q], "data": [b"m%04d" % i for i in q]}), stream=SRC, msg_id_prefix=f"p{phase}-")
+    js.publish_batch(
+        pa.table({"subject": [f"cin.{i % 2}" for i in q], "data": [b"m%04d" % i for i in q]}),
+        stream=SRC,
+        msg_id_prefix=f"p{phase}-",
+    )
 
 
 def leader_of(cluster, role: str) -> int:
@@ -84,7 +88,13 @@ def test_a_node_killed_under_a_running_query(spark, cluster, streams, tmp_path, 
         query.stop()
         cluster.wait_ready()  # the next test gets the whole cluster back
 
-    got = spark.read.format("jetstream").option("store", url).option("stream", OUT).load().selectExpr("CAST(data AS STRING) AS data")
+    got = (
+        spark.read.format("jetstream")
+        .option("store", url)
+        .option("stream", OUT)
+        .load()
+        .selectExpr("CAST(data AS STRING) AS data")
+    )
     want = spark.createDataFrame([(f"m{i:04d}",) for i in range(3 * PHASE)], "data STRING")
     assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
     # The releases moved the durable past the kill, exactly to a batch's end (the last
@@ -173,7 +183,15 @@ def test_a_node_frozen_under_a_running_query_longer_than_the_retry_budget(spark,
         cluster.wait_ready()
 
     during = [rows for when, rows in commits if frozen_at < when < thawed_at and rows > 0]
-    assert during, f"no batch with rows was committed while the source's leader ({cluster.names[node]}) was frozen for {freeze:g} s"
-    got = spark.read.format("jetstream").option("store", url).option("stream", OUT).load().selectExpr("CAST(data AS STRING) AS data")
+    assert during, (
+        f"no batch with rows was committed while the source's leader ({cluster.names[node]}) was frozen for {freeze:g} s"
+    )
+    got = (
+        spark.read.format("jetstream")
+        .option("store", url)
+        .option("stream", OUT)
+        .load()
+        .selectExpr("CAST(data AS STRING) AS data")
+    )
     want = spark.createDataFrame([(f"m{i:04d}",) for i in range(phases * PHASE)], "data STRING")
     assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)

@@ -52,7 +52,11 @@ def test_consumer_with_subject_filter(store):
     # The reader creates its consumer with the reader's subjects as the filter.
     store.js.add_stream(name="S", subjects=["c.>"])
     store.publish(["c.a", "c.b", "c.c"], 9)
-    q = run_to_out(store, store.read_stream(consumer="spark", subjects="c.a,c.c", startingOffsets="earliest", maxOffsetsPerTrigger="5"), store.checkpoint())
+    q = run_to_out(
+        store,
+        store.read_stream(consumer="spark", subjects="c.a,c.c", startingOffsets="earliest", maxOffsetsPerTrigger="5"),
+        store.checkpoint(),
+    )
     assert q.new_seqs == [1, 3, 4, 6, 7, 9]
     info = store.js.consumer_info("S", "spark")
     assert info.config.filter_subjects == ["c.a", "c.c"]
@@ -65,7 +69,11 @@ def test_new_query_without_checkpoint_resumes_from_the_ack_floor(store, spark):
     store.js.add_stream(name="S", subjects=["c.>"])
     store.publish("c.a", 10)
     # A first query with a checkpoint: batches end at 4, 8, 10; the consumer's floor is 10.
-    run_to_out(store, store.read_stream(consumer="spark", startingOffsets="earliest", maxOffsetsPerTrigger="4"), store.checkpoint())
+    run_to_out(
+        store,
+        store.read_stream(consumer="spark", startingOffsets="earliest", maxOffsetsPerTrigger="4"),
+        store.checkpoint(),
+    )
     assert floor(store.js) == 10
     store.publish("c.a", 2, start=10)
     # A new query (no checkpoint: the memory sink's is temporary) with the same consumer

@@ -48,7 +48,13 @@ def _attempt(spark, tmp_path, how: str, option: str) -> None:
         with jetspark.connect(source) as js:
             js.add_stream(name="S", subjects=["s.>"])
             js.publish("s.a", b"x")
-        df = spark.readStream.format("jetstream").option("store", str(source)).option("stream", "S").option("startingOffsets", "earliest").load()
+        df = (
+            spark.readStream.format("jetstream")
+            .option("store", str(source))
+            .option("stream", "S")
+            .option("startingOffsets", "earliest")
+            .load()
+        )
         run_available_now(df.select("subject", "data"), sink="jetstream", checkpoint=tmp_path / "ckpt", store=option)
 
 
@@ -81,7 +87,13 @@ def test_a_store_removed_under_a_query_is_not_recreated(spark, tmp_path):
         js.add_stream(name="S", subjects=["s.>"])
         js.publish("s.a", b"x")
     ckpt = str(tmp_path / "ckpt")
-    read = lambda: spark.readStream.format("jetstream").option("store", str(path)).option("stream", "S").option("startingOffsets", "earliest").load()  # noqa: E731
+    read = lambda: (
+        spark.readStream.format("jetstream")
+        .option("store", str(path))
+        .option("stream", "S")
+        .option("startingOffsets", "earliest")
+        .load()
+    )  # noqa: E731
     run_available_now(read(), sink="noop", checkpoint=ckpt)
     shutil.rmtree(path)
     with pytest.raises(Exception) as info:
@@ -112,7 +124,13 @@ WRONG_TYPES = [
     ("headers", "'k: v'", "string", "map<string, string> or map<string, array<string>>", HEADERS),
     ("headers", "map('k', 1)", "map<string,int>", "map<string, string> or map<string, array<string>>", HEADERS),
     ("headers", "map(1, 'v')", "map<int,string>", "map<string, string> or map<string, array<string>>", HEADERS),
-    ("headers", "map('k', array(1))", "map<string,array<int>>", "map<string, string> or map<string, array<string>>", HEADERS),
+    (
+        "headers",
+        "map('k', array(1))",
+        "map<string,array<int>>",
+        "map<string, string> or map<string, array<string>>",
+        HEADERS,
+    ),
 ]
 
 
@@ -127,14 +145,18 @@ def _wrong(spark, column: str, expr: str):
     return spark.range(1).selectExpr(*(f"{e} AS {c}" for c, e in cols.items()))
 
 
-@pytest.mark.parametrize("column, expr, typ, accepted, hint", WRONG_TYPES, ids=[f"{c}-{t}" for c, _, t, _, _ in WRONG_TYPES])
+@pytest.mark.parametrize(
+    "column, expr, typ, accepted, hint", WRONG_TYPES, ids=[f"{c}-{t}" for c, _, t, _, _ in WRONG_TYPES]
+)
 def test_a_column_of_the_wrong_type_is_refused_before_any_task(sink, spark, column, expr, typ, accepted, hint):
     df = _wrong(spark, column, expr)
     assert df.schema[column].dataType.simpleString() == typ
     with pytest.raises(Exception) as info:
         df.write.format("jetstream").option("store", sink.path).mode("append").save()
     text = error_text(info.value)
-    expected = f"ColumnTypeError: column '{column}' has type {typ}; the sink takes {accepted} for it ({hint.format(c=column)})"
+    expected = (
+        f"ColumnTypeError: column '{column}' has type {typ}; the sink takes {accepted} for it ({hint.format(c=column)})"
+    )
     assert expected in text
     assert "a task ran" not in text
     assert sink.js.stream_info("W").state.messages == 0
@@ -197,8 +219,13 @@ def test_a_sink_stream_that_does_not_exist_is_refused_before_any_task(sink, spar
         with pytest.raises(Exception) as info:
             run_available_now(df, sink="jetstream", checkpoint=sink.checkpoint(), store=sink.path, stream="NOPE")
     text = error_text(info.value)
-    assert f"OptionError: option stream: there is no stream 'NOPE' in the store {sink.path} (streams: {sink.stream_list()})" in text
-    assert "] a task ran" not in text  # the guard's error, "[USER_RAISED_EXCEPTION] a task ran" (the plan shown names it too)
+    assert (
+        f"OptionError: option stream: there is no stream 'NOPE' in the store {sink.path} (streams: {sink.stream_list()})"
+        in text
+    )
+    assert (
+        "] a task ran" not in text
+    )  # the guard's error, "[USER_RAISED_EXCEPTION] a task ran" (the plan shown names it too)
     assert sink.js.stream_info("W").state.messages == 0
     assert "NOPE" not in sink.js.stream_names()
 
@@ -209,10 +236,16 @@ def test_a_sink_stream_that_does_not_exist_is_refused_before_any_task(sink, spar
 SOURCE_COLUMNS = "stream string, subject string, seq bigint, timestamp timestamp, data binary"
 # (a schema given with .schema(...), how it differs)
 OTHER_SCHEMAS = [
-    ("stream string, subject string, seq bigint, timestamp timestamp, data string", "column 'data' is string, the source's is binary"),
+    (
+        "stream string, subject string, seq bigint, timestamp timestamp, data string",
+        "column 'data' is string, the source's is binary",
+    ),
     ("stream string, subject string, seq bigint, timestamp timestamp", "it has no column 'data'"),
     (SOURCE_COLUMNS + ", key string", "column 'key' is not one of the source's"),
-    ("subject string, stream string, seq bigint, timestamp timestamp, data binary", "its columns are in another order: subject, stream, seq, timestamp, data"),
+    (
+        "subject string, stream string, seq bigint, timestamp timestamp, data binary",
+        "its columns are in another order: subject, stream, seq, timestamp, data",
+    ),
 ]
 
 
@@ -226,7 +259,10 @@ def test_a_schema_given_to_the_reader_that_differs_is_an_option_error(store, spa
     with pytest.raises(Exception) as info:
         df.collect() if how == "read" else run_available_now(df)
     text = error_text(info.value)
-    assert f"OptionError: the jetstream source's schema is fixed: {SOURCE_COLUMNS} (headers is added with includeHeaders); " in text
+    assert (
+        f"OptionError: the jetstream source's schema is fixed: {SOURCE_COLUMNS} (headers is added with includeHeaders); "
+        in text
+    )
     assert f"the schema given to the reader differs ({difference}): leave out .schema(...)" in text
     assert "DATA_SOURCE_RETURN_SCHEMA_MISMATCH" not in text
 
@@ -238,7 +274,9 @@ def test_a_schema_given_to_the_reader_as_the_source_has_it_reads(store, spark):
     store.js.publish("s.a", b"x", headers={"k": ["1", "2"]})
     store.publish("s.b", 2)
     plain = store.read()
-    given = spark.read.format("jetstream").schema(SOURCE_COLUMNS).option("store", store.path).option("stream", "S").load()
+    given = (
+        spark.read.format("jetstream").schema(SOURCE_COLUMNS).option("store", store.path).option("stream", "S").load()
+    )
     assert given.schema != plain.schema
     assert_df_equality(given, plain, ignore_nullable=True)
     with_headers = store.read(includeHeaders="true")

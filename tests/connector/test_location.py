@@ -7,7 +7,9 @@ import pytest
 
 
 def test_a_mistyped_server_url_fails_the_read_and_the_write(spark):
-    with pytest.raises(Exception, match=r"option store 'nats:/127.0.0.1:4222' looks like a URL, not a store directory") as err:
+    with pytest.raises(
+        Exception, match=r"option store 'nats:/127.0.0.1:4222' looks like a URL, not a store directory"
+    ) as err:
         spark.read.format("jetstream").option("store", "nats:/127.0.0.1:4222").option("stream", "S").load().collect()
     assert '.option("store", "nats://127.0.0.1:4222")' in str(err.value)
     df = spark.createDataFrame([("s.a", b"x")], "subject string, data binary")

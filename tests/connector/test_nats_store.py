@@ -51,7 +51,13 @@ def test_wrong_credentials_are_a_clear_error(spark, secured):
 
 
 def test_nats_options_need_a_nats_store(spark, tmp_path):
-    df = spark.read.format("jetstream").option("store", str(tmp_path)).option("nats.user", "x").option("stream", "S").load()
+    df = (
+        spark.read.format("jetstream")
+        .option("store", str(tmp_path))
+        .option("nats.user", "x")
+        .option("stream", "S")
+        .load()
+    )
     with pytest.raises(Exception) as e:
         df.collect()
     assert "are for a nats:// store" in error_text(e.value)

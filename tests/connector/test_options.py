@@ -25,9 +25,17 @@ CASES = [
     ("read", {"stream": None}, ['option stream is required: .option("stream", "ORDERS")']),
     ("read", {"stream": "NOPE"}, ["option stream: there is no stream 'NOPE' in the store", "(streams: {streams})"]),
     ("stream", {"stream": "NOPE"}, ["option stream: there is no stream 'NOPE'", "(streams: {streams})"]),
-    ("read", {"bogus": "1"}, ["unknown read option 'bogus'; accepted: ", "startingOffsets", "includeHeaders", "subjects"]),
+    (
+        "read",
+        {"bogus": "1"},
+        ["unknown read option 'bogus'; accepted: ", "startingOffsets", "includeHeaders", "subjects"],
+    ),
     # Spark hands a stream's option keys lower-cased; the accepted names are spelled out.
-    ("stream", {"maxOffsetPerTrigger": "5"}, ["unknown read option 'maxoffsetpertrigger'", "accepted: ", "maxOffsetsPerTrigger"]),
+    (
+        "stream",
+        {"maxOffsetPerTrigger": "5"},
+        ["unknown read option 'maxoffsetpertrigger'", "accepted: ", "maxOffsetsPerTrigger"],
+    ),
     ("read", {"subjects": "a..b"}, ["option subjects must be comma-separated subject filters", "'a..b' is not one"]),
     ("read", {"subjects": "a.>.b, a.c"}, ["option subjects must be", "'a.>.b' is not one"]),
     ("read", {"startingOffsets": "first"}, [STARTING + ", not 'first'"]),
@@ -35,11 +43,27 @@ CASES = [
     ("read", {"startingOffsets": '{"seq": -1}'}, [STARTING]),
     ("read", {"startingOffsets": '{"sequence": 3}'}, [STARTING]),
     ("read", {"startingOffsets": '{"seq": "3"}'}, [STARTING]),
-    ("read", {"startingOffsets": "earliest", "startingTimestamp": "0"}, ["options startingOffsets and startingTimestamp exclude each other"]),
-    ("read", {"startingTimestamp": "yesterday"}, ["option startingTimestamp must be milliseconds since the epoch, not 'yesterday'"]),
-    ("read", {"endingOffsets": "earliest"}, ['option endingOffsets must be "latest" or JSON like {"seq": 42}, not "earliest"']),
+    (
+        "read",
+        {"startingOffsets": "earliest", "startingTimestamp": "0"},
+        ["options startingOffsets and startingTimestamp exclude each other"],
+    ),
+    (
+        "read",
+        {"startingTimestamp": "yesterday"},
+        ["option startingTimestamp must be milliseconds since the epoch, not 'yesterday'"],
+    ),
+    (
+        "read",
+        {"endingOffsets": "earliest"},
+        ['option endingOffsets must be "latest" or JSON like {"seq": 42}, not "earliest"'],
+    ),
     ("read", {"endingOffsets": "{}"}, [ENDING + ", not '{}'"]),
-    ("stream", {"endingOffsets": '{"seq": 3}'}, ["option endingOffsets is for batch reads (spark.read); a stream has no end"]),
+    (
+        "stream",
+        {"endingOffsets": '{"seq": 3}'},
+        ["option endingOffsets is for batch reads (spark.read); a stream has no end"],
+    ),
     ("read", {"maxOffsetsPerTrigger": "10"}, ["option maxOffsetsPerTrigger is for streaming reads (spark.readStream)"]),
     ("read", {"minOffsetsPerTrigger": "10"}, ["option minOffsetsPerTrigger is for streaming reads"]),
     ("stream", {"maxOffsetsPerTrigger": "0"}, ["option maxOffsetsPerTrigger must be a positive integer, not '0'"]),
@@ -57,10 +81,18 @@ CASES = [
     ("stream", {"failOnDataLoss": "maybe"}, ["option failOnDataLoss must be true or false, not 'maybe'"]),
     ("read", {"includeHeaders": "maybe"}, ["option includeHeaders must be true or false, not 'maybe'"]),
     ("read", {"pushFilters": "sometimes"}, ["option pushFilters must be true or false, not 'sometimes'"]),
-    ("stream", {"pushFilters": "true"}, ["option pushFilters is for batch reads (spark.read); a streaming read takes every message of its range"]),
+    (
+        "stream",
+        {"pushFilters": "true"},
+        ["option pushFilters is for batch reads (spark.read); a streaming read takes every message of its range"],
+    ),
     ("read", {"minPartitions": "0"}, ["option minPartitions must be a positive integer, not '0'"]),
     ("read", {"rowsPerPartition": "many"}, ["option rowsPerPartition must be a positive integer, not 'many'"]),
-    ("write", {"bogus": "1"}, ["unknown write option 'bogus'; accepted: checkpointLocation, path, ", "store, stream, subject"]),
+    (
+        "write",
+        {"bogus": "1"},
+        ["unknown write option 'bogus'; accepted: checkpointLocation, path, ", "store, stream, subject"],
+    ),
     ("writeStream", {"maxOffsetsPerTrigger": "5"}, ["unknown write option 'maxoffsetspertrigger'", "accepted: "]),
 ]
 
@@ -102,7 +134,9 @@ def check_bad_option(store, spark, how, options, texts):
         if how == "read":
             spark.read.format("jetstream").option("store", store.path).options(**options).load().collect()
         elif how == "stream":
-            run_available_now(spark.readStream.format("jetstream").option("store", store.path).options(**options).load())
+            run_available_now(
+                spark.readStream.format("jetstream").option("store", store.path).options(**options).load()
+            )
         elif how == "write":
             df = spark.createDataFrame([("s.a", "x")], "subject string, data string")
             df.write.format("jetstream").option("store", store.path).options(**options).mode("append").save()
@@ -118,5 +152,11 @@ def check_bad_option(store, spark, how, options, texts):
 def test_option_keys_are_case_insensitive(store, spark):
     store.js.add_stream(name="S", subjects=["s.>"])
     store.publish("s.a", 5)
-    df = spark.read.format("jetstream").option("STORE", store.path).option("Stream", "S").option("STARTINGOFFSETS", '{"seq": 4}').load()
+    df = (
+        spark.read.format("jetstream")
+        .option("STORE", store.path)
+        .option("Stream", "S")
+        .option("STARTINGOFFSETS", '{"seq": 4}')
+        .load()
+    )
     assert sorted(r.seq for r in df.select(F.col("seq")).collect()) == [4, 5]

@@ -184,7 +184,23 @@ def test_two_handles_committing_concurrently(store):
 
 # ---------------------------------------------------------------------- query ids
 
-ODD_IDS = ["q/1", "q_1", "q.1", "q 1", "*", ">", "é", "-", "_", "a" * 128, "a" * 129, "x" * 5000, "日本", "q\n1", "$JS.API"]
+ODD_IDS = [
+    "q/1",
+    "q_1",
+    "q.1",
+    "q 1",
+    "*",
+    ">",
+    "é",
+    "-",
+    "_",
+    "a" * 128,
+    "a" * 129,
+    "x" * 5000,
+    "日本",
+    "q\n1",
+    "$JS.API",
+]
 
 
 def test_odd_query_ids_have_entries_of_their_own(store):

@@ -63,9 +63,16 @@ def test_string_data_and_subject_option(sink, spark):
     # No subject column: every row goes to the subject option.
     write(sink, spark.createDataFrame([("héllo",), ("",), ("x" * 1000,)], "data string").coalesce(1), subject="w.fixed")
     # A subject column with nulls: the option fills them in.
-    write(sink, spark.createDataFrame([("w.own", "a"), (None, "b")], "subject string, data string").coalesce(1), subject="w.fixed")
+    write(
+        sink,
+        spark.createDataFrame([("w.own", "a"), (None, "b")], "subject string, data string").coalesce(1),
+        subject="w.fixed",
+    )
     # Headers as map<string, string>.
-    write(sink, spark.createDataFrame([("w.h", "c", {"k": "v"})], "subject string, data string, headers map<string, string>"))
+    write(
+        sink,
+        spark.createDataFrame([("w.h", "c", {"k": "v"})], "subject string, data string, headers map<string, string>"),
+    )
     msgs = stored(sink.js)
     assert [(m["subject"], m["data"]) for m in msgs] == [
         ("w.fixed", "héllo".encode()),
@@ -104,7 +111,11 @@ def test_rows_for_several_streams_in_one_partition(sink, spark):
         ("subject string, payload string", {}, "column 'payload' cannot be written"),
         ("subject string", {}, "the sink needs a 'data' column (binary or string)"),
         ("data string", {}, """the sink needs a 'subject' column or .option("subject", "...")"""),
-        ("subject string, data string", {"subjects": "w.a"}, "unknown write option 'subjects'; accepted: checkpointLocation, path, "),
+        (
+            "subject string, data string",
+            {"subjects": "w.a"},
+            "unknown write option 'subjects'; accepted: checkpointLocation, path, ",
+        ),
     ],
 )
 def test_schema_and_option_errors(sink, spark, ddl, options, expected):
@@ -233,7 +244,10 @@ def test_a_copy_keeps_the_msg_ids_its_headers_carry(sink, spark):
     assert again[0]["headers"]["Nats-Msg-Id"] != ids[b"no id"]
 
     # A msg_id column is the row's id, whatever the headers carry.
-    df = spark.createDataFrame([("w.x", "x", {"Nats-Msg-Id": "id-a"}, "own-x")], "subject string, data string, headers map<string, string>, msg_id string")
+    df = spark.createDataFrame(
+        [("w.x", "x", {"Nats-Msg-Id": "id-a"}, "own-x")],
+        "subject string, data string, headers map<string, string>, msg_id string",
+    )
     write(sink, df)
     last = stored(js)[-1]
     assert last["data"] == b"x" and last["headers"]["Nats-Msg-Id"] == ["own-x"]

@@ -61,7 +61,14 @@ def test_batch_stream_and_sink_through_spark_connect(tmp_path):
     script = tmp_path / "connect_child.py"
     script.write_text(CHILD.format(root=str(ROOT)))
     env = {**os.environ, "SPARK_REMOTE": "local[2]"}
-    proc = subprocess.run([sys.executable, str(script), store, str(tmp_path / "ckpt")], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(script), store, str(tmp_path / "ckpt")],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, f"the Connect child failed ({proc.returncode}): {proc.stderr[-3000:]}"
     out = json.loads(lines[-1].removeprefix("RESULT "))
@@ -69,7 +76,9 @@ def test_batch_stream_and_sink_through_spark_connect(tmp_path):
     assert out["batch_s1"] == [2, 4, 6, 8, 10] and out["batch_count"] == 10
     assert out["stream_seqs"] == list(range(1, 11))
     with jetspark.connect(store) as js:
-        got = sorted((m.subject, m.data, m.headers.get("Nats-Msg-Id")) for m in (js.get_msg("OUT", q) for q in range(1, 11)))
+        got = sorted(
+            (m.subject, m.data, m.headers.get("Nats-Msg-Id")) for m in (js.get_msg("OUT", q) for q in range(1, 11))
+        )
         assert got == sorted((f"out.s.{i % 2}", f"m{i}".encode(), f"m-{i + 1}") for i in range(10))
         # The streaming read's durable consumer follows what Spark processed.
         assert js.consumer_info("S", "connect").ack_floor.stream_seq == 10

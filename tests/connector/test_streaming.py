@@ -180,7 +180,9 @@ def test_a_window_with_a_watermark_closes_without_more_data(store, spark):
     )
     q = run_available_now(windowed(store.read_stream(startingOffsets="earliest", consumer="spark")))
     # The watermark is 40 - 5 = 35 s: the windows ending at 10, 20 and 30 s are closed.
-    expected = windowed(store.read()).where(F.col("start") + F.expr("INTERVAL 10 SECONDS") <= F.lit("1970-01-01 00:00:35").cast("timestamp"))
+    expected = windowed(store.read()).where(
+        F.col("start") + F.expr("INTERVAL 10 SECONDS") <= F.lit("1970-01-01 00:00:35").cast("timestamp")
+    )
     assert expected.count() == 3
     assert_df_equality(spark.table(q.name), expected, ignore_row_order=True, ignore_nullable=True)
     assert sorted(r["count"] for r in spark.table(q.name).collect()) == [5, 10, 10]

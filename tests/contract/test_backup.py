@@ -35,7 +35,16 @@ def view(js, name: str = S) -> dict:
             msgs[seq] = None
     # (a server does not restore a consumer's last_active times)
     consumers = [
-        (c.name, c.config, c.delivered.stream_seq, c.ack_floor.stream_seq, c.ack_floor.consumer_seq, c.num_pending, c.num_ack_pending, c.num_redelivered)
+        (
+            c.name,
+            c.config,
+            c.delivered.stream_seq,
+            c.ack_floor.stream_seq,
+            c.ack_floor.consumer_seq,
+            c.num_pending,
+            c.num_ack_pending,
+            c.num_redelivered,
+        )
         for c in js.consumers_info(name)
     ]
     return {"config": info.config, "state": info.state, "msgs": msgs, "consumers": consumers}
@@ -93,11 +102,17 @@ def test_refusals(js, tmp_path):
     js.add_stream(name="OTHER", subjects=["bk.1"])
     with pytest.raises(ServerError) as err:
         js.restore_stream(tmp_path / "bk")
-    assert (err.value.err_code, err.value.description) == (10062, "restore failed: error adding stream: subjects overlap with an existing stream (10065)")
+    assert (err.value.err_code, err.value.description) == (
+        10062,
+        "restore failed: error adding stream: subjects overlap with an existing stream (10065)",
+    )
     assert S not in js.stream_names()
     js.delete_stream("OTHER")
     # A flipped byte in the backup's largest part: refused, naming it, before anything is created.
-    part = max((p for p in (tmp_path / "bk").rglob("*") if p.is_file() and p.name != "backup.json"), key=lambda p: p.stat().st_size)
+    part = max(
+        (p for p in (tmp_path / "bk").rglob("*") if p.is_file() and p.name != "backup.json"),
+        key=lambda p: p.stat().st_size,
+    )
     raw = bytearray(part.read_bytes())
     raw[len(raw) // 2] ^= 0x10
     part.write_bytes(bytes(raw))

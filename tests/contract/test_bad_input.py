@@ -33,7 +33,9 @@ CONSUMER = "C"
 SUBJECTS = ["bad.>"]
 
 # Bounded runs: the whole file stays well under a minute on both backends.
-FUZZ = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
 
 # ---------------------------------------------------------------------- the two backends
@@ -52,7 +54,16 @@ def snapshot(js) -> dict:
             )
             for c in js.consumers_info(name)
         }  # fmt: skip
-        out[name] = (info.config, s.messages, s.bytes, s.first_seq, s.last_seq, s.num_deleted, s.num_subjects, consumers)
+        out[name] = (
+            info.config,
+            s.messages,
+            s.bytes,
+            s.first_seq,
+            s.last_seq,
+            s.num_deleted,
+            s.num_subjects,
+            consumers,
+        )
     return out
 
 
@@ -128,9 +139,28 @@ def attempt(base: Baseline, fn, kwargs: dict, names=()) -> bool:
 # ---------------------------------------------------------------------- garbage
 
 NAN, INF = math.nan, math.inf
-HUGE = st.sampled_from([2**31, 2**32, 2**53 + 1, 2**63 - 1, 2**63, 2**64 - 1, 2**64, 10**30, -1, -(2**31) - 1, -(2**63), -(2**63) - 1, -(10**30), 10**400])
+HUGE = st.sampled_from(
+    [
+        2**31,
+        2**32,
+        2**53 + 1,
+        2**63 - 1,
+        2**63,
+        2**64 - 1,
+        2**64,
+        10**30,
+        -1,
+        -(2**31) - 1,
+        -(2**63),
+        -(2**63) - 1,
+        -(10**30),
+        10**400,
+    ]
+)
 INTS = st.one_of(st.integers(-5, 20), HUGE)
-FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([NAN, INF, -INF, -0.0, -1.5, 1e-12, 1e300]))
+FLOATS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([NAN, INF, -INF, -0.0, -1.5, 1e-12, 1e300])
+)
 WEIRD_TEXT = st.one_of(
     st.sampled_from([
         "", " ", "s a", "bad.*", "bad.>", "bad..x", "bad.", ".bad", "bad.\r\nx", "bad.\x00", "bad.\ud800", "\ud800",
@@ -260,7 +290,9 @@ def _column(draw, n: int, name: str, good: bool):
     kind = "good" if good else draw(st.sampled_from(kinds))
     texts = st.one_of(st.sampled_from(["bad.a", "bad.b.c"]), ARROW_TEXT)
     if name == "subject":
-        values = draw(st.lists(st.sampled_from(["bad.a", "bad.b.c"]) if kind == "good" else texts, min_size=n, max_size=n))
+        values = draw(
+            st.lists(st.sampled_from(["bad.a", "bad.b.c"]) if kind == "good" else texts, min_size=n, max_size=n)
+        )
         if kind == "nulls" and n:
             values[draw(st.integers(0, n - 1))] = None
         if kind == "int":
@@ -294,7 +326,9 @@ def _column(draw, n: int, name: str, good: bool):
             return pa.array([["a"]] * n, pa.list_(pa.string()))
         if kind == "strmap":
             return pa.array([[("K", "v")]] * n, pa.map_(pa.string(), pa.string()))
-        keys = st.sampled_from(["K", "Nats-Msg-Id"]) if kind == "good" else st.one_of(st.sampled_from(["K"]), ARROW_TEXT)
+        keys = (
+            st.sampled_from(["K", "Nats-Msg-Id"]) if kind == "good" else st.one_of(st.sampled_from(["K"]), ARROW_TEXT)
+        )
         vals = st.sampled_from(["v", "w"]) if kind == "good" else st.one_of(st.none(), ARROW_TEXT)
         cell = st.lists(st.tuples(keys, st.lists(vals, max_size=2)), max_size=2)
         cells = draw(st.lists(st.one_of(st.none(), cell), min_size=n, max_size=n))
@@ -303,7 +337,13 @@ def _column(draw, n: int, name: str, good: bool):
         return pa.array(range(n), pa.int64())
     if kind == "empty":
         return pa.array([""] * n, pa.string())
-    ids = draw(st.lists(st.sampled_from(["i1", "i2"]) if kind == "good" else st.one_of(st.none(), ARROW_TEXT), min_size=n, max_size=n))
+    ids = draw(
+        st.lists(
+            st.sampled_from(["i1", "i2"]) if kind == "good" else st.one_of(st.none(), ARROW_TEXT),
+            min_size=n,
+            max_size=n,
+        )
+    )
     if kind == "nulls" and n:
         ids[0] = None
     return pa.array(ids, pa.string())
@@ -392,7 +432,12 @@ def _publish_async(js):
 
 
 @FUZZ
-@given(kw=calls({"subject": SUBJECT}, {"payload": PAYLOAD, "headers": HEADERS, "stream": arg(STREAM, "OTHER"), "wait_stall": TIMEOUT}))
+@given(
+    kw=calls(
+        {"subject": SUBJECT},
+        {"payload": PAYLOAD, "headers": HEADERS, "stream": arg(STREAM, "OTHER"), "wait_stall": TIMEOUT},
+    )
+)
 def test_publish_async(base, kw):
     attempt(base, _publish_async(base.js), kw)
 
@@ -404,7 +449,9 @@ def test_publish_batch(base, kw):
 
 
 @FUZZ
-@given(kw=calls({"stream": STREAM_ARG}, {"seq": SEQ, "last_by_subj": arg("bad.a", "bad.*"), "next_by_subj": arg("bad.>")}))
+@given(
+    kw=calls({"stream": STREAM_ARG}, {"seq": SEQ, "last_by_subj": arg("bad.a", "bad.*"), "next_by_subj": arg("bad.>")})
+)
 def test_get_msg(base, kw):
     attempt(base, base.js.get_msg, kw)
 
@@ -439,7 +486,14 @@ def test_ordered_consumer(base, kw):
 
 
 @FUZZ
-@given(kw=calls({"stream": STREAM_ARG, "when": arg(dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc), dt.datetime(2100, 1, 1), 0, 10**18)}))
+@given(
+    kw=calls(
+        {
+            "stream": STREAM_ARG,
+            "when": arg(dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc), dt.datetime(2100, 1, 1), 0, 10**18),
+        }
+    )
+)
 def test_seq_for_time(base, kw):
     attempt(base, base.js.seq_for_time, kw)
 
@@ -451,7 +505,10 @@ def test_seq_for_bytes(base, kw):
 
 
 @FUZZ
-@given(verb=st.sampled_from(["add_consumer", "create_consumer", "update_consumer"]), kw=calls({"stream": STREAM_ARG}, CONSUMER_FIELDS))
+@given(
+    verb=st.sampled_from(["add_consumer", "create_consumer", "update_consumer"]),
+    kw=calls({"stream": STREAM_ARG}, CONSUMER_FIELDS),
+)
 def test_add_consumer(base, verb, kw):
     attempt(base, getattr(base.js, verb), kw)
 
@@ -464,7 +521,10 @@ def test_add_consumer_config_argument(base, kw):
 
 
 @FUZZ
-@given(verb=st.sampled_from(["delete_consumer", "consumer_info"]), kw=calls({"stream": STREAM_ARG, "consumer": arg(CONSUMER, "NOPE")}))
+@given(
+    verb=st.sampled_from(["delete_consumer", "consumer_info"]),
+    kw=calls({"stream": STREAM_ARG, "consumer": arg(CONSUMER, "NOPE")}),
+)
 def test_consumer_by_name(base, verb, kw):
     attempt(base, getattr(base.js, verb), kw)
 
@@ -495,7 +555,11 @@ def test_pull_subscribe_bind(base, kw):
 
 
 @FUZZ
-@given(kw=calls({"timeout": TIMEOUT}, {"batch": arg(1, 2, 10), "no_wait": arg(True, False), "max_bytes": arg(None, 0, 10**6)}))
+@given(
+    kw=calls(
+        {"timeout": TIMEOUT}, {"batch": arg(1, 2, 10), "no_wait": arg(True, False), "max_bytes": arg(None, 0, 10**6)}
+    )
+)
 def test_fetch(base, kw):
     # timeout is always given: the default (5 s) would be waited out when nothing fits max_bytes.
     sub = base.js.pull_subscribe_bind(CONSUMER, stream=STREAM)
@@ -503,7 +567,10 @@ def test_fetch(base, kw):
 
 
 @FUZZ
-@given(verb=st.sampled_from(["nak", "ack_sync", "in_progress"]), value=arg(None, 0, 0.5, bad=GARBAGE.filter(not_a_wait)).bad)
+@given(
+    verb=st.sampled_from(["nak", "ack_sync", "in_progress"]),
+    value=arg(None, 0, 0.5, bad=GARBAGE.filter(not_a_wait)).bad,
+)
 def test_msg_acks(base, verb, value):
     sub = base.js.pull_subscribe_bind(CONSUMER, stream=STREAM)
     (msg,) = sub.fetch(1, timeout=0, no_wait=True)
@@ -513,7 +580,9 @@ def test_msg_acks(base, verb, value):
 
 
 @settings(max_examples=60, deadline=None)
-@given(url=GARBAGE.filter(lambda v: not isinstance(v, str)), kw=calls({}, {"clock": arg(None), "sync": arg("os", "fsync")}))
+@given(
+    url=GARBAGE.filter(lambda v: not isinstance(v, str)), kw=calls({}, {"clock": arg(None), "sync": arg("os", "fsync")})
+)
 def test_connect_arguments(url, kw):
     # Strings are left out: a fuzzed str is a path, and connect would create it.
     with pytest.raises((TypeError, ValueError)) as err:
@@ -823,7 +892,9 @@ def test_nak_delay_must_be_seconds(js, delay):
 # 5. what nats-py accepts is accepted; the rest is refused clearly.
 
 
-@pytest.mark.parametrize("when", ["2000-01-01T00:00:00Z", "2000-01-01T00:00:00.123456789Z", "2000-01-01T01:00:00+01:00"])
+@pytest.mark.parametrize(
+    "when", ["2000-01-01T00:00:00Z", "2000-01-01T00:00:00.123456789Z", "2000-01-01T01:00:00+01:00"]
+)
 def test_opt_start_time_as_rfc3339_text(js, when):
     info = js.add_consumer(STREAM, durable_name="T", deliver_policy="by_start_time", opt_start_time=when)
     assert info.config.opt_start_time.replace(microsecond=0) == dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
@@ -831,7 +902,10 @@ def test_opt_start_time_as_rfc3339_text(js, when):
 
 
 def test_enum_fields_take_members_or_values(js):
-    assert js.add_stream(name="NEW", subjects=["new.>"], retention="interest", storage="memory").config.retention.value == "interest"
+    assert (
+        js.add_stream(name="NEW", subjects=["new.>"], retention="interest", storage="memory").config.retention.value
+        == "interest"
+    )
     err = refused(js, js.add_stream, name="NEW2", subjects=["new2.>"], retention="sometimes", error=BadRequestError)
     assert err.err_code == 10025 and "retention" in err.description
 
@@ -885,7 +959,16 @@ def test_connect_options_are_named_when_refused(kwargs, name):
 
 
 @pytest.mark.parametrize(
-    "url, kwargs", [(5, {}), (b"/tmp/x", {}), (None, {}), ("", {}), ("/tmp/x\0y", {}), ("/tmp/x", dict(clock=5)), ("/tmp/x", dict(sync=1))]
+    "url, kwargs",
+    [
+        (5, {}),
+        (b"/tmp/x", {}),
+        (None, {}),
+        ("", {}),
+        ("/tmp/x\0y", {}),
+        ("/tmp/x", dict(clock=5)),
+        ("/tmp/x", dict(sync=1)),
+    ],
 )
 def test_connect_arguments_are_named_when_refused(url, kwargs):
     with pytest.raises((TypeError, ValueError)) as err:

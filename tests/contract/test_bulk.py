@@ -177,13 +177,24 @@ def test_publish_batch_stores_rows_as_publish_would(js, plain):
     assert m4.data == b"three" and m4.hdrs.count(b"A:") == 2 and m4.headers["B"] == "z"
     state = plain.stream_info(S).state
     assert (state.messages, state.last_seq) == (4, 4)
-    assert js.publish_batch(pa.table({"subject": pa.array([], pa.string()), "data": pa.array([], pa.binary())}), stream=S).count == 0
+    assert (
+        js.publish_batch(
+            pa.table({"subject": pa.array([], pa.string()), "data": pa.array([], pa.binary())}), stream=S
+        ).count
+        == 0
+    )
 
 
 def test_publish_batch_msg_ids_and_duplicates(js, plain):
     js.add_stream(name=S, subjects=["b.>"])
     js.publish("b.a", b"x", headers={"Nats-Msg-Id": "id-1"})
-    t = pa.table({"subject": ["b.a"] * 5, "data": [b"%d" % i for i in range(5)], "msg_id": ["id-0", "id-1", "id-2", "id-0", None]})
+    t = pa.table(
+        {
+            "subject": ["b.a"] * 5,
+            "data": [b"%d" % i for i in range(5)],
+            "msg_id": ["id-0", "id-1", "id-2", "id-0", None],
+        }
+    )
     ack = js.publish_batch(t, stream=S)
     # id-1 is the earlier single publish's; the second id-0 is the first row's; a null id is none.
     assert ack.seqs.to_pylist() == [2, 1, 3, 2, 4]
@@ -492,7 +503,10 @@ def test_advance_ack_floor_refusals(js):
 # ---------------------------------------------------------------------- ordered_consumer
 
 
-@pytest.mark.parametrize("start, end, subjects", [(None, None, None), (5, 20, ["b.1"]), (9, 12, None), (2, None, ["b.0", "b.2"]), (31, None, None)])
+@pytest.mark.parametrize(
+    "start, end, subjects",
+    [(None, None, None), (5, 20, ["b.1"]), (9, 12, None), (2, None, ["b.0", "b.2"]), (31, None, None)],
+)
 def test_ordered_consumer(js, plain, start, end, subjects):
     fill(js)
     want = stored(plain)

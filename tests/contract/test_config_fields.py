@@ -98,7 +98,13 @@ ON = {
     "pause_until": "2030-01-01T00:00:00Z",
 }
 # ... and values that leave it off, as leaving it unset does.
-OFF = {"compression": "none", "persist_mode": "default", "consumer_limits": {"max_ack_pending": 0}, "allow_msg_ttl": False, "subject_delete_marker_ttl": 0}
+OFF = {
+    "compression": "none",
+    "persist_mode": "default",
+    "consumer_limits": {"max_ack_pending": 0},
+    "allow_msg_ttl": False,
+    "subject_delete_marker_ttl": 0,
+}
 
 NATS_PY = {"stream": napi.StreamConfig, "consumer": napi.ConsumerConfig}
 JETSPARK = {"stream": StreamConfig, "consumer": ConsumerConfig}
@@ -110,7 +116,9 @@ def test_every_nats_py_field_is_implemented_or_refused(kind):
     for f in dataclasses.fields(NATS_PY[kind]):
         if f.name in ours:
             module = CONTRACT / IMPLEMENTED[kind][f.name]
-            assert re.search(rf"\b{f.name}\b", module.read_text()), f"{module.name} does not exercise {kind} field {f.name}"
+            assert re.search(rf"\b{f.name}\b", module.read_text()), (
+                f"{module.name} does not exercise {kind} field {f.name}"
+            )
         else:
             assert f.name in NOT_SUPPORTED[kind], f"nats-py's {kind} field {f.name} is neither implemented nor refused"
             assert f.name in ON

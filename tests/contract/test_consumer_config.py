@@ -99,8 +99,16 @@ DEFAULTS = [
     ("name only", dict(name="N"), echoed("N", durable=False, inactive_threshold=5.0)),
     ("name and durable", dict(name="D", durable_name="D"), echoed()),
     # ack policy none: no ack_wait, no max_ack_pending unless set
-    ("ack none", dict(ack_policy=AckPolicy.NONE), echoed(ack_policy=AckPolicy.NONE, ack_wait=None, max_ack_pending=None)),
-    ("ack none, max_ack_pending", dict(ack_policy=AckPolicy.NONE, max_ack_pending=5), echoed(ack_policy=AckPolicy.NONE, ack_wait=None, max_ack_pending=5)),
+    (
+        "ack none",
+        dict(ack_policy=AckPolicy.NONE),
+        echoed(ack_policy=AckPolicy.NONE, ack_wait=None, max_ack_pending=None),
+    ),
+    (
+        "ack none, max_ack_pending",
+        dict(ack_policy=AckPolicy.NONE, max_ack_pending=5),
+        echoed(ack_policy=AckPolicy.NONE, ack_wait=None, max_ack_pending=5),
+    ),
     (
         "ack none, backoff",
         dict(ack_policy=AckPolicy.NONE, backoff=[0.5], max_deliver=5),
@@ -111,7 +119,11 @@ DEFAULTS = [
     ("ack_wait", dict(ack_wait=2.5), echoed(ack_wait=2.5)),
     ("ack_wait 0.5 ms", dict(ack_wait=0.0005), echoed(ack_wait=0.0005)),
     ("backoff", dict(backoff=[1.0, 2.0, 3.0]), echoed(ack_wait=1.0, backoff=[1.0, 2.0, 3.0])),
-    ("backoff overrides ack_wait", dict(backoff=[0.5, 2.0], ack_wait=10.0, max_deliver=5), echoed(ack_wait=0.5, backoff=[0.5, 2.0], max_deliver=5)),
+    (
+        "backoff overrides ack_wait",
+        dict(backoff=[0.5, 2.0], ack_wait=10.0, max_deliver=5),
+        echoed(ack_wait=0.5, backoff=[0.5, 2.0], max_deliver=5),
+    ),
     ("backoff empty", dict(backoff=[]), echoed()),
     # max_deliver: 0 or negative -> -1
     ("max_deliver 1", dict(max_deliver=1), echoed(max_deliver=1)),
@@ -152,12 +164,20 @@ DEFAULTS = [
     # the rest are echoed as given
     ("replay original", dict(replay_policy=ReplayPolicy.ORIGINAL), echoed(replay_policy=ReplayPolicy.ORIGINAL)),
     ("headers_only", dict(headers_only=True), echoed(headers_only=True)),
-    ("description, metadata", dict(description="hi", metadata={"k": "v"}), echoed(description="hi", metadata={"k": "v"})),
+    (
+        "description, metadata",
+        dict(description="hi", metadata={"k": "v"}),
+        echoed(description="hi", metadata={"k": "v"}),
+    ),
     ("inactive_threshold", dict(inactive_threshold=2.5), echoed(inactive_threshold=2.5)),
     ("inactive_threshold negative", dict(inactive_threshold=-1.0), echoed()),
     ("mem_storage", dict(mem_storage=True), echoed(mem_storage=True)),
     ("num_replicas 1", dict(num_replicas=1), echoed(num_replicas=1)),
-    ("max_deliver = len(backoff)", dict(backoff=[1.0, 2.0, 3.0], max_deliver=3), echoed(ack_wait=1.0, backoff=[1.0, 2.0, 3.0], max_deliver=3)),
+    (
+        "max_deliver = len(backoff)",
+        dict(backoff=[1.0, 2.0, 3.0], max_deliver=3),
+        echoed(ack_wait=1.0, backoff=[1.0, 2.0, 3.0], max_deliver=3),
+    ),
 ]
 
 
@@ -236,8 +256,18 @@ BST = "consumer delivery policy is deliver by start time, but "
 
 # params -> err_code, description (a start option must match the deliver policy)
 INVALID_CONFIGS = [
-    ("by_start_sequence without seq", dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE), 10094, BSS + "optional start sequence is not set"),
-    ("by_start_sequence seq 0", dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=0), 10094, BSS + "optional start sequence is not set"),
+    (
+        "by_start_sequence without seq",
+        dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE),
+        10094,
+        BSS + "optional start sequence is not set",
+    ),
+    (
+        "by_start_sequence seq 0",
+        dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=0),
+        10094,
+        BSS + "optional start sequence is not set",
+    ),
     (
         "by_start_sequence with time only",
         dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_time=_start_time()),
@@ -250,8 +280,18 @@ INVALID_CONFIGS = [
         10094,
         BSS + "optional start time is also set",
     ),
-    ("by_start_time without time", dict(deliver_policy=DeliverPolicy.BY_START_TIME), 10094, BST + "optional start time is not set"),
-    ("by_start_time with seq only", dict(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_seq=2), 10094, BST + "optional start time is not set"),
+    (
+        "by_start_time without time",
+        dict(deliver_policy=DeliverPolicy.BY_START_TIME),
+        10094,
+        BST + "optional start time is not set",
+    ),
+    (
+        "by_start_time with seq only",
+        dict(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_seq=2),
+        10094,
+        BST + "optional start time is not set",
+    ),
     # sic: "start start sequence"
     (
         "by_start_time with both",
@@ -259,8 +299,18 @@ INVALID_CONFIGS = [
         10094,
         BST + "optional start start sequence is also set",
     ),
-    ("all with seq", dict(opt_start_seq=2), 10094, "consumer delivery policy is deliver all, but optional start sequence is also set"),
-    ("all with time", dict(opt_start_time=_start_time()), 10094, "consumer delivery policy is deliver all, but optional start time is also set"),
+    (
+        "all with seq",
+        dict(opt_start_seq=2),
+        10094,
+        "consumer delivery policy is deliver all, but optional start sequence is also set",
+    ),
+    (
+        "all with time",
+        dict(opt_start_time=_start_time()),
+        10094,
+        "consumer delivery policy is deliver all, but optional start time is also set",
+    ),
     (
         "last with seq",
         dict(deliver_policy=DeliverPolicy.LAST, opt_start_seq=2),
@@ -286,10 +336,25 @@ INVALID_CONFIGS = [
         "consumer delivery policy is deliver last per subject, but optional start sequence is also set",
     ),
     # backoff needs max_deliver >= len(backoff) when max_deliver is set
-    ("backoff longer than max_deliver", dict(backoff=[1.0, 2.0, 3.0], max_deliver=2), 10116, "max deliver is required to be > length of backoff values"),
+    (
+        "backoff longer than max_deliver",
+        dict(backoff=[1.0, 2.0, 3.0], max_deliver=2),
+        10116,
+        "max deliver is required to be > length of backoff values",
+    ),
     # filters (docs/semantics.md §2)
-    ("filter and filters", dict(filter_subject="a.x", filter_subjects=["a.y"]), 10136, "consumer cannot have both FilterSubject and FilterSubjects specified"),
-    ("empty entry in filters", dict(filter_subjects=["a.x", ""]), 10139, "consumer filter in FilterSubjects cannot be empty"),
+    (
+        "filter and filters",
+        dict(filter_subject="a.x", filter_subjects=["a.y"]),
+        10136,
+        "consumer cannot have both FilterSubject and FilterSubjects specified",
+    ),
+    (
+        "empty entry in filters",
+        dict(filter_subjects=["a.x", ""]),
+        10139,
+        "consumer filter in FilterSubjects cannot be empty",
+    ),
     ("filters subset", dict(filter_subjects=["a.x", "a.*"]), 10138, "consumer subject filters cannot overlap"),
     ("filters duplicate", dict(filter_subjects=["a.x", "a.x"]), 10138, "consumer subject filters cannot overlap"),
     ("filters > subset", dict(filter_subjects=["b.>", "b.c.>"]), 10138, "consumer subject filters cannot overlap"),
@@ -299,7 +364,12 @@ INVALID_CONFIGS = [
     ("invalid entry in filters", dict(filter_subjects=["a.x", "a..b"]), 10052, "invalid subject"),
     # other fields
     ("ack_wait negative", dict(ack_wait=-1.0), 10183, "consumer ack wait needs to be positive"),
-    ("description too long", dict(description="x" * 4097), 10107, "consumer description is too long, maximum allowed is 4096"),
+    (
+        "description too long",
+        dict(description="x" * 4097),
+        10107,
+        "consumer description is too long, maximum allowed is 4096",
+    ),
     ("replicas 3", dict(num_replicas=3), 10074, "replicas > 1 not supported in non-clustered mode"),
     ("replicas negative", dict(num_replicas=-1), 10133, "replicas count cannot be negative"),
 ]
@@ -415,7 +485,11 @@ UPDATES = [
     ("ack_wait", dict(ack_wait=9.0), dict(ack_wait=9.0)),
     ("backoff", dict(backoff=[1.0, 2.0]), dict(backoff=[1.0, 2.0], ack_wait=1.0)),  # ack_wait forced to backoff[0]
     ("filter", dict(filter_subject="b.>"), dict(filter_subject="b.>")),
-    ("filter to filters", dict(filter_subject=None, filter_subjects=["a.x", "b.>"]), dict(filter_subject=None, filter_subjects=["a.x", "b.>"])),
+    (
+        "filter to filters",
+        dict(filter_subject=None, filter_subjects=["a.x", "b.>"]),
+        dict(filter_subject=None, filter_subjects=["a.x", "b.>"]),
+    ),
     ("filter removed", dict(filter_subject=None), dict(filter_subject=None)),
     ("max_ack_pending", dict(max_ack_pending=3), dict(max_ack_pending=3)),
     ("headers_only", dict(headers_only=True), dict(headers_only=True)),
@@ -426,7 +500,11 @@ UPDATES = [
     # cannot change: 10012, HTTP 500
     ("deliver_policy", dict(deliver_policy=DeliverPolicy.NEW), (10012, "deliver policy can not be updated")),
     ("deliver_policy last", dict(deliver_policy=DeliverPolicy.LAST), (10012, "deliver policy can not be updated")),
-    ("opt_start_seq", dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=2), (10012, "deliver policy can not be updated")),
+    (
+        "opt_start_seq",
+        dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=2),
+        (10012, "deliver policy can not be updated"),
+    ),
     ("ack_policy all", dict(ack_policy=AckPolicy.ALL), (10012, "ack policy can not be updated")),
     ("ack_policy none", dict(ack_policy=AckPolicy.NONE), (10012, "ack policy can not be updated")),
     ("replay_policy", dict(replay_policy=ReplayPolicy.ORIGINAL), (10012, "replay policy can not be updated")),

@@ -83,13 +83,27 @@ DELIVER = [
     ("new", dict(deliver_policy=NEW), ((0, 7), (0, 7)), 0, [], True),
     ("new, filter", dict(deliver_policy=NEW, filter_subject="a.1"), ((0, 7), (0, 7)), 0, [], True),
     ("by_start_sequence", dict(deliver_policy=BY_SEQ, opt_start_seq=3), ((0, 2), (0, 2)), 5, [3, 4, 5, 6, 7], True),
-    ("by_start_sequence, filter", dict(deliver_policy=BY_SEQ, opt_start_seq=3, filter_subject="a.*"), ((0, 2), (0, 2)), 3, [4, 6, 7], True),
+    (
+        "by_start_sequence, filter",
+        dict(deliver_policy=BY_SEQ, opt_start_seq=3, filter_subject="a.*"),
+        ((0, 2), (0, 2)),
+        3,
+        [4, 6, 7],
+        True,
+    ),
     # a start beyond the end is kept: seq 8 is below it
     ("by_start_sequence past the end", dict(deliver_policy=BY_SEQ, opt_start_seq=20), ((0, 19), (0, 19)), 0, [], False),
     # each subject's last message, in stream order, then new ones
     ("last_per_subject", dict(deliver_policy=LPS, filter_subject="a.*"), ((0, 5), (0, 5)), 2, [6, 7], True),
     ("last_per_subject >", dict(deliver_policy=LPS, filter_subject=">"), ((0, 2), (0, 2)), 4, [3, 5, 6, 7], True),
-    ("last_per_subject, filters", dict(deliver_policy=LPS, filter_subjects=["a.1", "b.*"]), ((0, 2), (0, 2)), 3, [3, 5, 7], True),
+    (
+        "last_per_subject, filters",
+        dict(deliver_policy=LPS, filter_subjects=["a.1", "b.*"]),
+        ((0, 2), (0, 2)),
+        3,
+        [3, 5, 7],
+        True,
+    ),
 ]
 
 
@@ -127,9 +141,21 @@ def test_deliver_policy(js, params, initial, pending, delivered, gets_new):
 # params -> delivered after a fetch that found nothing, then after one more
 # (unmatched) publish and fetch, by storage
 NOTHING_MATCHES = [
-    ("all", dict(filter_subject="c.1"), {"file": [(0, 0), (0, 0)], "memory": [(0, 7), (0, 8)], "cluster": [(0, 7), (0, 7)]}),
-    ("last", dict(deliver_policy=LAST, filter_subject="c.1"), {"file": [(0, 0), (0, 0)], "memory": [(0, 7), (0, 8)], "cluster": [(0, 7), (0, 7)]}),
-    ("all, filters", dict(filter_subjects=["c.1", "c.2"]), {"file": [(0, 0), (0, 0)], "memory": [(0, 7), (0, 8)], "cluster": [(0, 7), (0, 7)]}),
+    (
+        "all",
+        dict(filter_subject="c.1"),
+        {"file": [(0, 0), (0, 0)], "memory": [(0, 7), (0, 8)], "cluster": [(0, 7), (0, 7)]},
+    ),
+    (
+        "last",
+        dict(deliver_policy=LAST, filter_subject="c.1"),
+        {"file": [(0, 0), (0, 0)], "memory": [(0, 7), (0, 8)], "cluster": [(0, 7), (0, 7)]},
+    ),
+    (
+        "all, filters",
+        dict(filter_subjects=["c.1", "c.2"]),
+        {"file": [(0, 0), (0, 0)], "memory": [(0, 7), (0, 8)], "cluster": [(0, 7), (0, 7)]},
+    ),
     (
         "by_start_sequence",
         dict(deliver_policy=BY_SEQ, opt_start_seq=3, filter_subject="c.1"),
@@ -174,7 +200,9 @@ BY_TIME = [
 ]
 
 
-@pytest.mark.parametrize("seq, offset, initial, delivered", [row[1:] for row in BY_TIME], ids=[row[0] for row in BY_TIME])
+@pytest.mark.parametrize(
+    "seq, offset, initial, delivered", [row[1:] for row in BY_TIME], ids=[row[0] for row in BY_TIME]
+)
 def test_deliver_by_start_time(js, seq, offset, initial, delivered):
     add_stream(js, spaced=True)
     start = js.get_msg("S", seq).time + offset
@@ -209,7 +237,9 @@ START_EDGES = [
 ]
 
 
-@pytest.mark.parametrize("kind, params, initial, pending", [row[1:] for row in START_EDGES], ids=[row[0] for row in START_EDGES])
+@pytest.mark.parametrize(
+    "kind, params, initial, pending", [row[1:] for row in START_EDGES], ids=[row[0] for row in START_EDGES]
+)
 def test_deliver_policy_start_edges(js, kind, params, initial, pending):
     if kind == "purged":
         add_stream(js)
@@ -303,7 +333,14 @@ def test_ack_floor_jumps_over_unmatched_and_deleted_messages(js):
     msgs = sub.fetch(3)
     js.delete_msg("S", 4)
     msgs += sub.fetch(10)
-    assert [(m.metadata.sequence.stream, m.metadata.sequence.consumer) for m in msgs] == [(1, 1), (2, 2), (3, 3), (5, 4), (6, 5), (7, 6)]
+    assert [(m.metadata.sequence.stream, m.metadata.sequence.consumer) for m in msgs] == [
+        (1, 1),
+        (2, 2),
+        (3, 3),
+        (5, 4),
+        (6, 5),
+        (7, 6),
+    ]
     for m, floor in zip(msgs[:3], [(1, 1), (2, 2), (3, 4)]):  # the floor may land on the deleted 4
         m.ack()
         assert seqs(info(js, "D")) == ((6, 7), floor)
@@ -532,7 +569,10 @@ def test_nak_with_delay(js):
 
 
 def test_backoff_and_max_deliver(js):
-    cs.not_on_the_cluster(js, "a replicated consumer's delivered stream seq moves to the last seq at a pull that finds nothing, or not, run to run")
+    cs.not_on_the_cluster(
+        js,
+        "a replicated consumer's delivered stream seq moves to the last seq at a pull that finds nothing, or not, run to run",
+    )
     add_stream(js)
     # Deliveries of an unacked message at t = 0, +0.2 (backoff[0]), +0.5 (backoff[1]);
     # max_deliver 3 ends it.  ack_wait is forced to backoff[0].
@@ -746,7 +786,11 @@ def test_headers_only(js):
     ]
     # A consumer without it gets the message as stored.
     full = consumer(js, "F")
-    assert [(m.data, m.headers) for m in full.fetch(10)] == [(b"hello world", None), (b"", {"K": "v"}), (b"12345", {"K": "v"})]
+    assert [(m.data, m.headers) for m in full.fetch(10)] == [
+        (b"hello world", None),
+        (b"", {"K": "v"}),
+        (b"12345", {"K": "v"}),
+    ]
 
 
 # ---------------------------------------------------------------- the stream removing pending messages (§4, §5.4)
@@ -765,19 +809,56 @@ def test_headers_only(js):
 # redelivered; a consumer disjoint from the purge subject is untouched.
 PURGES = [
     ("all", dict(), {"D": ((4, 7), (4, 7), 0, 0), "F": ((1, 7), (1, 7), 0, 0), "G": ((1, 7), (1, 7), 0, 0)}, []),
-    ("seq 3", dict(seq=3), {"D": ((4, 4), (1, 2), 2, 3), "F": ((1, 2), (1, 2), 0, 2), "G": ((1, 3), (0, 2), 1, 1)}, [5, 6, 7]),
-    ("seq 6", dict(seq=6), {"D": ((4, 5), (4, 5), 0, 2), "F": ((1, 5), (1, 5), 0, 1), "G": ((1, 5), (1, 5), 0, 0)}, [6, 7]),
-    ("keep 2", dict(keep=2), {"D": ((4, 5), (4, 5), 0, 2), "F": ((1, 5), (1, 5), 0, 1), "G": ((1, 5), (1, 5), 0, 0)}, [6, 7]),
-    ("subject a.1", dict(subject="a.1"), {"D": ((4, 4), (2, 2), 1, 2), "F": ((1, 7), (1, 7), 0, 0), "G": ((1, 3), (0, 0), 1, 1)}, [5, 6]),
-    ("subject a.*", dict(subject="a.*"), {"D": ((4, 4), (4, 2), 1, 1), "F": ((1, 7), (1, 7), 0, 0), "G": ((1, 3), (0, 0), 1, 1)}, [5]),
-    ("subject b.*", dict(subject="b.*"), {"D": ((4, 4), (3, 0), 2, 2), "F": ((1, 1), (0, 0), 1, 2), "G": ((1, 7), (1, 7), 0, 0)}, [6, 7]),
-    ("subject a.1 below 4", dict(subject="a.1", seq=4), {"D": ((4, 4), (2, 2), 2, 3), "F": ((1, 3), (1, 3), 0, 2), "G": ((1, 3), (0, 0), 1, 1)}, [5, 6, 7]),
+    (
+        "seq 3",
+        dict(seq=3),
+        {"D": ((4, 4), (1, 2), 2, 3), "F": ((1, 2), (1, 2), 0, 2), "G": ((1, 3), (0, 2), 1, 1)},
+        [5, 6, 7],
+    ),
+    (
+        "seq 6",
+        dict(seq=6),
+        {"D": ((4, 5), (4, 5), 0, 2), "F": ((1, 5), (1, 5), 0, 1), "G": ((1, 5), (1, 5), 0, 0)},
+        [6, 7],
+    ),
+    (
+        "keep 2",
+        dict(keep=2),
+        {"D": ((4, 5), (4, 5), 0, 2), "F": ((1, 5), (1, 5), 0, 1), "G": ((1, 5), (1, 5), 0, 0)},
+        [6, 7],
+    ),
+    (
+        "subject a.1",
+        dict(subject="a.1"),
+        {"D": ((4, 4), (2, 2), 1, 2), "F": ((1, 7), (1, 7), 0, 0), "G": ((1, 3), (0, 0), 1, 1)},
+        [5, 6],
+    ),
+    (
+        "subject a.*",
+        dict(subject="a.*"),
+        {"D": ((4, 4), (4, 2), 1, 1), "F": ((1, 7), (1, 7), 0, 0), "G": ((1, 3), (0, 0), 1, 1)},
+        [5],
+    ),
+    (
+        "subject b.*",
+        dict(subject="b.*"),
+        {"D": ((4, 4), (3, 0), 2, 2), "F": ((1, 1), (0, 0), 1, 2), "G": ((1, 7), (1, 7), 0, 0)},
+        [6, 7],
+    ),
+    (
+        "subject a.1 below 4",
+        dict(subject="a.1", seq=4),
+        {"D": ((4, 4), (2, 2), 2, 3), "F": ((1, 3), (1, 3), 0, 2), "G": ((1, 3), (0, 0), 1, 1)},
+        [5, 6, 7],
+    ),
 ]
 
 
 @pytest.mark.parametrize("purge, expected, next_for_d", [row[1:] for row in PURGES], ids=[row[0] for row in PURGES])
 def test_purge_moves_consumers(js, purge, expected, next_for_d):
-    cs.not_on_the_cluster(js, "a replicated consumer's floor after a subject purge is (0, 0), (1, 1) or (2, 2), run to run")
+    cs.not_on_the_cluster(
+        js, "a replicated consumer's floor after a subject purge is (0, 0), (1, 1) or (2, 2), run to run"
+    )
     add_stream(js)
     d = consumer(js, "D")
     f = consumer(js, "F", filter_subject="a.1")
@@ -854,7 +935,9 @@ MAX_BYTES = [(100, 0), (150, 1), (250, 1), (300, 2), (1000, 6)]
 
 @pytest.mark.parametrize("max_bytes, expected", MAX_BYTES, ids=[str(m) for m, _ in MAX_BYTES])
 def test_fetch_max_bytes(js, max_bytes, expected):
-    cs.not_on_the_cluster(js, "a replicated consumer's pull with max_bytes below ~1000 delivers what fits, or nothing, run to run")
+    cs.not_on_the_cluster(
+        js, "a replicated consumer's pull with max_bytes below ~1000 delivers what fits, or nothing, run to run"
+    )
     cs.add_stream(js, name="S", subjects=["a.*"])
     for _ in range(5):
         js.publish("a.1", b"x" * 100)
@@ -886,6 +969,8 @@ def test_inactive_threshold_removes_idle_consumers(js):
     js.clock.advance(1.2)
     # The server drops the consumers from its list and from the stream's count on timers of
     # their own (seen under load: the list already ["KEEP"], the count still 2).
-    eventually(js, lambda: ([c.name for c in js.consumers_info("S")], js.stream_info("S").state.consumer_count), (["KEEP"], 1))
+    eventually(
+        js, lambda: ([c.name for c in js.consumers_info("S")], js.stream_info("S").state.consumer_count), (["KEEP"], 1)
+    )
     with pytest.raises(jetspark_errors.ConsumerNotFoundError):
         js.consumer_info("S", "IDLE")

@@ -23,7 +23,14 @@ def positions(js, name: str = "C"):
     """(delivered stream seq, delivered consumer seq, ack floor stream seq, ack floor consumer
     seq, num_ack_pending, num_pending)."""
     ci = js.consumer_info(S, name)
-    return (ci.delivered.stream_seq, ci.delivered.consumer_seq, ci.ack_floor.stream_seq, ci.ack_floor.consumer_seq, ci.num_ack_pending, ci.num_pending)
+    return (
+        ci.delivered.stream_seq,
+        ci.delivered.consumer_seq,
+        ci.ack_floor.stream_seq,
+        ci.ack_floor.consumer_seq,
+        ci.num_ack_pending,
+        ci.num_pending,
+    )
 
 
 def rollup_stream(js, **config):

@@ -116,7 +116,9 @@ def test_interest_stream_seed(js):
     assert s.last_ts == last_ts
 
     # Interest respects the filter: processor-3 only wants mouse clicks.
-    js.add_consumer("EVENTS", durable_name="processor-3", filter_subject="events.mouse_clicked", ack_policy=AckPolicy.EXPLICIT)
+    js.add_consumer(
+        "EVENTS", durable_name="processor-3", filter_subject="events.mouse_clicked", ack_policy=AckPolicy.EXPLICIT
+    )
     js.publish("events.mouse_clicked", b"")
     first_consumer.fetch(1)[0].term()  # terminating works too
     second_consumer.fetch(1)[0].ack_sync()
@@ -222,7 +224,12 @@ def test_interest_removed_pending_message_under_ack_all_releases_what_is_below(j
     js.add_consumer("S", durable_name="B", filter_subject="b.*")
     for subject in ("a.1", "a.2", "a.3", "b.1", "a.4"):
         js.publish(subject, b"x")
-    assert [m.metadata.sequence.stream for m in js.pull_subscribe_bind(stream="S", durable="A").fetch(4)] == [1, 2, 3, 4]
+    assert [m.metadata.sequence.stream for m in js.pull_subscribe_bind(stream="S", durable="A").fetch(4)] == [
+        1,
+        2,
+        3,
+        4,
+    ]
     js.delete_msg("S", 3)
     # 1 and 2 acknowledged with it; 4 still pending, and B's too; 5 not delivered.
     eventually(js, lambda: state(js, "S"), (2, 4, 5, 2))
@@ -298,7 +305,12 @@ def workqueue_stream(js, **config):
 
 # params -> err_code, description (for a consumer on an otherwise consumer-less work queue)
 WORKQUEUE_INVALID = [
-    ("ack none", dict(ack_policy=AckPolicy.NONE), 10084, "consumer in pull mode requires explicit ack policy on workqueue stream"),
+    (
+        "ack none",
+        dict(ack_policy=AckPolicy.NONE),
+        10084,
+        "consumer in pull mode requires explicit ack policy on workqueue stream",
+    ),
     (
         "ack none, deliver new",
         dict(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.NEW),
@@ -307,13 +319,30 @@ WORKQUEUE_INVALID = [
     ),
     ("ack all", dict(ack_policy=AckPolicy.ALL), 10098, "workqueue stream requires explicit ack"),
     ("deliver new", dict(deliver_policy=DeliverPolicy.NEW), 10101, "consumer must be deliver all on workqueue stream"),
-    ("deliver last", dict(deliver_policy=DeliverPolicy.LAST), 10101, "consumer must be deliver all on workqueue stream"),
-    ("by start sequence", dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=1), 10101, "consumer must be deliver all on workqueue stream"),
-    ("last per subject", dict(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, filter_subject="a.1"), 10101, "consumer must be deliver all on workqueue stream"),
+    (
+        "deliver last",
+        dict(deliver_policy=DeliverPolicy.LAST),
+        10101,
+        "consumer must be deliver all on workqueue stream",
+    ),
+    (
+        "by start sequence",
+        dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=1),
+        10101,
+        "consumer must be deliver all on workqueue stream",
+    ),
+    (
+        "last per subject",
+        dict(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, filter_subject="a.1"),
+        10101,
+        "consumer must be deliver all on workqueue stream",
+    ),
 ]
 
 
-@pytest.mark.parametrize("params, err_code, description", [row[1:] for row in WORKQUEUE_INVALID], ids=[row[0] for row in WORKQUEUE_INVALID])
+@pytest.mark.parametrize(
+    "params, err_code, description", [row[1:] for row in WORKQUEUE_INVALID], ids=[row[0] for row in WORKQUEUE_INVALID]
+)
 def test_workqueue_consumer_config(js, params, err_code, description):
     workqueue_stream(js)
     with api_error(err_code, description):

@@ -201,7 +201,9 @@ def test_discard_old_message_larger_than_max_bytes(js, before):
         js.publish("bb.x", HELLO)
     ack = js.publish("bb.x", HELLO * 100)
     assert ack == PubAck(stream="OLD", seq=before + 1)
-    assert_state(js, "OLD", messages=0, bytes=0, first_seq=before + 2, last_seq=before + 1, num_deleted=0, num_subjects=0)
+    assert_state(
+        js, "OLD", messages=0, bytes=0, first_seq=before + 2, last_seq=before + 1, num_deleted=0, num_subjects=0
+    )
     # the stream carries on after it
     assert js.publish("bb.x", HELLO) == PubAck(stream="OLD", seq=before + 2)
     assert_state(js, "OLD", messages=1, bytes=size, first_seq=before + 2, last_seq=before + 2)
@@ -347,7 +349,9 @@ def test_discard_new_replacement_needs_room_from_the_replaced_message_alone(js):
     # max_bytes has 10 spare bytes, yet a message 1 byte larger than the one it
     # would replace is refused: the check is "oldest of subject >= new", not "fits after".
     size = js.msg_bytes("bb.a", HELLO)
-    js.add_stream(name="NEW", subjects=["bb.>"], discard=DiscardPolicy.NEW, max_bytes=2 * size + 10, max_msgs_per_subject=1)
+    js.add_stream(
+        name="NEW", subjects=["bb.>"], discard=DiscardPolicy.NEW, max_bytes=2 * size + 10, max_msgs_per_subject=1
+    )
     js.publish("bb.a", HELLO)
     js.publish("bb.b", HELLO)
     expect_limit(js, "bb.a", HELLO + b"x", "maximum bytes exceeded")

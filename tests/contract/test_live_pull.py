@@ -132,7 +132,10 @@ def test_consume_calls_back_in_order_on_one_thread_and_goes_on_after_an_exceptio
         assert ctx.closed and ctx.wait(0)
     assert seen == [b"m%d" % i for i in range(1, 7)]
     assert len(threads) == 1 and threading.get_ident() not in threads
-    assert any("the callback raised" in r.getMessage() and r.exc_info and "a bad message" in str(r.exc_info[1]) for r in caplog.records)
+    assert any(
+        "the callback raised" in r.getMessage() and r.exc_info and "a bad message" in str(r.exc_info[1])
+        for r in caplog.records
+    )
     assert js.consumer_info("S", "D").ack_floor.stream_seq == 6
 
 

@@ -19,7 +19,18 @@ CONSUMER_STORE = (10012, 500, "error creating store for consumer")
 
 NUL_NAMES = ["a\x00b", "\x00", "ab\x00"]
 # Control and invisible characters the server does not refuse: usable names on every backend.
-ODD_NAMES = ["a\x01b", "a\x1bb", "a\x1fb", "a\x7fb", "a\u0085b", "a\u2028b", "a\u200bb", "a\ufeffb", "a\u3000b", "a$b:c#d%e"]
+ODD_NAMES = [
+    "a\x01b",
+    "a\x1bb",
+    "a\x1fb",
+    "a\x7fb",
+    "a\u0085b",
+    "a\u2028b",
+    "a\u200bb",
+    "a\ufeffb",
+    "a\u3000b",
+    "a$b:c#d%e",
+]
 
 
 def refusal(fn, *args, **kwargs):

@@ -24,7 +24,13 @@ from tests.contract.consumer_support import (
 
 WAIT = 10.0
 # seq -> (subject, payload) of the stream ORDERS
-ORDERS = {1: ("o.eu.new", b"m1"), 2: ("o.us.new", b"m2"), 3: ("o.eu.paid", b"m3"), 4: ("o.eu.new", b"m4"), 5: ("o.us.new", b"m5")}
+ORDERS = {
+    1: ("o.eu.new", b"m1"),
+    2: ("o.us.new", b"m2"),
+    3: ("o.eu.paid", b"m3"),
+    4: ("o.eu.new", b"m4"),
+    5: ("o.us.new", b"m5"),
+}
 
 
 def add_orders(js, **config):
@@ -89,7 +95,10 @@ def test_direct_get_on_a_stream_without_allow_direct(jetspark_backend):
         (dict(), "get_msg needs seq= (a stream sequence) or subject="),
         (dict(seq=2, subject="o.eu.new"), "get_msg with seq= and subject= needs next=True"),
         (dict(seq=2, next=True), "get_msg(next=True) needs subject="),
-        (dict(subject="o.>", last_by_subj="o.>"), "get_msg takes subject= (with next=) or last_by_subj=/next_by_subj=, not both"),
+        (
+            dict(subject="o.>", last_by_subj="o.>"),
+            "get_msg takes subject= (with next=) or last_by_subj=/next_by_subj=, not both",
+        ),
     ],
 )
 def test_get_msg_says_what_it_needs(jetspark_backend, kwargs, says):
@@ -103,7 +112,9 @@ def test_get_msg_says_what_it_needs(jetspark_backend, kwargs, says):
     assert stored(js) == before
 
 
-@pytest.mark.parametrize(("kwargs", "name"), [(dict(seq=1, direct="yes"), "direct"), (dict(subject="o.>", next=1), "next")])
+@pytest.mark.parametrize(
+    ("kwargs", "name"), [(dict(seq=1, direct="yes"), "direct"), (dict(subject="o.>", next=1), "next")]
+)
 def test_get_msg_flags_are_booleans(jetspark_backend, kwargs, name):
     add_orders(jetspark_backend)
     with pytest.raises(TypeError, match=f"^{name} must be True or False"):
@@ -117,7 +128,9 @@ def test_publish_add_consumer_and_consumer_info_take_a_timeout(js):
     add_orders(js)
     assert js.publish("o.eu.new", b"m6", timeout=2).seq == 6
     assert js.publish("o.eu.new", b"m7", stream="ORDERS", timeout=2.5).seq == 7
-    created = js.add_consumer("ORDERS", ConsumerConfig(durable_name="D", ack_policy="explicit"), 2)  # nats-py's third positional
+    created = js.add_consumer(
+        "ORDERS", ConsumerConfig(durable_name="D", ack_policy="explicit"), 2
+    )  # nats-py's third positional
     assert created.name == "D" and created.config.ack_policy.value == "explicit"
     assert js.add_consumer("ORDERS", durable_name="E", timeout=2.0).name == "E"
     assert js.consumer_info("ORDERS", "D", timeout=2).num_pending == 7
@@ -126,7 +139,10 @@ def test_publish_add_consumer_and_consumer_info_take_a_timeout(js):
     assert js.update_consumer("ORDERS", durable_name="F", description="f", timeout=2).config.description == "f"
 
 
-@pytest.mark.parametrize(("timeout", "error"), [(0, ValueError), (-1, ValueError), (float("nan"), ValueError), ("2", TypeError), (True, TypeError)])
+@pytest.mark.parametrize(
+    ("timeout", "error"),
+    [(0, ValueError), (-1, ValueError), (float("nan"), ValueError), ("2", TypeError), (True, TypeError)],
+)
 def test_a_bad_timeout_is_refused_and_nothing_is_done(jetspark_backend, timeout, error):
     js = jetspark_backend
     add_orders(js)

@@ -83,7 +83,12 @@ def test_a_repeated_msg_id_is_a_duplicate_with_the_first_seq(js):
         js.publish_async("pa.a", b"three", stream="PA", headers={MSG_ID: "m2"}),
     ]
     js.publish_async_completed()
-    assert results(futures) == [PubAck(stream="PA", seq=1), PubAck(stream="PA", seq=2), PubAck(stream="PA", seq=1, duplicate=True), PubAck(stream="PA", seq=3)]
+    assert results(futures) == [
+        PubAck(stream="PA", seq=1),
+        PubAck(stream="PA", seq=2),
+        PubAck(stream="PA", seq=1, duplicate=True),
+        PubAck(stream="PA", seq=3),
+    ]
     assert js.stream_info("PA").state.messages == 3
 
 
@@ -207,13 +212,25 @@ def test_arguments_are_checked_at_the_call_and_nothing_is_sent(jetspark_backend)
 
 
 def test_the_window_option_is_checked_on_both_backends(tmp_path):
-    for bad, error in ((0, ValueError), (-1, ValueError), (2**31, ValueError), ("8", TypeError), (True, TypeError), (1.5, TypeError)):
+    for bad, error in (
+        (0, ValueError),
+        (-1, ValueError),
+        (2**31, ValueError),
+        ("8", TypeError),
+        (True, TypeError),
+        (1.5, TypeError),
+    ):
         with pytest.raises(error, match="publish_async_max_pending"):
             jetspark.connect(tmp_path / "store", publish_async_max_pending=bad)
         with pytest.raises(error, match="publish_async_max_pending"):
             ConnectOptions.build("nats://127.0.0.1:4222", publish_async_max_pending=bad)
     assert not (tmp_path / "store").exists()
-    assert ConnectOptions.from_strings("nats://127.0.0.1:4222", {"publish-async-max-pending": "8"}).publish_async_max_pending == 8
+    assert (
+        ConnectOptions.from_strings(
+            "nats://127.0.0.1:4222", {"publish-async-max-pending": "8"}
+        ).publish_async_max_pending
+        == 8
+    )
 
 
 # ---------------------------------------------------------------- back-pressure (the other side stopped for real)
@@ -295,7 +312,9 @@ def test_a_full_window_holds_the_caller_until_a_publish_completes(side):
             assert js.publish_async_pending() == 3
             # A caller without wait_stall waits for room, however long it takes.
             waited: list = []
-            caller = threading.Thread(target=lambda: waited.append((js.publish_async("bp.a", b"3"), [f.done() for f in first])))
+            caller = threading.Thread(
+                target=lambda: waited.append((js.publish_async("bp.a", b"3"), [f.done() for f in first]))
+            )
             caller.start()
         caller.join(30)
         assert not caller.is_alive()
@@ -335,7 +354,9 @@ def test_close_fails_what_the_server_never_answered():
             js.close()
             for f in futures:
                 err = f.exception(timeout=0)
-                assert isinstance(err, (RequestTimeoutError, ClosedError)) and "may or may not be stored" in "".join(getattr(err, "__notes__", [])) + str(err)
+                assert isinstance(err, (RequestTimeoutError, ClosedError)) and "may or may not be stored" in "".join(
+                    getattr(err, "__notes__", [])
+                ) + str(err)
             with pytest.raises(ClosedError):
                 js.publish_async("cl.a")
     finally:

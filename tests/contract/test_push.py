@@ -64,7 +64,9 @@ class Collector:
 
     def wait(self, n: int) -> list[tuple[int, int]]:
         with self._cond:
-            assert self._cond.wait_for(lambda: len(self.seen) >= n, WAIT), f"{len(self.seen)} of {n} messages within {WAIT} s: {self.seen}"
+            assert self._cond.wait_for(lambda: len(self.seen) >= n, WAIT), (
+                f"{len(self.seen)} of {n} messages within {WAIT} s: {self.seen}"
+            )
             return list(self.seen)
 
 
@@ -97,11 +99,23 @@ ECHO = [
         dict(flow_control=True, idle_heartbeat=0.5),
         push_echo(flow_control=True, idle_heartbeat=0.5),
     ),
-    ("ack none", dict(ack_policy=AckPolicy.NONE), push_echo(ack_policy=AckPolicy.NONE, ack_wait=None, max_ack_pending=None)),
+    (
+        "ack none",
+        dict(ack_policy=AckPolicy.NONE),
+        push_echo(ack_policy=AckPolicy.NONE, ack_wait=None, max_ack_pending=None),
+    ),
     # ack_wait is kept as given, unused, with ack none (as an ordered consumer's 22 h)
-    ("ack none, ack_wait", dict(ack_policy=AckPolicy.NONE, ack_wait=7.0), push_echo(ack_policy=AckPolicy.NONE, ack_wait=7.0, max_ack_pending=None)),
+    (
+        "ack none, ack_wait",
+        dict(ack_policy=AckPolicy.NONE, ack_wait=7.0),
+        push_echo(ack_policy=AckPolicy.NONE, ack_wait=7.0, max_ack_pending=None),
+    ),
     # a pull consumer may name a deliver group too
-    ("pull, group", dict(deliver_subject=None, deliver_group="g"), push_echo(deliver_subject=None, deliver_group="g", max_waiting=512)),
+    (
+        "pull, group",
+        dict(deliver_subject=None, deliver_group="g"),
+        push_echo(deliver_subject=None, deliver_group="g", max_waiting=512),
+    ),
 ]
 
 
@@ -116,15 +130,40 @@ def test_push_consumer_config_is_echoed(js, params, expected):
 
 
 REFUSED = [
-    ("flow control without heartbeats", dict(flow_control=True), 10108, "consumer with flow control also needs heartbeats"),
+    (
+        "flow control without heartbeats",
+        dict(flow_control=True),
+        10108,
+        "consumer with flow control also needs heartbeats",
+    ),
     ("wildcard deliver subject", dict(deliver_subject="dlv.*"), 10079, "consumer deliver subject has wildcards"),
     ("invalid deliver subject", dict(deliver_subject="dlv..x"), 10112, "invalid push consumer deliver subject"),
-    ("deliver subject the stream captures", dict(deliver_subject="a.out"), 10081, "consumer deliver subject forms a cycle"),
+    (
+        "deliver subject the stream captures",
+        dict(deliver_subject="a.out"),
+        10081,
+        "consumer deliver subject forms a cycle",
+    ),
     ("max_waiting on push", dict(max_waiting=5), 10080, "consumer in push mode can not set max waiting"),
-    ("max_ack_pending, ack none", dict(ack_policy=AckPolicy.NONE, max_ack_pending=5), 10082, "consumer requires ack policy for max ack pending"),
+    (
+        "max_ack_pending, ack none",
+        dict(ack_policy=AckPolicy.NONE, max_ack_pending=5),
+        10082,
+        "consumer requires ack policy for max ack pending",
+    ),
     ("heartbeat under 100 ms", dict(idle_heartbeat=0.05), 10083, "consumer idle heartbeat needs to be >= 100ms"),
-    ("heartbeat on pull", dict(deliver_subject=None, idle_heartbeat=1.0), 10088, "consumer idle heartbeat requires a push based consumer"),
-    ("flow control on pull", dict(deliver_subject=None, flow_control=True), 10089, "consumer flow control requires a push based consumer"),
+    (
+        "heartbeat on pull",
+        dict(deliver_subject=None, idle_heartbeat=1.0),
+        10088,
+        "consumer idle heartbeat requires a push based consumer",
+    ),
+    (
+        "flow control on pull",
+        dict(deliver_subject=None, flow_control=True),
+        10089,
+        "consumer flow control requires a push based consumer",
+    ),
     (
         "flow control and heartbeat on pull",
         dict(deliver_subject=None, flow_control=True, idle_heartbeat=1.0),
@@ -132,7 +171,12 @@ REFUSED = [
         "consumer idle heartbeat requires a push based consumer",
     ),
     # the order of the checks: the deliver subject's and the start's come first
-    ("flow control without heartbeats, wildcards", dict(flow_control=True, deliver_subject="dlv.>"), 10079, "consumer deliver subject has wildcards"),
+    (
+        "flow control without heartbeats, wildcards",
+        dict(flow_control=True, deliver_subject="dlv.>"),
+        10079,
+        "consumer deliver subject has wildcards",
+    ),
     (
         "flow control without heartbeats, no start",
         dict(flow_control=True, deliver_policy=DeliverPolicy.BY_START_SEQUENCE),
@@ -157,14 +201,20 @@ def test_push_consumer_on_a_work_queue_needs_explicit_acks(js):
         js.add_consumer("S", durable_name="P", deliver_subject="dlv.p", ack_policy=AckPolicy.NONE)
     with api_error(10098, "workqueue stream requires explicit ack"):
         js.add_consumer("S", durable_name="P", deliver_subject="dlv.p", ack_policy=AckPolicy.ALL)
-    assert js.add_consumer("S", durable_name="P", deliver_subject="dlv.p", deliver_group="g").config.deliver_group == "g"
+    assert (
+        js.add_consumer("S", durable_name="P", deliver_subject="dlv.p", deliver_group="g").config.deliver_group == "g"
+    )
 
 
 UPDATES = [
     ("heartbeat", dict(idle_heartbeat=2.0), (10012, "heart beats can not be updated")),
     ("flow control", dict(flow_control=None), (10012, "flow control can not be updated")),
     # heartbeats are checked before the deliver subject
-    ("to pull", dict(deliver_subject=None, flow_control=None, idle_heartbeat=None), (10012, "heart beats can not be updated")),
+    (
+        "to pull",
+        dict(deliver_subject=None, flow_control=None, idle_heartbeat=None),
+        (10012, "heart beats can not be updated"),
+    ),
     ("deliver subject, unbound", dict(deliver_subject="dlv.q"), None),
     ("deliver group", dict(deliver_group="g"), None),
 ]
@@ -179,7 +229,9 @@ def test_push_consumer_updates(js, change, refused):
         with api_error(*refused):
             js.update_consumer("S", **{**base, **change})
     else:
-        assert js.update_consumer("S", **{**base, **change}).config == push_echo(flow_control=True, idle_heartbeat=1.0, **change)
+        assert js.update_consumer("S", **{**base, **change}).config == push_echo(
+            flow_control=True, idle_heartbeat=1.0, **change
+        )
 
 
 def test_push_and_pull_consumers_do_not_switch(js):
@@ -280,7 +332,9 @@ def test_a_callback_that_raises_does_not_stop_delivery(js, caplog):
     # The failed message is not acknowledged: it waits for its redelivery.
     eventually(js, lambda: (info(js, "D").num_ack_pending, cs.seqs(info(js, "D"))[1]), (1, (1, 1)))
     if js.kind != "oracle":  # (nats-py reports it to its error callback)
-        assert any("the callback fails on seq 2" in (r.exc_text or "") for r in caplog.records if r.name == "jetspark.push")
+        assert any(
+            "the callback fails on seq 2" in (r.exc_text or "") for r in caplog.records if r.name == "jetspark.push"
+        )
 
 
 def test_redelivery_after_ack_wait(js):

@@ -86,7 +86,9 @@ REFUSED = [
 ]
 
 
-@pytest.mark.parametrize(("headers", "error"), REFUSED, ids=[f"{next(iter(h))}={h[next(iter(h))][:12]}-{e[0]}" for h, e in REFUSED])
+@pytest.mark.parametrize(
+    ("headers", "error"), REFUSED, ids=[f"{next(iter(h))}={h[next(iter(h))][:12]}-{e[0]}" for h, e in REFUSED]
+)
 def test_feature_header_is_refused_and_leaves_nothing(js, headers, error):
     js.add_stream(name=S, subjects=["feat.>"])
     js.publish("feat.a", b"before")
@@ -164,7 +166,9 @@ def test_every_server_header_is_implemented_refused_or_stored_as_the_server_does
     stored = {k for h in STORED for k in h if h[k]}  # (an empty value is read as absent)
     for name in SERVER_HEADERS:
         # (some are refused or stored by their value: Nats-Schedule-Time-Zone)
-        assert name in {*IMPLEMENTED, *refused, *stored, *DROPPED, *ENGINE_REFUSED}, f"{name}: no test says what the engine does with it"
+        assert name in {*IMPLEMENTED, *refused, *stored, *DROPPED, *ENGINE_REFUSED}, (
+            f"{name}: no test says what the engine does with it"
+        )
     assert set(IMPLEMENTED) <= set(PUBLISH_RULES_HEADERS())
 
 

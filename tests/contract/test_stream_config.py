@@ -211,10 +211,20 @@ INVALID_CONFIGS = [
     ("name /", {"name": "a/b"}, 10128, "Stream name can not contain path separators"),
     ("name \\", {"name": "a\\b"}, 10128, "Stream name can not contain path separators"),
     ("name 256 bytes", {"name": "x" * 256}, 10052, "stream name is too long, maximum allowed is 255"),
-    ("name 256 bytes (multi-byte)", {"name": "x" * 254 + "é"}, 10052, "stream name is too long, maximum allowed is 255"),
+    (
+        "name 256 bytes (multi-byte)",
+        {"name": "x" * 254 + "é"},
+        10052,
+        "stream name is too long, maximum allowed is 255",
+    ),
     # --- description / metadata
     ("description 4097", {"description": "d" * 4097}, 10052, "stream description is too long, maximum allowed is 4096"),
-    ("metadata > 128 KiB", {"metadata": {"k": "v" * 131072}}, 10052, "stream metadata exceeds maximum size of 131072 bytes"),
+    (
+        "metadata > 128 KiB",
+        {"metadata": {"k": "v" * 131072}},
+        10052,
+        "stream metadata exceeds maximum size of 131072 bytes",
+    ),
     # --- replicas
     ("replicas 6", {"num_replicas": 6}, 10052, "maximum replicas is 5"),
     ("replicas -1", {"num_replicas": -1}, 10133, "replicas count cannot be negative"),
@@ -228,12 +238,37 @@ INVALID_CONFIGS = [
     ("dup window < 0", {"duplicate_window": -1}, 10052, "duplicates window can not be negative"),
     ("dup window 50ms", {"duplicate_window": 0.05}, 10052, "duplicates window needs to be >= 100ms"),
     ("dup window 1ns", {"duplicate_window": 1e-9}, 10052, "duplicates window needs to be >= 100ms"),
-    ("dup window > max_age", {"max_age": 1, "duplicate_window": 2}, 10052, "duplicates window can not be larger then max age"),
-    ("dup window > max_age (sub-second)", {"max_age": 0.5, "duplicate_window": 0.6}, 10052, "duplicates window can not be larger then max age"),
+    (
+        "dup window > max_age",
+        {"max_age": 1, "duplicate_window": 2},
+        10052,
+        "duplicates window can not be larger then max age",
+    ),
+    (
+        "dup window > max_age (sub-second)",
+        {"max_age": 0.5, "duplicate_window": 0.6},
+        10052,
+        "duplicates window can not be larger then max age",
+    ),
     # --- flag combinations
-    ("rollup without purge", {"deny_purge": True, "allow_rollup_hdrs": True}, 10052, "roll-ups require the purge permission"),
-    ("dnps without discard new", {"discard_new_per_subject": True}, 10052, "discard new per subject requires discard new policy to be set"),
-    ("dnps without per-subject limit", {"discard_new_per_subject": True, "discard": "new"}, 10052, "discard new per subject requires max msgs per subject > 0"),
+    (
+        "rollup without purge",
+        {"deny_purge": True, "allow_rollup_hdrs": True},
+        10052,
+        "roll-ups require the purge permission",
+    ),
+    (
+        "dnps without discard new",
+        {"discard_new_per_subject": True},
+        10052,
+        "discard new per subject requires discard new policy to be set",
+    ),
+    (
+        "dnps without per-subject limit",
+        {"discard_new_per_subject": True, "discard": "new"},
+        10052,
+        "discard new per subject requires max msgs per subject > 0",
+    ),
     (
         "dnps with per-subject limit 0",
         {"discard_new_per_subject": True, "discard": "new", "max_msgs_per_subject": 0},
@@ -265,15 +300,35 @@ def test_invalid_config_is_rejected(js, kwargs, err_code, description):
 # id, update_stream kwargs (on stream S, subjects ["a"], max_msgs=7), err_code, description
 INVALID_UPDATES = [
     ("max_age 50ms", {"max_age": 0.05}, 10052, "max age needs to be >= 100ms"),
-    ("dup window > max_age", {"max_age": 1, "duplicate_window": 2}, 10052, "duplicates window can not be larger then max age"),
+    (
+        "dup window > max_age",
+        {"max_age": 1, "duplicate_window": 2},
+        10052,
+        "duplicates window can not be larger then max age",
+    ),
     ("description 4097", {"description": "d" * 4097}, 10052, "stream description is too long, maximum allowed is 4096"),
     ("replicas 3", {"num_replicas": 3}, 10074, "replicas > 1 not supported in non-clustered mode"),
-    ("rollup without purge", {"deny_purge": True, "allow_rollup_hdrs": True}, 10052, "roll-ups require the purge permission"),
-    ("dnps without discard new", {"discard_new_per_subject": True}, 10052, "discard new per subject requires discard new policy to be set"),
+    (
+        "rollup without purge",
+        {"deny_purge": True, "allow_rollup_hdrs": True},
+        10052,
+        "roll-ups require the purge permission",
+    ),
+    (
+        "dnps without discard new",
+        {"discard_new_per_subject": True},
+        10052,
+        "discard new per subject requires discard new policy to be set",
+    ),
     ("retention foo", {"retention": "foo"}, 10025, "invalid JSON"),
     # immutable fields
     ("storage changed", {"storage": "OTHER"}, 10052, "stream configuration update can not change storage type"),
-    ("retention to workqueue", {"retention": "workqueue"}, 10052, "stream configuration update can not change retention policy to/from workqueue"),
+    (
+        "retention to workqueue",
+        {"retention": "workqueue"},
+        10052,
+        "stream configuration update can not change retention policy to/from workqueue",
+    ),
 ]
 
 
@@ -476,7 +531,9 @@ def test_retention_limits_interest_is_mutable(js):
     assert info.config.retention == RetentionPolicy.LIMITS
 
 
-@pytest.mark.parametrize("start,to", [("workqueue", "limits"), ("workqueue", "interest"), ("interest", "workqueue"), ("limits", "workqueue")])
+@pytest.mark.parametrize(
+    "start,to", [("workqueue", "limits"), ("workqueue", "interest"), ("interest", "workqueue"), ("limits", "workqueue")]
+)
 def test_retention_to_or_from_workqueue_is_immutable(js, start, to):
     before = js.add_stream(name="S", subjects=["a"], retention=start)
     with api_error(10052, "stream configuration update can not change retention policy to/from workqueue"):
@@ -551,7 +608,9 @@ def test_sealed_stream_cannot_be_unsealed(js):
 def test_sealed_stream_config_can_still_be_updated(js):
     js.add_stream(name="S", subjects=["a"])
     js.update_stream(name="S", subjects=["a"], sealed=True)
-    info = js.update_stream(name="S", subjects=["a", "b"], sealed=True, deny_delete=True, deny_purge=True, description="x", max_msgs=3)
+    info = js.update_stream(
+        name="S", subjects=["a", "b"], sealed=True, deny_delete=True, deny_purge=True, description="x", max_msgs=3
+    )
     assert info.config == defaults(
         js,
         subjects=["a", "b"],

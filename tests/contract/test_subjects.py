@@ -123,7 +123,12 @@ INVALID_SUBJECTS = [
     ("$JS.ACK.>", ["$JS.ACK.>"], 10052, "subjects that overlap with jetstream api require no-ack to be true"),
     ("$JSC.x", ["$JSC.x"], 10052, "subjects that overlap with jetstream api require no-ack to be true"),
     ("$NRG.>", ["$NRG.>"], 10052, "subjects that overlap with jetstream api require no-ack to be true"),
-    ("api check before pair check", ["a.*", "*.b.c"], 10052, "subjects that overlap with jetstream api require no-ack to be true"),
+    (
+        "api check before pair check",
+        ["a.*", "*.b.c"],
+        10052,
+        "subjects that overlap with jetstream api require no-ack to be true",
+    ),
     ("$SYS.>", ["$SYS.>"], 10052, "subjects that overlap with system api require no-ack to be true"),
     ("$SYS.x", ["$SYS.x"], 10052, "subjects that overlap with system api require no-ack to be true"),
 ]

@@ -21,7 +21,14 @@ from hypothesis import strategies as st
 
 import jetspark
 from jetspark.engine import block_writer
-from jetspark.errors import BackupError, BadRequestError, CorruptBackupError, MsgNotFoundError, ServerError, StreamNotFoundError
+from jetspark.errors import (
+    BackupError,
+    BadRequestError,
+    CorruptBackupError,
+    MsgNotFoundError,
+    ServerError,
+    StreamNotFoundError,
+)
 from tests.conftest import FakeClock
 from tests.engine.conftest import shm_dir
 
@@ -40,7 +47,13 @@ def view(js, name: str) -> dict:
             msgs[seq] = (m.subject, m.data, m.headers, m.time)
         except MsgNotFoundError:
             msgs[seq] = None
-    return {"config": info.config, "state": info.state, "created": info.created, "msgs": msgs, "consumers": js.consumers_info(name)}
+    return {
+        "config": info.config,
+        "state": info.state,
+        "created": info.created,
+        "msgs": msgs,
+        "consumers": js.consumers_info(name),
+    }
 
 
 def fill(js, name: str = "S", storage_kind: str = "file") -> None:
@@ -94,7 +107,13 @@ def test_a_restored_stream_is_the_same_stream(tmp_path, store, small_blocks, sto
                 dup = handle.publish("s.1", b"again", headers={"Nats-Msg-Id": "id-399"})
                 assert (dup.seq, dup.duplicate) == (400, True)
                 assert handle.publish("s.1", b"new").seq == 401
-            got = [[(m.metadata.sequence.stream, m.metadata.num_delivered) for m in h.pull_subscribe_bind("ALL", "S").fetch(5)] for h in (js, other)]
+            got = [
+                [
+                    (m.metadata.sequence.stream, m.metadata.num_delivered)
+                    for m in h.pull_subscribe_bind("ALL", "S").fetch(5)
+                ]
+                for h in (js, other)
+            ]
             assert got[0] == got[1] and got[0][0][1] == 2  # the nak'd one first, delivered a second time
             assert view(other, "S")["consumers"] == view(js, "S")["consumers"]
 
@@ -111,7 +130,9 @@ def test_without_consumers(tmp_path, store):
     with jetspark.connect(store) as js:
         fill(js)
         info = js.backup_stream("S", tmp_path / "bk", consumers=False)
-        assert info.consumers == 0 and not any("/cons/" in f["path"] for f in json.loads((tmp_path / "bk" / "backup.json").read_text())["files"])
+        assert info.consumers == 0 and not any(
+            "/cons/" in f["path"] for f in json.loads((tmp_path / "bk" / "backup.json").read_text())["files"]
+        )
         js.delete_stream("S")
         assert js.restore_stream(tmp_path / "bk").state.consumer_count == 0
         assert js.consumers_info("S") == [] and js.stream_info("S").state.messages == info.state.messages
@@ -261,7 +282,9 @@ def test_a_backup_taken_while_another_process_appends_is_one_state(tmp_path, sto
                 state = other.restore_stream(tmp_path / f"bk{i}").state
                 assert state == info.state and state.messages == state.last_seq >= 1000
                 assert other.check_stream("S").ok
-                assert [m.data for m in other.ordered_consumer("S")] == [b"%d" % q for q in range(1, state.last_seq + 1)]
+                assert [m.data for m in other.ordered_consumer("S")] == [
+                    b"%d" % q for q in range(1, state.last_seq + 1)
+                ]
                 floor = other.consumer_info("S", "C").ack_floor.stream_seq
                 assert 0 < floor <= state.last_seq
         assert infos[0].state.last_seq <= infos[1].state.last_seq <= infos[2].state.last_seq <= result
@@ -282,7 +305,9 @@ def _backup_and_die(store, target) -> None:
 def test_a_backup_killed_mid_copy_leaves_nothing_the_next_one_keeps(tmp_path, store, procs):
     with jetspark.connect(store) as js:
         js.add_stream(name="S", subjects=["s.>"])
-        js.publish_batch(pa.table({"subject": ["s.x"] * 3000, "data": [os.urandom(1000) for _ in range(3000)]}), stream="S")
+        js.publish_batch(
+            pa.table({"subject": ["s.x"] * 3000, "data": [os.urandom(1000) for _ in range(3000)]}), stream="S"
+        )
         target = tmp_path / "bk"
         p = SPAWN.Process(target=_backup_and_die, args=(store, target))
         procs.append(p)

@@ -40,7 +40,8 @@ def test_a_row_refused_by_the_store_stores_nothing_of_the_batch(js):
             "subject": ["s.a", "s.a"],
             "data": [b"1", b"2"],
             "headers": pa.array(
-                [[("Nats-Expected-Last-Sequence", ["0"])], [("Nats-Expected-Last-Sequence", ["0"])]], pa.map_(pa.string(), pa.list_(pa.string()))
+                [[("Nats-Expected-Last-Sequence", ["0"])], [("Nats-Expected-Last-Sequence", ["0"])]],
+                pa.map_(pa.string(), pa.list_(pa.string())),
             ),
         }
     )

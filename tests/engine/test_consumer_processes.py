@@ -701,7 +701,9 @@ def test_killed_worker_messages_go_to_the_survivors(store, procs, retention, sto
     survivors_n = WORKERS - 1
     barrier, drained, advanced = SPAWN.Barrier(WORKERS + 1), SPAWN.Barrier(survivors_n + 1), SPAWN.Event()
     vconn, victim = _start_talking(procs, _victim, str(store), clock_value, barrier)
-    survivors = [_start(procs, _survivor, str(store), clock_value, barrier, drained, advanced) for _ in range(survivors_n)]
+    survivors = [
+        _start(procs, _survivor, str(store), clock_value, barrier, drained, advanced) for _ in range(survivors_n)
+    ]
     barrier.wait()
     report = vconn.recv()
     assert report[0] == "holding", report[1] if report[0] == "error" else report
@@ -747,11 +749,29 @@ def test_killed_worker_messages_go_to_the_survivors(store, procs, retention, sto
 R_CONSUMERS = [
     ConsumerConfig(durable_name="all", description="every message", ack_wait=10.0, max_deliver=3, metadata={"k": "v"}),
     ConsumerConfig(durable_name="backoff", filter_subject="r.a", ack_wait=1.0, backoff=[1.0, 5.0, 20.0], max_deliver=5),
-    ConsumerConfig(durable_name="multi", filter_subjects=["r.b", "r.c.>"], deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, ack_policy=AckPolicy.ALL),
+    ConsumerConfig(
+        durable_name="multi",
+        filter_subjects=["r.b", "r.c.>"],
+        deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+        ack_policy=AckPolicy.ALL,
+    ),
     ConsumerConfig(durable_name="none", deliver_policy=DeliverPolicy.NEW, ack_policy=AckPolicy.NONE),
-    ConsumerConfig(durable_name="byseq", deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=20, max_ack_pending=5, headers_only=True),
-    ConsumerConfig(durable_name="bytime", deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=ns_to_datetime(T0 + 30 * 1_000_000), ack_wait=4.0),
-    ConsumerConfig(durable_name="last", filter_subject="r.b", deliver_policy=DeliverPolicy.LAST, inactive_threshold=3600.0),
+    ConsumerConfig(
+        durable_name="byseq",
+        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+        opt_start_seq=20,
+        max_ack_pending=5,
+        headers_only=True,
+    ),
+    ConsumerConfig(
+        durable_name="bytime",
+        deliver_policy=DeliverPolicy.BY_START_TIME,
+        opt_start_time=ns_to_datetime(T0 + 30 * 1_000_000),
+        ack_wait=4.0,
+    ),
+    ConsumerConfig(
+        durable_name="last", filter_subject="r.b", deliver_policy=DeliverPolicy.LAST, inactive_threshold=3600.0
+    ),
     ConsumerConfig(durable_name="idle"),
 ]
 
@@ -771,7 +791,11 @@ def _build_consumers(js, clock: Clock) -> None:
         js.add_consumer("R", cfg)
     for i in range(61, 71):
         js.publish(r_subject(i), b"r%d" % i)
-    subs = {c.durable_name: js.pull_subscribe_bind(c.durable_name, stream="R") for c in R_CONSUMERS if c.durable_name != "idle"}
+    subs = {
+        c.durable_name: js.pull_subscribe_bind(c.durable_name, stream="R")
+        for c in R_CONSUMERS
+        if c.durable_name != "idle"
+    }
     for rnd in range(4):
         for name, sub in subs.items():
             try:
@@ -824,7 +848,13 @@ def _continue(js, clock: Clock) -> list:
                     msgs = sub.fetch(5, no_wait=True)
                 except FetchTimeoutError:
                     break
-                seen.append((step, c.durable_name, [(*_meta(m), m.metadata.num_pending, m.subject, m.data, m.headers) for m in msgs]))
+                seen.append(
+                    (
+                        step,
+                        c.durable_name,
+                        [(*_meta(m), m.metadata.num_pending, m.subject, m.data, m.headers) for m in msgs],
+                    )
+                )
                 for m in msgs:
                     if m.metadata.sequence.stream % 2 and m.metadata.num_delivered < 3:
                         continue  # left for the next step
@@ -987,7 +1017,11 @@ def test_advance_ack_floor_and_fetch_release_together(store, procs, storage):
         assert js.advance_ack_floor(STREAM, "a", INT_TOTAL).stream_seq == INT_TOTAL
         assert stored() == NEVER_ACKED
         b = js.consumer_info(STREAM, "b")
-        assert (b.num_ack_pending, b.delivered.stream_seq, b.ack_floor.stream_seq) == (len(NEVER_ACKED), INT_TOTAL, min(NEVER_ACKED) - 1)
+        assert (b.num_ack_pending, b.delivered.stream_seq, b.ack_floor.stream_seq) == (
+            len(NEVER_ACKED),
+            INT_TOTAL,
+            min(NEVER_ACKED) - 1,
+        )
         clock.advance(3601)
         again = _fetch_all(js.pull_subscribe_bind("b", stream=STREAM))
         assert sorted(again) == [(s, 2) for s in sorted(NEVER_ACKED)]

@@ -52,7 +52,10 @@ def test_times_survive_another_process_and_compaction(store, monkeypatch):
         now[0] += 1_000_000_001  # the delivery and the ack at different times
         sub.fetch(1)
         d = js.consumer_info("S", "D")
-        assert (d.delivered.last_active, d.ack_floor.last_active) == (ns_to_datetime(T0 + 1_000_000_001), ns_to_datetime(T0))
+        assert (d.delivered.last_active, d.ack_floor.last_active) == (
+            ns_to_datetime(T0 + 1_000_000_001),
+            ns_to_datetime(T0),
+        )
         # E's log is compacted into one snapshot on every write from here on.
         monkeypatch.setattr(consumer_log, "COMPACT_BYTES", 1)
         e_sub = js.pull_subscribe_bind("E", stream="S")
@@ -60,7 +63,10 @@ def test_times_survive_another_process_and_compaction(store, monkeypatch):
         now[0] += 7
         e_sub.fetch(2)
         expected = {"D": times(d), "E": times(js.consumer_info("S", "E"))}
-    assert expected["E"] == [ns_to_datetime(T0 + 1_000_000_008).isoformat(), ns_to_datetime(T0 + 1_000_000_001).isoformat()]
+    assert expected["E"] == [
+        ns_to_datetime(T0 + 1_000_000_008).isoformat(),
+        ns_to_datetime(T0 + 1_000_000_001).isoformat(),
+    ]
     child = subprocess.run([sys.executable, "-c", _REPORT, str(store)], capture_output=True, text=True, timeout=120)
     assert child.returncode == 0, child.stderr
     assert json.loads(child.stdout) == expected
@@ -92,4 +98,8 @@ def test_a_log_from_before_the_times_reads_with_no_times(store):
         assert m.metadata.sequence.stream == 3
     with jetspark.connect(store, create=False) as js:
         i = js.consumer_info("S", "D")
-        assert (i.delivered.stream_seq, i.delivered.last_active, i.ack_floor.last_active) == (3, ns_to_datetime(T0 + 5), None)
+        assert (i.delivered.stream_seq, i.delivered.last_active, i.ack_floor.last_active) == (
+            3,
+            ns_to_datetime(T0 + 5),
+            None,
+        )

@@ -66,8 +66,13 @@ def everything(js, name="S"):
             continue  # removed (a repair drops damaged records)
         got.append((m.seq, m.subject, m.data, dict(m.headers or {})))
     table = pa.Table.from_batches(list(js.read_batches(name, 1, headers=True)))
-    rows = [(q, s, d, {k: v[0] for k, v in (h or [])}) for q, s, d, h in zip(*(table.column(c).to_pylist() for c in ("seq", "subject", "data", "headers")))]
-    ordered = [(m.metadata.sequence.stream, m.subject, m.data, dict(m.headers or {})) for m in js.ordered_consumer(name)]
+    rows = [
+        (q, s, d, {k: v[0] for k, v in (h or [])})
+        for q, s, d, h in zip(*(table.column(c).to_pylist() for c in ("seq", "subject", "data", "headers")))
+    ]
+    ordered = [
+        (m.metadata.sequence.stream, m.subject, m.data, dict(m.headers or {})) for m in js.ordered_consumer(name)
+    ]
     assert got == rows == ordered
     return got
 
@@ -120,7 +125,10 @@ def pristine_big(tmp_path_factory):
             {
                 "subject": [f"s.{i % 5}" for i in range(n)],
                 "data": [b"big-%06d" % i for i in range(n)],
-                "headers": pa.array([[("k", [f"v{i}"])] if i % 4 == 0 else None for i in range(n)], type=pa.map_(pa.string(), pa.list_(pa.string()))),
+                "headers": pa.array(
+                    [[("k", [f"v{i}"])] if i % 4 == 0 else None for i in range(n)],
+                    type=pa.map_(pa.string(), pa.list_(pa.string())),
+                ),
             }
         )
         js.publish_batch(table, stream="S")
@@ -275,7 +283,9 @@ def test_a_missing_removal_journal_never_resurrects_deleted_messages(tmp_path):
             js.delete_msg("S", q)
     (files(tmp_path) / "ops").unlink()
     with jetspark.connect(tmp_path) as js:
-        with pytest.raises(CorruptStoreError, match=r"/ops: the file ends at byte 0 but the stream header commits") as err:
+        with pytest.raises(
+            CorruptStoreError, match=r"/ops: the file ends at byte 0 but the stream header commits"
+        ) as err:
             js.get_msg("S", 5)
         assert err.value.path.endswith("ops")
         report = js.check_stream("S")
@@ -307,5 +317,7 @@ def test_a_damaged_message_id_record_is_refused_never_a_wrong_duplicate(tmp_path
         assert not report.ok and report.problems[0].path.endswith("dedup")
         assert js.check_stream("S", repair=True).ok
         assert js.publish("s.x", b"again", headers={"Nats-Msg-Id": "id-7"}).duplicate  # the intact ids still count
-        assert not js.publish("s.x", b"resent", headers={"Nats-Msg-Id": "id-5"}).duplicate  # the damaged one is forgotten
+        assert not js.publish(
+            "s.x", b"resent", headers={"Nats-Msg-Id": "id-5"}
+        ).duplicate  # the damaged one is forgotten
         assert js.check_stream("S").problems == ()

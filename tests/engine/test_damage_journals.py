@@ -57,7 +57,9 @@ def test_a_cut_or_removed_id_journal_is_reported_never_a_raw_error(tmp_path, kin
     held = journal.stat().st_size if journal.exists() else 0
     with jetspark.connect(tmp_path) as js:
         before = js.stream_info("S").state
-        with pytest.raises(CorruptStoreError, match=rf"{kind}: the file holds {held} of the {size} bytes the stream header commits") as err:
+        with pytest.raises(
+            CorruptStoreError, match=rf"{kind}: the file holds {held} of the {size} bytes the stream header commits"
+        ) as err:
             js.publish("s.x", b"again", headers={"Nats-Msg-Id": duplicate_of(kind, 0)})
         assert err.value.path.endswith(kind)
         assert js.stream_info("S").state == before  # nothing written

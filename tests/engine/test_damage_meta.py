@@ -205,7 +205,9 @@ def test_a_stream_without_its_config_is_reported_and_nothing_is_deleted(tmp_path
             lambda: js.add_stream(name="S", subjects=["other.>"]),
             lambda: js.add_consumer("S", durable_name="D"),
         ):
-            with pytest.raises(CorruptStoreError, match=r"streams/S/config.json and its mirror config.json.1 are missing") as err:
+            with pytest.raises(
+                CorruptStoreError, match=r"streams/S/config.json and its mirror config.json.1 are missing"
+            ) as err:
                 call()
             assert err.value.path == str(path)
         # The other streams keep working; the damaged one is listed, not described.
@@ -280,7 +282,9 @@ def test_a_lost_store_json_is_an_error_once_the_store_holds_streams(tmp_path):
     _store(tmp_path, names=("S",))
     (tmp_path / "store.json").unlink()
     (tmp_path / "store.json.1").unlink()
-    with pytest.raises(CorruptStoreError, match=r"store.json and its mirror store.json.1 are missing, but .* holds streams"):
+    with pytest.raises(
+        CorruptStoreError, match=r"store.json and its mirror store.json.1 are missing, but .* holds streams"
+    ):
         jetspark.connect(tmp_path)
     assert not (tmp_path / "store.json").exists()  # no new id made up
 
@@ -437,7 +441,9 @@ def test_a_flipped_byte_in_a_consumer_log_is_damage(log_store, data):
             record = max(i for i, s in enumerate(starts) if s <= offset)
             # Every record is below the length the header commits, the last one too (its
             # call completed): damage, never cut as a torn tail.
-            with pytest.raises(CorruptStoreError, match=rf"cons/D/log has a damaged (first record|record at offset {starts[record]})") as err:
+            with pytest.raises(
+                CorruptStoreError, match=rf"cons/D/log has a damaged (first record|record at offset {starts[record]})"
+            ) as err:
                 js.consumer_info("S", "D")
             assert err.value.path == str(log)
             assert len(log.read_bytes()) == len(good)  # nothing cut
@@ -487,7 +493,12 @@ def test_a_log_cut_short_is_damage_never_a_silent_rollback(tmp_path, cut):
     by check_stream; the other consumer works on."""
     states = _log_store(tmp_path)
     log = _cons(tmp_path, "D") / "log"
-    size = {"mid-record": (states[2][0] + states[3][0]) // 2, "at a record": states[2][0], "header only": LOG_HEAD, "inside the header": 12}[cut]
+    size = {
+        "mid-record": (states[2][0] + states[3][0]) // 2,
+        "at a record": states[2][0],
+        "header only": LOG_HEAD,
+        "inside the header": 12,
+    }[cut]
     os.truncate(log, size)
     with jetspark.connect(tmp_path) as js:
         with pytest.raises(
@@ -532,7 +543,9 @@ def test_a_missing_or_empty_log_is_damage_not_a_new_consumer(tmp_path, damage):
     else:
         log.write_bytes(b"")
     with jetspark.connect(tmp_path) as js:
-        with pytest.raises(CorruptStoreError, match="cons/D/log is missing" if damage == "missing" else "cons/D/log is empty"):
+        with pytest.raises(
+            CorruptStoreError, match="cons/D/log is missing" if damage == "missing" else "cons/D/log is empty"
+        ):
             js.consumer_info("S", "D")
         assert js.consumer_info("S", "E").num_pending == 10
     assert log.exists() == (damage == "empty")  # not made up
@@ -546,7 +559,9 @@ def test_a_log_shrinking_under_a_reader_is_damage(tmp_path):
         with open(log, "r+b") as f:
             f.truncate(states[1][0])  # whole records gone
         js.publish("s.x", b"wakes the other processes' view up")
-        with pytest.raises(CorruptStoreError, match=rf"cons/D/log is {states[1][0]} bytes, shorter than the {states[-1][0]} bytes"):
+        with pytest.raises(
+            CorruptStoreError, match=rf"cons/D/log is {states[1][0]} bytes, shorter than the {states[-1][0]} bytes"
+        ):
             js.consumer_info("S", "D")
         assert js.consumer_info("S", "E").num_pending == 11
 
@@ -639,7 +654,9 @@ def test_a_consumer_log_write_on_a_full_disk_changes_nothing_and_goes_on_once_fr
         else:
             pytest.fail("the consumer's log never needed more space")
         _full(err, log)
-        assert err.action == ("compacting the consumer's log (into log.tmp)" if compact else "appending to the consumer's log")
+        assert err.action == (
+            "compacting the consumer's log (into log.tmp)" if compact else "appending to the consumer's log"
+        )
         assert _comparable(js.consumer_info("S", "D")) == _comparable(before)
         assert log.stat().st_size == size  # no torn bytes left behind
         assert not (log.parent / "log.tmp").exists()

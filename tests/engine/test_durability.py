@@ -318,7 +318,11 @@ def test_reopen_restores_streams_configs_state_and_dedup(store, end):
     # The dedup window survives a purge followed by a reopen.
     with jetspark.connect(store) as js:
         assert {n: js.stream_info(n, subjects_filter=">", deleted_details=True) for n in ("F", "M")} == after_purge
-        for n, subj, msg_id, seq in (("F", "f.s1", "f-new", f.last_seq + 1), ("F", "f.s2", "f-498", None), ("M", "m.2", "m-12", None)):
+        for n, subj, msg_id, seq in (
+            ("F", "f.s1", "f-new", f.last_seq + 1),
+            ("F", "f.s2", "f-498", None),
+            ("M", "m.2", "m-12", None),
+        ):
             if seq is None:
                 seq = next(s for (sn, s), v in msgs.items() if sn == n and v[2] and v[2].get("Nats-Msg-Id") == msg_id)
             ack = js.publish(subj, b"again", headers={"Nats-Msg-Id": msg_id})

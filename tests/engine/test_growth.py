@@ -68,8 +68,16 @@ def storage_of(js, name: str = STREAM) -> storage.StreamStorage:
 
 def journal_sizes(s: storage.StreamStorage) -> dict[str, int]:
     """Committed length of each journal, and the on-disk size of its files (all generations)."""
-    files = {k: sum(os.stat(s.dir / n).st_size for n in os.listdir(s.dir) if n.split(".")[0] == k) for k in ("ops", "dedup", "dedup_ranges")}
-    return {"ops": s.header.ops_len, "dedup": s.header.dedup_len, "dedup_ranges": s.header.ranges_len, **{f"{k} files": v for k, v in files.items()}}
+    files = {
+        k: sum(os.stat(s.dir / n).st_size for n in os.listdir(s.dir) if n.split(".")[0] == k)
+        for k in ("ops", "dedup", "dedup_ranges")
+    }
+    return {
+        "ops": s.header.ops_len,
+        "dedup": s.header.dedup_len,
+        "dedup_ranges": s.header.ranges_len,
+        **{f"{k} files": v for k, v in files.items()},
+    }
 
 
 def ids_table(subject: str, start: int, n: int) -> pa.Table:
@@ -131,7 +139,10 @@ def test_unique_ids_at_max_msgs_stay_bounded(store, storage_type):
 
     st_ = js.stream_info(STREAM).state
     assert (st_.messages, st_.first_seq, st_.last_seq, st_.num_deleted) == (1000, total - 999, total, 0)
-    assert [js.get_msg(STREAM, seq=q).data for q in (total - 999, total)] == [b"%d" % (total - 1000), b"%d" % (total - 1)]
+    assert [js.get_msg(STREAM, seq=q).data for q in (total - 999, total)] == [
+        b"%d" % (total - 1000),
+        b"%d" % (total - 1),
+    ]
 
     # Dedup is right after all those compactions: in the window a duplicate, out of it not.
     inside, outside = total - window_ids // 2, total - 3 * window_ids
@@ -343,7 +354,13 @@ def _publish_ids_forever(store: str, stop_at: str) -> None:
 def _run_child_until_killed(children, store: Path, stop_at: str, kill_after: int) -> tuple[list[int], str]:
     code = "import sys; from tests.engine.test_growth import _publish_ids_forever; _publish_ids_forever(*sys.argv[1:])"
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    p = subprocess.Popen([sys.executable, "-c", code, str(store), stop_at], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=env)
+    p = subprocess.Popen(
+        [sys.executable, "-c", code, str(store), stop_at],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env=env,
+    )
     children.append(p)
     acked, stopped = [], ""
     for line in p.stdout:
@@ -375,8 +392,17 @@ def _verify_after_kill(store: Path, acked: list[int], prior_last: int) -> int:
         last = st_.last_seq
         assert last in (top, top + 1), (top, st_)
         kept = min(last, KILL_MAX_MSGS)
-        assert (st_.messages, st_.first_seq, st_.num_deleted, st_.deleted, st_.lost) == (kept, last - kept + 1, 0, None, None)
-        assert st_.bytes == sum(30 + 3 + len(kill_payload(q)) + len(H.encode({"Nats-Msg-Id": f"k-{q}"})) + 4 for q in range(last - kept + 1, last + 1))
+        assert (st_.messages, st_.first_seq, st_.num_deleted, st_.deleted, st_.lost) == (
+            kept,
+            last - kept + 1,
+            0,
+            None,
+            None,
+        )
+        assert st_.bytes == sum(
+            30 + 3 + len(kill_payload(q)) + len(H.encode({"Nats-Msg-Id": f"k-{q}"})) + 4
+            for q in range(last - kept + 1, last + 1)
+        )
         for q in range(last - kept + 1, last + 1):
             m = js.get_msg(STREAM, seq=q)
             assert (m.data, m.headers["Nats-Msg-Id"]) == (kill_payload(q), f"k-{q}"), q
@@ -465,7 +491,9 @@ def test_ops_compaction_with_work_queue_out_of_order_acks(store, storage_type, m
     other.close()
     with jetspark.connect(store) as js:
         st_ = js.stream_info(STREAM, deleted_details=True).state
-        assert st_.messages == len(live) and (st_.deleted or []) == [q for q in range(st_.first_seq, published + 1) if q not in live]
+        assert st_.messages == len(live) and (st_.deleted or []) == [
+            q for q in range(st_.first_seq, published + 1) if q not in live
+        ]
         js.delete_stream(STREAM)
 
 
@@ -499,8 +527,16 @@ def test_ops_compaction_with_interest_skips(store, monkeypatch):
 # ---------------------------------------------------------------- 5. fuzzed removals across compaction
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(ops=st.lists(st.tuples(st.sampled_from(["pub", "del", "purge_a", "reopen"]), st.integers(0, 10_000)), min_size=20, max_size=120))
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["pub", "del", "purge_a", "reopen"]), st.integers(0, 10_000)),
+        min_size=20,
+        max_size=120,
+    )
+)
 def test_removals_agree_with_a_model_across_compaction(tmp_path_factory, ops):
     """Publishes, out-of-order deletes and subject purges, with compaction and early block
     rolls forced small: two handles agree with a plain model after every step."""

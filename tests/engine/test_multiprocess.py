@@ -186,8 +186,12 @@ def test_concurrent_writers_and_readers(store, procs, storage, block_msgs, max_m
         js.add_stream(name=STREAM, subjects=["mp.>"], storage=storage, max_msgs=max_msgs or None)
     n_children = WRITERS + 1 + purge
     barrier, done = SPAWN.Barrier(n_children + 1), SPAWN.Event()
-    writers = [_start(procs, SPAWN, _writer_body, str(store), w, PER_WRITER, barrier, block_msgs) for w in range(WRITERS)]
-    readers = [_start(procs, SPAWN, _reader_body, str(store), storage, barrier, done, max_msgs, bool(max_msgs or purge))]
+    writers = [
+        _start(procs, SPAWN, _writer_body, str(store), w, PER_WRITER, barrier, block_msgs) for w in range(WRITERS)
+    ]
+    readers = [
+        _start(procs, SPAWN, _reader_body, str(store), storage, barrier, done, max_msgs, bool(max_msgs or purge))
+    ]
     purgers = [_start(procs, SPAWN, _purger_body, str(store), barrier, done, 700)] if purge else []
     barrier.wait()
     acks = [_result(conn, p) for conn, p in writers]

@@ -69,7 +69,9 @@ def test_both_matching_one_subject_means_they_collide(a, b, subject):
 
 # ---------------------------------------------------------------- headers
 
-HEADER_KEYS = st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E, blacklist_characters=":"), min_size=1, max_size=12)
+HEADER_KEYS = st.text(
+    alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E, blacklist_characters=":"), min_size=1, max_size=12
+)
 HEADER_VALUES = st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=20)
 
 
@@ -198,7 +200,11 @@ class LimitsStream(RuleBasedStateMachine):
         if self.msgs:
             live = {m[0] for m in self.msgs}
             assert (st_.deleted or []) == [q for q in range(first, self.last + 1) if q not in live]
-        rows = [r for b in self.js.read_batches("M", 1) for r in zip(*[b.column(c).to_pylist() for c in ("seq", "subject", "data")])]
+        rows = [
+            r
+            for b in self.js.read_batches("M", 1)
+            for r in zip(*[b.column(c).to_pylist() for c in ("seq", "subject", "data")])
+        ]
         assert rows == self.msgs
 
 
@@ -208,5 +214,7 @@ def small_blocks(monkeypatch):
 
 
 def test_a_limits_stream_agrees_with_its_model(small_blocks):
-    LimitsStream.TestCase.settings = settings(max_examples=100, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    LimitsStream.TestCase.settings = settings(
+        max_examples=100, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    )
     LimitsStream.TestCase().runTest()

@@ -46,7 +46,12 @@ def js(tmp_path):
 
 def test_a_killed_subscriber_leaves_no_binding(js):
     js.publish("a.x", b"m1")
-    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(CHILD), str(js.path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(CHILD), str(js.path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout.readline() == "1\n"  # it holds seq 1, unacknowledged
         assert js.consumer_info("S", "D").push_bound is True
@@ -65,7 +70,11 @@ def test_a_killed_subscriber_leaves_no_binding(js):
     js.clock.advance(31)
     again = sub.next_msg(timeout=10)
     assert (again.metadata.sequence.stream, again.metadata.num_delivered) == (1, 2)
-    assert not [n for n in os.listdir(js.path / "streams" / "S" / "data" / "cons" / "D") if n.startswith("bound-") and n != sub._binding.path.name]
+    assert not [
+        n
+        for n in os.listdir(js.path / "streams" / "S" / "data" / "cons" / "D")
+        if n.startswith("bound-") and n != sub._binding.path.name
+    ]
     sub.unsubscribe()
 
 

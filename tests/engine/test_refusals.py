@@ -20,7 +20,9 @@ def js(tmp_path):
         yield js
 
 
-@pytest.mark.parametrize("headers", [{"Nats-Trace-Dest": "trace.here"}, {"Nats-Trace-Dest": "trace.here", "Nats-Trace-Only": "true"}])
+@pytest.mark.parametrize(
+    "headers", [{"Nats-Trace-Dest": "trace.here"}, {"Nats-Trace-Dest": "trace.here", "Nats-Trace-Only": "true"}]
+)
 def test_message_tracing_is_refused_naming_the_header(js, headers):
     # A server sends trace events to Nats-Trace-Dest (and with Nats-Trace-Only stores nothing):
     # the engine cannot, so it says so instead of storing the message as if traced.

@@ -79,7 +79,13 @@ class Chain:
 
 def new_chain() -> Chain:
     operator, system, account, user = (
-        new_keypair(p) for p in (nkeys.PREFIX_BYTE_OPERATOR, nkeys.PREFIX_BYTE_ACCOUNT, nkeys.PREFIX_BYTE_ACCOUNT, nkeys.PREFIX_BYTE_USER)
+        new_keypair(p)
+        for p in (
+            nkeys.PREFIX_BYTE_OPERATOR,
+            nkeys.PREFIX_BYTE_ACCOUNT,
+            nkeys.PREFIX_BYTE_ACCOUNT,
+            nkeys.PREFIX_BYTE_USER,
+        )
     )
     operator_jwt = mint(operator, public(operator), "jetspark-test-operator", {"type": "operator"})
     limits = {

@@ -100,7 +100,9 @@ def test_permission_denied_is_prompt_and_names_the_subject(start_server, tmp_pat
         admin.add_stream(name="Orders", subjects=["orders.>"])
 
     with jetspark.connect(s.url, user="clerk", password="clerk", timeout=30) as js:
-        with pytest.raises(PermissionDeniedError, match=r"does not allow user 'clerk' to publish to '\$JS\.API\.STREAM\.CREATE\.Audit'") as err:
+        with pytest.raises(
+            PermissionDeniedError, match=r"does not allow user 'clerk' to publish to '\$JS\.API\.STREAM\.CREATE\.Audit'"
+        ) as err:
             js.add_stream(name="Audit", subjects=["audit.>"])
         # nats-py lowercases the server's error text; the subject keeps its case.
         assert err.value.subject == "$JS.API.STREAM.CREATE.Audit"
@@ -116,7 +118,9 @@ def test_permission_denied_is_prompt_and_names_the_subject(start_server, tmp_pat
         assert js.publish("orders.new", b"1").seq == 1
 
     with jetspark.connect(s.url, user="deaf", password="deaf", timeout=30) as js:
-        with pytest.raises(PermissionDeniedError, match=r"to subscribe to '_INBOX\.>', where the replies to its requests arrive"):
+        with pytest.raises(
+            PermissionDeniedError, match=r"to subscribe to '_INBOX\.>', where the replies to its requests arrive"
+        ):
             js.stream_names()
         with pytest.raises(PermissionDeniedError, match="_INBOX"):  # and every request after it, at once
             js.publish("orders.new", b"2")

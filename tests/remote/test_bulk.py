@@ -86,14 +86,21 @@ def test_advance_ack_floor_in_rounds_of_max_ack_pending(js, name, policy):
     # 1000 messages past a floor, fetched at most max_ack_pending (100) at a time.
     s = name()
     js.add_stream(name=s, subjects=[f"{s}.>"], retention=RetentionPolicy.INTEREST)
-    js.add_consumer(s, ConsumerConfig(durable_name="spark", ack_policy=policy, max_ack_pending=-1 if policy == AckPolicy.ALL else 100))
+    js.add_consumer(
+        s,
+        ConsumerConfig(durable_name="spark", ack_policy=policy, max_ack_pending=-1 if policy == AckPolicy.ALL else 100),
+    )
     js.publish_batch(table(s, 1000), stream=s)
     floor = js.advance_ack_floor(s, "spark", 600)
     assert floor.stream_seq == 600 and js.ack_floor(s, "spark").stream_seq == 600
     state = js.stream_info(s).state
     assert (state.messages, state.first_seq) == (400, 601)  # the server removed what the floor passed
     info = js.consumer_info(s, "spark")
-    assert (info.num_ack_pending, info.delivered.stream_seq, info.num_redelivered) == (0, 600, 0)  # nothing fetched past 600
+    assert (info.num_ack_pending, info.delivered.stream_seq, info.num_redelivered) == (
+        0,
+        600,
+        0,
+    )  # nothing fetched past 600
     assert js.advance_ack_floor(s, "spark", 300).stream_seq == 600  # never backwards
     assert js.advance_ack_floor(s, "spark", 10**6).stream_seq == 1000
     assert js.stream_info(s).state.messages == 0
@@ -103,9 +110,9 @@ def test_advance_ack_floor_in_rounds_of_max_ack_pending(js, name, policy):
 
 
 def test_a_reader_whose_consumer_vanishes_resumes_after_its_last_seq(js, name, monkeypatch, caplog):
-    from jetspark.remote import puller
+    from jetspark.remote import range_reader
 
-    monkeypatch.setattr(puller, "PULL_BATCH", 500)
+    monkeypatch.setattr(range_reader, "PULL_BATCH", 500)
     s = name()
     js.add_stream(name=s, subjects=[f"{s}.>"])
     js.publish_batch(table(s, 20_000), stream=s)
@@ -185,7 +192,9 @@ FLOOR_CASES = [
 ]
 
 
-@pytest.mark.parametrize("retention, policy, tails", FLOOR_CASES, ids=[f"{r.value}-{p.value}-{t}" for r, p, t in FLOOR_CASES])
+@pytest.mark.parametrize(
+    "retention, policy, tails", FLOOR_CASES, ids=[f"{r.value}-{p.value}-{t}" for r, p, t in FLOOR_CASES]
+)
 def test_advance_ack_floor_while_a_publisher_appends_past_seq(js, server, name, monkeypatch, retention, policy, tails):
     # Small pulls (many requests, many counts) while another connection keeps appending
     # past seq: the floor lands exactly and nothing past seq is delivered.
@@ -274,7 +283,10 @@ def statuses_first(base):
                         items, inbox.held = inbox.held, []
                         return items
                     items = await take(timeout)
-                    stale = [(f"{self.inbox_prefix}.{n}".encode(), b"", b"", b"NATS/1.0 408 Request Timeout\r\n\r\n") for n in range(1, self.requests)]
+                    stale = [
+                        (f"{self.inbox_prefix}.{n}".encode(), b"", b"", b"NATS/1.0 408 Request Timeout\r\n\r\n")
+                        for n in range(1, self.requests)
+                    ]
                     statuses, msgs = [i for i in items if not i[1]], [i for i in items if i[1]]
                     if statuses and msgs:
                         inbox.held = msgs
@@ -314,7 +326,9 @@ def test_a_pull_status_ahead_of_its_messages_neither_overfetches_nor_stops_short
             info = await jsapi.consumer_info(self.session, self.stream, self.durable)
             q = await self.next_matching(info.delivered.stream_seq + 1)
             if q is not None and q < 1199:  # the last stays: the floor ends on it
-                await self.session.api(self.session.stream_subject("MSG.DELETE", self.stream), {"seq": q}, what="deleting")
+                await self.session.api(
+                    self.session.stream_subject("MSG.DELETE", self.stream), {"seq": q}, what="deleting"
+                )
                 removed.append(q)
             got = await super().pull(batch)
             short.append(got < batch)
@@ -333,7 +347,9 @@ def test_a_consumer_deleted_midway_is_consumer_not_found(js, name, monkeypatch):
     class Floor(ack_floor._Floor):
         async def pull(self, batch: int) -> int:
             got = await super().pull(batch)
-            await self.session.api(self.session.consumer_subject("DELETE", self.stream, self.durable), what="deleting it")
+            await self.session.api(
+                self.session.consumer_subject("DELETE", self.stream, self.durable), what="deleting it"
+            )
             return got
 
     monkeypatch.setattr(ack_floor, "_Floor", Floor)
@@ -360,7 +376,10 @@ def test_a_floor_the_server_will_not_deliver_to_raises(js, name, policy):
     assert js.advance_ack_floor(s, "spark", 5).stream_seq == 5
     until = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     session = js._session
-    session.run(session.api(session.consumer_subject("PAUSE", s, "spark"), {"pause_until": until}, what="pausing"), what="pausing")
+    session.run(
+        session.api(session.consumer_subject("PAUSE", s, "spark"), {"pause_until": until}, what="pausing"),
+        what="pausing",
+    )
     with pytest.raises(AckFloorError) as exc:
         js.advance_ack_floor(s, "spark", 10)
     assert (exc.value.stream, exc.value.consumer, exc.value.seq, exc.value.floor) == (s, "spark", 10, 5)
@@ -386,7 +405,10 @@ def test_direct_reads_keep_each_messages_own_headers_and_split_large_batches(js,
     assert got.column("seq").to_pylist() == list(range(1, 44))
     for col in ("seq", "data", "headers"):
         assert got.column(col).equals(want.column(col)), col
-    assert got.column("headers")[0].as_py() is None and dict(got.column("headers")[1].as_py()) == {"k": ["v"], "Nats-Msg-Id": ["m1"]}
+    assert got.column("headers")[0].as_py() is None and dict(got.column("headers")[1].as_py()) == {
+        "k": ["v"],
+        "Nats-Msg-Id": ["m1"],
+    }
     assert direct.DIRECT_MAX_BYTES < 40 * len(big)
     assert js.stream_info(wq).state.messages == 43 and [c.name for c in js.consumers_info(wq)] == ["spark"]
 

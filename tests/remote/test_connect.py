@@ -25,7 +25,11 @@ pytestmark = pytest.mark.server
 
 
 def test_connect_dispatches_on_the_url(server, tmp_path):
-    with jetspark.connect(tmp_path / "a") as a, jetspark.connect(str(tmp_path / "b")) as b, jetspark.connect(f"file://{tmp_path}/c") as c:
+    with (
+        jetspark.connect(tmp_path / "a") as a,
+        jetspark.connect(str(tmp_path / "b")) as b,
+        jetspark.connect(f"file://{tmp_path}/c") as c,
+    ):
         assert all(isinstance(h, JetStream) for h in (a, b, c))
         assert c.path == tmp_path / "c"
     with jetspark.connect(server.url) as js:
@@ -70,14 +74,30 @@ def test_the_import_stays_lazy():
 def test_options_from_one_place_and_strings():
     o = ConnectOptions.from_strings(
         "nats://h1:4222,h2",
-        {"timeout": "2.5", "user": "app", "password": "s3cret", "tls.ca": "/ca.pem", "creds": "/x.creds", "max-reconnect-attempts": "3"},
+        {
+            "timeout": "2.5",
+            "user": "app",
+            "password": "s3cret",
+            "tls.ca": "/ca.pem",
+            "creds": "/x.creds",
+            "max-reconnect-attempts": "3",
+        },
     )
     assert o.servers == ("nats://h1:4222", "nats://h2:4222")
-    assert (o.timeout, o.user, o.password, o.tls_ca, o.user_credentials, o.max_reconnect_attempts) == (2.5, "app", "s3cret", "/ca.pem", "/x.creds", 3)
+    assert (o.timeout, o.user, o.password, o.tls_ca, o.user_credentials, o.max_reconnect_attempts) == (
+        2.5,
+        "app",
+        "s3cret",
+        "/ca.pem",
+        "/x.creds",
+        3,
+    )
     with pytest.raises(ValueError, match="cannot use the TLS files"):
         o.nats_kwargs()
     kw = o.evolve(tls_ca=None).nats_kwargs()
-    assert kw["user"] == "app" and kw["password"] == "s3cret" and kw["user_credentials"] == "/x.creds" and "tls" not in kw
+    assert (
+        kw["user"] == "app" and kw["password"] == "s3cret" and kw["user_credentials"] == "/x.creds" and "tls" not in kw
+    )
     with pytest.raises(TypeError, match="unknown connection option"):
         ConnectOptions.from_strings("nats://h", {"bogus": "1"})
     with pytest.raises(ValueError, match="tls_cert and tls_key"):
@@ -88,7 +108,9 @@ def test_options_from_one_place_and_strings():
 
 
 def test_secrets_never_show():
-    o = ConnectOptions.build("nats://app:pw-in-url@h:4222", user="app", password="hunter2", token="tok-xyz", nkeys_seed_str="SUASEED")
+    o = ConnectOptions.build(
+        "nats://app:pw-in-url@h:4222", user="app", password="hunter2", token="tok-xyz", nkeys_seed_str="SUASEED"
+    )
     text = repr(o) + str(o)
     for secret in ("hunter2", "tok-xyz", "SUASEED", "pw-in-url"):
         assert secret not in text
@@ -130,10 +152,26 @@ def test_tls_with_a_ca_and_a_client_certificate(start_server, tmp_path):
     def ossl(*args):
         subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp_path)
 
-    ossl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=jetspark test CA")
+    ossl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=jetspark test CA",
+    )
     (tmp_path / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     for who in ("server", "client"):
-        ossl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{who}.key", "-out", f"{who}.csr", "-subj", f"/CN={who}")
+        ossl(
+            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{who}.key", "-out", f"{who}.csr", "-subj", f"/CN={who}"
+        )
         ossl(
             "x509",
             "-req",
@@ -152,8 +190,12 @@ def test_tls_with_a_ca_and_a_client_certificate(start_server, tmp_path):
             "san.cnf",
         )
     p = lambda f: str(tmp_path / f)  # noqa: E731
-    s = start_server("--tlsverify", "--tlscert", p("server.pem"), "--tlskey", p("server.key"), "--tlscacert", p("ca.pem"))
-    with jetspark.connect(s.url, tls_ca=p("ca.pem"), tls_cert=p("client.pem"), tls_key=p("client.key"), timeout=3) as js:
+    s = start_server(
+        "--tlsverify", "--tlscert", p("server.pem"), "--tlskey", p("server.key"), "--tlscacert", p("ca.pem")
+    )
+    with jetspark.connect(
+        s.url, tls_ca=p("ca.pem"), tls_cert=p("client.pem"), tls_key=p("client.key"), timeout=3
+    ) as js:
         js.add_stream(name="TLS", subjects=["tls.>"])
         assert js.publish("tls.x", b"over tls").seq == 1
     with pytest.raises(ServerConnectionError):  # no client certificate
@@ -196,7 +238,10 @@ def test_a_server_that_stays_away_is_retried_for_the_retry_budget(start_server):
     s.stop()
     # Idempotent or not: while the connection is down nothing reaches the server.
     for call in (lambda: js.stream_info("D"), lambda: js.publish("d.x", b"2"), lambda: js.purge_stream("D")):
-        with pytest.raises(ServerConnectionError, match=r"did not come back within 0.3 s \(tried [2-9] times over [0-9.]+ s, the retry_budget"):
+        with pytest.raises(
+            ServerConnectionError,
+            match=r"did not come back within 0.3 s \(tried [2-9] times over [0-9.]+ s, the retry_budget",
+        ):
             call()
     js.close()
 

@@ -34,9 +34,23 @@ def stream(js, name):
 
 
 def test_consumer_verbs(js, stream):
-    info = js.add_consumer(stream, durable_name="D", ack_wait=30.0, filter_subject=f"{stream}.a", deliver_policy="all", backoff=None, metadata={"k": "v"})
+    info = js.add_consumer(
+        stream,
+        durable_name="D",
+        ack_wait=30.0,
+        filter_subject=f"{stream}.a",
+        deliver_policy="all",
+        backoff=None,
+        metadata={"k": "v"},
+    )
     assert isinstance(info, ConsumerInfo)
-    assert (info.name, info.stream_name, info.num_pending, info.config.ack_wait, info.config.filter_subject) == ("D", stream, 5, 30.0, f"{stream}.a")
+    assert (info.name, info.stream_name, info.num_pending, info.config.ack_wait, info.config.filter_subject) == (
+        "D",
+        stream,
+        5,
+        30.0,
+        f"{stream}.a",
+    )
     assert info.config.ack_policy == AckPolicy.EXPLICIT and info.config.metadata == {"k": "v"}
     assert js.add_consumer(stream, info.config).config == info.config  # same config: no-op
     assert js.add_consumer(stream, info.config.evolve(ack_wait=10.0)).config.ack_wait == 10.0  # add updates
@@ -71,7 +85,14 @@ def test_fetch_and_acks(js, stream):
     assert [m.data for m in msgs] == [b"m1", b"m3", b"m5"]
     md = msgs[0].metadata
     assert isinstance(md, MsgMetadata)
-    assert (md.stream, md.consumer, md.sequence.stream, md.sequence.consumer, md.num_delivered, md.num_pending) == (stream, "W", 2, 1, 1, 4)
+    assert (md.stream, md.consumer, md.sequence.stream, md.sequence.consumer, md.num_delivered, md.num_pending) == (
+        stream,
+        "W",
+        2,
+        1,
+        1,
+        4,
+    )
     for m in msgs:
         m.ack()  # fire-and-forget; confirmed before the next call
     assert js.consumer_info(stream, "W").ack_floor == SequenceInfo(
@@ -111,7 +132,9 @@ def test_nak_with_delay_and_in_progress(js, stream):
 
 
 def test_ephemeral_pull_subscribe_and_bind_errors(js, stream):
-    sub = js.pull_subscribe(f"{stream}.b", config=ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.LAST))
+    sub = js.pull_subscribe(
+        f"{stream}.b", config=ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.LAST)
+    )
     info = sub.consumer_info()
     assert info.config.durable_name is None and info.config.filter_subject == f"{stream}.b"
     assert [m.data for m in sub.fetch(5, timeout=1)] == [b"m8"]

@@ -126,7 +126,9 @@ def test_the_consumer_of_a_nats_py_push_subscription_is_where_subscription_consu
     try:
         assert sub.next_msg(timeout=5).data == b"x"
         got = fastpath.subscription_consumer(sub._psub)
-        assert got is not None, "nats-py's PushSubscription no longer keeps _consumer: jetspark/remote/fastpath.py needs a look"
+        assert got is not None, (
+            "nats-py's PushSubscription no longer keeps _consumer: jetspark/remote/fastpath.py needs a look"
+        )
         assert [c.name for c in js.consumers_info(stream)] == [got] == [sub.consumer]
     finally:
         sub.unsubscribe()
@@ -139,8 +141,12 @@ def test_nats_py_read_loop_still_hands_every_read_to_its_parser():
     import nats.aio.client as nats_client
     from nats.protocol.parser import Parser
 
-    assert "self._ps.parse(" in inspect.getsource(NATS._read_loop), "nats-py's read loop no longer calls self._ps.parse: fastpath.FrameFeed needs a look"
-    assert list(inspect.signature(Parser.parse).parameters) == ["self", "data"], "nats-py's Parser.parse has a new signature"
+    assert "self._ps.parse(" in inspect.getsource(NATS._read_loop), (
+        "nats-py's read loop no longer calls self._ps.parse: fastpath.FrameFeed needs a look"
+    )
+    assert list(inspect.signature(Parser.parse).parameters) == ["self", "data"], (
+        "nats-py's Parser.parse has a new signature"
+    )
     assert callable(getattr(Parser, "reset", None))
     for method in ("_process_ping", "_process_pong", "_process_info", "_process_err"):
         assert inspect.iscoroutinefunction(getattr(NATS, method, None)), f"nats-py's Client.{method} is gone"
@@ -176,7 +182,10 @@ def test_frames_reach_a_bulk_subscription_through_the_feed_and_match_the_raw_hoo
             for buf, f in await inbox.take(10):
                 runs.append(len(f))
                 for sl, sh, rl, rh, hl, dl, dh in zip(
-                    *(getattr(f, c).tolist() for c in ("subj_lo", "subj_hi", "reply_lo", "reply_hi", "hdr_lo", "data_lo", "data_hi"))
+                    *(
+                        getattr(f, c).tolist()
+                        for c in ("subj_lo", "subj_hi", "reply_lo", "reply_hi", "hdr_lo", "data_lo", "data_hi")
+                    )
                 ):
                     got.append((buf[sl:sh], buf[rl:rh], buf[dl:dh], buf[hl:dl] or None))
         info = await js._session.api(f"{js._session.api_prefix}.INFO", what="account info")
@@ -203,7 +212,9 @@ def test_frames_reach_a_bulk_subscription_through_the_feed_and_match_the_raw_hoo
 def test_a_range_read_on_the_public_path_matches_the_frame_path(js, name):
     s = name()
     js.add_stream(name=s, subjects=[f"{s}.>"])
-    rows = pa.table({"subject": [f"{s}.{i % 5}" for i in range(3000)], "data": [b"d%d" % i * (i % 7) for i in range(3000)]})
+    rows = pa.table(
+        {"subject": [f"{s}.{i % 5}" for i in range(3000)], "data": [b"d%d" % i * (i % 7) for i in range(3000)]}
+    )
     js.publish_batch(rows, stream=s)
     js.publish(f"{s}.h", b"with headers", headers={"K": "v"})
     fast = pa.Table.from_batches(list(js.read_batches(s, 2, 3001, batch_size=1000, headers=True)))

@@ -32,7 +32,9 @@ class _Recorder:
         self.events: list[tuple] = []
 
     async def _process_msg(self, sid, subject, reply, data, headers):
-        self.events.append(("msg", sid, bytes(subject), bytes(reply), bytes(data), None if headers is None else bytes(headers)))
+        self.events.append(
+            ("msg", sid, bytes(subject), bytes(reply), bytes(data), None if headers is None else bytes(headers))
+        )
 
     async def _process_ping(self):
         self.events.append(("ping",))
@@ -128,9 +130,16 @@ def frame(draw) -> bytes:
         hdr = draw(header_blocks)
         return b"HMSG %s %d %d\r\n%s%s\r\n" % (to, len(hdr), len(hdr) + len(data), hdr, data)
     if what == "err":
-        return b"-ERR '%s'\r\n" % draw(st.sampled_from([b'Permissions Violation for Subscription to "x"', b"Stale Connection", b"Unknown Protocol Operation"]))
+        return b"-ERR '%s'\r\n" % draw(
+            st.sampled_from(
+                [b'Permissions Violation for Subscription to "x"', b"Stale Connection", b"Unknown Protocol Operation"]
+            )
+        )
     if what == "info":
-        return b"INFO %s\r\n" % json.dumps({"server_id": draw(tokens), "max_payload": draw(st.integers(1, 1 << 26))}).encode()
+        return (
+            b"INFO %s\r\n"
+            % json.dumps({"server_id": draw(tokens), "max_payload": draw(st.integers(1, 1 << 26))}).encode()
+        )
     return {"ping": b"PING\r\n", "pong": b"PONG\r\n", "ok": b"+OK\r\n"}[what]
 
 
@@ -236,13 +245,22 @@ def test_puback_fields_take_plain_pubacks_and_leave_the_rest_for_a_closer_look()
     acks = [
         (b"_I.x.0", b"", b'{"stream":"S","seq":17}'),
         (b"_I.x.1", b"", b'{"stream":"S","domain":"d","seq":18,"duplicate":true}'),
-        (b"_I.x.2", b"", b'{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"},"stream":"S","seq":0}'),
+        (
+            b"_I.x.2",
+            b"",
+            b'{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"},"stream":"S","seq":0}',
+        ),
         (b"_I.x.3", b"NATS/1.0 503\r\n\r\n", b""),
         (b"_I.x.9", b"", b'{"stream":"S","seq":1}'),  # no such row
         (b"_I.x.zz", b"", b'{"stream":"S","seq":2}'),  # not ours
         (b"_I.x.4", b"", b'{"stream":"S","seq":5} '),  # another layout
     ]
-    buf = b"".join(b"HMSG %s 1 %d %d\r\n%s%s\r\n" % (s, len(h), len(h) + len(d), h, d) if h else b"MSG %s 1 %d\r\n%s\r\n" % (s, len(d), d) for s, h, d in acks)
+    buf = b"".join(
+        b"HMSG %s 1 %d %d\r\n%s%s\r\n" % (s, len(h), len(h) + len(d), h, d)
+        if h
+        else b"MSG %s 1 %d\r\n%s\r\n" % (s, len(d), d)
+        for s, h, d in acks
+    )
     f, _ = F.scan(buf)
     at, rows, seqs, dups, plain = puback_fields(buf, f, len(b"_I.x."), 5)
     assert at.tolist() == [0, 1, 2, 3, 6] and rows.tolist() == [0, 1, 2, 3, 4]
@@ -294,7 +312,10 @@ def test_a_large_message_in_many_small_reads_reads_like_nats_py():
     """A frame whose control line is in is waited for whole (FrameReader keeps its reads
     apart until then); frames before and after it, split anywhere, come out as nats-py's."""
     big = np.random.default_rng(3).bytes(300_000) + b"\r\nMSG a 1 3\r\n"
-    data = b"PING\r\nMSG s 1 r 2\r\nhi\r\n" + b"HMSG big.x 9 _INBOX.r 12 %d\r\nNATS/1.0\r\n\r\n%s\r\nMSG t 2 1\r\nx\r\n" % (12 + len(big), big)
+    data = (
+        b"PING\r\nMSG s 1 r 2\r\nhi\r\n"
+        + b"HMSG big.x 9 _INBOX.r 12 %d\r\nNATS/1.0\r\n\r\n%s\r\nMSG t 2 1\r\nx\r\n" % (12 + len(big), big)
+    )
     reads = [data[i : i + 997] for i in range(0, len(data), 997)]
     assert our_events(reads) == nats_py_events(reads)
     events = our_events(reads)

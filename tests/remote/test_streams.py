@@ -40,7 +40,14 @@ def test_stream_lifecycle(js, name):
     )
     assert c.metadata == {"team": "data"}  # the server's _nats.* keys are not the user's
     assert info.created.tzinfo is not None and info.state.messages == 0
-    assert js.add_stream(StreamConfig(name=s, subjects=[f"{s}.>"], max_age=3600.0, storage=StorageType.MEMORY, metadata={"team": "data"})).config == c
+    assert (
+        js.add_stream(
+            StreamConfig(
+                name=s, subjects=[f"{s}.>"], max_age=3600.0, storage=StorageType.MEMORY, metadata={"team": "data"}
+            )
+        ).config
+        == c
+    )
     updated = js.update_stream(c.evolve(max_msgs=10, description="ten"))
     assert (updated.config.max_msgs, updated.config.description) == (10, "ten")
     assert s in js.stream_names()
@@ -69,7 +76,12 @@ def test_stream_errors_carry_the_servers_codes(js, name):
     assert err.value.err_code == 10052 and "storage type" in err.value.description
     with pytest.raises(StreamNotFoundError):
         js.update_stream(name=name(), subjects=["zz.>"])
-    for call in (lambda: js.delete_stream("nope"), lambda: js.purge_stream("nope"), lambda: js.get_msg("nope", 1), lambda: js.stream_info("a.b")):
+    for call in (
+        lambda: js.delete_stream("nope"),
+        lambda: js.purge_stream("nope"),
+        lambda: js.get_msg("nope", 1),
+        lambda: js.stream_info("a.b"),
+    ):
         with pytest.raises(StreamNotFoundError):
             call()
     with pytest.raises(StreamNotFoundError):
@@ -97,7 +109,13 @@ def test_publish_and_get(js, name):
     js.publish(f"{s}.a", b"three")
     m = js.get_msg(s, 1)
     assert isinstance(m, RawStreamMsg)
-    assert (m.subject, m.seq, m.data, m.stream, m.headers) == (f"{s}.a", 1, b"one", s, {"Nats-Msg-Id": "m1", "X-Num": "7"})
+    assert (m.subject, m.seq, m.data, m.stream, m.headers) == (
+        f"{s}.a",
+        1,
+        b"one",
+        s,
+        {"Nats-Msg-Id": "m1", "X-Num": "7"},
+    )
     assert m.time.tzinfo is not None and abs(m.time - dt.datetime.now(dt.timezone.utc)) < dt.timedelta(minutes=1)
     multi = js.get_msg(s, 2)
     assert multi.hdrs.count(b"X-Multi:") == 2 and multi.headers == {"X-Multi": "2"}

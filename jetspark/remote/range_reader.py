@@ -110,7 +110,9 @@ class Puller:
         self._inbox_subject = ""
         self._subject = f"{session.api_prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         self._max_bytes = PULL_MAX_BYTES
-        self._runs: collections.deque = collections.deque()  # [buf, frames, next frame, (end, ack fields, base) or None]
+        self._runs: collections.deque = (
+            collections.deque()
+        )  # [buf, frames, next frame, (end, ack fields, base) or None]
         self._skip = 0
         self._served_now = False
 
@@ -141,7 +143,10 @@ class Puller:
                     return
                 want = 1
             req = {"batch": int(want), "no_wait": True, "max_bytes": self._max_bytes}
-            await asyncio.wait_for(self._nc.publish(self._subject, json.dumps(req).encode(), reply=self._inbox_subject), self.session.timeout)
+            await asyncio.wait_for(
+                self._nc.publish(self._subject, json.dumps(req).encode(), reply=self._inbox_subject),
+                self.session.timeout,
+            )
             self._requests.append(int(want))
 
     async def next_chunk(self, max_msgs: int, max_bytes: int = MAX_BATCH_BYTES) -> FrameChunk:
@@ -165,7 +170,9 @@ class Puller:
                 try:
                     taken = await self._inbox.take(timeout)
                 except asyncio.TimeoutError as exc:
-                    raise self.session.silence(f"the messages of consumer {self.consumer!r} on stream {self.stream!r}", timeout) from exc
+                    raise self.session.silence(
+                        f"the messages of consumer {self.consumer!r} on stream {self.stream!r}", timeout
+                    ) from exc
                 self._runs.extend([buf, f, 0, None] for buf, f in taken)
                 continue
             run = self._runs[0]
@@ -288,7 +295,9 @@ class Puller:
             await self._top_up()
 
 
-async def create_reader_consumer(session: Session, stream: str, start: int, filters: Optional[Sequence[str]], *, headers_only: bool = False) -> tuple[str, int]:
+async def create_reader_consumer(
+    session: Session, stream: str, start: int, filters: Optional[Sequence[str]], *, headers_only: bool = False
+) -> tuple[str, int]:
     """An ephemeral, ack-less, in-memory pull consumer from ``start``; (name, num_pending)."""
     name = _name("jspk_")
     config: dict = {
@@ -347,7 +356,11 @@ async def first_stored(session: Session, stream: str, start: int, filters: Optio
     best: Optional[int] = None
     for f in filters or [">"]:
         try:
-            resp = await session.api(session.stream_subject("MSG.GET", stream), {"seq": start, "next_by_subj": f}, what=f"reading stream {stream!r}")
+            resp = await session.api(
+                session.stream_subject("MSG.GET", stream),
+                {"seq": start, "next_by_subj": f},
+                what=f"reading stream {stream!r}",
+            )
         except MsgNotFoundError:
             continue
         q = int(resp["message"]["seq"])
@@ -379,7 +392,13 @@ class EndCheck:
                 f"{self.what} of stream {self.stream!r}: a replica stays behind the stream's leader "
                 f"(read up to seq {last}, the leader holds seq {q} <= {self.hi}); a node may still be catching up"
             )
-        log.warning("%s of %r: ended at seq %d but the stream's leader holds seq %d; reading on", self.what, self.stream, last, q)
+        log.warning(
+            "%s of %r: ended at seq %d but the stream's leader holds seq %d; reading on",
+            self.what,
+            self.stream,
+            last,
+            q,
+        )
         await asyncio.sleep(min(0.05 * 2**self.times, 1.0))
         return True
 
@@ -389,7 +408,17 @@ class RangeRead:
     a consumer that ends before ``hi`` is checked with the stream's leader (``EndCheck``) and
     replaced by a new one if its replica lagged."""
 
-    def __init__(self, session: Session, stream: str, lo: int, hi: int, filters, *, keep_headers: bool, headers_only: bool = False) -> None:
+    def __init__(
+        self,
+        session: Session,
+        stream: str,
+        lo: int,
+        hi: int,
+        filters,
+        *,
+        keep_headers: bool,
+        headers_only: bool = False,
+    ) -> None:
         self.session = session
         self.stream = stream
         self.lo = lo
@@ -407,10 +436,14 @@ class RangeRead:
     async def open(self, start: Optional[int] = None) -> None:
         start = self.lo if start is None else start
         self.consumer = None
-        self.consumer, pending = await create_reader_consumer(self.session, self.stream, start, self.filters, headers_only=self.headers_only)
+        self.consumer, pending = await create_reader_consumer(
+            self.session, self.stream, start, self.filters, headers_only=self.headers_only
+        )
         if start == self.lo:
             self.pending_at_start = pending
-        self.puller = Puller(self.session, self.stream, self.consumer, self.hi, keep_headers=self.keep_headers, next_cseq=1)
+        self.puller = Puller(
+            self.session, self.stream, self.consumer, self.hi, keep_headers=self.keep_headers, next_cseq=1
+        )
         self.puller.last_sseq = start - 1  # a restart before any delivery resumes here, not at lo
         if pending == 0:
             self.puller.done = True
@@ -464,7 +497,9 @@ class RangeRead:
         last = self.puller.last_sseq
         self.restarts += 1
         if self.restarts > 20:
-            raise JetSparkError(f"range read of stream {self.stream!r} keeps losing deliveries (slow consumer?); last sequence read {last}")
+            raise JetSparkError(
+                f"range read of stream {self.stream!r} keeps losing deliveries (slow consumer?); last sequence read {last}"
+            )
         log.info("range read of %r: restarting after seq %d", self.stream, last)
         await self.puller.close()
         await delete_consumer_quietly(self.session, self.stream, self.consumer)
@@ -515,7 +550,9 @@ class GetRead:
 
     async def _get(self, seq: int) -> Optional[dict]:
         try:
-            return (await self.session.api(self._subject, {"seq": seq}, what=f"reading stream {self.stream!r}"))["message"]
+            return (await self.session.api(self._subject, {"seq": seq}, what=f"reading stream {self.stream!r}"))[
+                "message"
+            ]
         except MsgNotFoundError:
             return None
 
