@@ -166,6 +166,8 @@ class StreamConfig(Base):
     allow_direct: bool = False
     first_seq: Optional[int] = None
     metadata: Optional[Dict[str, str]] = None
+    allow_msg_ttl: Optional[bool] = None
+    subject_delete_marker_ttl: Optional[float] = None  # seconds
 
 
 @dataclass(kw_only=True)
@@ -341,8 +343,8 @@ class BackupInfo(Base):
 NOT_SUPPORTED: Dict[str, tuple[str, ...]] = {
     "stream": (
         "template_owner", "placement", "mirror", "sources", "republish", "subject_transform", "mirror_direct", "compression",
-        "allow_msg_ttl", "allow_msg_schedules", "allow_atomic", "allow_batched", "allow_msg_counter", "persist_mode",
-        "consumer_limits", "subject_delete_marker_ttl",
+        "allow_msg_schedules", "allow_atomic", "allow_batched", "allow_msg_counter", "persist_mode",
+        "consumer_limits",
     ),
     "consumer": ("rate_limit_bps", "sample_freq", "pause_until"),
 }  # fmt: skip

@@ -17,7 +17,7 @@ from jetspark import api
 from jetspark.protocol import headers as H
 
 NS = 1_000_000_000
-_DURATIONS_STREAM = ("max_age", "duplicate_window")
+_DURATIONS_STREAM = ("max_age", "duplicate_window", "subject_delete_marker_ttl")
 _DURATIONS_CONSUMER = ("ack_wait", "inactive_threshold", "idle_heartbeat")
 _ZERO_TIME = "0001-01-01T00:00:00Z"
 _WHITESPACE = frozenset(" \t\r\n\f\v")  # what NATS calls whitespace in a subject (not NBSP)
