@@ -189,9 +189,10 @@ class JetStreamAPI(Protocol):
         state (deliveries, acks, ack floor).  The engine copies the stream's files
         holding its lock (writers to it wait meanwhile, from any process); a server
         sends its own snapshot (``$JS.API.STREAM.SNAPSHOT``; kept as ``stream.tar.s2``,
-        the server's format, as ``nats stream backup`` keeps it).  Every part is checksummed (SHA-256) in a manifest, ``backup.json``,
-        written last; a backup that fails leaves nothing at ``path``.  ``progress(done,
-        total)`` is called with the bytes written so far (``total`` None while unknown).
+        the server's format, as ``nats stream backup`` keeps it).  Every part is
+        checksummed (SHA-256) in a manifest, ``backup.json``, written last; a backup that
+        fails leaves nothing at ``path``.  ``progress(done, total)`` is called with the
+        bytes written so far (``total`` None while unknown).
         10059 no stream; ``BackupError`` when ``path`` is not a new or empty directory
         or cannot be written (nothing is left there)."""
         ...
@@ -204,8 +205,9 @@ class JetStreamAPI(Protocol):
         part's size and checksum are checked before anything is created: a damaged,
         truncated or missing part (or manifest) is ``CorruptBackupError`` naming the
         file.  10130 when a stream of that name exists; 10062 ("restore failed: ...")
-        when the stream cannot be created, e.g. its subjects overlap another stream's.  A restore that fails leaves no stream behind.  ``progress``
-        as for ``backup_stream``, over both reads of the backup (checked, then restored).
+        when the stream cannot be created, e.g. its subjects overlap another stream's.
+        A restore that fails leaves no stream behind.  ``progress`` as for
+        ``backup_stream``, over both reads of the backup (checked, then restored).
         On a cluster it returns once every restored consumer has a leader; a replicated
         consumer comes back at its ack floor, so what was delivered but not acknowledged
         when the backup was taken is delivered again (docs/semantics.md §4)."""
@@ -469,8 +471,9 @@ class JetStreamAPI(Protocol):
 
         A read leaves the stream and its consumers as they were (no acks, no
         interest).  The stream must exist when the call is made (10059, raised
-        by the call, not by the first ``next``).  10003 for an invalid filter; ``ValueError``/``TypeError`` for a sequence
-        outside 0..2**63-1 or a batch size below 1."""
+        by the call, not by the first ``next``).  10003 for an invalid filter;
+        ``ValueError``/``TypeError`` for a sequence outside 0..2**63-1 or a batch size
+        below 1."""
         ...
 
     def publish_batch(

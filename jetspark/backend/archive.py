@@ -295,7 +295,8 @@ class Archive:
                     size += len(chunk)
                     if size > entry["size"]:
                         raise CorruptBackupError(
-                            f"{path}: longer than the {entry['size']} bytes the manifest records: the backup is damaged",
+                            f"{path}: longer than the {entry['size']} bytes the manifest records: "
+                            "the backup is damaged",
                             path,
                         )
                     digest.update(chunk)
@@ -343,7 +344,8 @@ def open_archive(path: Path, backend: str) -> Archive:
     _check_shape(doc, manifest)
     if doc["backend"] != backend:
         raise BackupError(
-            f"{path} holds a backup of stream {doc['stream']!r} taken on {BACKENDS[doc['backend']]}, which keeps a stream in its own format: "
+            f"{path} holds a backup of stream {doc['stream']!r} taken on {BACKENDS[doc['backend']]}, "
+            "which keeps a stream in its own format: "
             f"it restores on {BACKENDS[doc['backend']]}, not on {BACKENDS[backend]}",
             path,
         )

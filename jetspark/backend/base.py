@@ -202,7 +202,8 @@ class HandleBase(Hooks):
                 raise BadRequestError(
                     400,
                     BAD_REQUEST,
-                    "bad request: get_msg with seq= and subject= needs next=True (the first message at or after seq on subject); subject= alone reads the last message on it",
+                    "bad request: get_msg with seq= and subject= needs next=True (the first message "
+                    "at or after seq on subject); subject= alone reads the last message on it",
                 )
             else:
                 last_by_subj = subject
@@ -210,13 +211,15 @@ class HandleBase(Hooks):
             raise BadRequestError(
                 400,
                 BAD_REQUEST,
-                "bad request: get_msg(next=True) needs subject= (the first message at or after seq on it; '>' for any subject)",
+                "bad request: get_msg(next=True) needs subject= (the first message at or after seq on it; "
+                "'>' for any subject)",
             )
         if seq is None and last_by_subj is None and next_by_subj is None:
             raise BadRequestError(
                 400,
                 BAD_REQUEST,
-                "bad request: get_msg needs seq= (a stream sequence) or subject= (the last message on it; with next=True, the first at or after seq)",
+                "bad request: get_msg needs seq= (a stream sequence) or subject= (the last message on it; "
+                "with next=True, the first at or after seq)",
             )
         return self._get_msg(stream, *V.get_msg_args(seq, last_by_subj, next_by_subj))
 
@@ -433,7 +436,8 @@ class HandleBase(Hooks):
         if queue:
             if durable and durable != queue:
                 raise SubscriptionError(
-                    f"cannot create queue subscription {queue!r} to consumer {durable!r}: a queue subscription's durable is its queue's name"
+                    f"cannot create queue subscription {queue!r} to consumer {durable!r}: "
+                    "a queue subscription's durable is its queue's name"
                 )
             durable = queue
         if durable:
@@ -447,7 +451,8 @@ class HandleBase(Hooks):
         config = V.consumer_config(config, {})
         if ordered_consumer and (config.durable_name or config.name or config.deliver_group):
             raise ValueError(
-                "ordered_consumer=True takes a config without durable_name, name or deliver_group: an ordered consumer is an ephemeral of its own"
+                "ordered_consumer=True takes a config without durable_name, name or deliver_group: "
+                "an ordered consumer is an ephemeral of its own"
             )
         changes: dict[str, Any] = {}
         if durable and not config.durable_name:
@@ -561,11 +566,13 @@ def _check_bindable(info: ConsumerInfo, queue: Optional[str]) -> None:
             raise SubscriptionError(f"consumer {info.name!r} is already bound to a subscription")
     elif not queue:
         raise SubscriptionError(
-            f"cannot create a subscription for consumer {info.name!r}, which has the deliver group {group!r}: subscribe with queue={group!r}"
+            f"cannot create a subscription for consumer {info.name!r}, which has the deliver group {group!r}: "
+            f"subscribe with queue={group!r}"
         )
     elif queue != group:
         raise SubscriptionError(
-            f"cannot create a queue subscription {queue!r} for consumer {info.name!r}, which has the deliver group {group!r}"
+            f"cannot create a queue subscription {queue!r} for consumer {info.name!r}, "
+            f"which has the deliver group {group!r}"
         )
 
 

@@ -136,7 +136,8 @@ class Hooks(abc.ABC):
 
     @abc.abstractmethod
     def _publish(self, subject: str, payload: bytes, headers: Optional[dict], timeout: Optional[float]) -> PubAck:
-        """Store one message (``subject`` a publish subject, ``headers`` checked); ``timeout`` the call's own, None for the handle's."""
+        """Store one message (``subject`` a publish subject, ``headers`` checked); ``timeout``
+        the call's own, None for the handle's."""
 
     @abc.abstractmethod
     def _get_msg(
@@ -154,7 +155,8 @@ class Hooks(abc.ABC):
 
     @abc.abstractmethod
     def _new_async_publisher(self) -> Any:
-        """What stores ``publish_async``'s messages: ``window``, ``pid``, ``submit(subject, payload, headers, future)``, ``close(why)``."""
+        """What stores ``publish_async``'s messages: ``window``, ``pid``,
+        ``submit(subject, payload, headers, future)``, ``close(why)``."""
 
     # ------------------------------------------------------------------ bulk verbs
 

@@ -36,13 +36,15 @@ class PublishWindow:
             if self._closed is None and len(self._pending) >= self.limit:
                 if getattr(_local, "completing", False):
                     raise TooManyStalledMsgsError(
-                        f"publish_async: all {self.limit} places are pending, and this thread (a future's callback) is the one that completes them"
+                        f"publish_async: all {self.limit} places are pending, "
+                        "and this thread (a future's callback) is the one that completes them"
                     )
                 if not self._cond.wait_for(
                     lambda: self._closed is not None or len(self._pending) < self.limit, wait_stall
                 ):
                     raise TooManyStalledMsgsError(
-                        f"publish_async: all {self.limit} places (publish_async_max_pending) stayed pending for {wait_stall:g} s"
+                        f"publish_async: all {self.limit} places "
+                        f"(publish_async_max_pending) stayed pending for {wait_stall:g} s"
                     )
             if self._closed is not None:
                 raise ClosedError(self._closed)
@@ -66,7 +68,8 @@ class PublishWindow:
         with self._cond:
             if self._pending and getattr(_local, "completing", False):
                 raise RuntimeError(
-                    "publish_async_completed was called from the thread that completes the futures (a future's callback): it would wait for itself"
+                    "publish_async_completed was called from the thread that completes "
+                    "the futures (a future's callback): it would wait for itself"
                 )
             if not self._cond.wait_for(lambda: not self._pending, timeout):
                 raise PublishAsyncTimeoutError(
