@@ -108,7 +108,8 @@ class SavedContext:
 
         def bad(why: str) -> ContextError:
             return ContextError(
-                f"context file {origin} is damaged: {why}; fix it, or remove it with `jetspark context rm {name}` and add it again"
+                f"context file {origin} is damaged: {why}; fix it, "
+                f"or remove it with `jetspark context rm {name}` and add it again"
             )
 
         if not isinstance(data, dict):
@@ -246,7 +247,8 @@ def load(name: str) -> SavedContext:
         raise unknown_context(name) from None
     except UnicodeDecodeError:
         raise ContextError(
-            f"context file {path} is damaged: not UTF-8 text; fix it, or remove it with `jetspark context rm {name}` and add it again"
+            f"context file {path} is damaged: not UTF-8 text; fix it, "
+            f"or remove it with `jetspark context rm {name}` and add it again"
         ) from None
     except OSError as exc:
         raise ContextError(f"cannot read context file {path}: {exc.strerror or exc}") from None
@@ -255,7 +257,8 @@ def load(name: str) -> SavedContext:
     except json.JSONDecodeError as exc:
         # The position only: the message of a JSON error can quote the file's text.
         raise ContextError(
-            f"context file {path} is damaged: not JSON (line {exc.lineno}, column {exc.colno}); fix it, or remove it with `jetspark context rm {name}` and add it again"
+            f"context file {path} is damaged: not JSON (line {exc.lineno}, column {exc.colno}); fix it, "
+            f"or remove it with `jetspark context rm {name}` and add it again"
         ) from None
     return SavedContext.from_dict(name, data, str(path))
 
@@ -312,7 +315,8 @@ def selected() -> Optional[str]:
         raise ContextError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
     if name and not _NAME.fullmatch(name):
         raise ContextError(
-            f"{path} is damaged: it should hold one context name ({NAME_RULE}); select one with `jetspark context select NAME`"
+            f"{path} is damaged: it should hold one context name ({NAME_RULE}); "
+            "select one with `jetspark context select NAME`"
         )
     return name or None
 

@@ -229,7 +229,8 @@ def ls(as_json: bool):
         raise click.ClickException("; ".join(damaged))
     if current is not None and current not in {s.name for s in saved}:
         click.echo(
-            f"Warning: the selected context {current!r} does not exist (`jetspark context select NAME` chooses another)",
+            f"Warning: the selected context {current!r} does not "
+            "exist (`jetspark context select NAME` chooses another)",
             err=True,
         )
     if as_json:

@@ -1,4 +1,5 @@
-"""What the commands print: aligned tables and key/value blocks for people, JSON for machines, progress bars on terminals.
+"""What the commands print: aligned tables and key/value blocks for people, JSON for machines,
+progress bars on terminals.
 
 Every read command takes the flags of ``output_options`` (today ``--json``);
 long work takes those of ``progress_options``.  JSON output is the public

@@ -74,7 +74,8 @@ def parse_duration(text: str) -> float:
         sign, s = (-1.0 if s[0] == "-" else 1.0), s[1:].lstrip()
     if not _DURATION.fullmatch(s):
         raise ValueError(
-            f"invalid duration {text!r}: use a number with a unit, e.g. 500ms, 30s, 5m, 1h30m, 1d, 1w (units ns, us, ms, s, m, h, d, w, M for months, y)"
+            f"invalid duration {text!r}: use a number with a unit, e.g. 500ms, 30s, 5m, 1h30m, 1d, 1w (units ns, us, "
+            "ms, s, m, h, d, w, M for months, y)"
         )
     total = sum(float(m.group(1)) * _UNIT_SECONDS[m.group(2)] for m in _DURATION_PART.finditer(s))
     # The float sum of 0.1 + 0.2 style parts would print as 0.30000000000000004;
@@ -133,7 +134,8 @@ def parse_size(text: str) -> int:
     m = _SIZE.fullmatch(s)
     if not m or m.group(2).upper() not in _SIZE_SHIFT:
         raise ValueError(
-            f"invalid size {text!r}: use a number of bytes or one ending in B, K, KB, KiB, M, MB, MiB, G, GB, GiB, T, TB or TiB (1024-based)"
+            f"invalid size {text!r}: use a number of bytes or one ending in B, K, KB, KiB, M, MB, MiB, G, GB, GiB, T, "
+            "TB or TiB (1024-based)"
         )
     return int(m.group(1)) << _SIZE_SHIFT[m.group(2).upper()]
 
@@ -241,7 +243,8 @@ def parse_deliver(text: str, now: Optional[_dt.datetime] = None) -> Deliver:
         when = _dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
     except ValueError:
         raise ValueError(
-            f"invalid start {text!r}: use all, last, new, subject, a sequence number, a duration back from now (1h) or an RFC 3339 time"
+            f"invalid start {text!r}: use all, last, new, subject, a sequence number, "
+            "a duration back from now (1h) or an RFC 3339 time"
         ) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=_dt.timezone.utc)

@@ -113,10 +113,12 @@ class State:
         if self.server is not None:
             if self.origin:
                 raise click.ClickException(
-                    f"{self.origin} is a NATS server: this command runs on the embedded engine; choose a directory with --store PATH (or a store's context)"
+                    f"{self.origin} is a NATS server: this command runs on the embedded engine; "
+                    "choose a directory with --store PATH (or a store's context)"
                 )
             raise click.ClickException(
-                f"--server {redact_url(self.server)}: this command runs on the embedded engine; drop --server (and choose a directory with --store PATH or JETSPARK_STORE)"
+                f"--server {redact_url(self.server)}: this command runs on the embedded engine; "
+                "drop --server (and choose a directory with --store PATH or JETSPARK_STORE)"
             )
 
     def close(self) -> None:

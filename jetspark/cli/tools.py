@@ -46,7 +46,8 @@ def demo(state: State, demo_args: tuple[str, ...]):
     if missing and not {"-h", "--help"} & set(demo_args):
         # The demo is a Spark pipeline; the core install has no Spark.
         raise click.ClickException(
-            f"jetspark demo runs a Spark pipeline and needs the spark extra ({', '.join(missing)} not found): {_extras.SPARK_EXTRA} (and Java 17+)"
+            f"jetspark demo runs a Spark pipeline and needs the spark extra ({', '.join(missing)} not found): "
+            f"{_extras.SPARK_EXTRA} (and Java 17+)"
         )
     state.check_backend()
     rc = demo_module.main(["--store", str(state.store), *demo_args])
