@@ -47,7 +47,8 @@ def write(st: Stream, writer: Writer, consumers: bool, meter: Meter, store_forma
     if consumers and st.consumers.broken:
         key, err = sorted(st.consumers.broken.items())[0]
         raise BackupError(
-            f"cannot back up stream {st.name!r} with its consumers: the consumer in {err.path or key} is damaged ({err}); "
+            f"cannot back up stream {st.name!r} with its consumers: "
+            f"the consumer in {err.path or key} is damaged ({err}); "
             "delete it (or back up without consumers)",
             err.path,
         )
@@ -99,7 +100,8 @@ def _blocks(s: StreamStorage) -> list[tuple[str, Path, int]]:
             raw = os.pread(f.fileno(), ENTRY_SIZE, (n - 1) * ENTRY_SIZE)
         if len(raw) != ENTRY_SIZE:
             raise CorruptStoreError(
-                f"{base}.idx: the index entry of sequence {end} is missing (truncated); `jetspark stream check` tells more",
+                f"{base}.idx: the index entry of sequence {end} is missing (truncated); "
+                "`jetspark stream check` tells more",
                 f"{base}.idx",
             )
         _, doff, hoff, dlen, hlen, _, _ = ENTRY.unpack(raw)
@@ -120,7 +122,8 @@ def _copy(path: Path, length: int, part, meter: Meter) -> None:
             chunk = f.read(min(_CHUNK, left))
             if not chunk:
                 raise CorruptStoreError(
-                    f"{path}: the file ends at byte {length - left} but the stream commits {length} bytes (truncated); `jetspark stream check` tells more",
+                    f"{path}: the file ends at byte {length - left} but the stream commits {length} bytes (truncated); "
+                    "`jetspark stream check` tells more",
                     path,
                 )
             part.write(chunk)
@@ -136,7 +139,8 @@ def archived_stream(archive: Archive, store_format: int) -> tuple[StreamConfig, 
     manifest = archive.path / "backup.json"
     if archive.extra.get("store_format") != store_format:
         raise BackupError(
-            f"{manifest}: a backup of store format {archive.extra.get('store_format')!r}; this jetspark reads format {store_format}",
+            f"{manifest}: a backup of store format {archive.extra.get('store_format')!r}; "
+            f"this jetspark reads format {store_format}",
             manifest,
         )
     created = archive.extra.get("created")

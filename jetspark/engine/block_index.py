@@ -233,7 +233,7 @@ class BlockIndex:
         b.dlen = t[1] + t[3]
         b.hlen = t[2] + t[4]
 
-    # ------------------------------------------------------------------ the tail block's checksums (writers, under the owner's lock)
+    # ------------------------------------- the tail block's checksums (writers, under the owner's lock)
 
     def checkpoint(self, blk: Block, k: int) -> None:
         """Write interval k's checksums (the header's open-interval ones) and start the next interval."""

@@ -105,7 +105,8 @@ def rebuild_header(data_dir: Path, repair: bool) -> list[Problem]:
         problems.append(
             Problem(
                 str(data_dir / "subjects"),
-                f"record at byte {h.subj_len} fails its checksum; messages on the subjects stored after it cannot be read",
+                f"record at byte {h.subj_len} fails its checksum; "
+                "messages on the subjects stored after it cannot be read",
                 repaired=False,
             )
         )
@@ -114,7 +115,8 @@ def rebuild_header(data_dir: Path, repair: bool) -> list[Problem]:
         problems.append(
             Problem(
                 str(journal("ops")),
-                f"record at byte {h.ops_len} fails its checksum; the removals recorded from there on are unknown and those messages are back",
+                f"record at byte {h.ops_len} fails its checksum; "
+                "the removals recorded from there on are unknown and those messages are back",
                 repaired=False,
             )
         )
@@ -253,14 +255,16 @@ def check_records(storage, repair: bool) -> tuple[list[Problem], list[int]]:
         n = s.damaged_id_records(kind, repair)
         if n:
             why = (
-                f"missing or failing their checksum (the file holds {size} of the {committed} bytes the stream header commits: truncated or removed)"
+                f"missing or failing their checksum (the file holds {size} of the "
+                f"{committed} bytes the stream header commits: truncated or removed)"
                 if size < committed
                 else "failing their checksum"
             )
             problems.append(
                 Problem(
                     str(path),
-                    f"{n} message-id record(s) {why}; a repair forgets those ids (a message re-sent with one inside the window is stored again)",
+                    f"{n} message-id record(s) {why}; a repair forgets those ids "
+                    "(a message re-sent with one inside the window is stored again)",
                     repaired=repair,
                 )
             )

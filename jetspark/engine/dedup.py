@@ -166,7 +166,8 @@ class MessageIds:
             path = self.journals.path(kind)
             at = base + int(np.flatnonzero(~ok)[0]) * size
             raise CorruptStoreError(
-                f"{path}: the record at byte {at} fails its checksum ({int((~ok).sum())} damaged); check_stream(name, repair=True) drops the damaged ids",
+                f"{path}: the record at byte {at} fails its checksum ({int((~ok).sum())} damaged); "
+                "check_stream(name, repair=True) drops the damaged ids",
                 path,
             )
 

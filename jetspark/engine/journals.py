@@ -43,7 +43,8 @@ def read_committed(fd: int, n: int, off: int, path: Path) -> bytes:
     raw = os.pread(fd, n, off)
     if len(raw) != n:
         raise CorruptStoreError(
-            f"{path}: the file ends at byte {off + len(raw)} but the stream header commits {off + n} bytes (truncated or removed)",
+            f"{path}: the file ends at byte {off + len(raw)} but the "
+            f"stream header commits {off + n} bytes (truncated or removed)",
             path,
         )
     return raw

@@ -68,7 +68,9 @@ class StreamHeader:
     # with the highest generation <= jgen (see journals.Journals.open_generation).  0: the
     # original names, which is also what stores written before compaction existed hold.
     jgen: int = 0
-    last_id: builtins.bytes = b""  # Nats-Msg-Id of the last stored message (Nats-Expected-Last-Msg-Id); builtins: a field above is named bytes
+    # Nats-Msg-Id of the last stored message (Nats-Expected-Last-Msg-Id); builtins: a field
+    # above is named bytes.
+    last_id: builtins.bytes = b""
     # CRC-32s of the payload, header and index bytes of the tail block's records since its
     # last checkpoint: what a reader checks that open interval against (verify.verify).
     tail_dcrc: int = 0

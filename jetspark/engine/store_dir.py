@@ -116,7 +116,8 @@ class StoreDirectory:
             missing = [n for n in ("store.json", "streams/") if not (self.path / n).exists()]
             reason = f"the directory holds no {' and no '.join(missing)}"
         raise StoreError(
-            f"no jetspark store at {self.path}: {reason}; jetspark.connect(path) (create=True, the default) or `jetspark stream add` creates one",
+            f"no jetspark store at {self.path}: {reason}; jetspark.connect(path) (create=True, "
+            "the default) or `jetspark stream add` creates one",
             self.path,
         )
 
@@ -159,7 +160,8 @@ class StoreDirectory:
             if any(not p.name.startswith(".") for p in (self.path / "streams").iterdir()):
                 # A new id would lose the memory streams' data (it names their area): report it.
                 raise CorruptStoreError(
-                    f"{meta} and its mirror {meta.name}{metafile.MIRROR_SUFFIX} are missing, but {self.path / 'streams'} holds streams: the store's id is lost",
+                    f"{meta} and its mirror {meta.name}{metafile.MIRROR_SUFFIX} are missing, "
+                    f"but {self.path / 'streams'} holds streams: the store's id is lost",
                     path=str(meta),
                 ) from None
             doc = {"id": uuid.uuid4().hex, "format": STORE_FORMAT}
@@ -167,7 +169,8 @@ class StoreDirectory:
         except CorruptStoreError:
             if _legacy_store_doc(meta):
                 raise StoreError(
-                    f"{self.path} was written by an older jetspark (store format 1, no checksums); this version reads format {STORE_FORMAT}",
+                    f"{self.path} was written by an older jetspark (store format 1, no checksums); "
+                    f"this version reads format {STORE_FORMAT}",
                     path=str(meta),
                 ) from None
             raise
@@ -348,7 +351,7 @@ class StoreDirectory:
                     if subj.collide(a, b):
                         raise api_error(STREAM_SUBJECT_OVERLAP)
 
-    # ------------------------------------------------------------------ stream directories (caller holds the store lock)
+    # ----------------------------------------------------------- stream directories (caller holds the store lock)
 
     def build_stream(
         self, home: Path, config: StreamConfig, meta: dict, fill: Optional[Callable[[Path], None]] = None
