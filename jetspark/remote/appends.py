@@ -112,7 +112,8 @@ def publish_batch(
                 if not acks.noted:
                     add_note(
                         final,
-                        f"{int(acks.done.sum())} of {n} rows were stored (see the error's batch_ack); the others are unknown or not stored",
+                        f"{int(acks.done.sum())} of {n} rows were stored (see the error's batch_ack); "
+                        "the others are unknown or not stored",
                     )
                 final.batch_ack = BatchAck(
                     c.name, from_numpy(pa.int64(), acks.seqs), pa.array(acks.dups.tolist(), pa.bool_())

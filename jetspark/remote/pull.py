@@ -192,7 +192,8 @@ class PullSubscription(live.LivePulls):
                             if msgs:
                                 break
                             raise NoHeartbeatError(
-                                f"no heartbeat from {session.url} for {2 * heartbeat:g} s while fetching from consumer {self.consumer!r} of stream {self.stream!r}"
+                                f"no heartbeat from {session.url} for {2 * heartbeat:g} s while "
+                                f"fetching from consumer {self.consumer!r} of stream {self.stream!r}"
                             )
                         left = min(left, silent)
                     try:

@@ -182,7 +182,8 @@ class Messages(live.MessagesBase):
             self._end(err)
 
     def _end(self, err: BaseException) -> None:
-        """A final status: no more pull requests; ``next`` raises ``err`` after what came before (caller holds the lock)."""
+        """A final status: no more pull requests; ``next`` raises ``err`` after what came before
+        (caller holds the lock)."""
         self._ended = True
         self._items.append(_Failure(err))
         self._cond.notify()
@@ -286,7 +287,8 @@ class Messages(live.MessagesBase):
                     self._pending = self._pending_bytes = 0
                     self._activity = now
                     raise NoHeartbeatError(
-                        f"no heartbeat from {self._session.url} for {2 * hb:g} s while pulling from consumer {self.consumer!r} of stream {self.stream!r}"
+                        f"no heartbeat from {self._session.url} for {2 * hb:g} s while "
+                        f"pulling from consumer {self.consumer!r} of stream {self.stream!r}"
                     )
                 left = deadline - now
                 if left <= 0:

@@ -48,8 +48,8 @@ class PushSubscription(PushBase):
     """A subscription on a push consumer of a server (``jetspark.backend.PushSubscriptionAPI``)."""
 
     def __init__(
-        self, js: "JetStreamAPI", session: Session, stream: str, info: ConsumerInfo, cb: Optional[Callable], auto_ack: bool,
-        ordered: Optional[ConsumerConfig], owned: bool,
+        self, js: "JetStreamAPI", session: Session, stream: str, info: ConsumerInfo, cb: Optional[Callable],
+        auto_ack: bool, ordered: Optional[ConsumerConfig], owned: bool,
     ) -> None:  # fmt: skip
         super().__init__(js, stream, info.name, cb, auto_ack, owned)
         self._session = session

@@ -184,7 +184,8 @@ class Session:
             )
         if isinstance(last, ConnectionResetError) and self.options.has_credentials:
             return ServerConnectionError(
-                f"cannot connect to {self.url}: {_describe(last)} (if the server requires authentication, check the credentials)"
+                f"cannot connect to {self.url}: {_describe(last)} (if the server requires authentication, "
+                "check the credentials)"
             )
         if isinstance(last, ModuleNotFoundError) and "nkeys" in str(last):
             return ServerConnectionError(
@@ -271,7 +272,8 @@ class Session:
                 raise ServerConnectionError(f"the connection to {self.url} is closed{self._last_error_text()}")
             if time.monotonic() >= deadline:
                 raise NotSentError(
-                    f"lost the connection to {self.url}{self._last_error_text()}; it did not come back within {timeout:g} s"
+                    f"lost the connection to {self.url}{self._last_error_text()}; "
+                    f"it did not come back within {timeout:g} s"
                 )
             await asyncio.sleep(0.01)
         return nc
@@ -289,7 +291,10 @@ class Session:
             # The bulk paths publish without request()'s watch: say what the server refused
             # meanwhile (the subject lowercased, as nats-py reports it).
             _, kind, subject = self._last_violation
-            hint = f" (meanwhile the server reported a permissions violation for {kind} to {subject!r}: the user's permissions deny it)"
+            hint = (
+                f" (meanwhile the server reported a permissions violation for {kind} to {subject!r}: "
+                "the user's permissions deny it)"
+            )
         return RequestTimeoutError(f"{self.url} did not answer {what} within {timeout:g} s{hint}")
 
     def translate(self, exc: BaseException, what: str, timeout: float) -> Optional[JetSparkError]:
@@ -348,7 +353,8 @@ class Session:
                 raise
             raise err from exc
 
-    def run_retrying(self, make: Callable[[], Any], *, what: str, idempotent: bool = True, timeout: Optional[float] = None,
+    def run_retrying(self, make: Callable[[], Any], *, what: str, idempotent: bool = True,
+                     timeout: Optional[float] = None,
                      also: Optional[Callable[[JetSparkError], bool]] = None) -> Any:  # fmt: skip
         """``run(make())``, repeated while the server cannot answer for a while (a leader
         election, a cold cluster), within ``retry_budget`` (jetspark.remote.retry): every
@@ -361,7 +367,8 @@ class Session:
             also=also,
         )
 
-    async def request(self, subject: str, data: bytes, *, what: str, timeout: Optional[float] = None, headers: Optional[dict] = None,
+    async def request(self, subject: str, data: bytes, *, what: str, timeout: Optional[float] = None,
+                      headers: Optional[dict] = None,
                       no_responders: Optional[Callable[[], JetSparkError]] = None):  # fmt: skip
         """``nc.request``'s reply message.  A subject the user's permissions deny is a
         ``PermissionDeniedError`` as soon as the server says so, not a timeout; no answer
@@ -389,7 +396,8 @@ class Session:
             raise ServiceUnavailableError(
                 503,
                 NOT_ENABLED,
-                f"jetstream not enabled: nothing at {self.url} answers {'.'.join(subject.split('.')[:3])} requests (is JetStream on, and the domain right?)",
+                f"jetstream not enabled: nothing at {self.url} answers "
+                f"{'.'.join(subject.split('.')[:3])} requests (is JetStream on, and the domain right?)",
             ) from exc
         except nerr.TimeoutError as exc:
             raise self.silence(what, timeout) from exc

@@ -62,7 +62,8 @@ async def snapshot(session: Session, subject: str, name: str, writer: Writer, co
                     if status not in (None, "", "204"):
                         why = (msg.headers or {}).get("Description", "")
                         raise BackupError(
-                            f"{session.url} ended the snapshot of stream {name!r} early: status {status} {why}".rstrip(),
+                            f"{session.url} ended the snapshot of stream {name!r} early: "
+                            f"status {status} {why}".rstrip(),
                             part.path,
                         )
                     break
