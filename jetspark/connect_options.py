@@ -262,7 +262,8 @@ class ConnectOptions:
                 ctx.load_cert_chain(self.tls_cert, self.tls_key)
         except (OSError, ssl.SSLError) as exc:
             raise ValueError(
-                f"cannot use the TLS files (tls_ca={self.tls_ca!r}, tls_cert={self.tls_cert!r}, tls_key={self.tls_key!r}): {exc}"
+                f"cannot use the TLS files (tls_ca={self.tls_ca!r}, tls_cert={self.tls_cert!r}, "
+                f"tls_key={self.tls_key!r}): {exc}"
             ) from None
         return ctx
 

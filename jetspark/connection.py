@@ -72,7 +72,8 @@ def check_store_path(text: str, *, argument: str = "url", how: str = "connect({u
             return text
         path = stripped[m.end() :]
         raise LocationError(
-            f"{argument + ' ' if argument else ''}{text!r} is not a file URL jetspark reads (file:// then the path): write the path itself, {path!r}",
+            f"{argument + ' ' if argument else ''}{text!r} is not a file URL jetspark reads (file:// then the path): "
+            f"write the path itself, {path!r}",
             argument,
         )
     meant = server_form(stripped)

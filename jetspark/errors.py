@@ -461,8 +461,8 @@ class AckFloorError(JetSparkError):
         super().__init__(stream, consumer, seq, floor, reason)
 
     def __str__(self) -> str:
-        return (f"cannot advance the ack floor of consumer {self.consumer!r} on stream {self.stream!r} to seq {self.seq}: "
-                f"{self.reason} (its ack floor is at stream seq {self.floor})")  # fmt: skip
+        return (f"cannot advance the ack floor of consumer {self.consumer!r} on stream {self.stream!r} "
+                f"to seq {self.seq}: {self.reason} (its ack floor is at stream seq {self.floor})")  # fmt: skip
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.stream, self.consumer, self.seq, self.floor, self.reason))

@@ -229,7 +229,8 @@ def _next_steps(store: str) -> None:
 def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m jetspark.demo",
-        description="A Spark streaming pipeline on the embedded engine: shop events in EVENTS, revenue per region and micro-batch in METRICS.",
+        description="A Spark streaming pipeline on the embedded engine: shop events in EVENTS, "
+        "revenue per region and micro-batch in METRICS.",
     )
     parser.add_argument(
         "--store",
@@ -448,7 +449,8 @@ def _summary(js, publisher: "Publisher", monitor: Monitor, elapsed: float) -> No
     if floor is not None and floor < (monitor.last_end or 0):
         # The source releases a batch when Spark asks for offsets after committing it.
         print(
-            f"                     (the last batch was not yet released: a new query on {CONSUMER} would start at seq {floor + 1:,})"
+            "                     (the last batch was not yet released: "
+            f"a new query on {CONSUMER} would start at seq {floor + 1:,})"
         )
     print(f"  {METRICS:<18} {met.messages:,} messages ({monitor.written:,} rows written by the sink)")
     totals = _revenue_totals(js)

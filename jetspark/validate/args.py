@@ -424,7 +424,8 @@ def header_name(key: Any, name: str = "headers") -> str:
         raise TypeError(f"{name}: a header name must be a str, not {show(key)}")
     if not _HEADER_NAME.fullmatch(key.strip()):
         raise ValueError(
-            f"{name}: invalid header name {show(key)}: use letters, digits and !#$%&'*+-.^_`|~ (no spaces, colons or line breaks)"
+            f"{name}: invalid header name {show(key)}: use letters, digits and !#$%&'*+-.^_`|~ "
+            "(no spaces, colons or line breaks)"
         )
     return key
 

@@ -10,7 +10,10 @@ from jetspark.errors import BadRequestError
 from jetspark.protocol import subjects as subj
 from jetspark.validate.args import INT64_MAX, header_name, header_value, integer, publish_subject_ok, show, text
 
-_BATCH_COLUMNS = "columns 'subject' (string) and 'data' (binary or string), optional 'headers' (map<string, string> or map<string, list<string>>) and 'msg_id' (string)"
+_BATCH_COLUMNS = (
+    "columns 'subject' (string) and 'data' (binary or string), "
+    "optional 'headers' (map<string, string> or map<string, list<string>>) and 'msg_id' (string)"
+)
 
 
 def _is_text_type(t) -> bool:
