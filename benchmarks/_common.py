@@ -182,9 +182,11 @@ def machine_info(base: Path, title: str, setup: str, sizes: object, quick: bool)
     return [
         f"{title}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, mode: {'--quick' if quick else 'full'}",
         "",
-        f"- machine: {os.cpu_count()} cores ({usable} usable), {cpu}, {mem_kb / 1048576:.1f} GiB RAM, {platform.system()} {platform.release()}",
+        f"- machine: {os.cpu_count()} cores ({usable} usable), {cpu}, {mem_kb / 1048576:.1f} GiB RAM, "
+        f"{platform.system()} {platform.release()}",
         f"- load average at start: {load}",
-        f"- python {platform.python_version()}, pyarrow {pa.__version__}, numpy {np.__version__}, nats-py {metadata.version('nats-py')}, {server}",
+        f"- python {platform.python_version()}, pyarrow {pa.__version__}, numpy {np.__version__}, "
+        f"nats-py {metadata.version('nats-py')}, {server}",
         f"- jetspark {jetspark.__version__} at {rev}; store and server data under {base} ({fs[2]})",
         f"- {setup}",
         f"- sizes: {sizes}",

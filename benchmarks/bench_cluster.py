@@ -108,13 +108,16 @@ def main(argv=None) -> int:
             r1.append(cpu_read(js, "R1", n)[0])
             lo.append(cpu_read(one, "LONE", n)[0])
             log(
-                f"1 read {r + 1}/{s.reps}: R3 {rate(r3[-1])} ({cpu[-1]:.1f} µs CPU/msg), R1 {rate(r1[-1])}, one server {rate(lo[-1])}"
+                f"1 read {r + 1}/{s.reps}: R3 {rate(r3[-1])} ({cpu[-1]:.1f} µs CPU/msg), R1 {rate(r1[-1])}, "
+                f"one server {rate(lo[-1])}"
             )
         m3, m1, ml = statistics.median(r3), statistics.median(r1), statistics.median(lo)
         rows.append(
-            Row("1", f"range read into Arrow, R3 stream ({n:,} msgs)", rate(m3), rate(m1) + " (R1 on the cluster)", f"{m3 / m1:.2f}x", ">= 0.9x R1",
-                verdict([(m3 / m1 >= 0.9, "< 0.9x R1")]), f"R3 {spread(r3)}; R1 {spread(r1)}",
-                [f"one server, R1: {rate(ml)} (R3 {m3 / ml:.2f}x of it); the reader's CPU: {statistics.median(cpu):.1f} µs per message (R3)"])
+            Row("1", f"range read into Arrow, R3 stream ({n:,} msgs)", rate(m3), rate(m1) + " (R1 on the cluster)",
+                f"{m3 / m1:.2f}x", ">= 0.9x R1", verdict([(m3 / m1 >= 0.9, "< 0.9x R1")]),
+                f"R3 {spread(r3)}; R1 {spread(r1)}",
+                [f"one server, R1: {rate(ml)} (R3 {m3 / ml:.2f}x of it); "
+                 f"the reader's CPU: {statistics.median(cpu):.1f} µs per message (R3)"])
         )  # fmt: skip
         for name, h in (("R3", js), ("R1", js), ("LONE", one)):
             h.delete_stream(name)
@@ -132,8 +135,9 @@ def main(argv=None) -> int:
                 js.delete_stream(name)
             log(f"2 append {r + 1}/{s.reps}: R3 {rate(a3[-1])}, R1 {rate(a1[-1])}")
         m3, m1 = statistics.median(a3), statistics.median(a1)
-        rows.append(Row("2", f"batch append: publish_batch into an R3 stream ({n:,} rows)", rate(m3), rate(m1) + " (R1 on the cluster)",
-                        f"{m3 / m1:.2f}x", "", "info", f"R3 {spread(a3)}; R1 {spread(a1)}",
+        rows.append(Row("2", f"batch append: publish_batch into an R3 stream ({n:,} rows)", rate(m3),
+                        rate(m1) + " (R1 on the cluster)", f"{m3 / m1:.2f}x", "", "info",
+                        f"R3 {spread(a3)}; R1 {spread(a1)}",
                         ["every R3 row is acknowledged once two of the three nodes stored it"]))  # fmt: skip
 
         # ---- 3: work-queue read
@@ -147,8 +151,9 @@ def main(argv=None) -> int:
             w1.append(be.read_rate(one, "WQ1", n))
             log(f"3 work-queue read {r + 1}/{s.reps}: R3 {rate(w3[-1])}, one server {rate(w1[-1])}")
         m3, m1 = statistics.median(w3), statistics.median(w1)
-        rows.append(Row("3", f"work-queue read (direct gets), R3 stream ({n:,} msgs)", rate(m3), rate(m1) + " (one server)", f"{m3 / m1:.2f}x",
-                        ">= 200,000 msg/s on one server", verdict([(m1 >= 200_000, "< 200,000 msg/s on one server")]),
+        rows.append(Row("3", f"work-queue read (direct gets), R3 stream ({n:,} msgs)", rate(m3),
+                        rate(m1) + " (one server)", f"{m3 / m1:.2f}x", ">= 200,000 msg/s on one server",
+                        verdict([(m1 >= 200_000, "< 200,000 msg/s on one server")]),
                         f"R3 {spread(w3)}; one server {spread(w1)}", []))  # fmt: skip
         js.close()
         one.close()

@@ -1,4 +1,5 @@
-"""Throughput of the Spark connector (``format("jetstream")``), against a synthetic in-memory source and the noop sink in the same run.
+"""Throughput of the Spark connector (``format("jetstream")``), against a synthetic in-memory source and
+the noop sink in the same run.
 
     .venv/bin/python benchmarks/bench_connector.py [--quick] [--dir DIR] [--only 1,2,3]
 
@@ -133,11 +134,14 @@ def machine_info(base: Path, sizes: Sizes, quick: bool, spark) -> list[str]:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
     conf = spark.sparkContext.getConf()
     return [
-        f"jetspark connector benchmark, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, mode: {'--quick' if quick else 'full'}",
+        f"jetspark connector benchmark, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, mode: "
+        f"{'--quick' if quick else 'full'}",
         "",
-        f"- machine: {os.cpu_count()} cores ({usable} usable), {cpu}, {mem_kb / 1048576:.1f} GiB RAM, {platform.system()} {platform.release()}",
+        f"- machine: {os.cpu_count()} cores ({usable} usable), {cpu}, {mem_kb / 1048576:.1f} GiB RAM, "
+        f"{platform.system()} {platform.release()}",
         f"- load average at start: {load}",
-        f"- python {platform.python_version()}, pyspark {pyspark.__version__}, java {java}, pyarrow {pa.__version__}, numpy {np.__version__}",
+        f"- python {platform.python_version()}, pyspark {pyspark.__version__}, java {java}, pyarrow {pa.__version__}, "
+        f"numpy {np.__version__}",
         f"- jetspark {jetspark.__version__} at {rev}; store and checkpoints under {base} ({fs[2]})",
         f"- spark: master {spark.sparkContext.master}, driver memory {conf.get('spark.driver.memory', '?')}, "
         f"arrow maxRecordsPerBatch {spark.conf.get('spark.sql.execution.arrow.maxRecordsPerBatch')}",
@@ -426,7 +430,8 @@ class Bench:
             return None
         n = self.big_msgs
         return (
-            f"- store: stream BIG, {n:,} msgs built once with publish_batch ({PUBLISH_ROWS:,} rows/call from a {min(BIG_TABLE_ROWS, n):,}-row table) "
+            f"- store: stream BIG, {n:,} msgs built once with publish_batch "
+            f"({PUBLISH_ROWS:,} rows/call from a {min(BIG_TABLE_ROWS, n):,}-row table) "
             f"in {self.build_s:.1f} s ({rate(n / self.build_s)}), plus {self.table_s:.1f} s to make the table; "
             f"recording the engine's batch sizes for the synthetic source (one read_batches pass) {self.layout_s:.1f} s"
         )
@@ -536,12 +541,16 @@ class Bench:
         e, a = statistics.median(jet), statistics.median(syn)
         ratios = [x / y for x, y in zip(jet, syn)]
         notes = [
-            f"{self.sizes.read_reps} interleaved repetitions per source after one untimed count() of each (warm-up and row check); "
-            f"{parts} partition{'s' if parts > 1 else ''} of <= 1,000,000 sequences (the connector's rowsPerPartition default), run 2 at a time on local[2]; "
+            f"{self.sizes.read_reps} interleaved repetitions per source "
+            "after one untimed count() of each (warm-up and row check); "
+            f"{parts} partition{'s' if parts > 1 else ''} of <= 1,000,000 sequences "
+            "(the connector's rowsPerPartition default), run 2 at a time on local[2]; "
             f"per-repetition ratios {min(ratios):.0%}-{max(ratios):.0%}.",
-            f"anchor: a Python DataSource defined in the script, yielding from memory Arrow batches with the connector's schema, "
+            "anchor: a Python DataSource defined in the script, "
+            "yielding from memory Arrow batches with the connector's schema, "
             f"the same partitions and the same batch sizes as the engine's read_batches for each range "
-            f"({_layout_summary(self.layout, ranges)}); stream, subject and seq columns equal, payloads random 100-byte, timestamps synthetic.",
+            f"({_layout_summary(self.layout, ranges)}); stream, subject and seq columns equal, "
+            "payloads random 100-byte, timestamps synthetic.",
         ]
         if n < 10_000_000:
             notes.append(f"--quick: {n:,} messages, not 10,000,000, and {self.sizes.read_reps} repetitions.")
@@ -590,26 +599,31 @@ class Bench:
         e, a = statistics.median(jet_v), statistics.median(syn_v)
         ratios = [x / y for x, y in zip(jet_v, syn_v)]
         notes = [
-            f"{self.sizes.stream_reps} interleaved repetitions per source, fresh checkpoint each, after a short untimed query on each side; "
+            f"{self.sizes.stream_reps} interleaved repetitions per source, fresh checkpoint each, "
+            "after a short untimed query on each side; "
             f"time = start() to the return of awaitTermination(); {jinfo[0]['batches']} micro-batches of {per:,} msgs, "
-            f"{len(_synth_split(_synth_opts(self.synth_options(n, 'BIG', 'big')), 1, per))} partition(s) each (the connector's split of a micro-batch); "
+            f"{len(_synth_split(_synth_opts(self.synth_options(n, 'BIG', 'big')), 1, per))} "
+            "partition(s) each (the connector's split of a micro-batch); "
             f"per-repetition ratios {min(ratios):.0%}-{max(ratios):.0%}.",
             "where the time goes (sum of the micro-batches' durationMs, median run): jetspark "
             + _durations(jinfo)
             + "; anchor "
             + _durations(sinfo)
             + ".",
-            "anchor: the synthetic source as a DataSourceStreamReader (offsets {stream, seq}, ReadMaxRows from maxOffsetsPerTrigger, "
+            "anchor: the synthetic source as a DataSourceStreamReader (offsets {stream, seq}, "
+            "ReadMaxRows from maxOffsetsPerTrigger, "
             "SupportsTriggerAvailableNow), the same partitions and batch sizes as row 1's.",
         ]
         if n < 10_000_000:
             notes.append(
-                f"--quick: {n:,} messages and maxOffsetsPerTrigger {per:,} (10 micro-batches, as the full run), {self.sizes.stream_reps} repetitions."
+                f"--quick: {n:,} messages and maxOffsetsPerTrigger {per:,} (10 micro-batches, as the full run), "
+                f"{self.sizes.stream_reps} repetitions."
             )
         return [
             Row(
                 "2", name, rate(e), rate(a) + " (synthetic stream)", f"{e / a:.0%}", target,
-                verdict([(e / a >= 0.7, "< 70% of anchor")]), f"jetspark {spread(jet_v)}; anchor {spread(syn_v)}", notes,
+                verdict([(e / a >= 0.7, "< 70% of anchor")]), f"jetspark {spread(jet_v)}; anchor {spread(syn_v)}",
+                notes,
             )
         ]  # fmt: skip
 
@@ -671,19 +685,25 @@ class Bench:
             noop_v.append(other("noop"))
             null_v.append(other(NullSink.name()))
             log(
-                f"3 streaming write {r + 1}/{self.sizes.write_reps}: jetstream sink {rate(jet_v[-1])}, noop {rate(noop_v[-1])}, null Python sink {rate(null_v[-1])}"
+                f"3 streaming write {r + 1}/{self.sizes.write_reps}: jetstream sink {rate(jet_v[-1])}, "
+                f"noop {rate(noop_v[-1])}, null Python sink {rate(null_v[-1])}"
             )
         e, a, z = statistics.median(jet_v), statistics.median(noop_v), statistics.median(null_v)
         ratios = [x / y for x, y in zip(jet_v, noop_v)]
         t_jet, t_noop, t_null = n / e, n / a, n / z
         notes = [
-            f"{self.sizes.write_reps} interleaved repetitions per sink, a fresh stream OUT (subjects out.>) and checkpoint each, after one untimed micro-batch into each; "
-            f"source: the synthetic stream (in memory, so no store read competes with the sink), maxOffsetsPerTrigger {per:,}, "
+            f"{self.sizes.write_reps} interleaved repetitions per sink, "
+            "a fresh stream OUT (subjects out.>) and checkpoint each, after one untimed micro-batch into each; "
+            "source: the synthetic stream (in memory, so no store read competes with the sink), "
+            f"maxOffsetsPerTrigger {per:,}, "
             f"{infos['jetstream'][0]['batches']} micro-batches of 1 partition each, .select('subject', 'data'); "
-            f"sink options store and stream=OUT (no per-batch routing by subject); no msg_id column, so the sink makes one Nats-Msg-Id per row "
+            "sink options store and stream=OUT (no per-batch routing by subject); no msg_id column, "
+            "so the sink makes one Nats-Msg-Id per row "
             f"and the engine de-duplicates every row; per-repetition ratios {min(ratios):.0%}-{max(ratios):.0%}.",
-            f"the medians as time per 1,000,000 msgs: noop {1e6 * t_noop / n:.2f} s; the JVM -> Python Arrow hop any Python sink pays "
-            f"(row 3b minus noop) {1e6 * (t_null - t_noop) / n:.2f} s; the jetstream sink's own work (jetstream minus row 3b) {1e6 * (t_jet - t_null) / n:.2f} s.",
+            f"the medians as time per 1,000,000 msgs: noop {1e6 * t_noop / n:.2f} s; "
+            "the JVM -> Python Arrow hop any Python sink pays "
+            f"(row 3b minus noop) {1e6 * (t_null - t_noop) / n:.2f} s; "
+            f"the jetstream sink's own work (jetstream minus row 3b) {1e6 * (t_jet - t_null) / n:.2f} s.",
             "where the time goes (sum of the micro-batches' durationMs, median run): jetstream sink "
             + _durations(infos["jetstream"])
             + "; noop "
@@ -694,19 +714,23 @@ class Bench:
         ]
         if n < 5_000_000:
             notes.append(
-                f"--quick: {n:,} messages, maxOffsetsPerTrigger {per:,}, {self.sizes.write_reps} repetitions; at this size the fixed cost "
-                "of a query (start, stop, a checkpoint commit per micro-batch) is most of the anchor's time, so the ratio flatters the sink: "
+                f"--quick: {n:,} messages, maxOffsetsPerTrigger {per:,}, {self.sizes.write_reps} repetitions; "
+                "at this size the fixed cost "
+                "of a query (start, stop, a checkpoint commit per micro-batch) is most of the anchor's time, "
+                "so the ratio flatters the sink: "
                 "judge the sink by the full run."
             )
         return [
             Row(
                 "3", name, rate(e), rate(a) + " (same query into noop)", f"{e / a:.0%}", target,
-                verdict([(e / a >= 0.5, "< 50% of anchor")]), f"jetspark {spread(jet_v)}; anchor {spread(noop_v)}", notes,
+                verdict([(e / a >= 0.5, "< 50% of anchor")]), f"jetspark {spread(jet_v)}; anchor {spread(noop_v)}",
+                notes,
             ),
             Row(
                 "3b", "the same query into a do-nothing Python Arrow stream writer (the JVM -> Python hop alone)",
                 rate(z), rate(a) + " (noop)", f"{z / a:.0%}", "-", "info", f"null sink {spread(null_v)}",
-                [f"a DataSourceStreamArrowWriter defined in the script that counts the rows of each batch Spark hands it and drops them: "
+                ["a DataSourceStreamArrowWriter defined in the script that counts the rows of each batch "
+                 "Spark hands it and drops them: "
                  f"the ceiling for any Python sink on this query; the jetstream sink reaches {e / z:.0%} of it."],
             ),
         ]  # fmt: skip
@@ -716,7 +740,10 @@ def _layout_summary(layout: dict, ranges: list) -> str:
     sizes = [s for p in ranges for s in layout[f"{p.lo}-{p.hi}"]]
     parts = len(ranges)
     full = sum(1 for s in sizes if s == READ_BATCH)
-    return f"{len(sizes)} batches over the {parts} partition{'s' if parts > 1 else ''}: {full} of {READ_BATCH:,} rows, {len(sizes) - full} shorter at partition and block ends"
+    return (
+        f"{len(sizes)} batches over the {parts} partition{'s' if parts > 1 else ''}: {full} of {READ_BATCH:,} rows, "
+        f"{len(sizes) - full} shorter at partition and block ends"
+    )
 
 
 def _durations(infos: list[dict]) -> str:
@@ -800,7 +827,8 @@ def main(argv=None) -> int:
         if bench.store_note():
             header.append(bench.store_note())
         header.append(
-            f"- load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; whole run {time.perf_counter() - started:.0f} s"
+            f"- load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+            f"whole run {time.perf_counter() - started:.0f} s"
         )
         print("\n".join(header))
         print()

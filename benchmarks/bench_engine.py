@@ -393,7 +393,8 @@ class Bench:
                 verdict([(e >= 100_000, "< 100,000 msg/s"), (e / a >= 2, "< 2x anchor")]),
                 f"engine {spread(eng)}; anchor {spread(anc)}",
                 [
-                    f"{reps} interleaved repetitions of {n:,} messages per side, each on a fresh stream, after a 2,000-message warm-up; "
+                    f"{reps} interleaved repetitions of {n:,} messages per side, each on a fresh stream, "
+                    "after a 2,000-message warm-up; "
                     f"anchor: {how}; per-repetition ratios {min(ratios):.2f}x-{max(ratios):.2f}x."
                 ],
             ),
@@ -411,10 +412,12 @@ class Bench:
         e, a, p = statistics.median(eng_async), statistics.median(anc), statistics.median(eng)
         rows = [
             Row(
-                "1b", name, rate(e), rate(a) + (" (publish_async)" if anchor_async else " (gathered publish)"), f"{e / a:.2f}x", "-", "info",
-                f"engine {spread(eng_async)}; anchor {spread(anc)}",
-                [f"measured with row 1, interleaved ({reps} x {n:,} messages, a fresh stream each); against the engine's own js.publish loop "
-                 f"(row 1): {e / p:.2f}x (per repetition {min(x / y for x, y in zip(eng_async, eng)):.2f}x-{max(x / y for x, y in zip(eng_async, eng)):.2f}x)."],
+                "1b", name, rate(e), rate(a) + (" (publish_async)" if anchor_async else " (gathered publish)"),
+                f"{e / a:.2f}x", "-", "info", f"engine {spread(eng_async)}; anchor {spread(anc)}",
+                [f"measured with row 1, interleaved ({reps} x {n:,} messages, a fresh stream each); "
+                 f"against the engine's own js.publish loop (row 1): {e / p:.2f}x (per repetition "
+                 f"{min(x / y for x, y in zip(eng_async, eng)):.2f}x-"
+                 f"{max(x / y for x, y in zip(eng_async, eng)):.2f}x)."],
             )
         ]  # fmt: skip
         # 1c: with sync="fsync" every publish waits for the disk; publish_async groups many messages per flush.
@@ -442,10 +445,12 @@ class Bench:
         fa, fs = statistics.median(async_rates), statistics.median(sync_rates)
         rows.append(
             Row(
-                "1c", 'publish_async with sync="fsync" (anchor: js.publish with sync="fsync")', rate(fa), rate(fs) + " (engine publish)",
-                f"{fa / fs:.1f}x", "-", "info", f"publish_async {spread(async_rates)}; publish {spread(sync_rates)}",
-                [f"one handle with sync='fsync', 3 repetitions of {n_sync:,} js.publish then {n_async:,} js.publish_async on a fresh stream: "
-                 "each publish flushes to the disk; publish_async's writer flushes once per group of queued messages."],
+                "1c", 'publish_async with sync="fsync" (anchor: js.publish with sync="fsync")', rate(fa),
+                rate(fs) + " (engine publish)", f"{fa / fs:.1f}x", "-", "info",
+                f"publish_async {spread(async_rates)}; publish {spread(sync_rates)}",
+                [f"one handle with sync='fsync', 3 repetitions of {n_sync:,} js.publish then {n_async:,} "
+                 "js.publish_async on a fresh stream: each publish flushes to the disk; publish_async's writer "
+                 "flushes once per group of queued messages."],
             )
         )  # fmt: skip
         return rows
@@ -479,7 +484,8 @@ class Bench:
             for r in range(self.sizes.batch_reps):
                 vals.append(rep(rows_per_call))
                 log(
-                    f"{key} publish_batch ({rows_per_call:,} rows/call) {r + 1}/{self.sizes.batch_reps}: {rate(vals[-1])}"
+                    f"{key} publish_batch ({rows_per_call:,} rows/call) {r + 1}/{self.sizes.batch_reps}: "
+                    f"{rate(vals[-1])}"
                 )
             m = statistics.median(vals)
             rows.append(
@@ -561,8 +567,10 @@ class Bench:
                 verdict([(e >= 5_000_000, "< 5,000,000 msg/s"), (e / a >= 100, "< 100x anchor")]),
                 f"engine {spread(warm)}; anchor {spread(anc)}",
                 [
-                    f"engine: sequences 1..{n:,} of BIG, first pass {rate(cold)} (not counted), then the median of {len(warm)} warm passes; "
-                    f"anchor: nats-py pull_subscribe with an ephemeral ack-none consumer (nats-py 2.16 has no ordered pull consumer), "
+                    f"engine: sequences 1..{n:,} of BIG, first pass {rate(cold)} (not counted), "
+                    f"then the median of {len(warm)} warm passes; "
+                    "anchor: nats-py pull_subscribe with an ephemeral ack-none "
+                    "consumer (nats-py 2.16 has no ordered pull consumer), "
                     f"fetch(batch=1000) until {self.sizes.anchor_read_msgs:,} messages, median of {len(anc)} consumers."
                 ],
             )
@@ -596,7 +604,8 @@ class Bench:
                 f"first {spread(first)}; warm {spread(warm)}",
                 [
                     f"{len(first)} fresh handles on the same store (page cache warm); each reads 1..{n:,} twice. "
-                    "The first pass checks every record's CRC-32; the ratio is what that costs against a read of verified blocks."
+                    "The first pass checks every record's CRC-32; "
+                    "the ratio is what that costs against a read of verified blocks."
                 ],
             )
         ]
@@ -615,7 +624,9 @@ class Bench:
         async def drain() -> float:
             sub = await njs.pull_subscribe(
                 "read.>", stream="READ",
-                config=ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL, inactive_threshold=30.0),
+                config=ConsumerConfig(
+                    ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL, inactive_threshold=30.0
+                ),
             )  # fmt: skip
             got = 0
             t = time.perf_counter()
@@ -660,13 +671,15 @@ class Bench:
         m = statistics.median(times)
         q = statistics.quantiles(times, n=10) if len(times) >= 10 else [min(times)] * 9
         notes = [
-            f"{len(times)} reads at random starts within 1% of seq {mid:,}, after the first row-3 reads warmed this handle; p10 {q[0]:.2f} ms, p90 {q[-1]:.2f} ms."
+            f"{len(times)} reads at random starts within 1% of seq {mid:,}, "
+            f"after the first row-3 reads warmed this handle; p10 {q[0]:.2f} ms, p90 {q[-1]:.2f} ms."
         ]
         if n < 10_000_000:
             notes.append(f"--quick: the stream holds {n:,} messages, not 10,000,000.")
         if getattr(self, "big_build_msgs", 0):
             notes.append(
-                f"building BIG with publish_batch ({self.sizes.batch_rows:,} rows/call): {self.big_build_msgs:,} msgs in {self.big_build_s:.1f} s ({rate(self.big_build_msgs / self.big_build_s)})."
+                f"building BIG with publish_batch ({self.sizes.batch_rows:,} rows/call): {self.big_build_msgs:,} "
+                f"msgs in {self.big_build_s:.1f} s ({rate(self.big_build_msgs / self.big_build_s)})."
             )
         return [
             Row(
@@ -697,19 +710,27 @@ class Bench:
             if r["rows"] != n or r["mid_rows"] != 1000:
                 raise AssertionError(f"RSS child read {r['rows']} rows (mid read {r['mid_rows']}), expected {n}")
             log(
-                f"5 scan {i + 1}/{len(self.children)}: ru_maxrss {r['maxrss_kb'] / 1024:.0f} MB, VmHWM {r['vmhwm_kb'] / 1024:.0f} MB, {rate(n / r['scan_s'])}"
+                f"5 scan {i + 1}/{len(self.children)}: ru_maxrss {r['maxrss_kb'] / 1024:.0f} MB, "
+                f"VmHWM {r['vmhwm_kb'] / 1024:.0f} MB, {rate(n / r['scan_s'])}"
             )
         peaks = [r["maxrss_kb"] / 1024 for r in results]
         m = statistics.median(peaks)
         pick = results[peaks.index(sorted(peaks)[len(peaks) // 2])]
         notes = [
-            f"ru_maxrss of a child process (spawned before this process grew: Linux carries ru_maxrss across fork+exec); "
-            f"median of {len(results)} child process{'es' if len(results) > 1 else ''}; its VmHWM {pick['vmhwm_kb'] / 1024:.0f} MB; "
-            f"peak before the scan (after import, open and one 1,000-msg read) {pick['baseline_maxrss_kb'] / 1024:.0f} MB.",
-            f"the same child: imported jetspark and pyarrow in {pick['import_ms']:.0f} ms, opened the store in {pick['open_ms']:.1f} ms, "
+            "ru_maxrss of a child process (spawned before this process grew: "
+            "Linux carries ru_maxrss across fork+exec); "
+            f"median of {len(results)} child process{'es' if len(results) > 1 else ''}; "
+            f"its VmHWM {pick['vmhwm_kb'] / 1024:.0f} MB; "
+            "peak before the scan (after import, open and one 1,000-msg read) "
+            f"{pick['baseline_maxrss_kb'] / 1024:.0f} MB.",
+            f"the same child: imported jetspark and pyarrow in {pick['import_ms']:.0f} ms, "
+            f"opened the store in {pick['open_ms']:.1f} ms, "
             f"first 1,000-msg read from the middle on the fresh handle "
-            f"{pick['first_mid_read_ms']:.2f} ms{' (pandas got imported during it)' if pick.get('first_read_imported_pandas') else ''}, full scan {pick['scan_s']:.2f} s ({rate(n / pick['scan_s'])}); "
-            f"after the scan, its first stream_info took {pick['info_ms']:.0f} ms and its peak RSS became {pick['info_maxrss_kb'] / 1024:.0f} MB (not counted above).",
+            f"{pick['first_mid_read_ms']:.2f} ms"
+            f"{' (pandas got imported during it)' if pick.get('first_read_imported_pandas') else ''}, "
+            f"full scan {pick['scan_s']:.2f} s ({rate(n / pick['scan_s'])}); "
+            f"after the scan, its first stream_info took {pick['info_ms']:.0f} ms and its "
+            f"peak RSS became {pick['info_maxrss_kb'] / 1024:.0f} MB (not counted above).",
         ]
         if n < 10_000_000:
             notes.append(f"--quick: the stream holds {n:,} messages, not 10,000,000.")
@@ -785,7 +806,8 @@ class Bench:
         return Row(
             "6a", name, rate(e), rate(a) + " (fetch + ack)", f"{e / a:.1f}x", "ratio only", "info",
             f"engine {spread(vals)}; anchor {spread(anc)}",
-            [f"engine: {n:,} msgs, 3 fresh durables; anchor: nats-py pull_subscribe durable, explicit ack, fetch(1000) + msg.ack() over {self.sizes.anchor_consumer_msgs:,} msgs."],
+            [f"engine: {n:,} msgs, 3 fresh durables; anchor: nats-py pull_subscribe durable, explicit ack, "
+             f"fetch(1000) + msg.ack() over {self.sizes.anchor_consumer_msgs:,} msgs."],
         )  # fmt: skip
 
     def _row_ack_floor(self, name: str) -> Row:
@@ -816,7 +838,9 @@ class Bench:
         return Row(
             "6b", name, rate(e), rate(a) + " (fetch + ack last, ack all)", f"{e / a:.0f}x", "ratio only", "info",
             f"engine {spread(vals)}; anchor {spread(anc)}",
-            [f"engine: one js.{self.ACK_FLOOR_METHOD}(stream, durable, last_seq) over {n:,} msgs; anchor: nats-py durable with ack_policy=all on an interest stream, fetch(1000) and ack the last msg of each batch, {self.sizes.anchor_consumer_msgs:,} msgs."],
+            [f"engine: one js.{self.ACK_FLOOR_METHOD}(stream, durable, last_seq) over {n:,} msgs; "
+             "anchor: nats-py durable with ack_policy=all on an interest stream, fetch(1000) and ack the last msg "
+             f"of each batch, {self.sizes.anchor_consumer_msgs:,} msgs."],
         )  # fmt: skip
 
     def anchor_fetch_ack(self, ack: str) -> list[float]:
@@ -909,8 +933,9 @@ class Bench:
         return Row(
             "7a", name, rate(e), rate(a) + " (unlimited, this run)", f"{e / a:.2f}x", ">= 0.8x unlimited",
             verdict([(e / a >= 0.8, "< 0.8x unlimited")]), f"limit {spread(lim)}; unlimited {spread(unl)}",
-            [f"{reps} interleaved repetitions of {n:,} js.publish calls per side (no headers), each on a fresh stream, the limited one "
-             f"filled to its 1,000 first; per-repetition ratios {min(ratios):.2f}x-{max(ratios):.2f}x."],
+            [f"{reps} interleaved repetitions of {n:,} js.publish calls per side (no headers), each on a fresh "
+             f"stream, the limited one filled to its 1,000 first; per-repetition ratios "
+             f"{min(ratios):.2f}x-{max(ratios):.2f}x."],
         )  # fmt: skip
 
     def _row_unique_ids(self) -> Row:
@@ -939,12 +964,16 @@ class Bench:
         return Row(
             "7b", name, f"{mib:.1f} MiB, open {open_s * 1e3:.0f} ms", target=target,
             result=verdict([(mib <= 16, "> 16 MiB"), (open_s < 0.2, "open >= 0.2 s")]),
-            spread=f"open {len(opens)} runs: {min(o['open_s'] for o in opens) * 1e3:.0f}-{max(o['open_s'] for o in opens) * 1e3:.0f} ms",
+            spread=f"open {len(opens)} runs: {min(o['open_s'] for o in opens) * 1e3:.0f}-"
+            f"{max(o['open_s'] for o in opens) * 1e3:.0f} ms",
             notes=[
-                f"{n:,} js.publish calls with headers={{'Nats-Msg-Id': 'id-<i>'}} at {rate(n / dt)}; disk = st_blocks * 512 of the stream's "
-                f"{files} files ({apparent / 2**20:.1f} MiB apparent: block files are sparse up to their mapped capacity); "
+                f"{n:,} js.publish calls with headers={{'Nats-Msg-Id': 'id-<i>'}} at {rate(n / dt)}; "
+                "disk = st_blocks * 512 of the stream's "
+                f"{files} files ({apparent / 2**20:.1f} MiB apparent: "
+                "block files are sparse up to their mapped capacity); "
                 f"this process's VmRSS at 10% of the run {rss[0] / 1024:.0f} MB, at the end {rss[-1] / 1024:.0f} MB.",
-                f"fresh open: a new Python process that has imported jetspark's engine ({statistics.median(o['import_s'] for o in opens):.2f} s, "
+                "fresh open: a new Python process that has imported jetspark's "
+                f"engine ({statistics.median(o['import_s'] for o in opens):.2f} s, "
                 f"not counted) times connect + stream_info + one publish with a new msg id; median of {len(opens)}.",
             ],
         )  # fmt: skip

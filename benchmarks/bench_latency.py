@@ -268,7 +268,8 @@ class Bench:
             else:
                 row.result = "info"
             row.notes.append(
-                f"{self.sizes.reps} interleaved repetitions of {self.sizes.msgs} messages (the first {WARMUP} left out), "
+                f"{self.sizes.reps} interleaved repetitions of "
+                f"{self.sizes.msgs} messages (the first {WARMUP} left out), "
                 f"one every {self.args.interval:g} ms; per-repetition p50 {', '.join(f'{v:.2f}' for v in p50[kind])} ms"
             )
             out.append(row)
@@ -314,7 +315,8 @@ def main(argv=None) -> int:
         header = machine_info(
             base,
             "jetspark publish-to-callback latency across processes",
-            f"{PAYLOAD_SIZE}-byte payloads, file storage, one publish every {args.interval:g} ms, a new consumer process per repetition",
+            f"{PAYLOAD_SIZE}-byte payloads, file storage, one publish every {args.interval:g} ms, "
+            "a new consumer process per repetition",
             sizes,
             args.quick,
         )

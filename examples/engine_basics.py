@@ -34,7 +34,8 @@ with jetspark.connect(STORE) as js:
 
     info = js.consumer_info("ORDERS", "worker")
     print(
-        f"consumer 'worker': ack floor at stream seq {info.ack_floor.stream_seq}, {info.num_pending} messages still to deliver"
+        f"consumer 'worker': ack floor at stream seq {info.ack_floor.stream_seq}, "
+        f"{info.num_pending} messages still to deliver"
     )
 
     # The rest, and a nak: a nak'd message is delivered again.
@@ -45,10 +46,12 @@ with jetspark.connect(STORE) as js:
     redelivered = sub.fetch(1, timeout=5)[0]
     redelivered.ack_sync()
     print(
-        f"seq {redelivered.metadata.sequence.stream} was nak'd and delivered again (delivery {redelivered.metadata.num_delivered})"
+        f"seq {redelivered.metadata.sequence.stream} was nak'd and "
+        f"delivered again (delivery {redelivered.metadata.num_delivered})"
     )
 
     info = js.consumer_info("ORDERS", "worker")
     print(
-        f"consumer 'worker': ack floor at stream seq {info.ack_floor.stream_seq}, {info.num_pending} to deliver, {info.num_ack_pending} unacknowledged"
+        f"consumer 'worker': ack floor at stream seq {info.ack_floor.stream_seq}, {info.num_pending} to deliver, "
+        f"{info.num_ack_pending} unacknowledged"
     )

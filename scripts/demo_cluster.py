@@ -44,7 +44,8 @@ def main(argv=None) -> int:
                 victim = cluster.stream_leader(demo.EVENTS)
                 cluster.kill(victim)
                 print(
-                    f"-- killed node {cluster.names[victim]} (SIGKILL), the leader of {demo.EVENTS}; the others elect a new one",
+                    f"-- killed node {cluster.names[victim]} (SIGKILL), the leader of {demo.EVENTS}; "
+                    "the others elect a new one",
                     flush=True,
                 )
                 time.sleep(DOWN_SECONDS)
