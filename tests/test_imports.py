@@ -209,7 +209,6 @@ def test_every_module_has_a_layer():
 # once its module is under the limit (the test below says so).
 # Grown past the limit by the reformat to 120 columns; to be split.
 OVER_LIMIT: dict[str, int] = {
-    "jetspark.cli.messages": 670,
     "jetspark.engine.consumer": 700,
     "jetspark.engine.stream": 673,
 }

@@ -10,7 +10,10 @@
     stream_extra.py  jetspark stream subjects|find|seal|copy
     stream_config.py the StreamConfig flags and stream info's rendering
     consumers.py  jetspark consumer add|edit|info|ls|report|rm|next
-    messages.py   jetspark pub, sub, fetch, stream view
+    publish.py    jetspark pub
+    stream_reading.py  jetspark sub, stream view (reads without a consumer)
+    fetch.py      jetspark fetch, and the delivery loop consumer next shares
+    message_print.py  a message printed as nats does, raw, or as a JSON line
     tools.py      jetspark demo, bench
     shell.py      jetspark completion, man
     parse.py      durations and sizes, as the nats CLI reads them

@@ -12,9 +12,11 @@ import jetspark
 from jetspark.cli import tools
 from jetspark.cli.consumers import consumer
 from jetspark.cli.contexts import choose, context
-from jetspark.cli.messages import fetch, pub, sub, view
+from jetspark.cli.fetch import fetch
+from jetspark.cli.publish import pub
 from jetspark.cli.shell import completion, man
 from jetspark.cli.state import DEFAULT_STORE, Group, State
+from jetspark.cli.stream_reading import sub, view
 from jetspark.cli.streams import stream
 from jetspark.cli.tools import bench, demo
 from jetspark.connect_options import split_servers

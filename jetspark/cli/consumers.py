@@ -7,7 +7,7 @@ from typing import Any, Optional
 import click
 
 from jetspark.api import AckPolicy, ConsumerConfig, ConsumerInfo, ReplayPolicy
-from jetspark.cli.messages import ack_options, deliver
+from jetspark.cli.fetch import ack_options, deliver
 from jetspark.cli.output import (
     cluster_pairs,
     emit_json,

@@ -1,5 +1,5 @@
 """``jetspark stream ...``: add, edit, info, ls, rm, purge, get, rmm, report, check, backup, restore
-(and, from stream_extra, subjects, find, seal, copy; ``view`` is with ``sub`` in messages).
+(and, from stream_extra, subjects, find, seal, copy; ``view`` is with ``sub`` in stream_reading).
 
 Flags are named as in the ``nats`` CLI where the idea is the same
 (``--subjects``, ``--retention``, ``--max-age 1h``, ``--dupe-window``...).
@@ -13,7 +13,7 @@ from typing import Optional
 import click
 
 from jetspark.api import RawStreamMsg, StreamConfig
-from jetspark.cli.messages import print_body, write_bytes
+from jetspark.cli.message_print import print_body, write_bytes
 from jetspark.cli.output import (
     body_fields,
     emit_json,
