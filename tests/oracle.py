@@ -831,9 +831,10 @@ class OracleJS:
         return PullSubscription(self, sub, info.stream_name, info.name)
 
     def subscribe(
-        self, subject: str, queue: Optional[str] = None, cb=None, durable: Optional[str] = None, stream: Optional[str] = None,
-        config: Optional[api.ConsumerConfig] = None, manual_ack: bool = False, ordered_consumer: bool = False, idle_heartbeat: Optional[float] = None,
-        flow_control: bool = False, deliver_policy=None, headers_only: Optional[bool] = None, inactive_threshold: Optional[float] = None,
+        self, subject: str, queue: Optional[str] = None, cb=None, durable: Optional[str] = None,
+        stream: Optional[str] = None, config: Optional[api.ConsumerConfig] = None, manual_ack: bool = False,
+        ordered_consumer: bool = False, idle_heartbeat: Optional[float] = None, flow_control: bool = False,
+        deliver_policy=None, headers_only: Optional[bool] = None, inactive_threshold: Optional[float] = None,
     ) -> PushSubscription:  # fmt: skip
         """nats-py's subscribe; nats-py's client-side refusals become SubscriptionError."""
         nconfig = _config(config, napi.ConsumerConfig) if config is not None else None
@@ -843,8 +844,9 @@ class OracleJS:
         try:
             psub = self._run(
                 self._js.subscribe(
-                    subject, queue=queue, cb=self._callback(cb), durable=durable, stream=stream, config=nconfig, manual_ack=manual_ack,
-                    ordered_consumer=ordered_consumer, idle_heartbeat=idle_heartbeat, flow_control=flow_control, deliver_policy=policy,
+                    subject, queue=queue, cb=self._callback(cb), durable=durable, stream=stream, config=nconfig,
+                    manual_ack=manual_ack, ordered_consumer=ordered_consumer, idle_heartbeat=idle_heartbeat,
+                    flow_control=flow_control, deliver_policy=policy,
                     headers_only=headers_only, inactive_threshold=inactive_threshold,
                 )
             )  # fmt: skip

@@ -109,7 +109,8 @@ def test_every_declared_verb_has_the_declared_signature(protocol, cls, verb):
         return
     assert callable(have), f"{cls.__name__}.{verb} is not a method"
     assert parameters(getattr(cls, verb)) == parameters(want), (
-        f"{cls.__name__}.{verb}{inspect.signature(getattr(cls, verb))} differs from {protocol.__name__}.{verb}{inspect.signature(want)}"
+        f"{cls.__name__}.{verb}{inspect.signature(getattr(cls, verb))} "
+        f"differs from {protocol.__name__}.{verb}{inspect.signature(want)}"
     )
 
 
@@ -169,7 +170,8 @@ def test_each_backend_implements_each_hook_with_its_signature(cls, hook):
         assert isinstance(have, property), f"{cls.__name__}.{hook} is not a property"
         return
     assert parameters(getattr(cls, hook)) == parameters(want), (
-        f"{cls.__name__}.{hook}{inspect.signature(getattr(cls, hook))} differs from Hooks.{hook}{inspect.signature(want)}"
+        f"{cls.__name__}.{hook}{inspect.signature(getattr(cls, hook))} "
+        f"differs from Hooks.{hook}{inspect.signature(want)}"
     )
 
 

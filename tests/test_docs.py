@@ -40,8 +40,10 @@ CLUSTER_URL = "nats://127.0.0.1:4222,nats://127.0.0.1:4223,nats://127.0.0.1:4224
 
 SKIPPED = {
     "tls://n1": "needs TLS certificates and the hosts n1..n3",
-    "/shared/ckpt": "a Spark query on a cluster with a shared checkpoint directory: tests/connector/test_cluster_streaming.py runs it",
-    "SPARK_REMOTE": "Spark Connect: tests/connector/test_spark_connect.py runs local_session() under SPARK_REMOTE (a Connect server per run)",
+    "/shared/ckpt": "a Spark query on a cluster with a shared checkpoint directory: "
+    "tests/connector/test_cluster_streaming.py runs it",
+    "SPARK_REMOTE": "Spark Connect: tests/connector/test_spark_connect.py runs local_session() under SPARK_REMOTE "
+    "(a Connect server per run)",
 }
 
 

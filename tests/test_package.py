@@ -219,7 +219,10 @@ spark = {"pyspark", "pandas", "py4j"}
 print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & spark)))
 from click.testing import CliRunner
 from jetspark.cli import cli
-for args in (["stream", "add", "S", "--subjects", "s.>"], ["pub", "s.a", "one"], ["stream", "ls"], ["stream", "info", "S", "--json"], ["sub", "s.>", "--no-follow", "--raw"]):
+for args in (
+    ["stream", "add", "S", "--subjects", "s.>"], ["pub", "s.a", "one"], ["stream", "ls"],
+    ["stream", "info", "S", "--json"], ["sub", "s.>", "--no-follow", "--raw"],
+):
     result = CliRunner().invoke(cli, ["--store", "store", *args])
     assert result.exit_code == 0, (args, result.output, result.exception)
 import pyarrow as pa
@@ -284,7 +287,8 @@ def test_the_core_install_works_without_spark(installed, tmp_path):
     # The isolation is real: neither is importable, and jetspark is the wheel's.
     probe = run(
         "-c",
-        "import importlib.util as u, jetspark; print([u.find_spec(n) for n in ('pyspark', 'pandas')], jetspark.__file__)",
+        "import importlib.util as u, jetspark; print([u.find_spec(n) for n in ('pyspark', 'pandas')], "
+        "jetspark.__file__)",
     )
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.startswith("[None, None] ") and probe.stdout.split()[-1].startswith(str(installed))
@@ -359,7 +363,8 @@ def test_the_wheel_works_like_a_checkout(installed, wheel, tmp_path):
 
     where = run(
         "-c",
-        "import jetspark, jetspark.connector.session as s; print(jetspark.__file__); print(s.spark_conf()['spark.driver.extraJavaOptions'])",
+        "import jetspark, jetspark.connector.session as s; print(jetspark.__file__); "
+        "print(s.spark_conf()['spark.driver.extraJavaOptions'])",
     )
     package, log4j = where.splitlines()
     assert package.startswith(str(site)) and log4j.endswith(f"file:{site}/jetspark/connector/conf/log4j2.properties")

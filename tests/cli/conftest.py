@@ -27,7 +27,8 @@ class Cli:
     def __call__(self, *args: str, input=None, code: int = 0, env=None) -> Result:
         result = self.runner.invoke(jetspark_cli, [str(a) for a in args], input=input, env=env, catch_exceptions=False)
         assert result.exit_code == code, (
-            f"jetspark {' '.join(map(str, args))} exited {result.exit_code}, expected {code}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+            f"jetspark {' '.join(map(str, args))} exited {result.exit_code}, "
+            f"expected {code}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
         )
         return result
 

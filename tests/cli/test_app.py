@@ -126,7 +126,10 @@ def test_cli_uses_only_the_public_api():
 
 
 def test_importing_the_cli_is_light():
-    code = "import sys, jetspark.cli; print(sorted(m for m in ('numpy', 'pyarrow', 'pyspark', 'tqdm') if m in sys.modules))"
+    code = (
+        "import sys, jetspark.cli; "
+        "print(sorted(m for m in ('numpy', 'pyarrow', 'pyspark', 'tqdm') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -163,7 +166,8 @@ def test_store_comes_from_flag_then_env_then_default(cli, tmp_path, monkeypatch)
 def test_a_missing_store_is_not_created(cli):
     r = cli("stream", "ls", code=1)
     assert r.stderr.strip() == (
-        f"Error: no jetspark store at {cli.store} (choose one with --store or JETSPARK_STORE; `jetspark stream add` creates it)"
+        f"Error: no jetspark store at {cli.store} (choose one with --store or JETSPARK_STORE; "
+        "`jetspark stream add` creates it)"
     )
     cli("pub", "x", "y", code=1)
     assert not cli.store.exists()

@@ -389,9 +389,9 @@ def test_rmm(orders):
     orders("stream", "add", "NODEL", "--subjects", "nodel", "--deny-delete")
     orders("pub", "nodel", "x")
     r = orders("stream", "rmm", "NODEL", "1", "-f", code=1)
-    assert (
-        r.stderr.strip()
-        == "Error: cannot delete message 1 from stream NODEL (sequences 1..1): message delete not permitted (err_code 10057)"
+    assert r.stderr.strip() == (
+        "Error: cannot delete message 1 from stream NODEL (sequences 1..1): "
+        "message delete not permitted (err_code 10057)"
     )
     assert orders.json("stream", "info", "NODEL")["state"]["messages"] == 1
 

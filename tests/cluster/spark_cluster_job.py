@@ -119,7 +119,8 @@ def main(url: str, work: Path) -> dict:
         with jetspark.connect(url, timeout=15) as js:
             floor = js.consumer_info("SPK_IN", "spark").ack_floor.stream_seq
         return {
-            "driver_jvm": driver_pid, "executor_jvms": sorted(pids), "batch_rows": rows, "exactly_once": True, "ack_floor": floor,
+            "driver_jvm": driver_pid, "executor_jvms": sorted(pids), "batch_rows": rows, "exactly_once": True,
+            "ack_floor": floor,
             "executor_killed": os.path.exists(marker),
         }  # fmt: skip
     finally:

@@ -184,7 +184,8 @@ def test_a_node_frozen_under_a_running_query_longer_than_the_retry_budget(spark,
 
     during = [rows for when, rows in commits if frozen_at < when < thawed_at and rows > 0]
     assert during, (
-        f"no batch with rows was committed while the source's leader ({cluster.names[node]}) was frozen for {freeze:g} s"
+        "no batch with rows was committed while the source's "
+        f"leader ({cluster.names[node]}) was frozen for {freeze:g} s"
     )
     got = (
         spark.read.format("jetstream")

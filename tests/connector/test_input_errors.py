@@ -184,8 +184,9 @@ NULLS = [
      ("w.a", "x", {"k": None}), "NullValueError: a row's headers map has a null value; a header needs a value"),
     ("header-list", "subject string, data string, headers map<string, array<string>>", ("w.ok", "x", {"k": ["v"]}),
      ("w.a", "x", {"k": None}), "NullValueError: a row's headers map has a null value"),
-    ("header-list-element", "subject string, data string, headers map<string, array<string>>", ("w.ok", "x", {"k": ["v"]}),
-     ("w.a", "x", {"k": ["1", None]}), "NullValueError: a row's headers map has a null value"),
+    ("header-list-element", "subject string, data string, headers map<string, array<string>>",
+     ("w.ok", "x", {"k": ["v"]}), ("w.a", "x", {"k": ["1", None]}),
+     "NullValueError: a row's headers map has a null value"),
 ]  # fmt: skip
 
 
@@ -220,8 +221,8 @@ def test_a_sink_stream_that_does_not_exist_is_refused_before_any_task(sink, spar
             run_available_now(df, sink="jetstream", checkpoint=sink.checkpoint(), store=sink.path, stream="NOPE")
     text = error_text(info.value)
     assert (
-        f"OptionError: option stream: there is no stream 'NOPE' in the store {sink.path} (streams: {sink.stream_list()})"
-        in text
+        f"OptionError: option stream: there is no stream 'NOPE' in the store {sink.path} (streams: "
+        f"{sink.stream_list()})" in text
     )
     assert (
         "] a task ran" not in text
@@ -260,8 +261,8 @@ def test_a_schema_given_to_the_reader_that_differs_is_an_option_error(store, spa
         df.collect() if how == "read" else run_available_now(df)
     text = error_text(info.value)
     assert (
-        f"OptionError: the jetstream source's schema is fixed: {SOURCE_COLUMNS} (headers is added with includeHeaders); "
-        in text
+        "OptionError: the jetstream source's schema is fixed: "
+        f"{SOURCE_COLUMNS} (headers is added with includeHeaders); " in text
     )
     assert f"the schema given to the reader differs ({difference}): leave out .schema(...)" in text
     assert "DATA_SOURCE_RETURN_SCHEMA_MISMATCH" not in text

@@ -17,8 +17,9 @@ STARTING = 'option startingOffsets must be "earliest", "latest" or JSON like {"s
 ENDING = 'option endingOffsets must be "latest" or JSON like {"seq": 42} (or {"S": 42})'
 
 # (how, options, every text the error must hold).  "stream": "S" is added unless a case sets it
-# (None: left out); "{streams}" stands for the store's streams.  Batch and stream reads parse options with the same code, and a batch
-# read parses the read limits too before it refuses them, so most cases are batch reads
+# (None: left out); "{streams}" stands for the store's streams.  Batch and stream reads parse options
+# with the same code, and a batch read parses the read limits too before it refuses them, so most cases
+# are batch reads
 # (a fraction of a second each); the stream cases (a query start each, a second or two)
 # are those only a stream reaches, plus a few to show the text survives Spark's wrapping.
 CASES = [

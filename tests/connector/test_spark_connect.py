@@ -31,15 +31,23 @@ from pyspark.sql import functions as F
 store, checkpoint = sys.argv[1], sys.argv[2]
 spark = jetspark.local_session("jetspark-connect-test")
 out = {{"session": type(spark).__module__}}
-read = lambda **o: spark.read.format("jetstream").option("store", store).option("stream", "S").options(**o).load()  # noqa: E731
+def read(**o):
+    return spark.read.format("jetstream").option("store", store).option("stream", "S").options(**o).load()
 # A filter the source takes (Spark lets it once register() has run); load() again per query.
-out["batch_s1"] = sorted(r.seq for r in read(pushFilters="true").where(F.col("subject") == "s.1").select("seq").collect())
+s1 = read(pushFilters="true").where(F.col("subject") == "s.1")
+out["batch_s1"] = sorted(r.seq for r in s1.select("seq").collect())
 out["batch_count"] = read().count()
-events = spark.readStream.format("jetstream").option("store", store).option("stream", "S").option("consumer", "connect").option("startingOffsets", "earliest").load()
+events = (
+    spark.readStream.format("jetstream").option("store", store).option("stream", "S")
+    .option("consumer", "connect").option("startingOffsets", "earliest").load()
+)
 q = events.writeStream.format("memory").queryName("connect_seen").trigger(availableNow=True).start()
 q.awaitTermination()
 out["stream_seqs"] = sorted(r.seq for r in spark.table("connect_seen").select("seq").collect())
-plain = spark.readStream.format("jetstream").option("store", store).option("stream", "S").option("startingOffsets", "earliest").load()
+plain = (
+    spark.readStream.format("jetstream").option("store", store).option("stream", "S")
+    .option("startingOffsets", "earliest").load()
+)
 q = (
     plain.selectExpr("concat('out.', subject) AS subject", "data", "concat('m-', CAST(seq AS STRING)) AS msg_id")
     .writeStream.format("jetstream").option("store", store).option("checkpointLocation", checkpoint)

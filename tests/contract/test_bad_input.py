@@ -231,9 +231,11 @@ STREAM_FIELDS = dict(
 CONSUMER_FIELDS = dict(
     name=arg("N", CONSUMER), durable_name=arg("N", CONSUMER), description=arg("d"),
     deliver_policy=arg("all", "last", "new", "by_start_sequence", "by_start_time", "last_per_subject"),
-    opt_start_seq=arg(1, 2), opt_start_time=arg(dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc), "2000-01-01T00:00:00Z"),
-    ack_policy=arg("none", "all", "explicit"), ack_wait=DURATION, max_deliver=arg(-1, 3), backoff=arg([1.0], [0.5, 2.0]),
-    filter_subject=arg("bad.a", "bad.>"), filter_subjects=arg(["bad.a", "bad.b"]), replay_policy=arg("instant", "original"),
+    opt_start_seq=arg(1, 2),
+    opt_start_time=arg(dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc), "2000-01-01T00:00:00Z"),
+    ack_policy=arg("none", "all", "explicit"), ack_wait=DURATION, max_deliver=arg(-1, 3),
+    backoff=arg([1.0], [0.5, 2.0]), filter_subject=arg("bad.a", "bad.>"), filter_subjects=arg(["bad.a", "bad.b"]),
+    replay_policy=arg("instant", "original"),
     max_waiting=arg(1, 512), max_ack_pending=arg(-1, 10), headers_only=arg(True, False), inactive_threshold=DURATION,
     num_replicas=arg(0, 1), mem_storage=arg(True, False), metadata=arg({"k": "v"}),
 )  # fmt: skip
@@ -377,7 +379,8 @@ def test_add_stream(base, kw):
 
 
 @FUZZ
-@given(kw=calls({"config": arg(None, StreamConfig(name="NEW", subjects=["new.>"]), {"name": "NEW", "subjects": ["new.>"]})},
+@given(kw=calls({"config": arg(None, StreamConfig(name="NEW", subjects=["new.>"]),
+                               {"name": "NEW", "subjects": ["new.>"]})},
                 {"name": arg("NEW"), "max_age": DURATION}))  # fmt: skip
 def test_add_stream_config_argument(base, kw):
     attempt(base, base.js.add_stream, kw, names=STREAM_FIELDS)
@@ -469,7 +472,8 @@ def test_delete_msg(base, kw):
 
 
 READ_ARGS = {
-    "start_seq": SEQ, "end_seq": SEQ, "subjects": arg(["bad.a"], ["bad.>", "bad.b"], None), "batch_size": arg(1, 2, 100),
+    "start_seq": SEQ, "end_seq": SEQ, "subjects": arg(["bad.a"], ["bad.>", "bad.b"], None),
+    "batch_size": arg(1, 2, 100),
 }  # fmt: skip
 
 
@@ -591,8 +595,9 @@ def test_connect_arguments(url, kw):
 
 
 CONNECT_OPTIONS = dict(
-    timeout=arg(1.0), connect_timeout=arg(None, 1.0), name=arg("n"), user=arg("u"), token=arg("t"), domain=arg(None, "d"),
-    max_reconnect_attempts=arg(0, 5), reconnect_time_wait=arg(0.1), publish_window=arg(1, 100), publish_async_max_pending=arg(1, 4000), tls=arg(None),
+    timeout=arg(1.0), connect_timeout=arg(None, 1.0), name=arg("n"), user=arg("u"), token=arg("t"),
+    domain=arg(None, "d"), max_reconnect_attempts=arg(0, 5), reconnect_time_wait=arg(0.1), publish_window=arg(1, 100),
+    publish_async_max_pending=arg(1, 4000), tls=arg(None),
     user_credentials=arg(None), tls_hostname=arg(None, "h"),
 )  # fmt: skip
 
@@ -729,10 +734,12 @@ API_REFUSALS = [
     ("ack_wait=inf", "add_consumer", (STREAM,), dict(durable_name="N", ack_wait=INF), 10025, False),
     ("backoff=[-1]", "add_consumer", (STREAM,), dict(durable_name="N", backoff=[-1.0]), 10184, True),
     ("backoff=[nan]", "add_consumer", (STREAM,), dict(durable_name="N", backoff=[NAN]), 10025, False),
-    ("opt_start_seq=-1", "add_consumer", (STREAM,), dict(durable_name="N", deliver_policy="by_start_sequence", opt_start_seq=-1), 10025, True),
+    ("opt_start_seq=-1", "add_consumer", (STREAM,),
+     dict(durable_name="N", deliver_policy="by_start_sequence", opt_start_seq=-1), 10025, True),
     ("max_deliver=2**63", "add_consumer", (STREAM,), dict(durable_name="N", max_deliver=2**63), 10025, True),
     ("headers_only='x'", "add_consumer", (STREAM,), dict(durable_name="N", headers_only="x"), 10025, True),
-    ("opt_start_time=garbage", "add_consumer", (STREAM,), dict(durable_name="N", deliver_policy="by_start_time", opt_start_time="garbage"), 10025, False),
+    ("opt_start_time=garbage", "add_consumer", (STREAM,),
+     dict(durable_name="N", deliver_policy="by_start_time", opt_start_time="garbage"), 10025, False),
 ]  # fmt: skip
 STREAM_DEFAULTS = dict(name="NEW", subjects=["new.>"])
 
@@ -871,8 +878,9 @@ def test_fetch_refuses_a_timeout_it_cannot_keep(js, timeout):
     assert "timeout" in str(err)
 
 
-@pytest.mark.parametrize("kwargs, name", [(dict(batch=0), "batch"), (dict(batch=2**40), "batch"), (dict(batch=1.5), "batch"),
-                                          (dict(max_bytes=-1), "max_bytes"), (dict(no_wait="yes"), "no_wait")])  # fmt: skip
+@pytest.mark.parametrize("kwargs, name", [(dict(batch=0), "batch"), (dict(batch=2**40), "batch"),
+                                          (dict(batch=1.5), "batch"), (dict(max_bytes=-1), "max_bytes"),
+                                          (dict(no_wait="yes"), "no_wait")])  # fmt: skip
 def test_fetch_refuses_bad_options(js, kwargs, name):
     sub = js.pull_subscribe_bind(CONSUMER, stream=STREAM)
     err = refused(js, sub.fetch, timeout=0, error=(TypeError, ValueError), **kwargs)
@@ -911,7 +919,8 @@ def test_enum_fields_take_members_or_values(js):
 
 
 def test_config_argument_types(js):
-    for call in (lambda: js.add_stream(ConsumerConfig(name="X")), lambda: js.add_consumer(STREAM, StreamConfig(name="X")),
+    for call in (lambda: js.add_stream(ConsumerConfig(name="X")),
+                 lambda: js.add_consumer(STREAM, StreamConfig(name="X")),
                  lambda: js.pull_subscribe("bad.a", config="explicit")):  # fmt: skip
         assert "config" in str(refused(js, call, error=TypeError))
 
@@ -930,8 +939,10 @@ def test_config_argument_types(js):
         (lambda js: js.seq_for_bytes(STREAM, 1.0, 3, 10), "lo"),
         (lambda js: js.advance_ack_floor(STREAM, CONSUMER, "2"), "seq"),
         (lambda js: js.publish_batch([("bad.a", b"x")]), "data"),
-        (lambda js: js.publish_batch(pa.table({"subject": ["bad.a"], "data": [b"x"]}), msg_id_prefix=5), "msg_id_prefix"),
-        (lambda js: js.publish_batch(pa.table({"subject": ["bad.a"], "data": [b"x"]}), msg_id_prefix="p", msg_id_start=-1), "msg_id_start"),
+        (lambda js: js.publish_batch(pa.table({"subject": ["bad.a"], "data": [b"x"]}), msg_id_prefix=5),
+         "msg_id_prefix"),
+        (lambda js: js.publish_batch(pa.table({"subject": ["bad.a"], "data": [b"x"]}), msg_id_prefix="p",
+                                     msg_id_start=-1), "msg_id_start"),
     ],
 )  # fmt: skip
 def test_jetspark_arguments_are_named_when_refused(js, call, name):

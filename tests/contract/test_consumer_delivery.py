@@ -571,7 +571,8 @@ def test_nak_with_delay(js):
 def test_backoff_and_max_deliver(js):
     cs.not_on_the_cluster(
         js,
-        "a replicated consumer's delivered stream seq moves to the last seq at a pull that finds nothing, or not, run to run",
+        "a replicated consumer's delivered stream seq moves to the last seq at a pull that finds nothing, or not, "
+        "run to run",
     )
     add_stream(js)
     # Deliveries of an unacked message at t = 0, +0.2 (backoff[0]), +0.5 (backoff[1]);

@@ -363,7 +363,7 @@ def test_close_fails_what_the_server_never_answered():
         server.stop()
 
 
-# ---------------------------------------------------------------- why the nats:// backend does not use nats-py's publish_async
+# ------------------------------------------- why the nats:// backend does not use nats-py's publish_async
 
 
 def test_nats_py_leaves_a_refused_future_pending(nats_server):

@@ -29,7 +29,10 @@ with jetspark.connect(sys.argv[1], create=False) as js:
     out = {}
     for name in ("D", "E"):
         i = js.consumer_info("S", name)
-        out[name] = [i.delivered.last_active and i.delivered.last_active.isoformat(), i.ack_floor.last_active and i.ack_floor.last_active.isoformat()]
+        out[name] = [
+            i.delivered.last_active and i.delivered.last_active.isoformat(),
+            i.ack_floor.last_active and i.ack_floor.last_active.isoformat(),
+        ]
     print(json.dumps(out))
 """
 

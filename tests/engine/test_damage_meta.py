@@ -503,7 +503,8 @@ def test_a_log_cut_short_is_damage_never_a_silent_rollback(tmp_path, cut):
     with jetspark.connect(tmp_path) as js:
         with pytest.raises(
             CorruptStoreError,
-            match=rf"cons/D/log is {size} bytes, shorter than (the \d+ bytes its header commits \(cut short\)|its header): (its )?records were lost",
+            match=rf"cons/D/log is {size} bytes, shorter than "
+            r"(the \d+ bytes its header commits \(cut short\)|its header): (its )?records were lost",
         ) as err:
             js.consumer_info("S", "D")
         assert err.value.path == str(log)

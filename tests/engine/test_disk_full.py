@@ -113,9 +113,14 @@ def test_a_batch_is_all_or_nothing_when_the_disk_fills_mid_batch(tiny_disk, kind
         rows, acked, b = 2000, 0, 0
         try:
             while True:
-                cols = {{"subject": ["s.x"] * rows, "data": [b"%06d-" % (b * rows + i) + b"d" * 200 for i in range(rows)]}}
+                cols = {{
+                    "subject": ["s.x"] * rows,
+                    "data": [b"%06d-" % (b * rows + i) + b"d" * 200 for i in range(rows)],
+                }}
                 if kind == "headers":
-                    cols["headers"] = pa.array([[("k", ["v%d" % i])] for i in range(rows)], type=pa.map_(pa.string(), pa.list_(pa.string())))
+                    cols["headers"] = pa.array(
+                        [[("k", ["v%d" % i])] for i in range(rows)], type=pa.map_(pa.string(), pa.list_(pa.string()))
+                    )
                 table = pa.table(cols)
                 if kind == "msg_ids":
                     ack = js.publish_batch(table, stream="S", msg_id_prefix="batch-", msg_id_start=b * rows)

@@ -39,7 +39,8 @@ def test_no_store_is_an_error_naming_the_path_and_creates_nothing(tmp_path, make
     with pytest.raises(StoreError) as e:
         jetspark.connect(path if spelling == "path" else f"file://{path}", create=False)
     assert str(e.value) == (
-        f"no jetspark store at {path}: {reason}; jetspark.connect(path) (create=True, the default) or `jetspark stream add` creates one"
+        f"no jetspark store at {path}: {reason}; jetspark.connect(path) (create=True, "
+        "the default) or `jetspark stream add` creates one"
     )
     assert e.value.path == str(path)
     assert _tree(tmp_path) == before  # nothing created, not even a lock file

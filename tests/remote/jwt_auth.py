@@ -74,7 +74,10 @@ class Chain:
         JetStream and its store directory come from the command line (``-js -sd``); JetStream
         does not start without a system account."""
         preload = "".join(f"  {key}: {jwt}\n" for key, jwt in self.accounts.items())
-        return f"operator: {self.operator_jwt}\nsystem_account: {self.system_account}\nresolver: MEMORY\nresolver_preload: {{\n{preload}}}\n"
+        return (
+            f"operator: {self.operator_jwt}\nsystem_account: {self.system_account}\n"
+            f"resolver: MEMORY\nresolver_preload: {{\n{preload}}}\n"
+        )
 
 
 def new_chain() -> Chain:

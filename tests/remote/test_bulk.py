@@ -418,7 +418,8 @@ def test_direct_reads_keep_each_messages_own_headers_and_split_large_batches(js,
     [
         (b"NATS/1.0\r\nNats-Stream: S\r\nNats-Subject: a.b\r\nNats-Sequence: 7\r\nNats-Time-Stamp: T\r\n\r\n", None),
         (
-            b"NATS/1.0\r\nk: v\r\nk: w\r\nNats-Stream: S\r\nNats-Subject: a.b\r\nNats-Sequence: 7\r\nNats-Time-Stamp: T\r\nNats-Num-Pending: 3\r\nNats-Last-Sequence: 6\r\n\r\n",
+            b"NATS/1.0\r\nk: v\r\nk: w\r\nNats-Stream: S\r\nNats-Subject: a.b\r\nNats-Sequence: 7\r\nNats-Time-Stamp: "
+            b"T\r\nNats-Num-Pending: 3\r\nNats-Last-Sequence: 6\r\n\r\n",
             b"NATS/1.0\r\nk: v\r\nk: w\r\n\r\n",
         ),
     ],
