@@ -40,7 +40,7 @@ from jetspark.api import (
     StreamInfo,
 )
 from jetspark.backend import JetStreamAPI, archive
-from jetspark.backend.hooks import Hooks, consumer_arg, stream_arg
+from jetspark.backend.hooks import Hooks, consumer_arg, stream_arg, stream_config_name
 from jetspark.backend.window import settle
 from jetspark.err_codes import BAD_REQUEST, STREAM_NOT_FOUND
 from jetspark.errors import (
@@ -118,10 +118,10 @@ class HandleBase(Hooks):
     # ------------------------------------------------------------------ streams
 
     def add_stream(self, config: Optional[StreamConfig] = None, **params: Any) -> StreamInfo:
-        return self._add_stream(V.stream_config(config, params))
+        return self._add_stream(_stream_config(config, params))
 
     def update_stream(self, config: Optional[StreamConfig] = None, **params: Any) -> StreamInfo:
-        return self._update_stream(V.stream_config(config, params))
+        return self._update_stream(_stream_config(config, params))
 
     def delete_stream(self, name: str) -> bool:
         return self._delete_stream(stream_arg(name))
@@ -142,12 +142,12 @@ class HandleBase(Hooks):
     ) -> StreamInfo:
         V.filter_subject(subjects_filter, "subjects_filter")
         V.boolean(deleted_details, "deleted_details", api=True)
-        return self._stream_info(name, subjects_filter, deleted_details)
+        return self._stream_info(stream_arg(name), subjects_filter, deleted_details)
 
     def purge_stream(
         self, name: str, subject: Optional[str] = None, seq: Optional[int] = None, keep: Optional[int] = None
     ) -> bool:
-        return self._purge_stream(name, *V.purge_args(subject, seq, keep))
+        return self._purge_stream(stream_arg(name), *V.purge_args(subject, seq, keep))
 
     # ------------------------------------------------------------------ messages
 
@@ -221,14 +221,14 @@ class HandleBase(Hooks):
                 "bad request: get_msg needs seq= (a stream sequence) or subject= (the last message on it; "
                 "with next=True, the first at or after seq)",
             )
-        return self._get_msg(stream, *V.get_msg_args(seq, last_by_subj, next_by_subj))
+        return self._get_msg(stream_arg(stream), *V.get_msg_args(seq, last_by_subj, next_by_subj))
 
     def get_last_msg(self, stream: str, subject: str, direct: bool = False) -> RawStreamMsg:
         V.boolean(direct, "direct", optional=True)
         return self.get_msg(stream, last_by_subj=subject)
 
     def delete_msg(self, stream: str, seq: int) -> bool:
-        return self._delete_msg(stream, V.seq(seq, "seq", api=True, optional=False, hi=V.UINT64_MAX))
+        return self._delete_msg(stream_arg(stream), V.seq(seq, "seq", api=True, optional=False, hi=V.UINT64_MAX))
 
     def publish_batch(
         self, data: Any, stream: Optional[str] = None, msg_id_prefix: Optional[str] = None, msg_id_start: int = 0
@@ -237,7 +237,7 @@ class HandleBase(Hooks):
         if stream is None:
             stream = self._stream_of_batch(table)
         try:
-            return self._publish_batch(table, stream, msg_id_prefix, int(msg_id_start))
+            return self._publish_batch(table, stream_arg(stream), msg_id_prefix, int(msg_id_start))
         except JetSparkError as err:
             if getattr(err, "batch_ack", None) is None:
                 # Refused before anything was stored (the engine's batches are all or nothing).
@@ -323,16 +323,16 @@ class HandleBase(Hooks):
         batch_size: int = 65536,
         headers: bool = False,
     ) -> Iterator["pa.RecordBatch"]:
-        return self._read_batches(stream, *V.read_args(start_seq, end_seq, subjects, batch_size, headers))
+        return self._read_batches(stream_arg(stream), *V.read_args(start_seq, end_seq, subjects, batch_size, headers))
 
     def seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:
-        return self._seq_for_bytes(stream, *V.seq_for_bytes_args(lo, hi, max_bytes))
+        return self._seq_for_bytes(stream_arg(stream), *V.seq_for_bytes_args(lo, hi, max_bytes))
 
     def seq_for_time(self, stream: str, when: Any) -> int:
-        return self._seq_for_time(stream, V.when(when))
+        return self._seq_for_time(stream_arg(stream), V.when(when))
 
     def advance_ack_floor(self, stream: str, durable: str, seq: int) -> SequenceInfo:
-        return self._advance_ack_floor(stream, durable, V.seq(seq, "seq", optional=False))
+        return self._advance_ack_floor(stream_arg(stream), consumer_arg(durable), V.seq(seq, "seq", optional=False))
 
     def ordered_consumer(
         self,
@@ -343,7 +343,7 @@ class HandleBase(Hooks):
         batch_size: int = 4096,
     ) -> Iterator["MsgAPI"]:
         start_seq, end_seq, subjects, batch_size, _ = V.read_args(start_seq, end_seq, subjects, batch_size, False)
-        return self._ordered_consumer(stream, subjects, start_seq, end_seq, batch_size)
+        return self._ordered_consumer(stream_arg(stream), subjects, start_seq, end_seq, batch_size)
 
     # ------------------------------------------------------------------ consumers
 
@@ -541,6 +541,13 @@ class HandleBase(Hooks):
         meter = archive.Meter(_progress(progress), 2 * found.bytes)  # every part is read twice: checked, then restored
         found.verify(meter)
         return self._restore_stream(found, meter)
+
+
+def _stream_config(config: Any, params: dict) -> StreamConfig:
+    """add/update_stream's config, checked (its fields first, then the name, as the server)."""
+    checked = V.stream_config(config, params)
+    stream_config_name(checked.name)
+    return checked
 
 
 def _consumer_args(stream: Any, config: Any, params: dict) -> tuple[str, ConsumerConfig]:

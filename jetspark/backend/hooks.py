@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
-from jetspark.err_codes import CONSUMER_NOT_FOUND, STREAM_NOT_FOUND
+from jetspark.err_codes import CONSUMER_NOT_FOUND, STREAM_INVALID_CONFIG, STREAM_NOT_FOUND
 from jetspark.errors import api_error
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from jetspark.backend import MsgAPI
     from jetspark.backend.archive import Archive, Meter, Writer
 
-__all__ = ["Hooks", "consumer_arg", "stream_arg"]
+__all__ = ["Hooks", "consumer_arg", "stream_arg", "stream_config_name"]
 
 _WHITESPACE = frozenset(" \t\r\n\f\v")  # what NATS calls whitespace in a subject
 
@@ -63,6 +63,18 @@ def stream_arg(value: Any) -> str:
     server answers a request whose subject cannot carry the name."""
     if not _token(value):
         raise api_error(STREAM_NOT_FOUND)
+    return value
+
+
+def stream_config_name(value: Any) -> str:
+    """The name in a stream config (add_stream, update_stream): a name a stream can have,
+    else 10052 with the server's text.  The server answers a name its API subject can carry
+    ("a*") so, before looking for the stream; one it cannot carry ("a.b") is refused here
+    the same way, on either backend."""
+    if not _token(value):
+        raise api_error(
+            STREAM_INVALID_CONFIG, err="stream name is required and can not contain '.', '*', '>', '\\', '/'"
+        )
     return value
 
 
@@ -136,8 +148,7 @@ class Hooks(abc.ABC):
 
     @abc.abstractmethod
     def _publish(self, subject: str, payload: bytes, headers: Optional[dict], timeout: Optional[float]) -> PubAck:
-        """Store one message (``subject`` a publish subject, ``headers`` checked); ``timeout``
-        the call's own, None for the handle's."""
+        """Store one message (``subject``, ``headers`` checked); ``timeout`` the call's, None for the handle's."""
 
     @abc.abstractmethod
     def _get_msg(
@@ -155,8 +166,7 @@ class Hooks(abc.ABC):
 
     @abc.abstractmethod
     def _new_async_publisher(self) -> Any:
-        """What stores ``publish_async``'s messages: ``window``, ``pid``,
-        ``submit(subject, payload, headers, future)``, ``close(why)``."""
+        """publish_async's store: ``window``, ``pid``, ``submit(subject, payload, headers, future)``, ``close(why)``."""
 
     # ------------------------------------------------------------------ bulk verbs
 

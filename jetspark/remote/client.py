@@ -36,7 +36,7 @@ from jetspark.api import (
 from jetspark.backend.archive import Archive, Meter, Writer
 from jetspark.backend.base import HandleBase
 from jetspark.connect_options import ConnectOptions
-from jetspark.err_codes import STREAM_INVALID_CONFIG, STREAM_NOT_FOUND
+from jetspark.err_codes import STREAM_NOT_FOUND
 from jetspark.errors import (
     NoStreamResponseError,
     RequestTimeoutError,
@@ -135,7 +135,6 @@ class NatsJetStream(HandleBase):
 
     def _add_stream(self, config: StreamConfig) -> StreamInfo:
         """Create a stream; creating an existing one with the same config is a no-op."""
-        self._check_stream_name(config.name)
         resp = self._request(
             f"{self._api}.STREAM.CREATE.{config.name}",
             wire.stream_config_to_wire(config),
@@ -145,23 +144,12 @@ class NatsJetStream(HandleBase):
 
     def _update_stream(self, config: StreamConfig) -> StreamInfo:
         """Replace a stream's config as a whole (omitted fields return to their defaults)."""
-        if not wire.token_ok(config.name):
-            raise api_error(STREAM_NOT_FOUND)
         resp = self._request(
             f"{self._api}.STREAM.UPDATE.{config.name}",
             wire.stream_config_to_wire(config),
             what=f"update_stream {config.name!r}",
         )
         return wire.stream_info_from_wire(resp)
-
-    @staticmethod
-    def _check_stream_name(name: Any) -> None:
-        if not wire.token_ok(name):
-            # The server never answers a request whose subject carries such a name;
-            # for a name it can read ("a*") its answer is this.
-            raise api_error(
-                STREAM_INVALID_CONFIG, err="stream name is required and can not contain '.', '*', '>', '\\', '/'"
-            )
 
     def _delete_stream(self, name: str) -> bool:
         return self._request(self._stream_subject("DELETE", name), what=f"delete_stream {name!r}", idempotent=False)[
