@@ -33,18 +33,28 @@ __all__ = [
     "ConsumerInfo",
     "DeliverPolicy",
     "DiscardPolicy",
+    "ExternalStream",
     "MsgMetadata",
     "PeerInfo",
+    "PersistMode",
+    "Placement",
     "PubAck",
     "RawStreamMsg",
+    "RePublish",
     "ReplayPolicy",
     "RetentionPolicy",
     "SequenceInfo",
     "SequencePair",
     "StorageType",
+    "StoreCompression",
     "StreamConfig",
+    "StreamConsumerLimits",
+    "StreamConsumerSource",
     "StreamInfo",
+    "StreamSource",
+    "StreamSourceInfo",
     "StreamState",
+    "SubjectTransform",
 ]
 
 _B = TypeVar("_B", bound="Base")
@@ -87,6 +97,20 @@ class ReplayPolicy(str, Enum):
     ORIGINAL = "original"
 
 
+class StoreCompression(str, Enum):
+    """How a file stream's blocks are compressed on the server's disk."""
+
+    NONE = "none"
+    S2 = "s2"
+
+
+class PersistMode(str, Enum):
+    """When the server acknowledges a write of an R1 file stream: after its fsync, or before."""
+
+    DEFAULT = "default"
+    ASYNC = "async"
+
+
 def ns_to_datetime(ns: int) -> _dt.datetime:
     """Nanoseconds since the epoch -> aware UTC datetime (microsecond precision)."""
     return EPOCH + _dt.timedelta(microseconds=ns // 1000)
@@ -100,12 +124,17 @@ def datetime_to_ns(value: _dt.datetime) -> int:
 
 
 class Base:
+    # field -> the class (a Base or an Enum) its dict, list of dicts or value is read into
+    # by from_response; the other fields are taken as they are.
+    _nested: Dict[str, Any] = {}
+
     @classmethod
     def from_response(cls: type[_B], resp: Dict[str, Any]) -> _B:
         """Build from a dict, ignoring unknown keys (open-world, as nats-py)."""
         # (Base is no dataclass itself; every subclass is: cast for the type checker.)
         names = {f.name for f in fields(cast(Any, cls))}
-        return cls(**{k: v for k, v in resp.items() if k in names})
+        nested = cast(Any, cls)._nested
+        return cls(**{k: _read(nested.get(k), v) for k, v in resp.items() if k in names})
 
     def evolve(self: _B, **changes: Any) -> _B:
         """A copy with ``changes`` applied."""
@@ -123,6 +152,21 @@ class Base:
         return out
 
 
+def _read(kind: Any, value: Any) -> Any:
+    """``value`` read into ``kind`` (see ``Base._nested``); a value that is not one (a
+    wrong type, an enum's unknown value) is kept as it is, for the server to judge."""
+    if kind is None or value is None:
+        return value
+    if isinstance(value, list):
+        return [_read(kind, v) for v in value]
+    if issubclass(kind, Enum):
+        try:
+            return kind(value)
+        except ValueError:
+            return value
+    return kind.from_response(value) if isinstance(value, dict) else value
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, Base):
         return value.as_dict()
@@ -135,12 +179,99 @@ def _plain(value: Any) -> Any:
     return value
 
 
+# ---------------------------------------------------------- server features' parts (nats-py's, field for field)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placement(Base):
+    """Where the server places a stream's replicas: a ``cluster`` by name, servers by ``tags``."""
+
+    cluster: Optional[str] = None
+    tags: Optional[List[str]] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExternalStream(Base):
+    """A mirror's or source's stream in another JetStream domain or account: its API prefix."""
+
+    api: str
+    deliver: Optional[str] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubjectTransform(Base):
+    """Subjects matching ``src`` are rewritten to ``dest`` (``*``/``>`` and ``{{wildcard(1)}}`` mappings)."""
+
+    src: str
+    dest: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamConsumerSource(Base):
+    """A durable push consumer that feeds a mirror or source of a work-queue or interest stream."""
+
+    name: str
+    deliver_subject: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamSource(Base):
+    """A mirror's or a source's origin stream (nats-py ``StreamSource``): where to start
+    (``opt_start_seq``/``opt_start_time``), which subjects (``filter_subject``,
+    ``subject_transforms``), an ``external`` stream."""
+
+    name: str
+    opt_start_seq: Optional[int] = None
+    opt_start_time: Optional[_dt.datetime] = None
+    filter_subject: Optional[str] = None
+    external: Optional[ExternalStream] = None
+    subject_transforms: Optional[List[SubjectTransform]] = None
+    consumer: Optional[StreamConsumerSource] = None
+    _nested = {"external": ExternalStream, "subject_transforms": SubjectTransform, "consumer": StreamConsumerSource}
+
+
+@dataclass(kw_only=True)
+class StreamSourceInfo(Base):
+    """How far a mirror or source has come (nats-py ``StreamSourceInfo``, plus the server's
+    ``filter_subject``, ``subject_transforms`` and ``external``): ``lag`` messages behind,
+    ``active`` nanoseconds since it was last heard from (-1: never), ``error`` the server's."""
+
+    name: str
+    lag: Optional[int] = None
+    active: Optional[int] = None
+    error: Optional[Dict[str, Any]] = None
+    filter_subject: Optional[str] = None
+    subject_transforms: Optional[List[SubjectTransform]] = None
+    external: Optional[ExternalStream] = None
+    _nested = {"external": ExternalStream, "subject_transforms": SubjectTransform}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RePublish(Base):
+    """Each stored message matching ``src`` is published again on ``dest`` (only its headers
+    with ``headers_only``)."""
+
+    src: Optional[str] = None
+    dest: Optional[str] = None
+    headers_only: Optional[bool] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamConsumerLimits(Base):
+    """Defaults and ceilings for the stream's consumers: ``inactive_threshold`` (seconds), ``max_ack_pending``."""
+
+    inactive_threshold: Optional[float] = None
+    max_ack_pending: Optional[int] = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class StreamConfig(Base):
     """A stream's configuration (nats-py ``StreamConfig``).
 
     Unset fields take the server's defaults when the stream is added; the
-    config in a returned ``StreamInfo`` shows them filled in.
+    config in a returned ``StreamInfo`` shows them filled in.  Through ``nats://`` every
+    field goes to the server, which decides; the embedded engine refuses the features it
+    does not implement (docs/reference/differences-nats-server.md).
     """
 
     name: Optional[str] = None
@@ -166,8 +297,35 @@ class StreamConfig(Base):
     allow_direct: bool = False
     first_seq: Optional[int] = None
     metadata: Optional[Dict[str, str]] = None
+    template_owner: Optional[str] = None
+    placement: Optional[Placement] = None
+    mirror: Optional[StreamSource] = None
+    sources: Optional[List[StreamSource]] = None
+    republish: Optional[RePublish] = None
+    subject_transform: Optional[SubjectTransform] = None
+    mirror_direct: Optional[bool] = None
+    compression: Optional[StoreCompression] = None
     allow_msg_ttl: Optional[bool] = None
+    allow_msg_schedules: Optional[bool] = None
+    allow_atomic: Optional[bool] = None
+    allow_batched: Optional[bool] = None
+    allow_msg_counter: Optional[bool] = None
+    persist_mode: Optional[PersistMode] = None
+    consumer_limits: Optional[StreamConsumerLimits] = None
     subject_delete_marker_ttl: Optional[float] = None  # seconds
+    _nested = {
+        "retention": RetentionPolicy,
+        "storage": StorageType,
+        "discard": DiscardPolicy,
+        "placement": Placement,
+        "mirror": StreamSource,
+        "sources": StreamSource,
+        "republish": RePublish,
+        "subject_transform": SubjectTransform,
+        "compression": StoreCompression,
+        "persist_mode": PersistMode,
+        "consumer_limits": StreamConsumerLimits,
+    }
 
 
 @dataclass(kw_only=True)
@@ -220,11 +378,15 @@ ENGINE_NAME = "jetspark-engine"
 
 @dataclass(kw_only=True)
 class StreamInfo(Base):
+    """A stream's config and state; a mirror's or a sourcing stream's progress in ``mirror``/``sources``."""
+
     config: StreamConfig
     state: StreamState
     created: Optional[_dt.datetime] = None
     did_create: Optional[bool] = None
     cluster: Optional["ClusterInfo"] = None
+    mirror: Optional[StreamSourceInfo] = None
+    sources: Optional[List[StreamSourceInfo]] = None
 
 
 @dataclass(kw_only=True)
@@ -233,6 +395,7 @@ class PubAck(Base):
     seq: int
     domain: Optional[str] = None
     duplicate: Optional[bool] = None
+    val: Optional[str] = None  # a counter stream's total after this increment, as the server writes it
 
 
 @dataclass(kw_only=True)
@@ -288,6 +451,11 @@ class ConsumerConfig(Base):
     num_replicas: Optional[int] = None
     mem_storage: Optional[bool] = None
     metadata: Optional[Dict[str, str]] = None
+    rate_limit_bps: Optional[int] = None
+    sample_freq: Optional[str] = None
+    # Deliveries wait until then (an RFC 3339 string is taken too, as nats-py's str field).
+    pause_until: Optional[_dt.datetime] = None
+    _nested = {"deliver_policy": DeliverPolicy, "ack_policy": AckPolicy, "replay_policy": ReplayPolicy}
 
 
 @dataclass(kw_only=True)
@@ -313,6 +481,8 @@ class ConsumerInfo(Base):
     push_bound: Optional[bool] = (
         None  # a push consumer with a subscription bound to it (else None, as the server omits it)
     )
+    paused: Optional[bool] = None  # paused by its pause_until (else None, as the server omits it)
+    pause_remaining: Optional[int] = None  # nanoseconds until then, as the server and nats-py give it
 
 
 @dataclass(kw_only=True)
@@ -335,54 +505,18 @@ class BackupInfo(Base):
     created: _dt.datetime
 
 
-# nats-py's config fields that jetspark's configs do not have: neither backend takes them
-# (the embedded engine does not implement them; the nats:// backend sends only jetspark's
-# fields).  Set to a value that means "off" (None, False, 0, empty, "none", "default") they
-# are the same as unset and dropped; any other value is refused, naming the field
-# (tests/contract/test_config_fields.py).
-NOT_SUPPORTED: Dict[str, tuple[str, ...]] = {
-    "stream": (
-        "template_owner", "placement", "mirror", "sources", "republish", "subject_transform", "mirror_direct", "compression",
-        "allow_msg_schedules", "allow_atomic", "allow_batched", "allow_msg_counter", "persist_mode",
-        "consumer_limits",
-    ),
-    "consumer": ("rate_limit_bps", "sample_freq", "pause_until"),
-}  # fmt: skip
-
-
-def _off(value: Any) -> bool:
-    """Does ``value`` leave a feature off, as leaving its field unset does?"""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return all(_off(getattr(value, f.name)) for f in fields(value))
-    if isinstance(value, dict):
-        return all(_off(v) for v in value.values())
-    value = getattr(value, "value", value)  # an enum member
-    return not value or (isinstance(value, str) and value.lower() in ("none", "default"))
-
-
 def with_params(cls: type[_B], config: Any, params: Dict[str, Any]) -> _B:
     """``config`` (a ``cls``, a dict or None) with keyword overrides, as nats-py's
     ``add_stream(config=None, **params)`` takes them; unknown names are refused, in a dict
-    config too, and so are nats-py's fields jetspark does not support (``NOT_SUPPORTED``)."""
-    from jetspark.errors import BadRequestError
-
+    config too.  A server feature's part given as a dict (``mirror={"name": "A"}``) or a
+    list of them is read into its dataclass, its unknown names refused alike."""
     what = "stream" if cls is StreamConfig else "consumer"
     known = cast(Any, cls).__dataclass_fields__
 
     def kept(given: Dict[str, Any], where: str) -> Dict[str, Any]:
-        unsupported = sorted(k for k, v in given.items() if k in NOT_SUPPORTED[what] and not _off(v))
-        if unsupported:
-            raise BadRequestError(
-                400, BAD_REQUEST,
-                f"{what} config field(s) {unsupported} ({where}) are not supported by jetspark: the embedded engine does not "
-                f"implement them and jetspark's nats:// backend does not send them; leave them unset",
-            )  # fmt: skip
-        unknown = sorted(set(given) - set(known) - set(NOT_SUPPORTED[what]))
-        if unknown:
-            raise BadRequestError(
-                400, BAD_REQUEST, f"unknown {what} config field(s) {unknown} ({where}); accepted: {sorted(known)}"
-            )
-        return {k: v for k, v in given.items() if k in known}
+        _refuse_unknown(set(given), set(known), f"{what} config field(s)", where)
+        nested = cast(Any, cls)._nested
+        return {k: _part(nested.get(k), v, k) for k, v in given.items()}
 
     if config is None:
         config = cls()
@@ -391,6 +525,34 @@ def with_params(cls: type[_B], config: Any, params: Dict[str, Any]) -> _B:
     params = kept(params, "given as keywords")
     result: _B = config.evolve(**params) if params else config
     return result
+
+
+def _refuse_unknown(given: set, known: set, what: str, where: str) -> None:
+    from jetspark.errors import BadRequestError
+
+    unknown = sorted(given - known)
+    if unknown:
+        raise BadRequestError(400, BAD_REQUEST, f"unknown {what} {unknown} ({where}); accepted: {sorted(known)}")
+
+
+def _part(kind: Any, value: Any, where: str) -> Any:
+    """A config part given as a dict (or a list of dicts) read into its dataclass ``kind``."""
+    from jetspark.errors import BadRequestError
+
+    if kind is None or not issubclass(kind, Base):
+        return _read(kind, value)  # an enum's value as its member
+    if isinstance(value, list):
+        return [_part(kind, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if not isinstance(value, dict):
+        return value  # a wrong type goes as it is: the server judges it, the engine refuses it
+    names = {f.name for f in fields(cast(Any, kind))}
+    _refuse_unknown(set(value), names, f"{kind.__name__} field(s)", f"in {where}")
+    required = sorted(f.name for f in fields(cast(Any, kind)) if f.default is dataclasses.MISSING)
+    missing = [n for n in required if n not in value]
+    if missing:
+        raise BadRequestError(400, BAD_REQUEST, f"{where}: {kind.__name__} needs {missing}; given {sorted(value)}")
+    nested = cast(Any, kind)._nested
+    return kind(**{k: _part(nested.get(k), v, f"{where}.{k}") for k, v in value.items()})
 
 
 # ------------------------------------------------------------ delivery and bulk results

@@ -156,7 +156,22 @@ _ENUM_FIELDS = {
     "deliver_policy": "DeliverPolicy",
     "ack_policy": "AckPolicy",
     "replay_policy": "ReplayPolicy",
+    "compression": "StoreCompression",
+    "persist_mode": "PersistMode",
 }
+# Config fields holding a part (a dataclass, or a list of them) of the same name on both sides.
+_PARTS = ("placement", "mirror", "sources", "republish", "subject_transform", "consumer_limits")
+
+
+def _part(v, to_nats: bool):
+    """A config part as the other side's class of the same name, field by field."""
+    if isinstance(v, list):
+        return [_part(x, to_nats) for x in v]
+    if not dataclasses.is_dataclass(v) or isinstance(v, type):
+        return v  # a dict or a wrong type goes as it is: the server judges it
+    cls = getattr(napi if to_nats else api, type(v).__name__)
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{f.name: _part(getattr(v, f.name), to_nats) for f in dataclasses.fields(v) if f.name in names})
 
 
 def _config(c, cls):
@@ -178,12 +193,40 @@ def _config(c, cls):
                 v = enum(v)
         elif f.name == "metadata" and not to_nats:
             v = _user_metadata(v)
+        elif f.name in _PARTS:
+            v = _part(v, to_nats)
+        elif f.name == "pause_until" and v is not None:
+            # nats-py's field is an RFC 3339 string, jetspark's a datetime.
+            if to_nats and isinstance(v, dt.datetime):
+                v = v.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            elif not to_nats and isinstance(v, str):
+                v = _parse_time(v)
         values[f.name] = v
     return cls(**values)
 
 
-def stream_info(info: napi.StreamInfo, raw_state: dict) -> api.StreamInfo:
-    """nats-py's StreamInfo; ``raw_state`` is the server's state JSON for the fields nats-py drops."""
+def _source_info(i: Optional[napi.StreamSourceInfo], raw: Optional[dict]) -> Optional[api.StreamSourceInfo]:
+    """nats-py's StreamSourceInfo, with the server's fields nats-py drops read from ``raw``."""
+    if i is None:
+        return None
+    raw = raw or {}
+    return api.StreamSourceInfo(
+        name=i.name,
+        lag=i.lag,
+        active=i.active,
+        error=i.error,
+        filter_subject=raw.get("filter_subject"),
+        subject_transforms=None
+        if raw.get("subject_transforms") is None
+        else [api.SubjectTransform.from_response(t) for t in raw["subject_transforms"]],
+        external=None if raw.get("external") is None else api.ExternalStream.from_response(raw["external"]),
+    )
+
+
+def stream_info(info: napi.StreamInfo, raw_state: dict, raw: Optional[dict] = None) -> api.StreamInfo:
+    """nats-py's StreamInfo; ``raw_state`` is the server's state JSON for the fields nats-py drops
+    (``raw`` its whole INFO, for the sources' fields nats-py drops)."""
+    raw = raw or {}
     s = info.state
     state = api.StreamState(
         messages=s.messages,
@@ -205,6 +248,10 @@ def stream_info(info: napi.StreamInfo, raw_state: dict) -> api.StreamInfo:
         created=info.created,
         did_create=info.did_create,
         cluster=cluster_info(info.cluster),
+        mirror=_source_info(info.mirror, raw.get("mirror")),
+        sources=None
+        if info.sources is None
+        else [_source_info(i, r) for i, r in zip(info.sources, raw.get("sources") or [{}] * len(info.sources))],
     )
 
 
@@ -242,6 +289,8 @@ def consumer_info(info: napi.ConsumerInfo) -> api.ConsumerInfo:
         num_pending=info.num_pending or 0,
         cluster=cluster_info(info.cluster),
         push_bound=info.push_bound or None,
+        paused=info.paused or None,
+        pause_remaining=info.pause_remaining,
     )
 
 
@@ -556,7 +605,7 @@ class OracleJS:
     def _stream_info(self, info: napi.StreamInfo) -> api.StreamInfo:
         # nats-py's StreamState has no first_ts, last_ts or num_subjects: the server's own INFO has.
         raw = self._raw(f"$JS.API.STREAM.INFO.{info.config.name}")
-        return stream_info(info, raw["state"])
+        return stream_info(info, raw["state"], raw)
 
     def _stream_request(self, verb: str, config: api.StreamConfig) -> api.StreamInfo:
         nconfig = _config(config, napi.StreamConfig)
@@ -589,10 +638,11 @@ class OracleJS:
             if deleted_details:
                 req["deleted_details"] = True
             resp = self._raw(f"$JS.API.STREAM.INFO.{name}", req or None)
-            return stream_info(napi.StreamInfo.from_response(dict(resp, state=dict(resp["state"]))), resp["state"])
+            info = napi.StreamInfo.from_response(dict(resp, state=dict(resp["state"])))
+            return stream_info(info, resp["state"], resp)
         info = self._run(self._js.stream_info(name, subjects_filter=subjects_filter))
         raw = self._raw(f"$JS.API.STREAM.INFO.{name}")
-        return stream_info(info, raw["state"])
+        return stream_info(info, raw["state"], raw)
 
     def streams_info(self) -> list[api.StreamInfo]:
         return [self._stream_info(i) for i in self._run(self._js.streams_info())]

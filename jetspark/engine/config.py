@@ -8,12 +8,20 @@ nothing here touches the store.
 
 from __future__ import annotations
 
+import dataclasses
 from enum import Enum
-from typing import Optional
+from typing import Any, Optional
 
 from jetspark import err_codes as E
-from jetspark.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from jetspark.errors import APIError, ServerError, api_error
+from jetspark.api import (
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StoreCompression,
+    StreamConfig,
+    StreamConsumerLimits,
+)
+from jetspark.errors import APIError, BadRequestError, ServerError, api_error
 from jetspark.protocol import subjects as subj
 
 MAX_NAME_LEN = 255
@@ -53,6 +61,50 @@ def check_storable_name(name: str, kind: str) -> None:
         raise api_error(E.CONSUMER_CREATE, err="error creating store for consumer")
 
 
+# Stream features the engine does not implement (a server does: through nats:// they pass to it).
+# Set to a value that leaves the feature off they are accepted and echoed as the server echoes
+# them; any other value is refused, naming the field (tests/contract/test_config_fields.py).
+UNIMPLEMENTED = (
+    "placement",
+    "mirror",
+    "sources",
+    "republish",
+    "subject_transform",
+    "mirror_direct",
+    "compression",
+    "allow_msg_schedules",
+    "allow_atomic",
+    "allow_batched",
+    "allow_msg_counter",
+    "persist_mode",
+    "consumer_limits",
+)
+
+
+def is_off(value: Any) -> bool:
+    """Does ``value`` leave a feature off, as leaving its field unset does?  (None, False, 0,
+    empty, "none" or "default", or a part whose fields all are.)"""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return all(is_off(getattr(value, f.name)) for f in dataclasses.fields(value))
+    if isinstance(value, dict):
+        return all(is_off(v) for v in value.values())
+    value = getattr(value, "value", value)  # an enum member
+    return not value or (isinstance(value, str) and value.lower() in ("none", "default"))
+
+
+def refuse_unimplemented(kind: str, given: dict[str, Any], fields: tuple[str, ...]) -> None:
+    """10003 naming each of ``fields`` set in ``given`` to a value that is not "off"."""
+    on = sorted(f for f in fields if not is_off(given.get(f)))
+    if on:
+        shown = ", ".join(f"{f}={given[f]!r}" for f in on)
+        raise BadRequestError(
+            400,
+            E.BAD_REQUEST,
+            f"{kind} config field(s) {on} not supported by the embedded engine ({shown}); leave them unset "
+            "or use a NATS server (nats://), which implements them",
+        )
+
+
 def enum_value(enum: type[Enum], value, field: str):
     if value is None or isinstance(value, enum):
         return value
@@ -72,6 +124,10 @@ def _limit(value: Optional[int]) -> int:
 def normalize_stream_config(config: StreamConfig) -> StreamConfig:
     """Apply the server's defaults and validation; return the config it would echo."""
     check_name(config.name)
+    if config.template_owner is not None:
+        # nats-server 2.15 does not know the field at all, whatever its value.
+        raise api_error(E.INVALID_JSON, err='json: unknown field "template_owner"')
+    refuse_unimplemented("stream", {f: getattr(config, f) for f in UNIMPLEMENTED}, UNIMPLEMENTED)
     if config.description is not None and len(config.description.encode()) > MAX_DESCRIPTION_LEN:
         raise invalid(f"stream description is too long, maximum allowed is {MAX_DESCRIPTION_LEN}")
     if config.metadata:
@@ -161,6 +217,12 @@ def normalize_stream_config(config: StreamConfig) -> StreamConfig:
         allow_direct=bool(config.allow_direct),
         first_seq=first_seq,
         metadata=dict(config.metadata) if config.metadata else None,
+        # What the server echoes for these features left off.
+        mirror_direct=False,
+        compression=StoreCompression.NONE,
+        consumer_limits=StreamConsumerLimits(),
+        allow_msg_ttl=bool(config.allow_msg_ttl),
+        subject_delete_marker_ttl=config.subject_delete_marker_ttl or None,
     )
 
 

@@ -20,7 +20,7 @@ from jetspark.api import (
     RetentionPolicy,
     StreamConfig,
 )
-from jetspark.engine.config import MAX_DESCRIPTION_LEN, MAX_NAME_LEN, enum_value, invalid
+from jetspark.engine.config import MAX_DESCRIPTION_LEN, MAX_NAME_LEN, enum_value, invalid, refuse_unimplemented
 from jetspark.errors import api_error
 from jetspark.protocol import subjects as subj
 
@@ -30,6 +30,8 @@ DEFAULT_MAX_ACK_PENDING = 1000
 EPHEMERAL_INACTIVE = 5.0
 MIN_HEARTBEAT = 0.1  # a push consumer's idle_heartbeat, when set (100 ms)
 _NAME_FORBIDDEN = frozenset(".*> \t\r\n\f\v")
+# Consumer features the engine does not implement (see engine/config.py's UNIMPLEMENTED).
+UNIMPLEMENTED = ("rate_limit_bps", "sample_freq", "pause_until")
 
 
 def new_ephemeral_name() -> str:
@@ -58,6 +60,7 @@ def check_consumer_name(name: Optional[str]) -> None:
 
 def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> ConsumerConfig:
     """Apply the server's defaults and validation; return what it would echo."""
+    refuse_unimplemented("consumer", {f: getattr(config, f) for f in UNIMPLEMENTED}, UNIMPLEMENTED)
     heartbeat = float(config.idle_heartbeat) if config.idle_heartbeat and config.idle_heartbeat > 0 else None
     check_consumer_name(config.durable_name)
     check_consumer_name(config.name)

@@ -9,6 +9,7 @@ ignored, and the server's own ``_nats.*`` metadata is not part of a config.
 from __future__ import annotations
 
 import base64
+import copy
 import datetime as _dt
 import re
 from typing import Any, Optional
@@ -102,22 +103,40 @@ def _utf8(text: str) -> bool:
 # ---------------------------------------------------------------------- streams
 
 
+def _scaled(value: Any, convert) -> Any:
+    """A number converted (s <-> ns); anything else as it is, for the server to judge."""
+    return convert(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+def _sources(d: dict, convert_time) -> None:
+    """The mirror's and the sources' start times (RFC 3339 on the wire), in place."""
+    for src in [d.get("mirror")] + list(d.get("sources") or []):
+        if isinstance(src, dict) and src.get("opt_start_time") is not None:
+            src["opt_start_time"] = convert_time(src["opt_start_time"])
+
+
 def stream_config_to_wire(config: api.StreamConfig) -> dict:
+    """Every field that is set goes to the server, which decides (nested parts too)."""
     d = config.as_dict()
     for k in _DURATIONS_STREAM:
         if k in d:
-            d[k] = s_to_ns(d[k])
+            d[k] = _scaled(d[k], s_to_ns)
+    limits = d.get("consumer_limits")
+    if isinstance(limits, dict) and "inactive_threshold" in limits:
+        limits["inactive_threshold"] = _scaled(limits["inactive_threshold"], s_to_ns)
+    _sources(d, lambda t: rfc3339(t) if isinstance(t, _dt.datetime) else t)
     return d
 
 
 def stream_config_from_wire(d: dict) -> api.StreamConfig:
-    d = dict(d)
+    d = copy.deepcopy(d)
     for k in _DURATIONS_STREAM:
         if k in d:
             d[k] = ns_to_s(d[k])
-    for k, enum in (("retention", api.RetentionPolicy), ("storage", api.StorageType), ("discard", api.DiscardPolicy)):
-        if k in d and d[k] is not None:
-            d[k] = enum(d[k])
+    limits = d.get("consumer_limits")
+    if isinstance(limits, dict) and limits.get("inactive_threshold") is not None:
+        limits["inactive_threshold"] = ns_to_s(limits["inactive_threshold"])
+    _sources(d, parse_time)
     d["metadata"] = strip_server_metadata(d.get("metadata"))
     return api.StreamConfig.from_response(d)
 
@@ -138,6 +157,8 @@ def stream_info_from_wire(d: dict) -> api.StreamInfo:
         created=parse_time(d.get("created")),
         did_create=d.get("did_create"),
         cluster=cluster_info_from_wire(d.get("cluster")),
+        mirror=None if d.get("mirror") is None else api.StreamSourceInfo.from_response(d["mirror"]),
+        sources=None if d.get("sources") is None else [api.StreamSourceInfo.from_response(s) for s in d["sources"]],
     )
 
 
@@ -163,9 +184,10 @@ def consumer_config_to_wire(config: api.ConsumerConfig) -> dict:
             d[k] = s_to_ns(d[k])
     if "backoff" in d:
         d["backoff"] = [s_to_ns(b) for b in d["backoff"]]
-    if "opt_start_time" in d:
-        v = config.opt_start_time
-        d["opt_start_time"] = rfc3339(v) if isinstance(v, _dt.datetime) else v
+    for k in ("opt_start_time", "pause_until"):
+        v = getattr(config, k)
+        if isinstance(v, _dt.datetime):
+            d[k] = rfc3339(v)
     return d
 
 
@@ -176,15 +198,9 @@ def consumer_config_from_wire(d: dict) -> api.ConsumerConfig:
             d[k] = ns_to_s(d[k])
     if d.get("backoff") is not None:
         d["backoff"] = [ns_to_s(b) for b in d["backoff"]]
-    if "opt_start_time" in d:
-        d["opt_start_time"] = parse_time(d["opt_start_time"])
-    for k, enum in (
-        ("deliver_policy", api.DeliverPolicy),
-        ("ack_policy", api.AckPolicy),
-        ("replay_policy", api.ReplayPolicy),
-    ):
-        if k in d and d[k] is not None:
-            d[k] = enum(d[k])
+    for k in ("opt_start_time", "pause_until"):
+        if k in d:
+            d[k] = parse_time(d[k])
     d["metadata"] = strip_server_metadata(d.get("metadata"))
     return api.ConsumerConfig.from_response(d)
 
@@ -212,6 +228,8 @@ def consumer_info_from_wire(d: dict) -> api.ConsumerInfo:
         num_pending=d.get("num_pending", 0),
         cluster=cluster_info_from_wire(d.get("cluster")),
         push_bound=d.get("push_bound") or None,
+        paused=d.get("paused") or None,
+        pause_remaining=d.get("pause_remaining"),
     )
 
 

@@ -13,7 +13,14 @@ import contextlib
 import pytest
 
 import jetspark.errors
-from jetspark.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from jetspark.api import (
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StoreCompression,
+    StreamConfig,
+    StreamConsumerLimits,
+)
 from tests.contract import consumer_support as cs
 
 # HTTP-like status the server pairs with each err_code (docs/semantics.md §7).
@@ -80,6 +87,10 @@ def defaults(js, name: str = "S", **changes) -> StreamConfig:
         allow_direct=False,
         first_seq=None,
         metadata=None,
+        mirror_direct=False,
+        compression=StoreCompression.NONE,
+        allow_msg_ttl=False,
+        consumer_limits=StreamConsumerLimits(),
     ).evolve(**changes)
 
 
