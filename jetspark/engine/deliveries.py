@@ -202,8 +202,7 @@ class Deliveries:
         self.check()
         if self.acks:
             self.flush()
-        V.stream_name(name)
-        return self.store.stream(name)
+        return self.store.stream(name)  # (a name HandleBase checked: hooks.stream_arg)
 
     def close(self) -> None:
         """Apply the buffered acks and close the store; fetches waiting in other threads end

@@ -23,7 +23,7 @@ from jetspark.api import (
     datetime_to_ns,
     with_params,
 )
-from jetspark.err_codes import BAD_REQUEST, CONSUMER_NOT_FOUND, INVALID_JSON, STREAM_NOT_FOUND
+from jetspark.err_codes import BAD_REQUEST, CONSUMER_NOT_FOUND, INVALID_JSON
 from jetspark.errors import BadRequestError, api_error
 from jetspark.protocol import headers as hdr
 from jetspark.protocol import subjects as subj
@@ -335,13 +335,6 @@ def consumer_config(config: Any, params: dict) -> ConsumerConfig:
     for name, cls in _CONSUMER_ENUMS.items():
         out[name] = enum(getattr(c, name), cls, name)
     return c.evolve(**out)
-
-
-def stream_name(value: Any) -> str:
-    """A stream argument: a str, else the server's "stream not found"."""
-    if not isinstance(value, str) or not value:
-        raise api_error(STREAM_NOT_FOUND)
-    return value
 
 
 def consumer_name(value: Any) -> str:
