@@ -170,6 +170,7 @@ def normalize_stream_config(config: StreamConfig) -> StreamConfig:
             raise invalid("discard new per subject requires discard new policy to be set")
         if max_msgs_per_subject <= 0:
             raise invalid("discard new per subject requires max msgs per subject > 0")
+    allow_msg_ttl, marker_ttl, allow_rollup, deny_purge = msg_ttl_fields(config)
 
     subjects = list(config.subjects) if config.subjects else [config.name]
     # The server checks each subject in order: valid, capture-all, API space,
@@ -212,8 +213,8 @@ def normalize_stream_config(config: StreamConfig) -> StreamConfig:
         duplicate_window=window,
         sealed=bool(config.sealed),
         deny_delete=bool(config.deny_delete),
-        deny_purge=bool(config.deny_purge),
-        allow_rollup_hdrs=bool(config.allow_rollup_hdrs),
+        deny_purge=deny_purge,
+        allow_rollup_hdrs=allow_rollup,
         allow_direct=bool(config.allow_direct),
         first_seq=first_seq,
         metadata=dict(config.metadata) if config.metadata else None,
@@ -221,9 +222,32 @@ def normalize_stream_config(config: StreamConfig) -> StreamConfig:
         mirror_direct=False,
         compression=StoreCompression.NONE,
         consumer_limits=StreamConsumerLimits(),
-        allow_msg_ttl=bool(config.allow_msg_ttl),
-        subject_delete_marker_ttl=config.subject_delete_marker_ttl or None,
+        allow_msg_ttl=allow_msg_ttl,
+        subject_delete_marker_ttl=marker_ttl,
     )
+
+
+def msg_ttl_fields(config: StreamConfig) -> tuple[bool, Optional[float], bool, bool]:
+    """(allow_msg_ttl, subject_delete_marker_ttl, allow_rollup_hdrs, deny_purge) as the server
+    stores them: delete markers need a TTL of at least 1 s and turn on message TTLs and
+    roll-ups, which their markers use, and so allow purges (tests/contract/test_msg_ttl.py)."""
+    marker_ttl = config.subject_delete_marker_ttl
+    allow_ttl, allow_rollup, deny_purge = (
+        bool(config.allow_msg_ttl),
+        bool(config.allow_rollup_hdrs),
+        bool(config.deny_purge),
+    )
+    if marker_ttl is not None and not isinstance(marker_ttl, (int, float)):
+        raise api_error(
+            E.INVALID_JSON, err=f"can not unmarshal {marker_ttl!r} into subject_delete_marker_ttl (seconds)"
+        )
+    if marker_ttl is not None and marker_ttl < 0:
+        raise invalid("subject delete marker TTL must not be negative")
+    if marker_ttl:
+        if marker_ttl < 1:
+            raise invalid("subject delete marker TTL must be at least 1 second")
+        return True, float(marker_ttl), True, False
+    return allow_ttl, None, allow_rollup, deny_purge
 
 
 def check_create(config: StreamConfig) -> None:
@@ -245,6 +269,8 @@ def check_update(old: StreamConfig, new: StreamConfig) -> StreamConfig:
         raise invalid("stream configuration update can not cancel deny message deletes")
     if old.deny_purge and not new.deny_purge:
         raise invalid("stream configuration update can not cancel deny purge")
+    if old.allow_msg_ttl and not new.allow_msg_ttl:
+        raise invalid("message TTL status can not be disabled")
     if new.sealed:
         # Sealing forces these (docs/semantics.md §1.3).
         new = new.evolve(
