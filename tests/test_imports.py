@@ -210,7 +210,6 @@ def test_every_module_has_a_layer():
 # Grown past the limit by the reformat to 120 columns; to be split.
 OVER_LIMIT: dict[str, int] = {
     "jetspark.engine.consumer": 700,
-    "jetspark.engine.stream": 673,
 }
 
 

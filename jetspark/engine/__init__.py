@@ -10,7 +10,8 @@ from the files up:
 - ``records``: the record format every file shares and its checksums; ``diskio``: the
   store's writes, each landing whole or failing with a typed error; ``locking``:
   cross-process locks; ``config``: StreamConfig defaults and checks, in the server's
-  order; ``refusals``: publish headers for server features the engine does not implement;
+  order; ``msg_ttl``: per-message TTL and delete-marker values as the server reads and
+  writes them; ``refusals``: publish headers for server features a stream does not have;
 - ``metafile``: the small JSON documents, checksummed and kept twice; ``state_header``: a
   stream's state header (two checksummed slots); ``blocks``: one block's files;
   ``bindings``: push subscriptions bound to a consumer, seen by every process;
@@ -26,10 +27,13 @@ from the files up:
   retention they drive;
 - ``block_index``: which block holds a sequence, its entry, size and liveness;
   ``subject_stats``: per-subject counts; ``verify``: records checked against their
-  checksums before they are served;
+  checksums before they are served; ``ttl_index``: which messages carry a TTL, read back
+  from the stream;
 - ``block_writer``: appends and removals on the blocks; ``recovery``: what a crash or
   damage left, found and cut away; ``check``: ``check_stream``, finding and repairing;
 - ``storage``: ``StreamStorage``, one stream's files composed of the layers above;
+- ``expiry``: max_age, TTLs and delete markers, applied at the next operation;
+  ``stream_state``: a stream's state as stream_info reports it;
 - ``stream``: one stream's JetStream rules (publish checks, limits, purge, get, delete);
 - ``store_dir``: ``StoreDirectory``, the store directory (lock, generation, registry of
   streams, subject routes, damaged streams); ``backup``: a stream's files copied under its

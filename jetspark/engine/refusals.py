@@ -1,14 +1,15 @@
 """Publish headers for server features the embedded engine does not implement.
 
 nats-server refuses a message that asks, through a header, for a feature its
-stream does not have enabled; the engine has none of these features, so it
-refuses such a message as the server refuses it on a stream without the
-feature: same ``code``, ``err_code`` and description, at the same point of the
-server's order of checks (docs/semantics.md §3.6), so nothing is stored and
-no ``Nats-Msg-Id`` is recorded.  The features and their headers:
+stream does not have enabled; the engine refuses such a message as the server
+refuses it on a stream without the feature: same ``code``, ``err_code`` and
+description, at the same point of the server's order of checks
+(docs/semantics.md §3.6), so nothing is stored and no ``Nats-Msg-Id`` is
+recorded.  The features and their headers:
 
-- per-message TTL (``allow_msg_ttl``): ``Nats-TTL`` -> 10166, 10165 when the value
-  is not a TTL;
+- per-message TTL (``allow_msg_ttl``, which the engine implements: msg_ttl.py):
+  ``Nats-TTL`` on a stream without it -> 10166; 10165 when the value is not a TTL,
+  on any stream;
 - counters (``allow_msg_counter``): ``Nats-Incr`` -> 10168, 10171 when the value
   is not an integer;
 - message schedules (``allow_msg_schedules``): ``Nats-Schedule``,
@@ -34,10 +35,10 @@ import re
 from typing import Optional
 
 from jetspark import err_codes as E
+from jetspark.engine.msg_ttl import TTL, parse_ttl
 from jetspark.errors import BadRequestError
 from jetspark.protocol import headers as H
 
-TTL = "Nats-TTL"
 INCR = "Nats-Incr"
 SCHEDULE = "Nats-Schedule"
 SCHEDULE_TIME_ZONE = "Nats-Schedule-Time-Zone"
@@ -90,7 +91,8 @@ def check_trace(hdr: bytes) -> None:
         raise BadRequestError(
             400,
             E.BAD_REQUEST,
-            f"message tracing ({TRACE_DEST} header) is not supported by the embedded engine; publish without it, or trace on a nats-server",
+            f"message tracing ({TRACE_DEST} header) is not supported by the embedded engine; "
+            "publish without it, or trace on a nats-server",
         )
 
 
@@ -111,9 +113,10 @@ def check_incr(hdr: bytes) -> None:
 
 
 def check_ttl_enabled(hdr: bytes) -> None:
-    """After Nats-Expected-Stream: a valid TTL asks for a feature the stream lacks."""
+    """After Nats-Expected-Stream, on a stream without ``allow_msg_ttl``: a valid TTL asks for
+    a feature the stream lacks."""
     value = _value(hdr, TTL)
-    if value is not None and ttl_seconds(value) not in (0, None):
+    if value is not None and parse_ttl(value) not in (0, None):
         raise refused(E.MESSAGE_TTL_DISABLED)
 
 
@@ -146,49 +149,11 @@ def check_header_size(hdr: bytes) -> None:
 def check_ttl_valid(hdr: bytes) -> None:
     """Before the discard-new limits: a Nats-TTL that is not a TTL."""
     value = _value(hdr, TTL)
-    if value is not None and ttl_seconds(value) is None:
+    if value is not None and parse_ttl(value) is None:
         raise refused(E.MESSAGE_TTL_INVALID)
 
 
 # ---------------------------------------------------------------------- values as the server reads them
-
-_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_GO_PART = re.compile(r"([0-9]*(?:\.[0-9]*)?)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
-
-
-def _go_duration(text: str) -> Optional[float]:
-    """Seconds, as Go's time.ParseDuration reads ``text`` ("1h30m", "1.5s", "0"), or None."""
-    sign = 1.0
-    if text[:1] in "+-":
-        sign, text = (-1.0 if text[0] == "-" else 1.0), text[1:]
-    if text == "0":
-        return 0.0
-    if not text:
-        return None
-    total, pos = 0.0, 0
-    while pos < len(text):
-        m = _GO_PART.match(text, pos)
-        if not m or m.group(1) in ("", "."):
-            return None
-        total += float(m.group(1)) * _GO_UNITS[m.group(2)]
-        pos = m.end()
-    if total * 1e9 > 2**63 - 1:
-        return None
-    return sign * total
-
-
-def ttl_seconds(value: str) -> Optional[int]:
-    """A Nats-TTL value as the server reads it: -1 for "never", the whole seconds of a Go
-    duration of at least 1 s or of a plain number, 0 for a plain 0 (no TTL); None when it
-    is not a TTL (the server's 10165)."""
-    if value.lower() == "never":
-        return -1
-    dur = _go_duration(value)
-    if dur is not None:
-        return int(dur) if dur >= 1 else None
-    if value.isascii() and value.isdigit() and int(value) <= 2**63 - 1:
-        return int(value)
-    return None
 
 
 def _known_zone(name: str) -> bool:

@@ -36,7 +36,7 @@ writes nothing else; other removals append a range record to ``ops``.
 
 This module is the façade: ``StreamStorage`` composes the layers below it
 and keeps what ties them together: this process's caches (the per-subject
-stats, the dedup caches), catching up with other processes, and the change
+stats, the dedup caches, the TTL index), catching up with other processes, and the change
 protocol (``locked()``: the lock, and the commit).  The layers, each
 depending only on those above it in this list:
 
@@ -52,7 +52,8 @@ depending only on those above it in this list:
   inline (the hot paths: one publish or one discard-old removal touches the
   header, the tail block, the subject table, the removed set and the
   per-subject counts without a call per part);
-- dedup.py: the message-id journals and their caches.
+- dedup.py: the message-id journals and their caches;
+- ttl_index.py: which messages carry a per-message TTL, read back from their headers.
 
 verify, subject_stats, recovery and block_writer take the ``BlockIndex`` (and
 the stats they maintain), never the façade, which owns the lock and commits
@@ -94,6 +95,7 @@ from jetspark.engine.records import IDX_DTYPE
 from jetspark.engine.removed import RemovedSet
 from jetspark.engine.state_header import HeaderFile, StreamHeader, pack_slot
 from jetspark.engine.subject_table import SubjectTable
+from jetspark.engine.ttl_index import TTLIndex
 from jetspark.engine.verify import Record, bad_records, read_message, read_messages, verify
 from jetspark.errors import APIError, CorruptStoreError, StoreError
 
@@ -177,6 +179,8 @@ class StreamStorage:
         self.writer.reset()
         self.message_ids = MessageIds(self.journals)
         self.journals.keep_retired()
+        # Read back from the stream on demand, by streams with allow_msg_ttl (ttl_index.py).
+        self.ttl_index: Optional[TTLIndex] = None
 
     # What the block index holds, read by the layers above the storage (stream.py, check.py, ...).
 
@@ -341,7 +345,8 @@ class StreamStorage:
                 # (a fast writer, small blocks).  Start over from a fresh header.
                 self._reset_caches()
                 raise FilesMoved(
-                    f"{self.dir / 'blk'}: sequences {lo}..{h.last_seq} are not all in the blocks listed ({cause or 'unwritten index entries'})",
+                    f"{self.dir / 'blk'}: sequences {lo}..{h.last_seq} are not all in the blocks listed "
+                    f"({cause or 'unwritten index entries'})",
                     self.dir / "blk",
                 ) from cause
             live = ~self.index.removed.mask(lo, h.last_seq)

@@ -3,8 +3,9 @@
 Everything here runs on top of ``StreamStorage``; mutations happen inside
 ``storage.locked()`` so concurrent processes see them whole.  Validation
 always comes before the first write, so a rejected request writes nothing.
-Time-driven behaviour (max_age, the dedup window) is applied at the next
-operation: there is no background thread.
+Time-driven behaviour (max_age, per-message TTLs and their delete markers:
+expiry.py; the dedup window) is applied at the next operation: there is no
+background thread.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ import numpy as np
 
 from jetspark import err_codes as E
 from jetspark.api import (
-    ENGINE_NAME,
-    ClusterInfo,
     DiscardPolicy,
     PubAck,
     RawStreamMsg,
@@ -26,10 +25,9 @@ from jetspark.api import (
     StorageType,
     StreamConfig,
     StreamInfo,
-    StreamState,
     ns_to_datetime,
 )
-from jetspark.engine import metafile, refusals
+from jetspark.engine import expiry, metafile, msg_ttl, refusals, stream_state
 from jetspark.engine.consumer_set import ConsumerSet
 from jetspark.engine.records import msgid_hash
 from jetspark.engine.state_header import MAX_LAST_ID
@@ -131,9 +129,9 @@ class Stream:
         self._reload_config()
         if self.storage.header.deleted:
             raise api_error(E.STREAM_NOT_FOUND)
-        if self.config.max_age and self._expired_exists():
+        if (self.config.max_age or self.config.allow_msg_ttl) and expiry.pending(self):
             with self.locked():
-                pass
+                pass  # the lock applies what came due (_StreamLock)
 
     def locked(self):
         return _StreamLock(self)
@@ -146,24 +144,6 @@ class Stream:
         return t if t > last else last + 1000
 
     # ------------------------------------------------------------------ limits
-
-    def _expired_exists(self) -> bool:
-        s = self.storage
-        if not s.header.msgs:
-            return False
-        cutoff = self.clock() - int(self.config.max_age * _NS)
-        return int(s.entries(s.header.first_seq, s.header.first_seq)[0]["ts"]) <= cutoff
-
-    def _expire(self) -> None:
-        """Remove messages older than max_age (lazily, at the next operation)."""
-        if not self.config.max_age or not self._expired_exists():
-            return
-        s = self.storage
-        cutoff = self.clock() - int(self.config.max_age * _NS)
-        end = self.seq_at_time(cutoff + 1) - 1  # last seq with ts <= cutoff
-        first = s.header.first_seq
-        n = self.remove_range(first, end)
-        log.debug("stream %s: max_age removed %d messages (seq %d..%d)", self.name, n, first, end)
 
     def seq_at_time(self, ts_ns: int) -> int:
         """The first sequence whose timestamp is >= ts_ns (last_seq + 1 if none)."""
@@ -286,13 +266,15 @@ class Stream:
                 and not c.sealed
                 and c.discard == DiscardPolicy.OLD
                 and not c.max_age
+                and not c.allow_msg_ttl
                 and c.max_msgs_per_subject <= 0
             )
             cached = self._plain_cache = (c, ok)
         return cached[1]
 
-    def _publish_locked(self, subject: str, data: bytes, hdr: bytes) -> PubAck:
-        """The server's order of checks (docs/semantics.md §3.6, as nats-server 2.15 runs it)."""
+    def _publish_locked(self, subject: str, data: bytes, hdr: bytes, at: Optional[int] = None) -> PubAck:
+        """The server's order of checks (docs/semantics.md §3.6, as nats-server 2.15 runs it).
+        ``at``: the time of a delete marker the stream stores itself (store_marker)."""
         s, c = self.storage, self.config
         h = s.header
         if c.sealed:
@@ -310,7 +292,8 @@ class Stream:
             expected_stream = H.lookup(hdr, H.EXPECTED_STREAM)
             if expected_stream is not None and expected_stream != c.name:
                 raise api_error(E.STREAM_NOT_MATCH)
-            refusals.check_ttl_enabled(hdr)
+            if not c.allow_msg_ttl:
+                refusals.check_ttl_enabled(hdr)
             subj_seq = H.lookup(hdr, H.EXPECTED_LAST_SUBJ_SEQ)
             subj_seq_subject = H.lookup(hdr, H.EXPECTED_LAST_SUBJ_SEQ_SUBJECT)
             if subj_seq is not None:
@@ -340,11 +323,14 @@ class Stream:
                     raise api_error(E.STREAM_ROLLUP_FAILED, err=f'rollup value invalid: "{H.lookup(hdr, H.ROLLUP)}"')
         sid = s.subject_ids.get(subject)
         interested = c.retention != RetentionPolicy.INTEREST or self._has_interest(subject)
+        ttl = 0
         if hdr and interested:
             refusals.check_ttl_valid(hdr)  # (a message no consumer wants is taken before this check)
+            if c.allow_msg_ttl:
+                hdr, ttl = self._ttl_of(hdr)
         self.check_discard_new(sid, len(subject.encode()), len(hdr), len(data))
 
-        ts = self.now()
+        ts = self.now() if at is None else max(at, h.last_ts + 1000)
         if not interested:
             # Not stored, but the sequence is consumed (docs/semantics.md §3.3) and the id
             # becomes the last one; a rollup still purges what it covers, after the skip.
@@ -359,10 +345,28 @@ class Stream:
             if rollup is not None:
                 self._rollup(rollup, subject, seq - 1)
             self.enforce_limits(sid)
+        if c.allow_msg_ttl and s.ttl_index is not None:
+            s.ttl_index.noted(seq, ts, ttl)
         if msg_id is not None:
             s.add_dedup(msgid_hash(msg_id), seq, ts)
             s.compact_journals(self.clock(), int(c.duplicate_window * _NS))
         return PubAck(stream=c.name, seq=seq)
+
+    def _ttl_of(self, hdr: bytes) -> tuple[bytes, int]:
+        """The header to store and its TTL: with subject delete markers, a TTL shorter than the
+        marker TTL is raised to it (the header rewritten, as the server does), unless a subject
+        holds one message at most (docs/semantics.md §3.7)."""
+        c = self.config
+        ttl = msg_ttl.header_ttl(hdr)
+        floor = int(c.subject_delete_marker_ttl or 0)
+        if 0 < ttl < floor and c.max_msgs_per_subject != 1:
+            return msg_ttl.raise_ttl(hdr, floor), floor
+        return hdr, ttl
+
+    def store_marker(self, subject: str, at: int) -> None:
+        """Store the delete marker of ``subject``'s last message, expired at ``at`` (expiry.py):
+        published as the server publishes it to its own stream, its rollup removing that message."""
+        self._publish_locked(subject, b"", msg_ttl.marker_header(self.config.subject_delete_marker_ttl), at=at)
 
     def _rollup(self, rollup: str, subject: str, upto: int) -> None:
         """A rollup is a purge (the subject's, or the stream's) of what lies at or below
@@ -578,50 +582,7 @@ class Stream:
 
     def info(self, subjects_filter: Optional[str] = None, deleted_details: bool = False) -> StreamInfo:
         with self.locked():
-            return self._info(subjects_filter, deleted_details)
-
-    def _info(self, subjects_filter: Optional[str], deleted_details: bool) -> StreamInfo:
-        s = self.storage
-        consumer_count = self.consumers.count  # damaged consumers still exist
-        h = s.header
-        first = h.first_seq
-        if not h.held and h.last_seq == 0 and not self.config.first_seq:
-            first = 0  # a stream that never held a message reports 0/0
-        first_ts = None
-        if h.msgs:
-            first_ts = ns_to_datetime(int(s.entries(h.first_seq, h.first_seq)[0]["ts"]))
-        num_deleted = (h.last_seq - first + 1) - h.msgs if h.last_seq > first else 0
-        deleted = None
-        if deleted_details and h.last_seq >= first and first:
-            deleted = (np.flatnonzero(s.dead_mask(first, h.last_seq)) + first).tolist() or None
-        subjects = None
-        if subjects_filter:
-            count = s.ensure_stats()[0]
-            subjects = {
-                name: int(count[i])
-                for i, name in enumerate(s.subjects)
-                if count[i] > 0 and subj.matches(subjects_filter, name)
-            } or None
-        state = StreamState(
-            messages=h.msgs,
-            bytes=h.bytes,
-            first_seq=first,
-            last_seq=h.last_seq,
-            consumer_count=consumer_count,
-            first_ts=first_ts,
-            last_ts=ns_to_datetime(h.last_ts) if h.last_ts else None,
-            num_subjects=h.num_subjects,
-            num_deleted=max(num_deleted, 0),
-            deleted=deleted,
-            subjects=subjects,
-            lost=s.lost(),
-        )
-        return StreamInfo(
-            config=self.config,
-            state=state,
-            created=ns_to_datetime(self.created_ns),
-            cluster=ClusterInfo(leader=ENGINE_NAME),
-        )
+            return stream_state.stream_info(self, subjects_filter, deleted_details)
 
 
 class _StreamLock:
@@ -643,7 +604,7 @@ class _StreamLock:
             if st.storage.header.cons_gen or st.consumers.by_name:
                 st.consumers.sync()
                 st.consumers.expire_inactive(st.clock())
-            st._expire()
+            expiry.expire(st)
         except BaseException as exc:
             self.inner.__exit__(type(exc), exc, exc.__traceback__)
             raise
