@@ -106,8 +106,13 @@ FRAME_FEED = (
     and isinstance(getattr(_nats_client, "DEFAULT_BUFFER_SIZE", None), int)
 )
 # A read this long (nats-py's read size) likely left more waiting: it is kept and framed with
-# what follows, up to this much, so each framing pass covers many frames.
+# what follows, up to this much, so each framing pass covers many frames (a pass costs a fixed
+# ~0.3 ms of array calls: over 256 KiB, one socket read's worth, that is a third of the framing).
 STASH_BYTES = 1 << 20
+# Loop turns without a new read after which what is kept is framed: nats-py's read loop takes a
+# socket read (up to 256 KiB) in steps of its read size, then waits for the next one, which
+# comes a loop turn later when the server is sending faster than the reader takes it.
+IDLE_TURNS = 2
 FrameHandler = Callable[[bytes, F.Frames], None]
 
 
@@ -117,8 +122,9 @@ class FrameFeed:
 
     ``parse(data)`` is what nats-py's read loop calls with each read.  A full-size read is
     kept (more is likely waiting, and the next read returns at once) until the reads come
-    short, ``STASH_BYTES`` have gathered, or the loop falls idle (a callback frames what
-    is kept then); then everything gathered is framed at once (``frames.scan``).  Runs of
+    short, ``STASH_BYTES`` have gathered, or ``IDLE_TURNS`` turns of the event loop bring no
+    new read (a callback frames what is kept then); then everything gathered is framed at
+    once (``frames.scan``).  Runs of
     frames of a ``bulk`` subscription go to its handler; every other frame goes, in order,
     where nats-py's own parser sends it."""
 
@@ -129,6 +135,8 @@ class FrameFeed:
         self._stash: list[bytes] = []
         self._stashed = 0
         self._kicked = False
+        self._idle = 0  # loop turns without a new read, while something is kept
+        self._seen = 0  # the bytes kept at the last of those turns
         self._lock: Optional[asyncio.Lock] = None
         self._failed: Optional[BaseException] = None
 
@@ -145,14 +153,24 @@ class FrameFeed:
         if len(data) >= _nats_client.DEFAULT_BUFFER_SIZE and self._stashed < STASH_BYTES:
             if not self._kicked:
                 self._kicked = True
+                self._idle, self._seen = 0, 0
                 asyncio.get_running_loop().call_soon(self._kick)
             return
         await self._drain()
 
     def _kick(self) -> None:
+        if not self._stash:
+            self._kicked = False
+            return
+        if self._stashed != self._seen:  # a read came since the last turn: more may be on its way
+            self._idle, self._seen = 0, self._stashed
+        else:
+            self._idle += 1
+        if self._idle < IDLE_TURNS:
+            asyncio.get_running_loop().call_soon(self._kick)
+            return
         self._kicked = False
-        if self._stash:
-            asyncio.ensure_future(self._drain_later())
+        asyncio.ensure_future(self._drain_later())
 
     async def _drain_later(self) -> None:
         try:

@@ -228,8 +228,8 @@ def test_a_range_read_on_the_public_path_matches_the_frame_path(js, name):
 
 def test_the_feed_keeps_full_reads_until_the_reads_come_short_or_the_loop_falls_idle():
     """A read as long as nats-py's read size is kept (more is likely waiting); a short read
-    frames everything kept, and so does the event loop falling idle: nothing waits for
-    traffic that may never come."""
+    frames everything kept, and so do a few turns of the event loop without a read (IDLE_TURNS):
+    nothing waits for traffic that may never come."""
     import nats.aio.client as nats_client
 
     from tests.remote.test_frames import _Recorder, nats_py_events
@@ -245,14 +245,55 @@ def test_the_feed_keeps_full_reads_until_the_reads_come_short_or_the_loop_falls_
         await feed.parse(reads[0])
         await feed.parse(reads[1])
         kept = list(rec.events)
-        for _ in range(3):
+        await asyncio.sleep(0)
+        one_turn = list(rec.events)  # (one turn without a read: the next may still come)
+        for _ in range(fastpath.IDLE_TURNS + 2):
             await asyncio.sleep(0)  # the loop falls idle: the kept reads are framed
         idle = list(rec.events)
         for r in reads[2:]:
             await feed.parse(r)
-        return kept, idle, rec.events
+        return kept, one_turn, idle, rec.events
 
-    kept, idle, events = asyncio.run(scenario())
-    assert kept == []
+    kept, one_turn, idle, events = asyncio.run(scenario())
+    assert kept == one_turn == []
     assert idle == nats_py_events([reads[0] + reads[1]])
+    assert events == nats_py_events(reads)
+
+
+def test_the_feed_gathers_full_reads_that_come_a_loop_turn_apart_into_one_framing_pass():
+    """nats-py's read loop hands over a socket read in steps of its read size, then waits a loop
+    turn for the next: full reads coming one turn apart are still gathered (up to STASH_BYTES)
+    and framed at once, so one framing pass covers many frames; what they hold reads as
+    nats-py reads it."""
+    import nats.aio.client as nats_client
+
+    from jetspark.protocol.frames import FrameReader
+    from tests.remote.test_frames import _Recorder, nats_py_events
+
+    size = nats_client.DEFAULT_BUFFER_SIZE
+    data = b"".join(b"MSG s.%d 7 r.%d 3\r\nabc\r\n" % (i, i) for i in range(8 * size // 20))
+    reads = [data[i : i + size] for i in range(0, len(data), size)]
+    assert len(reads) >= 8 and len(reads[-1]) < size
+    passes = []
+
+    async def scenario():
+        rec = _Recorder()
+        feed = fastpath.FrameFeed(rec)
+
+        class Counted(FrameReader):
+            def feed(self, chunk):
+                passes.append(len(chunk))
+                return super().feed(chunk)
+
+        feed.reader = Counted()
+        for r in reads[:-1]:
+            await feed.parse(r)
+            await asyncio.sleep(0)  # the read loop waits a turn for the socket's next read
+        before_short = list(rec.events)
+        await feed.parse(reads[-1])
+        return before_short, rec.events
+
+    before_short, events = asyncio.run(scenario())
+    assert before_short == []
+    assert passes == [len(data)]
     assert events == nats_py_events(reads)
