@@ -15,11 +15,21 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from jetspark.errors import JetSparkError
 from jetspark.protocol.frames import Frames, parse_ints
 
-__all__ = ["AckFields", "DirectFields", "FrameChunk", "ack_fields", "direct_fields", "puback_fields", "rfc3339_ns"]
+__all__ = [
+    "AckFields",
+    "DirectFields",
+    "FrameChunk",
+    "ack_fields",
+    "compact",
+    "direct_fields",
+    "puback_fields",
+    "rfc3339_ns",
+]
 
 
 class AckFields:
@@ -213,33 +223,94 @@ def puback_fields(buf: bytes, f: Frames, prefix_len: int, rows: int) -> tuple[np
     return at, row, seq, dup, plain
 
 
+def _masked(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The spans ``a[lo:hi]`` (in order and apart) joined: what is left of ``a[lo[0]:hi[-1]]``
+    once the bytes between them are masked out, one ``np.repeat`` and one compress, no
+    slice per span; a view of ``a`` when they follow each other with nothing between."""
+    region = a[int(lo[0]) : int(hi[-1])]
+    gaps = lo[1:] - hi[:-1]  # the bytes after each span, to the next
+    if not gaps.any():
+        return region
+    runs = np.empty(2 * len(lo), dtype=np.int64)
+    runs[0::2] = hi - lo
+    runs[1:-1:2] = gaps
+    runs[-1] = 0
+    pattern = _KEEP_SKIP[: len(runs)] if len(runs) <= len(_KEEP_SKIP) else np.tile(np.array([True, False]), len(lo))
+    return region[np.repeat(pattern, runs)]
+
+
+_KEEP_SKIP = np.tile(np.array([True, False]), 1 << 17)
+
+
+def _gathered(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The spans ``a[lo:hi]`` (in order and apart) joined.  Spans of about one length (a
+    subject, a payload of a fixed size) are copied as rows of a window as wide as the
+    longest, touching only their own bytes; others through ``_masked``, which reads every
+    byte from the first span to the last."""
+    lens = hi - lo
+    width = int(lens.max())
+    if width == 0:
+        return np.zeros(0, dtype=np.uint8)
+    total = int(lens.sum())
+    if width * len(lo) > 2 * total or int(lo[-1]) + width > len(a):
+        return _masked(a, lo, hi)
+    rows = as_strided(a, shape=(len(a) - width + 1, width), strides=(1, 1), writeable=False)[lo]
+    if total == width * len(lo):
+        return rows.reshape(-1)
+    return rows[np.arange(width) < lens[:, None]]
+
+
+def _offsets(lens: np.ndarray, base: int = 0) -> np.ndarray:
+    out = np.empty(len(lens) + 1, dtype=np.int64)
+    out[0] = base
+    np.cumsum(lens, out=out[1:])
+    if base:
+        out[1:] += base
+    return out
+
+
+def compact(buf: bytes, f: Frames, *, replies: bool = True) -> tuple[np.ndarray, Frames]:
+    """The messages ``f`` of ``buf`` copied into a buffer of their own (uint8), and their
+    frames in it: the subjects, then the reply subjects (none unless ``replies``), then
+    each header block with its payload, each part in frame order.
+
+    A read compacts what it takes while the buffer it came in is still in the CPU's
+    caches: the buffer (control lines and all) can go, and the columns a chunk's
+    messages make (``FrameChunk.column``) are then plain slices of it."""
+    if not len(f):
+        return np.zeros(0, dtype=np.uint8), f
+    a = np.frombuffer(buf, dtype=np.uint8)
+    pieces = [_gathered(a, f.subj_lo, f.subj_hi)]
+    subj = _offsets(f.subj_hi - f.subj_lo)
+    if replies:
+        pieces.append(_gathered(a, f.reply_lo, f.reply_hi))
+        reply = _offsets(f.reply_hi - f.reply_lo, int(subj[-1]))
+    else:
+        reply = np.full(len(f) + 1, subj[-1], dtype=np.int64)
+    pieces.append(_gathered(a, f.hdr_lo, f.data_hi))
+    body = _offsets(f.data_hi - f.hdr_lo, int(reply[-1]))
+    out = np.concatenate(pieces)
+    hdr_lo = body[:-1]
+    return out, Frames(
+        f.kind, f.sid, subj[:-1], subj[1:], reply[:-1], reply[1:], hdr_lo, hdr_lo + (f.data_lo - f.hdr_lo), body[1:]
+    )
+
+
 def _spans(parts: list[tuple[bytes, Frames]], lo_name: str, hi_name: str) -> tuple[np.ndarray, bytes]:
-    """Offsets (n + 1, int64) and the bytes of one span per frame, joined.  The spans of a
-    buffer are in order and apart, so they are what is left of it once the bytes between
-    them are masked out: one ``np.repeat`` and one compress per buffer, no slice per span."""
+    """Offsets (n + 1, int64) and the bytes of one span per frame, joined."""
     bodies: list[np.ndarray] = []
     lens = []
     for buf, f in parts:
         lo, hi = getattr(f, lo_name), getattr(f, hi_name)
         if not len(lo):
             continue
-        a = np.frombuffer(buf, dtype=np.uint8, count=int(hi[-1]), offset=0)[int(lo[0]) :]
-        span = hi - lo
-        runs = np.empty(2 * len(lo), dtype=np.int64)
-        runs[0::2] = span
-        runs[1::2] = np.append(lo[1:], hi[-1]) - hi  # the bytes after each span, to the next
-        pattern = _KEEP_SKIP[: len(runs)] if len(runs) <= len(_KEEP_SKIP) else np.tile(np.array([True, False]), len(lo))
-        keep = np.repeat(pattern, runs)
-        bodies.append(a[keep])
-        lens.append(span)
+        bodies.append(_masked(np.frombuffer(buf, dtype=np.uint8), lo, hi))
+        lens.append(hi - lo)
     n = sum(len(x) for x in lens)
     offsets = np.zeros(n + 1, dtype=np.int64)
     if n:
         np.cumsum(np.concatenate(lens), out=offsets[1:])
     return offsets, b"".join(bodies)  # type: ignore[arg-type]  # (arrays are buffers)
-
-
-_KEEP_SKIP = np.tile(np.array([True, False]), 1 << 17)
 
 
 class FrameChunk:

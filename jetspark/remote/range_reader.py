@@ -28,7 +28,7 @@ from nats.nuid import NUID
 from jetspark.errors import ConsumerNotFoundError, JetSparkError, MsgNotFoundError
 from jetspark.protocol import ack_reply
 from jetspark.protocol import subjects as subj
-from jetspark.protocol.deliveries import FrameChunk, ack_fields
+from jetspark.protocol.deliveries import FrameChunk, ack_fields, compact
 from jetspark.remote import jsapi, wire
 from jetspark.remote.fastpath import FrameInbox, status_of
 from jetspark.remote.session import Session
@@ -86,7 +86,7 @@ class Puller:
     """
 
     def __init__(self, session: Session, stream: str, consumer: str, hi: int, *, limit: Optional[int] = None,
-                 pull_batch: Optional[int] = None, in_flight: int = PULLS_IN_FLIGHT, keep_headers: bool = False,
+                 pull_batch: Optional[int] = None, in_flight: int = PULLS_IN_FLIGHT, replies: bool = True,
                  next_cseq: Optional[int] = None, eager: bool = True) -> None:  # fmt: skip
         self.session = session
         self.stream = stream
@@ -95,7 +95,7 @@ class Puller:
         self.limit = limit
         self.pull_batch = pull_batch or PULL_BATCH
         self.in_flight = in_flight
-        self.keep_headers = keep_headers
+        self.replies = replies  # keep each delivery's reply subject in the chunks
         self.next_cseq = next_cseq  # consumer sequences must follow each other (ack none, no redeliveries)
         self.eager = eager  # open the next request as soon as one is served (else: at the next next_chunk)
         self.received = 0
@@ -196,7 +196,7 @@ class Puller:
             if k:
                 i, j = pos - base, pos - base + k
                 part = f[pos : pos + k]
-                parts.append((buf, part))
+                parts.append(compact(buf, part, replies=self.replies))
                 seqs.append(ack.sseq[i:j])
                 times.append(ack.time[i:j])
                 n += k
@@ -416,7 +416,7 @@ class RangeRead:
         hi: int,
         filters,
         *,
-        keep_headers: bool,
+        replies: bool,
         headers_only: bool = False,
     ) -> None:
         self.session = session
@@ -424,7 +424,7 @@ class RangeRead:
         self.lo = lo
         self.hi = hi
         self.filters = filters
-        self.keep_headers = keep_headers
+        self.replies = replies
         self.headers_only = headers_only
         self.consumer: Optional[str] = None
         self.puller: Optional[Puller] = None
@@ -441,9 +441,7 @@ class RangeRead:
         )
         if start == self.lo:
             self.pending_at_start = pending
-        self.puller = Puller(
-            self.session, self.stream, self.consumer, self.hi, keep_headers=self.keep_headers, next_cseq=1
-        )
+        self.puller = Puller(self.session, self.stream, self.consumer, self.hi, replies=self.replies, next_cseq=1)
         self.puller.last_sseq = start - 1  # a restart before any delivery resumes here, not at lo
         if pending == 0:
             self.puller.done = True

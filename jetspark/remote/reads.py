@@ -73,23 +73,23 @@ def read_batches(
 
 
 def range_reader(
-    session: Session, info: StreamInfo, lo: int, hi: int, filters, *, keep_headers: bool, headers_only: bool = False
+    session: Session, info: StreamInfo, lo: int, hi: int, filters, *, replies: bool, headers_only: bool = False
 ):
-    """The reader for a range of ``info``'s stream: an ephemeral consumer (range_reader.RangeRead);
-    on a work-queue stream, which takes none, batched direct gets where the stream allows
+    """The reader for a range of ``info``'s stream: an ephemeral consumer (range_reader.RangeRead,
+    its chunks with each delivery's reply subject if ``replies``); on a work-queue stream, which takes none, batched direct gets where the stream allows
     them (direct.DirectRead), plain gets otherwise (range_reader.GetRead)."""
     if info.config.retention == RetentionPolicy.WORK_QUEUE:
         if info.config.allow_direct:
             return DirectRead(session, info.config.name, lo, hi, filters)
         return GetRead(session, info.config.name, lo, hi, filters)
-    return RangeRead(session, info.config.name, lo, hi, filters, keep_headers=keep_headers, headers_only=headers_only)
+    return RangeRead(session, info.config.name, lo, hi, filters, replies=replies, headers_only=headers_only)
 
 
 def _read_gen(session, info, lo, hi, filters, batch_size, headers) -> Iterator[pa.RecordBatch]:
     if lo > hi:
         return
     stream = info.config.name
-    reader = range_reader(session, info, lo, hi, filters, keep_headers=headers)
+    reader = range_reader(session, info, lo, hi, filters, replies=False)
     for chunk in _chunks(session, reader, batch_size, f"read_batches of {stream!r}"):
         yield _to_batch(stream, chunk, headers)
 
@@ -142,6 +142,15 @@ def _binary(values: list[bytes], type_: pa.DataType) -> pa.Array:
     return pa.Array.from_buffers(large, n, [None, pa.py_buffer(offsets), body]).cast(type_)
 
 
+def _repeated(value: bytes, n: int) -> pa.Array:
+    """A string column of ``value`` ``n`` times (its buffers made directly: pyarrow's ``take``
+    of a one-row array costs ~10 ns a row)."""
+    if len(value) * n >= (1 << 31) - 1:
+        return _binary([value], pa.string()).take(from_numpy(pa.int32(), np.zeros(n, dtype=np.int32)))
+    offsets = np.arange(0, (n + 1) * len(value), len(value), dtype=np.int32) if value else np.zeros(n + 1, np.int32)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(value * n)])
+
+
 def from_numpy(type_: pa.DataType, values: np.ndarray) -> pa.Array:
     values = np.ascontiguousarray(values)
     return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
@@ -160,7 +169,7 @@ def _frames_to_batch(stream: str, chunk: FrameChunk, headers: bool) -> pa.Record
     """A range read's chunk of frames into Arrow: its spans joined straight into column buffers."""
     n = len(chunk)
     columns = [
-        _binary([stream.encode()], pa.string()).take(from_numpy(pa.int32(), np.zeros(n, dtype=np.int32))),
+        _repeated(stream.encode(), n),
         _column(*chunk.column("subject"), pa.string()),
         from_numpy(pa.int64(), chunk.seq_array),
         from_numpy(pa.timestamp("us", tz="UTC"), chunk.time_array // 1000),
@@ -183,7 +192,7 @@ def _to_batch(stream: str, chunk: Chunk, headers: bool) -> pa.RecordBatch:
     uniq: dict[bytes, int] = {}
     ids = np.fromiter((uniq.setdefault(s, len(uniq)) for s in chunk.subjects), dtype=np.int32, count=n)
     columns = [
-        _binary([stream.encode()], pa.string()).take(from_numpy(pa.int32(), np.zeros(n, dtype=np.int32))),
+        _repeated(stream.encode(), n),
         _binary(list(uniq), pa.string()).take(from_numpy(pa.int32(), ids)),
         from_numpy(pa.int64(), seqs),
         from_numpy(pa.timestamp("us", tz="UTC"), ts // 1000),
@@ -223,9 +232,7 @@ def _ordered_gen(session, info, lo, hi, filters, batch_size) -> Iterator[Msg]:
         if not isinstance(reader, RangeRead):
             total = sum(
                 len(c)
-                for c in _chunks(
-                    session, range_reader(session, info, lo, hi, filters, keep_headers=False), batch_size, what
-                )
+                for c in _chunks(session, range_reader(session, info, lo, hi, filters, replies=False), batch_size, what)
             )
         else:
             beyond = hi < info.state.last_seq and reader.pending_at_start
@@ -235,7 +242,7 @@ def _ordered_gen(session, info, lo, hi, filters, batch_size) -> Iterator[Msg]:
             total = reader.pending_at_start - after
 
     cseq = 0
-    reader = range_reader(session, info, lo, hi, filters, keep_headers=True)
+    reader = range_reader(session, info, lo, hi, filters, replies=True)
     for chunk in _chunks(session, reader, batch_size, what, opened=count):
         replies = chunk.replies or [b""] * len(chunk)  # gets have no delivery subjects
         for subject, data, reply, hdr, sseq, ts in zip(
@@ -292,7 +299,7 @@ def seq_for_bytes(session: Session, stream: str, lo: int, hi: int, max_bytes: in
     if lo <= st.first_seq and hi >= st.last_seq and st.bytes <= max_bytes:
         return hi
     storage = info.config.storage or StorageType.FILE
-    reader = range_reader(session, info, lo, hi, None, keep_headers=True, headers_only=True)
+    reader = range_reader(session, info, lo, hi, None, replies=False, headers_only=True)
     what = f"seq_for_bytes on {stream!r}"
     total = 0
     with closing(_chunks(session, reader, PULL_BATCH, what)) as chunks:

@@ -22,7 +22,7 @@ from nats.errors import ProtocolError
 from nats.protocol.parser import Parser
 
 from jetspark.protocol import frames as F
-from jetspark.protocol.deliveries import FrameChunk, ack_fields
+from jetspark.protocol.deliveries import FrameChunk, ack_fields, compact
 
 
 class _Recorder:
@@ -216,6 +216,74 @@ def test_parse_ints_reads_numbers_and_flags_what_is_not_one():
     values, ok = F.parse_ints(a, lo, hi)
     assert ok.tolist() == [True, True, True, False, False, False]
     assert values[:3].tolist() == [12, 0, 1764139000123456789]
+
+
+numbers = st.one_of(
+    st.integers(0, 2**63 - 1).map(lambda v: b"%d" % v),
+    st.integers(0, 10**25).map(lambda v: b"%d" % v),  # (past int64 and past 19 digits too)
+    st.text(alphabet="0123456789", max_size=22).map(str.encode),  # (leading zeros, empty)
+    st.binary(max_size=22),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(numbers, min_size=1, max_size=30), st.binary(max_size=9), st.binary(max_size=3))
+def test_parse_ints_reads_what_int_reads_anywhere_in_a_buffer(tokens, head, gap):
+    """Each span is a number exactly when it is 1 to 19 ASCII digits of an int64, and then its
+    value is int()'s, wherever it lies (at the buffer's start, its end, inside a word)."""
+    buf, lo, hi = bytearray(head), [], []
+    for t in tokens:
+        lo.append(len(buf))
+        buf += t
+        hi.append(len(buf))
+        buf += gap
+    values, ok = F.parse_ints(np.frombuffer(bytes(buf), dtype=np.uint8), np.array(lo), np.array(hi))
+    for t, v, good in zip(tokens, values.tolist(), ok.tolist()):
+        number = 1 <= len(t) <= 19 and all(48 <= c <= 57 for c in t) and int(t) < 2**63
+        assert good == number, t
+        if number:
+            assert v == int(t)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(frame(), min_size=1, max_size=40), st.booleans(), st.integers(0, 40), st.integers(0, 40))
+def test_compact_keeps_every_span_of_the_messages_it_copies(frames, replies, i, j):
+    """compact() copies a run of messages out of the buffer they came in: each one's subject,
+    header block and payload (and reply subject, when asked) read the same from the copy,
+    which holds nothing else; the columns a chunk makes of either are the same."""
+    data = b"".join(frames)
+    f, _ = F.scan(data)
+    msgs = f[np.flatnonzero(f.kind <= F.HMSG)]
+    part = msgs[min(i, j) : max(i, j)]
+    out, c = compact(data, part, replies=replies)
+    assert len(c) == len(part) and c.kind.tolist() == part.kind.tolist() and c.sid.tolist() == part.sid.tolist()
+
+    def spans(buf, fr, lo, hi):
+        return [bytes(buf[x:y]) for x, y in zip(getattr(fr, lo).tolist(), getattr(fr, hi).tolist())]
+
+    for lo, hi in (("subj_lo", "subj_hi"), ("hdr_lo", "data_lo"), ("data_lo", "data_hi")):
+        assert spans(out.tobytes(), c, lo, hi) == spans(data, part, lo, hi)
+    want_replies = spans(data, part, "reply_lo", "reply_hi") if replies else [b""] * len(part)
+    assert spans(out.tobytes(), c, "reply_lo", "reply_hi") == want_replies
+    kept = sum(len(x) for x in spans(data, part, "subj_lo", "subj_hi") + spans(data, part, "hdr_lo", "data_hi"))
+    assert len(out) == kept + (sum(map(len, want_replies)))
+    whole, copied = FrameChunk([(data, part)], part.sid, part.sid), FrameChunk([(out, c)], c.sid, c.sid)
+    for what in ("subject", "data", "headers"):
+        (o1, b1), (o2, b2) = whole.column(what), copied.column(what)
+        assert o1.tolist() == o2.tolist() and bytes(b1) == bytes(b2)
+    assert whole.headers == copied.headers and whole.datas == copied.datas
+
+
+def test_compact_copies_spans_of_one_length_as_rows_and_others_through_a_mask():
+    """Both ways of copying a run's spans (rows of a window for spans of about one length,
+    a mask over the buffer for the rest) give the same bytes, up to the buffer's last byte."""
+    long_one = b"z" * 500
+    for payloads in ([b"%05d" % i for i in range(50)], [b"%05d" % i if i != 7 else long_one for i in range(50)]):
+        data = b"".join(b"MSG s.%d 1 r.%d %d\r\n%s\r\n" % (i, i, len(p), p) for i, p in enumerate(payloads))
+        f, _ = F.scan(data)
+        out, c = compact(data, f, replies=True)
+        assert FrameChunk([(out, c)], c.sid, c.sid).datas == payloads
+        assert FrameChunk([(out, c)], c.sid, c.sid).replies == [b"r.%d" % i for i in range(50)]
 
 
 def test_ack_fields_read_both_reply_subject_forms():
