@@ -27,7 +27,7 @@ from pathlib import Path
 from jetspark.api import BackupInfo, StreamConfig
 from jetspark.backend.archive import Archive, Meter, Writer
 from jetspark.engine import config as cfg
-from jetspark.engine import diskio, wakeup
+from jetspark.engine import diskio, stream_state, wakeup
 from jetspark.engine.records import ENTRY, ENTRY_SIZE
 from jetspark.engine.storage import StreamStorage
 from jetspark.engine.stream import Stream, config_from_json
@@ -60,7 +60,7 @@ def write(st: Stream, writer: Writer, consumers: bool, meter: Meter, store_forma
         meta = st.load_meta()
         plan = _plan(s, consumers)
         meter.total = sum(n for _, _, n in plan)
-        state = st._info(None, False).state
+        state = stream_state.stream_info(st, None, False).state  # (the lock held)
         for rel, path, length in plan:
             with writer.part(f"{DATA}/{rel}") as part:
                 _copy(path, length, part, meter)
