@@ -232,7 +232,7 @@ def test_trace_prints_each_call_and_its_answer(cli, nats_server):
     r = cli("--trace", "pub", "s.a", "hi")
     assert r.stderr.splitlines() == [
         ">>> publish('s.a', b'hi')",
-        "<<< PubAck(stream='S', seq=1, domain=None, duplicate=None)",
+        "<<< PubAck(stream='S', seq=1, domain=None, duplicate=None, val=None)",
     ]
     assert "Published 2 bytes to s.a" in r.stdout  # the output itself is unchanged
     r = cli("--trace", "stream", "info", "NOPE", code=1)

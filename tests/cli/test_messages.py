@@ -20,7 +20,7 @@ def test_pub_one(orders):
     # out), not False.
     with jetspark.connect(orders.store) as js:
         api = dataclasses.asdict(js.publish("orders.new", b"api"))
-    assert api == {"stream": "ORDERS", "seq": 9, "domain": None, "duplicate": None}
+    assert api == {"stream": "ORDERS", "seq": 9, "domain": None, "duplicate": None, "val": None}
     assert orders.json_lines("pub", "orders.new", "again") == [{**api, "seq": 10}]
 
 
@@ -63,7 +63,7 @@ def test_pub_no_templates(cli):
 
 def test_pub_dedup_with_id(orders):
     acks = orders.json_lines("pub", "orders.new", "x", "--id", "order-2")
-    assert acks == [{"stream": "ORDERS", "seq": 2, "domain": None, "duplicate": True}]
+    assert acks == [{"stream": "ORDERS", "seq": 2, "domain": None, "duplicate": True, "val": None}]
     r = orders("pub", "orders.new", "x", "--count", "4", "--id", "order-{{Count}}")
     assert "3 duplicates (same Nats-Msg-Id within the duplicate window) were not stored again" in r.stdout
     assert orders.json("stream", "info", "ORDERS")["state"]["messages"] == 6
