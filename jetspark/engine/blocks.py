@@ -77,6 +77,7 @@ class Block:
     def reserve_index(self, end: int) -> None:
         """Make sure index bytes up to ``end`` have disk space before they are stored into."""
         if end > self.ialloc:
+            assert self.imm is not None, "reserve_index before map_for_writing"
             self.ialloc = _reserve(
                 self.ifd, self.ialloc, end, min(self.ialloc + INDEX_CHUNK, len(self.imm)), f"{self.path}.idx"
             )
