@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 from typing import Any, Optional
 
 import click
@@ -113,6 +114,13 @@ def _options(edit: bool):
                 help="Deliver only headers (with Nats-Msg-Size), not bodies.",
             ),
             click.option("--metadata", multiple=True, metavar="KEY=VALUE", help="Metadata to attach (repeat)."),
+            click.option(
+                "--pause",
+                "pause_until",
+                metavar="TIME|DURATION",
+                help="Pause deliveries until an RFC 3339 time or for a duration from now, e.g. 1h "
+                "(a NATS server's; the embedded engine refuses it).",
+            ),
         ]
         for opt in reversed(opts):
             fn = opt(fn)
@@ -153,7 +161,24 @@ def _changes(params: dict[str, Any]) -> dict[str, Any]:
             )
     if params.get("metadata"):
         out["metadata"] = parse_metadata(params["metadata"])
+    if params.get("pause_until"):
+        out["pause_until"] = _pause_until(params["pause_until"])
     return out
+
+
+def _pause_until(text: str) -> _dt.datetime:
+    """``--pause``: an RFC 3339 time, or a duration from now (as ``nats consumer add --pause``)."""
+    try:
+        return _dt.datetime.now(_dt.timezone.utc) + _dt.timedelta(seconds=parse_duration(text))
+    except ValueError:
+        pass
+    try:
+        when = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is neither a duration (1h) nor an RFC 3339 time", param_hint="--pause"
+        ) from None
+    return when if when.tzinfo else when.replace(tzinfo=_dt.timezone.utc)
 
 
 # ---------------------------------------------------------------------- rendering
@@ -199,6 +224,12 @@ def _config_pairs(name: str, c: ConsumerConfig, every: bool = False) -> list[tup
         ("Inactive Threshold", format_duration(c.inactive_threshold) if c.inactive_threshold else None),
         ("Headers Only", "true" if c.headers_only else None),
     ]
+    if c.rate_limit_bps:
+        config.append(("Rate Limit", f"{fmt_count(c.rate_limit_bps)} bps"))
+    if c.sample_freq:
+        config.append(("Sampling Rate", c.sample_freq))
+    if c.pause_until is not None:
+        config.append(("Paused Until Deadline", fmt_time(c.pause_until)))
     for k, v in sorted((c.metadata or {}).items()):
         config.append((f"Metadata {k}", v))
     if every:
@@ -232,6 +263,12 @@ def render_consumer_info(info: ConsumerInfo) -> str:
         ("Unprocessed Messages", fmt_count(info.num_pending)),
         ("Waiting Pulls", None if c.deliver_subject else fmt_count(info.num_waiting)),
         ("Active Interest", ("true" if info.push_bound else "false") if c.deliver_subject else None),
+        (
+            "Paused Until",
+            f"{fmt_time(c.pause_until)} ({format_duration(round(info.pause_remaining / 1e9))} remaining)"
+            if info.paused and info.pause_remaining is not None
+            else None,
+        ),
     ]
     head = f"Information for Consumer {info.stream_name} > {info.name}" + (
         f" created {fmt_time(info.created)}" if info.created else ""

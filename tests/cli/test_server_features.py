@@ -159,3 +159,27 @@ def test_half_given_pairs_are_usage_errors(cli):
     for flags in (["--transform-source", "a.>"], ["--republish-source", "a.>"], ["--republish-headers"]):
         r = cli("stream", "add", "E", *flags, code=2)
         assert "--transform-destination" in r.stderr or "--republish-" in r.stderr
+
+
+def test_consumer_add_pause_on_a_server_and_consumer_info_shows_it(cli, url):
+    s = fresh("P")
+    cli("-s", url, "stream", "add", s, "--subjects", f"{s}.>")
+    doc = cli.json("-s", url, "consumer", "add", s, "D", "--pause", "1h")
+    assert doc["paused"] is True and 0 < doc["pause_remaining"] <= 3600 * 10**9
+    text = cli("-s", url, "consumer", "info", s, "D").stdout
+    assert "Paused Until Deadline: " in text and " remaining)" in text.split("State:")[1]
+    with jetspark.connect(url) as js:
+        info = js.consumer_info(s, "D")
+    assert info.paused is True
+    assert info.config.pause_until.isoformat().replace("+00:00", "Z")[:19] == doc["config"]["pause_until"][:19]
+    until = cli.json("-s", url, "consumer", "add", s, "E", "--pause", "2020-01-02T03:04:05Z")
+    assert until["config"]["pause_until"].startswith("2020-01-02T03:04:05") and "paused" not in until
+    r = cli("-s", url, "consumer", "add", s, "F", "--pause", "soon", code=2)
+    assert "neither a duration (1h) nor an RFC 3339 time" in r.stderr
+
+
+def test_consumer_add_pause_on_the_engine_is_refused(cli):
+    cli("stream", "add", "E", "--subjects", "e.>")
+    r = cli("consumer", "add", "E", "D", "--pause", "1h", code=1)
+    assert "['pause_until'] not supported by the embedded engine" in r.stderr
+    assert cli.json("consumer", "ls", "E") == []
