@@ -16,7 +16,8 @@ Modules, each importing only those above it (nothing imports ``client``):
 - ``pull_messages``: ``PullSubscription.messages()``, pull requests kept outstanding;
   ``pull``: pull subscriptions and delivered messages; ``push``: push subscriptions;
 - ``range_reader``: pipelined pulls of a range (ephemeral consumers, plain gets);
-  ``direct``: a range read with batched direct gets, no consumer;
+  ``direct_frames``: batched direct-get replies read in bulk;
+  ``direct``: a range read with pipelined batched direct gets, no consumer;
 - ``reads``: Arrow range reads, the ordered consumer, time/bytes -> sequence;
 - ``appends``: batch appends; ``async_publish``: ``publish_async``, pipelined;
   ``ack_floor``: advancing a durable's ack floor;
