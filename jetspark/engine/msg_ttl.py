@@ -34,7 +34,7 @@ _GO_PART = re.compile(r"([0-9]*(?:\.[0-9]*)?)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
 def go_duration(text: str) -> Optional[float]:
     """Seconds, as Go's time.ParseDuration reads ``text`` ("1h30m", "1.5s", "0"), or None."""
     sign = 1.0
-    if text[:1] in "+-":
+    if text[:1] in ("+", "-"):
         sign, text = (-1.0 if text[0] == "-" else 1.0), text[1:]
     if text == "0":
         return 0.0
