@@ -79,7 +79,8 @@ def _options(edit: bool):
                     default="all",
                     show_default=True,
                     metavar="POLICY",
-                    help="Where to start: all, last, new, subject (last per subject), a stream sequence (100), a duration back from now (1h) or an RFC 3339 time.",
+                    help="Where to start: all, last, new, subject (last per subject), a stream sequence (100), "
+                    "a duration back from now (1h) or an RFC 3339 time.",
                 ),
                 click.option(
                     "--replay",
@@ -156,7 +157,8 @@ def _changes(params: dict[str, Any]) -> dict[str, Any]:
         if wait is not None and out["backoff"] and wait != out["backoff"][0]:
             # JetStream sets the ack wait to the first backoff delay: say that --wait is not used.
             click.echo(
-                f"Warning: --backoff sets the ack wait to its first delay ({format_duration(out['backoff'][0])}); --wait {format_duration(wait)} is not used",
+                f"Warning: --backoff sets the ack wait to its first delay ({format_duration(out['backoff'][0])}); "
+                f"--wait {format_duration(wait)} is not used",
                 err=True,
             )
     if params.get("metadata"):
@@ -287,7 +289,8 @@ def _push_options(fn):
             click.option(
                 "--ephemeral",
                 is_flag=True,
-                help="An ephemeral consumer: removed after --inactive-threshold (default 5s) without activity; NAME is optional.",
+                help="An ephemeral consumer: removed after --inactive-threshold (default 5s) without activity; "
+                "NAME is optional.",
             ),
             click.option(
                 "--pull",

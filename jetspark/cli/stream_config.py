@@ -62,7 +62,8 @@ def config_options(edit: bool):
             click.option(
                 "--replicas",
                 type=int,
-                help="Number of replicas: more than 1 needs a NATS cluster (the embedded engine and a lone server refuse it, err_code 10074).",
+                help="Number of replicas: more than 1 needs a NATS cluster "
+                "(the embedded engine and a lone server refuse it, err_code 10074).",
             ),
             click.option(
                 "--retention",
@@ -113,7 +114,8 @@ def config_options(edit: bool):
                 "--config",
                 "config_file",
                 type=click.File("r"),
-                help="Read the config from a JSON file: a StreamConfig as `stream info --json` prints it (durations in seconds); flags override it.",
+                help="Read the config from a JSON file: a StreamConfig as `stream info --json` prints it "
+                "(durations in seconds); flags override it.",
             ),
         ]
         for opt in reversed(opts):

@@ -175,7 +175,8 @@ def check(js, name: str, repair: bool, as_json: bool):
             click.echo(f"Dropped {plural(len(report.lost), 'damaged message')}: {_seq_list(report.lost)}")
         if report.problems:
             click.echo(
-                f"Stream {name}: {'OK after repair' if report.ok else 'problems remain'}, {plural(report.messages, 'message')}"
+                f"Stream {name}: {'OK after repair' if report.ok else 'problems remain'}, "
+                f"{plural(report.messages, 'message')}"
             )
     if not report.ok:
         raise SystemExit(1)
@@ -333,7 +334,8 @@ def rm(js, name: str, force: bool):
     state = js.stream_info(name).state
     if not force:
         click.confirm(
-            f"Really delete stream {name} with {plural(state.messages, 'message')} and {plural(state.consumer_count, 'consumer')}?",
+            f"Really delete stream {name} with {plural(state.messages, 'message')} "
+            f"and {plural(state.consumer_count, 'consumer')}?",
             abort=True,
         )
     js.delete_stream(name)
@@ -395,7 +397,8 @@ def purge(
         return
     click.echo(
         f"Purged {plural(purged, 'message')} from {name}: {fmt_count(after.messages)} left, "
-        f"{format_size(after.bytes)}, first sequence {fmt_count(after.first_seq)}, last sequence {fmt_count(after.last_seq)}"
+        f"{format_size(after.bytes)}, first sequence {fmt_count(after.first_seq)}, "
+        f"last sequence {fmt_count(after.last_seq)}"
     )
 
 
@@ -516,7 +519,8 @@ def backup(js, name: str, directory: Path, consumers: bool, as_json: bool, show_
         return
     s = result.state
     click.echo(
-        f"Backed up stream {name} to {result.path}: {plural(s.messages, 'message')} (sequences {fmt_count(s.first_seq)}..{fmt_count(s.last_seq)}), "
+        f"Backed up stream {name} to {result.path}: {plural(s.messages, 'message')} "
+        f"(sequences {fmt_count(s.first_seq)}..{fmt_count(s.last_seq)}), "
         f"{plural(result.consumers, 'consumer')}, {format_size(result.bytes)} in {plural(result.files, 'file')}"
     )
 
@@ -546,7 +550,8 @@ def restore(js, directory: Path, as_json: bool, show_progress: Optional[bool]):
         emit_json(info)
         return
     click.echo(
-        f"Restored stream {info.config.name} from {directory}: {plural(info.state.messages, 'message')}, {plural(info.state.consumer_count, 'consumer')}\n"
+        f"Restored stream {info.config.name} from {directory}: {plural(info.state.messages, 'message')}, "
+        f"{plural(info.state.consumer_count, 'consumer')}\n"
     )
     click.echo(render_stream_info(info))
 

@@ -244,7 +244,8 @@ class NatsJetStream(HandleBase):
                 return
             if time.monotonic() > deadline:
                 raise RequestTimeoutError(
-                    f"restore_stream {stream!r}: the stream is restored, but only {ready} of its {want} consumers have a leader after {wait:g}s"
+                    f"restore_stream {stream!r}: the stream is restored, but only {ready} of its {want} consumers "
+                    f"have a leader after {wait:g}s"
                 )
             time.sleep(0.02)
 

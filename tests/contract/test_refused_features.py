@@ -1,7 +1,7 @@
 """Publish headers that ask for a feature the stream does not have: refused, nothing left behind.
 
 A stream made without ``allow_msg_ttl``, ``allow_msg_counter``, ``allow_msg_schedules`` or
-``allow_atomic`` (jetspark's streams never have them) refuses a message carrying
+``allow_atomic`` (the embedded engine's never have them) refuses a message carrying
 ``Nats-TTL``, ``Nats-Incr``, ``Nats-Schedule*`` or ``Nats-Batch-Id``, at the point of the
 server's order of checks where the server refuses it (docs/semantics.md §3.6).  A refused
 message stores nothing and records no ``Nats-Msg-Id``: a later publish with that id is
@@ -126,8 +126,8 @@ STORED = [
     *({name: "1"} for name in (
         "Nats-Consumer-Stalled", "Nats-Last-Consumer", "Nats-Last-Sequence", "Nats-Last-Stream", "Nats-No-Masking",
         "Nats-Num-Pending", "Nats-Pending-Bytes", "Nats-Pending-Messages", "Nats-Pin-Id", "Nats-Required-Api-Level",
-        "Nats-Response-Type", "Nats-Sequence", "Nats-Server-Xkey", "Nats-Stream", "Nats-Stream-Identity", "Nats-Subject",
-        "Nats-Time-Stamp", "Nats-Trace-Hop", "Nats-Trace-Only", "Nats-Trace-Origin-Account", "Nats-UpTo-Sequence",
+        "Nats-Response-Type", "Nats-Sequence", "Nats-Server-Xkey", "Nats-Stream", "Nats-Stream-Identity",
+        "Nats-Subject", "Nats-Time-Stamp", "Nats-Trace-Hop", "Nats-Trace-Only", "Nats-Trace-Origin-Account", "Nats-UpTo-Sequence",
     )),
 ]  # fmt: skip
 
@@ -147,8 +147,8 @@ SERVER_HEADERS = (
     "Nats-Last-Sequence", "Nats-Last-Stream", "Nats-Marker-Reason", "Nats-Msg-Id", "Nats-Msg-Size", "Nats-No-Masking",
     "Nats-Num-Pending", "Nats-Pending-Bytes", "Nats-Pending-Messages", "Nats-Pin-Id", "Nats-Request-Info",
     "Nats-Required-Api-Level", "Nats-Response-Type", "Nats-Rollup", "Nats-Schedule", "Nats-Schedule-Next",
-    "Nats-Schedule-Rollup", "Nats-Schedule-Source", "Nats-Schedule-TTL", "Nats-Schedule-Target", "Nats-Schedule-Time-Zone",
-    "Nats-Scheduler", "Nats-Sequence", "Nats-Server-Xkey", "Nats-Stream", "Nats-Stream-Identity", "Nats-Stream-Source",
+    "Nats-Schedule-Rollup", "Nats-Schedule-Source", "Nats-Schedule-TTL", "Nats-Schedule-Target",
+    "Nats-Schedule-Time-Zone", "Nats-Scheduler", "Nats-Sequence", "Nats-Server-Xkey", "Nats-Stream", "Nats-Stream-Identity", "Nats-Stream-Source",
     "Nats-Subject", "Nats-TTL", "Nats-Time-Stamp", "Nats-Trace-Dest", "Nats-Trace-Hop", "Nats-Trace-Only",
     "Nats-Trace-Origin-Account", "Nats-UpTo-Sequence",
 )  # fmt: skip
