@@ -527,7 +527,7 @@ def with_params(cls: type[_B], config: Any, params: Dict[str, Any]) -> _B:
     return result
 
 
-def _refuse_unknown(given: set, known: set, what: str, where: str) -> None:
+def _refuse_unknown(given: set[str], known: set[str], what: str, where: str) -> None:
     from jetspark.errors import BadRequestError
 
     unknown = sorted(given - known)

@@ -432,8 +432,8 @@ def _source_info_pairs(s: StreamSourceInfo) -> list[tuple[str, Any]]:
     for i, t in enumerate(s.subject_transforms or []):
         pairs.append(("Subject Filter and Transform" if i == 0 else f"Transform {i + 1}", f"{t.src} to {t.dest}"))
     pairs.append(("Lag", fmt_count(s.lag)))
-    seen = s.active is not None and s.active >= 0
-    pairs.append(("Last Seen", format_duration(s.active / 1e9) if seen else "never"))
+    # (active: nanoseconds since the origin was last heard from; the server's -1: never)
+    pairs.append(("Last Seen", format_duration(s.active / 1e9) if s.active is not None and s.active >= 0 else "never"))
     if s.external is not None:
         pairs.append(("Ext. API Prefix", s.external.api))
         pairs.append(("Ext. Delivery Prefix", s.external.deliver or None))
