@@ -1,0 +1,174 @@
+"""Per-message TTLs and delete markers on the embedded store: crashes, other processes, damage.
+
+A message's TTL lives in its own header and its time in its index entry, so the TTL index is
+read back from the stream (jetspark/engine/ttl_index.py): these tests kill a publishing
+process (SIGKILL), reopen, and check that the deadline still holds; that another process's
+handle (its own caches) expires what this one stored, and the other way round; that a
+damaged record is never scheduled nor served; and that a refused batch leaves no deadline
+behind for the sequences it did not keep.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import jetspark
+from jetspark.errors import BadRequestError, CorruptStoreError, MsgNotFoundError
+from tests.conftest import FakeClock
+
+ROOT = Path(__file__).resolve().parents[2]
+S = "T"
+MARKER = {"Nats-Marker-Reason": "MaxAge", "Nats-TTL": "1m0s", "Nats-Rollup": "sub"}
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def run_and_kill(store: Path, body: str) -> None:
+    """Run ``body`` in a child with ``js`` open on ``store`` (its path in ``store`` there) and
+    SIGKILL it once ``body`` returned."""
+    code = (
+        textwrap.dedent(
+            f"""
+        import os, signal, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        import jetspark
+        store = {str(store)!r}
+        js = jetspark.connect(store)
+        """
+        )
+        + textwrap.dedent(body)
+        + "\nos.write(1, b'done\\n')\nos.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert proc.stdout == b"done\n", proc.stderr.decode()
+    assert proc.returncode == -9
+
+
+def subjects_of(js, stream: str = S) -> list[tuple[int, str]]:
+    st = js.stream_info(stream).state
+    out = []
+    for q in range(st.first_seq, st.last_seq + 1):
+        try:
+            out.append((q, js.get_msg(stream, q).subject))
+        except MsgNotFoundError:
+            pass
+    return out
+
+
+@pytest.mark.parametrize("storage", ["file", "memory"])
+def test_an_acknowledged_ttl_survives_a_kill_and_expires_after_reopening(tmp_path, storage):
+    store = tmp_path / "store"
+    with jetspark.connect(store) as js:
+        js.add_stream(name=S, subjects=["t.>"], allow_msg_ttl=True, storage=storage)
+    run_and_kill(
+        store,
+        """
+        js.publish("t.a", b"1", headers={"Nats-TTL": "5s"})
+        js.publish("t.b", b"2", headers={"Nats-TTL": "never"})
+        js.publish("t.c", b"3")
+        js.publish("t.d", b"4", headers={"Nats-TTL": "1h"})
+        """,
+    )
+    clock = FakeClock()  # now: the child's messages are younger than their TTLs
+    with jetspark.connect(store, clock=clock) as js:
+        assert subjects_of(js) == [(1, "t.a"), (2, "t.b"), (3, "t.c"), (4, "t.d")]
+        clock.advance(6)
+        assert subjects_of(js) == [(2, "t.b"), (3, "t.c"), (4, "t.d")]
+        clock.advance(3600)
+        assert subjects_of(js) == [(2, "t.b"), (3, "t.c")]
+
+
+def test_a_marker_written_before_a_kill_is_there_and_expires_after_reopening(tmp_path):
+    store = tmp_path / "store"
+    with jetspark.connect(store) as js:
+        js.add_stream(name=S, subjects=["t.>"], subject_delete_marker_ttl=60)
+    # The child stores a message whose deadline passed long ago (its clock an hour back):
+    # its next operation stores the marker, then it dies.
+    run_and_kill(
+        store,
+        """
+        import time
+        old = jetspark.connect(store, clock=lambda: time.time_ns() - 3600 * 10**9)
+        old.publish("t.a", b"1", headers={"Nats-TTL": "60"})
+        old.close()
+        js.stream_info("T")
+        """,
+    )
+    clock = FakeClock()
+    with jetspark.connect(store, clock=clock) as js:
+        # The marker is at the expiry's time (an hour ago), so its own minute is long over too.
+        assert subjects_of(js) == []
+        st = js.stream_info(S).state
+        assert (st.messages, st.first_seq, st.last_seq) == (0, 3, 2)
+
+
+def test_another_process_expires_what_this_one_stored(tmp_path):
+    clock = FakeClock()
+    with jetspark.connect(tmp_path / "store", clock=clock) as a, jetspark.connect(tmp_path / "store", clock=clock) as b:
+        a.add_stream(name=S, subjects=["t.>"], subject_delete_marker_ttl=60)
+        a.publish("t.a", b"1", headers={"Nats-TTL": "60"})
+        assert subjects_of(b) == [(1, "t.a")]  # b's TTL index is built here, from the stream
+        a.publish("t.b", b"2", headers={"Nats-TTL": "120"})  # b reads this one's header back
+        clock.advance(61)
+        got = b.get_msg(S, 3)  # b stores the marker of t.a
+        assert (got.subject, got.headers) == ("t.a", MARKER)
+        assert subjects_of(a) == [(2, "t.b"), (3, "t.a")]
+        clock.advance(60)  # t.b (at 120 s) and the marker (at 61 + 60 s) come due: a handles them
+        assert [(q, s, a.get_msg(S, q).headers) for q, s in subjects_of(a)] == [(4, "t.b", MARKER)]
+        clock.advance(60)
+        assert subjects_of(b) == []
+
+
+def test_a_damaged_ttl_message_is_never_scheduled_nor_served(tmp_path, caplog):
+    store = tmp_path / "store"
+    clock = FakeClock()
+    with jetspark.connect(store, clock=clock) as js:
+        js.add_stream(name=S, subjects=["t.>"], allow_msg_ttl=True)
+        for i in range(3):
+            js.publish(f"t.{i}", b"x", headers={"Nats-TTL": "5s"})
+    (hdr,) = (store / "streams" / S / "data" / "blk").glob("*.hdr")
+    raw = hdr.read_bytes()
+    block = b"NATS/1.0\r\nNats-TTL: 5s\r\n\r\n"
+    assert raw == block * 3
+    with open(hdr, "r+b") as f:  # the second message's TTL: "5s" -> "9s"
+        f.seek(len(block) + len(b"NATS/1.0\r\nNats-TTL: "))
+        f.write(b"9")
+    with caplog.at_level(logging.WARNING, logger="jetspark"), jetspark.connect(store, clock=clock) as js:
+        clock.advance(6)
+        st = js.stream_info(S, deleted_details=True).state
+        # The intact ones expired; the damaged one is neither removed on the strength of a
+        # header that fails its checksum nor served.
+        assert (st.messages, st.first_seq, st.last_seq, st.deleted) == (1, 2, 3, [3])
+        with pytest.raises(CorruptStoreError, match="fails its checksum"):
+            js.get_msg(S, 2)
+        assert "damaged records are not read for their TTL" in caplog.text
+        report = js.check_stream(S, repair=True)
+        assert (report.ok, report.lost) == (True, (2,))
+        assert js.stream_info(S).state.messages == 0
+
+
+def test_a_refused_batch_leaves_no_deadline_for_the_sequences_it_did_not_keep(tmp_path):
+    clock = FakeClock()
+    with jetspark.connect(tmp_path / "store", clock=clock) as js:
+        js.add_stream(name=S, subjects=["t.>"], allow_msg_ttl=True)
+        js.stream_info(S)  # the TTL index exists before the batch
+        table = pa.table(
+            {
+                "subject": ["t.a", "t.b"],
+                "data": [b"1", b"2"],
+                "headers": pa.array([[("Nats-TTL", "1s")], [("Nats-Incr", "1")]], pa.map_(pa.string(), pa.string())),
+            }
+        )
+        with pytest.raises(BadRequestError):
+            js.publish_batch(table, stream=S)
+        # Sequence 1 now holds a message without a TTL: the refused row's deadline is gone with it.
+        assert js.publish("t.c", b"3").seq == 1
+        clock.advance(2)
+        assert subjects_of(js) == [(1, "t.c")]
