@@ -1,7 +1,8 @@
 """Publish headers that ask for a feature the stream does not have: refused, nothing left behind.
 
 A stream made without ``allow_msg_ttl``, ``allow_msg_counter``, ``allow_msg_schedules`` or
-``allow_atomic`` (the embedded engine's never have them) refuses a message carrying
+``allow_atomic`` (the embedded engine implements only the first: a stream with it stores
+TTLs, tests/contract/test_msg_ttl.py) refuses a message carrying
 ``Nats-TTL``, ``Nats-Incr``, ``Nats-Schedule*`` or ``Nats-Batch-Id``, at the point of the
 server's order of checks where the server refuses it (docs/semantics.md §3.6).  A refused
 message stores nothing and records no ``Nats-Msg-Id``: a later publish with that id is
@@ -225,6 +226,14 @@ ORDER = [
     ("interest", {"Nats-TTL": "abc"}, 1),
     ("interest", {"Nats-TTL": "5s"}, TTL_DISABLED),
     ("interest", {"Nats-Batch-Id": "b"}, ATOMIC_DISABLED),
+    # on a stream with allow_msg_ttl a valid TTL passes on to the checks after it
+    ("ttl", {"Nats-TTL": "5s", "Nats-Expected-Last-Sequence": "99"}, wrong_last_seq(1)),
+    ("ttl", {"Nats-TTL": "5s", MSG_ID: "m0"}, 1),
+    ("ttl", {"Nats-TTL": "abc", MSG_ID: "m0"}, 1),
+    ("ttl", {"Nats-TTL": "abc", "Nats-Incr": "1"}, COUNTERS_DISABLED),
+    ("ttl", {"Nats-TTL": "5s"}, 2),
+    ("ttl-full", {"Nats-TTL": "abc"}, TTL_INVALID),
+    ("ttl-full", {"Nats-TTL": "5s"}, MAX_MSGS),
 ]
 
 
@@ -236,9 +245,11 @@ def test_order_of_checks(js, kind, headers, expected):
         "small": {"max_msg_size": 10},
         "full": {"max_msgs": 1, "discard": "new"},
         "interest": {"retention": "interest"},
+        "ttl": {"allow_msg_ttl": True},
+        "ttl-full": {"allow_msg_ttl": True, "max_msgs": 1, "discard": "new"},
     }[kind]
     js.add_stream(name=S, subjects=["feat.>"], **config)
-    if kind in ("plain", "full"):
+    if kind in ("plain", "full", "ttl", "ttl-full"):
         js.publish("feat.a", b"first", headers={MSG_ID: "m0"})
     if kind == "sealed":
         js.update_stream(name=S, subjects=["feat.>"], sealed=True)
