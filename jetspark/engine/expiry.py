@@ -2,7 +2,7 @@
 
 The engine has no background thread: whatever came due is applied at the next operation on
 the stream (``pending`` tells a reader whether to take the lock; ``expire`` runs under it),
-as though the server's expiry timer had run at each deadline (docs/semantics.md §3.2, §3.7):
+as though the server's expiry timer had run at each deadline (docs/semantics.md §3.2, §3.8):
 
 - max_age removes the messages older than it, except those whose ``Nats-TTL`` is "never";
 - a message with a TTL is removed at its deadline (msg_ttl.deadline), or by max_age first

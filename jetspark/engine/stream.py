@@ -355,7 +355,7 @@ class Stream:
     def _ttl_of(self, hdr: bytes) -> tuple[bytes, int]:
         """The header to store and its TTL: with subject delete markers, a TTL shorter than the
         marker TTL is raised to it (the header rewritten, as the server does), unless a subject
-        holds one message at most (docs/semantics.md §3.7)."""
+        holds one message at most (docs/semantics.md §3.8)."""
         c = self.config
         ttl = msg_ttl.header_ttl(hdr)
         floor = int(c.subject_delete_marker_ttl or 0)
