@@ -123,6 +123,24 @@ def datetime_to_ns(value: _dt.datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
 
 
+def _rfc3339(value: _dt.datetime) -> str:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=_dt.timezone.utc)
+    return value.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse_rfc3339(text: str) -> Any:
+    """An RFC 3339 time (nanoseconds allowed) as an aware UTC datetime; other text as it is."""
+    head, dot, rest = text.replace("Z", "+00:00").partition(".")
+    if dot:
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        head += "." + rest[:digits][:6].ljust(6, "0") + rest[digits:]
+    try:
+        return _dt.datetime.fromisoformat(head).astimezone(_dt.timezone.utc)
+    except ValueError:
+        return text  # for the server to judge
+
+
 class Base:
     # field -> the class (a Base or an Enum) its dict, list of dicts or value is read into
     # by from_response; the other fields are taken as they are.
@@ -228,6 +246,21 @@ class StreamSource(Base):
     subject_transforms: Optional[List[SubjectTransform]] = None
     consumer: Optional[StreamConsumerSource] = None
     _nested = {"external": ExternalStream, "subject_transforms": SubjectTransform, "consumer": StreamConsumerSource}
+
+    # The start time is RFC 3339 text in the dict, as nats-py writes it, so that a config with a
+    # source is plain JSON (a backup's manifest, `stream info --json`) and reads back the same.
+    def as_dict(self) -> Dict[str, Any]:
+        out = super().as_dict()
+        if isinstance(self.opt_start_time, _dt.datetime):
+            out["opt_start_time"] = _rfc3339(self.opt_start_time)
+        return out
+
+    @classmethod
+    def from_response(cls, resp: Dict[str, Any]) -> "StreamSource":
+        start = resp.get("opt_start_time")
+        if isinstance(start, str):
+            resp = dict(resp, opt_start_time=_parse_rfc3339(start))
+        return super().from_response(resp)
 
 
 @dataclass(kw_only=True)

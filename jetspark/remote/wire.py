@@ -108,13 +108,6 @@ def _scaled(value: Any, convert) -> Any:
     return convert(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
 
-def _sources(d: dict, convert_time) -> None:
-    """The mirror's and the sources' start times (RFC 3339 on the wire), in place."""
-    for src in [d.get("mirror")] + list(d.get("sources") or []):
-        if isinstance(src, dict) and src.get("opt_start_time") is not None:
-            src["opt_start_time"] = convert_time(src["opt_start_time"])
-
-
 def stream_config_to_wire(config: api.StreamConfig) -> dict:
     """Every field that is set goes to the server, which decides (nested parts too)."""
     d = config.as_dict()
@@ -124,8 +117,7 @@ def stream_config_to_wire(config: api.StreamConfig) -> dict:
     limits = d.get("consumer_limits")
     if isinstance(limits, dict) and "inactive_threshold" in limits:
         limits["inactive_threshold"] = _scaled(limits["inactive_threshold"], s_to_ns)
-    _sources(d, lambda t: rfc3339(t) if isinstance(t, _dt.datetime) else t)
-    return d
+    return d  # (a source's start time: RFC 3339 already, see api.StreamSource)
 
 
 def stream_config_from_wire(d: dict) -> api.StreamConfig:
@@ -136,7 +128,6 @@ def stream_config_from_wire(d: dict) -> api.StreamConfig:
     limits = d.get("consumer_limits")
     if isinstance(limits, dict) and limits.get("inactive_threshold") is not None:
         limits["inactive_threshold"] = ns_to_s(limits["inactive_threshold"])
-    _sources(d, parse_time)
     d["metadata"] = strip_server_metadata(d.get("metadata"))
     return api.StreamConfig.from_response(d)
 

@@ -116,12 +116,14 @@ def test_a_stream_sources_two_streams_with_a_filter_and_a_transform(js, server, 
     theirs = nats_py(server.url, lambda njs: njs.stream_info(s))
     assert ours.state.messages == theirs.state.messages == 4  # the dropped subject never came
     assert ours.mirror is None and theirs.mirror is None
-    assert [i.name for i in ours.sources] == [i.name for i in theirs.sources] == [a, b]
-    for mine, nats_py_s in zip(ours.sources, theirs.sources):
-        same_source_info(mine, nats_py_s)
+    # (the server lists a stream's sources in no fixed order)
+    mine, nats_py_s = ({i.name: i for i in infos} for infos in (ours.sources, theirs.sources))
+    assert sorted(mine) == sorted(nats_py_s) == sorted([a, b]) and len(ours.sources) == 2
+    for source in (a, b):
+        same_source_info(mine[source], nats_py_s[source])
     # The server's own fields of a source's info that nats-py drops, jetspark keeps.
-    assert ours.sources[0].filter_subject == f"{a}.keep" and ours.sources[0].subject_transforms is None
-    assert ours.sources[1].subject_transforms == [SubjectTransform(src=f"{b}.>", dest=f"from{b}.>")]
+    assert mine[a].filter_subject == f"{a}.keep" and mine[a].subject_transforms is None
+    assert mine[b].subject_transforms == [SubjectTransform(src=f"{b}.>", dest=f"from{b}.>")]
     assert [(x.name, x.filter_subject) for x in theirs.config.sources] == [(a, f"{a}.keep"), (b, None)]
 
 
@@ -277,3 +279,22 @@ def test_a_mirror_of_a_missing_stream_is_the_server_s_to_accept(js, server, name
     assert info.config.mirror == StreamSource(name=missing)
     same_source_info(js.stream_info(m).mirror, theirs.mirror)
     assert js.stream_info(m).state.messages == 0
+
+
+def test_a_source_s_start_round_trips_and_its_stream_backs_up(js, server, name, tmp_path):
+    origin, s = name("O"), name("S")
+    js.add_stream(name=origin, subjects=[f"{origin}.>"])
+    for i in range(4):
+        js.publish(f"{origin}.x", b"%d" % i)
+    start = dt.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=dt.timezone.utc)
+    sources = [StreamSource(name=origin, opt_start_seq=3), StreamSource(name=origin, opt_start_time=start)]
+    info = js.add_stream(name=s, sources=sources[:1])
+    assert info.config.sources == sources[:1]
+    assert [m.data for m in copied(js, s, 2)] == [b"2", b"3"]  # from the origin's sequence 3
+    m = name("M")
+    assert js.add_stream(name=m, mirror=sources[1]).config.mirror == sources[1]
+    theirs = nats_py(server.url, lambda njs: njs.stream_info(m))
+    assert theirs.config.mirror.opt_start_time == start
+    # A config holding a start time is plain JSON: a backup's manifest carries it.
+    backup = js.backup_stream(m, tmp_path / "m.backup")
+    assert backup.config.mirror == sources[1]
