@@ -19,16 +19,37 @@ _lock = threading.Lock()
 
 
 def handle(store: str, connection: tuple[tuple[str, str], ...] = ()):
-    """The jetspark handle for ``store`` in this process (opened on first use);
-    ``connection``: options for a nats:// store (credentials, TLS, timeouts)."""
+    """The jetspark handle for ``store`` in this process (opened on first use, and again
+    once the one kept is closed); ``connection``: options for a nats:// store
+    (credentials, TLS, timeouts): handles opened with other options are others."""
     key = (os.getpid(), store, connection)
     js = _handles.get(key)
-    if js is None:
+    if js is None or not _usable(js):
         with _lock:
             js = _handles.get(key)
-            if js is None:
+            if js is None or not _usable(js):
+                if js is not None:
+                    _close_quietly(js)
                 js = _handles[key] = _open(store, connection)
     return js
+
+
+def _usable(js) -> bool:
+    """Is a kept handle still worth handing out?  Not once closed, nor (a nats:// store)
+    once its connection is closed for good: the server dropped it and reconnecting gave
+    up, so every call on it would fail.  A connection that is reconnecting is kept."""
+    if js._closed:
+        return False
+    session = getattr(js, "_session", None)
+    nc = getattr(session, "_nc", None)
+    return not (nc is not None and nc.is_closed)
+
+
+def _close_quietly(js) -> None:
+    try:
+        js.close()
+    except Exception:  # noqa: BLE001 - a handle that is gone already: nothing to keep
+        pass
 
 
 def _open(store: str, connection: tuple[tuple[str, str], ...]):
