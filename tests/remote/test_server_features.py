@@ -19,6 +19,7 @@ import pytest
 from nats.js import api as napi
 from nats.js.errors import APIError as NatsAPIError
 
+import jetspark
 from jetspark.api import (
     PersistMode,
     Placement,
@@ -37,7 +38,7 @@ def nats_py(url: str, fn):
     """``await fn(js)`` with nats-py's own JetStream context on the server at ``url``."""
 
     async def run():
-        nc = await nats.connect(url)
+        nc = await nats.connect(servers=url.split(","))
         try:
             return await fn(nc.jetstream())
         finally:
@@ -298,3 +299,44 @@ def test_a_source_s_start_round_trips_and_its_stream_backs_up(js, server, name, 
     # A config holding a start time is plain JSON: a backup's manifest carries it.
     backup = js.backup_stream(m, tmp_path / "m.backup")
     assert backup.config.mirror == sources[1]
+
+
+def test_a_replicated_mirror_placed_in_the_cluster(cluster, name):
+    """On the 3-node cluster: an R3 origin, its R3 mirror placed by the cluster's name, and a
+    placement no cluster matches refused by the cluster (its err_code, typed)."""
+    origin, mirror = name("O"), name("M")
+    with jetspark.connect(cluster.url, timeout=15) as js:
+        try:
+            js.add_stream(name=origin, subjects=[f"{origin}.>"], num_replicas=3)
+            for i in range(3):
+                js.publish(f"{origin}.x", b"%d" % i)
+            info = js.add_stream(
+                name=mirror, mirror=StreamSource(name=origin), num_replicas=3, placement=Placement(cluster=cluster.name)
+            )
+            assert info.config.placement == Placement(cluster=cluster.name) and info.config.num_replicas == 3
+            assert [m.data for m in copied(js, mirror, 3)] == [b"0", b"1", b"2"]
+            ours = js.stream_info(mirror)
+            theirs = nats_py(cluster.url, lambda njs: njs.stream_info(mirror))
+            same_source_info(ours.mirror, theirs.mirror)
+            assert ours.cluster.name == theirs.cluster.name == cluster.name
+            with pytest.raises(APIError) as exc:
+                js.add_stream(name=name("X"), subjects=["nowhere.>"], placement=Placement(cluster="elsewhere"))
+            errs = nats_py(
+                cluster.url,
+                lambda njs: _nats_py_error(
+                    njs.add_stream(name="Y", subjects=["y.>"], placement=napi.Placement(cluster="elsewhere"))
+                ),
+            )
+            assert (exc.value.err_code, exc.value.description) == errs
+        finally:
+            for n in (mirror, origin):
+                if n in js.stream_names():
+                    js.delete_stream(n)
+
+
+async def _nats_py_error(call):
+    try:
+        await call
+    except NatsAPIError as exc:
+        return (exc.err_code, exc.description)
+    raise AssertionError("nats-py's call succeeded")
