@@ -5,9 +5,10 @@ A pull consumer delivers each message with a reply subject that carries its
 metadata: ``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time
 ns>.<pending>`` (nine tokens), or with ``<domain>.<account hash>`` after ``ACK``
 (eleven or more).  ``ack_fields`` reads those numbers for a whole run of
-frames with array operations; ``FrameChunk`` holds a range read's messages
-as frames of the buffers they came in, and builds the Arrow columns from them
-without a Python object per message where it can.
+frames with array operations; ``compact`` copies a run's messages out of the
+buffer they came in, column by column (``Messages``); ``FrameChunk`` holds a
+range read's messages, as frames of their buffers or copied out, and builds the
+Arrow columns from them without a Python object per message where it can.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from jetspark.errors import JetSparkError
 from jetspark.protocol.frames import Frames, parse_ints
@@ -24,6 +24,7 @@ __all__ = [
     "AckFields",
     "DirectFields",
     "FrameChunk",
+    "Messages",
     "ack_fields",
     "compact",
     "direct_fields",
@@ -242,85 +243,114 @@ def _masked(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 _KEEP_SKIP = np.tile(np.array([True, False]), 1 << 17)
 
 
-def _gathered(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """The spans ``a[lo:hi]`` (in order and apart) joined.  Spans of about one length (a
-    subject, a payload of a fixed size) are copied as rows of a window as wide as the
-    longest, touching only their own bytes; others through ``_masked``, which reads every
-    byte from the first span to the last."""
-    lens = hi - lo
+def _gathered(a: np.ndarray, lo: np.ndarray, hi: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """The spans ``a[lo:hi]`` (in order and apart, ``lens`` long, none empty) joined.  Spans of
+    about one length (subjects, payloads of a fixed size) are copied as items of a window as
+    wide as the longest, touching only their own bytes; others through ``_masked``, which
+    reads every byte from the first span to the last."""
     width = int(lens.max())
-    if width == 0:
-        return np.zeros(0, dtype=np.uint8)
     total = int(lens.sum())
     if width * len(lo) > 2 * total or int(lo[-1]) + width > len(a):
         return _masked(a, lo, hi)
-    rows = as_strided(a, shape=(len(a) - width + 1, width), strides=(1, 1), writeable=False)[lo]
+    # Every ``width`` bytes of ``a`` as one item (at each byte position), without a copy: one
+    # gather copies the rows (a 2-d window's rows cost ~4x as much to gather when narrow).
+    items = np.ndarray((len(a) - width + 1,), dtype=np.dtype((np.void, width)), buffer=a, strides=(1,))
+    rows = items[lo].view(np.uint8)
     if total == width * len(lo):
-        return rows.reshape(-1)
-    return rows[np.arange(width) < lens[:, None]]
+        return rows
+    return rows.reshape(-1, width)[np.arange(width) < lens[:, None]]
 
 
-def _offsets(lens: np.ndarray, base: int = 0) -> np.ndarray:
-    out = np.empty(len(lens) + 1, dtype=np.int64)
-    out[0] = base
-    np.cumsum(lens, out=out[1:])
-    if base:
-        out[1:] += base
-    return out
+def _taken(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, body) of the spans ``a[lo:hi]`` (in order and apart, some maybe empty)."""
+    lens = hi - lo
+    offsets = np.empty(len(lo) + 1, dtype=np.int64)
+    offsets[0] = 0
+    np.cumsum(lens, out=offsets[1:])
+    if not offsets[-1]:
+        return offsets, _EMPTY
+    some = lens > 0
+    if some.all():
+        return offsets, _gathered(a, lo, hi, lens)
+    k = np.flatnonzero(some)
+    return offsets, _gathered(a, lo[k], hi[k], lens[k])
 
 
-def compact(buf: bytes, f: Frames, *, replies: bool = True) -> tuple[np.ndarray, Frames]:
-    """The messages ``f`` of ``buf`` copied into a buffer of their own (uint8), and their
-    frames in it: the subjects, then the reply subjects (none unless ``replies``), then
-    each header block with its payload, each part in frame order.
+_EMPTY = np.zeros(0, dtype=np.uint8)
+_SPANS = {
+    "subject": ("subj_lo", "subj_hi"),
+    "data": ("data_lo", "data_hi"),
+    "headers": ("hdr_lo", "data_lo"),
+    "reply": ("reply_lo", "reply_hi"),
+}
 
-    A read compacts what it takes while the buffer it came in is still in the CPU's
-    caches: the buffer (control lines and all) can go, and the columns a chunk's
-    messages make (``FrameChunk.column``) are then plain slices of it."""
-    if not len(f):
-        return np.zeros(0, dtype=np.uint8), f
+
+class Messages:
+    """Messages copied out of the buffer they came in (``compact``): for each column
+    (``"subject"``, ``"data"``, ``"headers"``, ``"reply"``), ``(offsets, body)``: message i's
+    bytes are ``body[offsets[i]:offsets[i + 1]]``."""
+
+    __slots__ = ("columns",)
+
+    def __init__(self, columns: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+        self.columns = columns
+
+    def __len__(self) -> int:
+        return len(self.columns["data"][0]) - 1
+
+    def __getitem__(self, key: slice) -> "Messages":
+        """Messages ``key.start`` to ``key.stop`` (a step of 1), their bodies views of these."""
+        i, j, _ = key.indices(len(self))
+        j = max(i, j)
+        out = {}
+        for what, (offsets, body) in self.columns.items():
+            lo, hi = int(offsets[i]), int(offsets[j])
+            out[what] = (offsets[i : j + 1] - lo, body[lo:hi])
+        return Messages(out)
+
+    def span(self, what: str, i: int) -> bytes:
+        offsets, body = self.columns[what]
+        return bytes(body[int(offsets[i]) : int(offsets[i + 1])])
+
+
+def compact(buf: bytes, f: Frames, *, replies: bool = True) -> Messages:
+    """The messages ``f`` of ``buf`` copied out of it, column by column: subjects, header
+    blocks, payloads, and reply subjects (all empty unless ``replies``).
+
+    A read copies out what it takes while the buffer it came in is still in the CPU's
+    caches: the buffer (control lines and all) can go, and a chunk's columns
+    (``FrameChunk.column``) join these bodies instead of picking spans out of cold buffers."""
     a = np.frombuffer(buf, dtype=np.uint8)
-    pieces = [_gathered(a, f.subj_lo, f.subj_hi)]
-    subj = _offsets(f.subj_hi - f.subj_lo)
+    columns = {what: _taken(a, getattr(f, lo), getattr(f, hi)) for what, (lo, hi) in _SPANS.items() if what != "reply"}
     if replies:
-        pieces.append(_gathered(a, f.reply_lo, f.reply_hi))
-        reply = _offsets(f.reply_hi - f.reply_lo, int(subj[-1]))
+        columns["reply"] = _taken(a, f.reply_lo, f.reply_hi)
     else:
-        reply = np.full(len(f) + 1, subj[-1], dtype=np.int64)
-    pieces.append(_gathered(a, f.hdr_lo, f.data_hi))
-    body = _offsets(f.data_hi - f.hdr_lo, int(reply[-1]))
-    out = np.concatenate(pieces)
-    hdr_lo = body[:-1]
-    return out, Frames(
-        f.kind, f.sid, subj[:-1], subj[1:], reply[:-1], reply[1:], hdr_lo, hdr_lo + (f.data_lo - f.hdr_lo), body[1:]
-    )
+        columns["reply"] = (np.zeros(len(f) + 1, dtype=np.int64), _EMPTY)
+    return Messages(columns)
 
 
-def _spans(parts: list[tuple[bytes, Frames]], lo_name: str, hi_name: str) -> tuple[np.ndarray, bytes]:
-    """Offsets (n + 1, int64) and the bytes of one span per frame, joined."""
-    bodies: list[np.ndarray] = []
-    lens = []
-    for buf, f in parts:
-        lo, hi = getattr(f, lo_name), getattr(f, hi_name)
-        if not len(lo):
-            continue
-        bodies.append(_masked(np.frombuffer(buf, dtype=np.uint8), lo, hi))
-        lens.append(hi - lo)
-    n = sum(len(x) for x in lens)
+def _joined(pieces: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, bytes]:
+    """One (offsets, body) of many, in order."""
+    n = sum(len(o) - 1 for o, _ in pieces)
     offsets = np.zeros(n + 1, dtype=np.int64)
-    if n:
-        np.cumsum(np.concatenate(lens), out=offsets[1:])
-    return offsets, b"".join(bodies)  # type: ignore[arg-type]  # (arrays are buffers)
+    at = base = 0
+    for o, _ in pieces:
+        m = len(o) - 1
+        offsets[at + 1 : at + m + 1] = o[1:] + (base - o[0])
+        at += m
+        base += int(o[-1] - o[0])
+    return offsets, b"".join(body for _, body in pieces)  # type: ignore[misc]  # (arrays are buffers)
 
 
 class FrameChunk:
-    """Messages in stream order, kept as frames of the buffers they came in (``parts``), with
-    their stream sequences and times (ns) as arrays.  The list views (``subjects``,
-    ``datas``, ``headers``, ``replies``, ``seqs``, ``times``) match ``range_reader.Chunk``'s."""
+    """Messages in stream order, kept as frames of the buffers they came in (``parts`` of
+    ``(buf, Frames)``) or copied out of them (``Messages``), with their stream sequences
+    and times (ns) as arrays.  The list views (``subjects``, ``datas``, ``headers``,
+    ``replies``, ``seqs``, ``times``) match ``range_reader.Chunk``'s."""
 
     def __init__(
         self,
-        parts: list[tuple[bytes, Frames]],
+        parts: list,
         seq_array: np.ndarray,
         time_array: np.ndarray,
         headers: Optional[list] = None,
@@ -335,13 +365,19 @@ class FrameChunk:
 
     def column(self, what: str) -> tuple[np.ndarray, bytes]:
         """(offsets, body) of ``"subject"``, ``"data"``, ``"headers"`` or ``"reply"``."""
-        lo, hi = {
-            "subject": ("subj_lo", "subj_hi"),
-            "data": ("data_lo", "data_hi"),
-            "headers": ("hdr_lo", "data_lo"),
-            "reply": ("reply_lo", "reply_hi"),
-        }[what]
-        return _spans(self.parts, lo, hi)
+        lo_name, hi_name = _SPANS[what]
+        pieces = []
+        for part in self.parts:
+            if isinstance(part, Messages):
+                pieces.append(part.columns[what])
+                continue
+            buf, f = part
+            lo, hi = getattr(f, lo_name), getattr(f, hi_name)
+            if len(lo):
+                offsets = np.zeros(len(lo) + 1, dtype=np.int64)
+                np.cumsum(hi - lo, out=offsets[1:])
+                pieces.append((offsets, _masked(np.frombuffer(buf, dtype=np.uint8), lo, hi)))
+        return _joined(pieces)
 
     def _list(self, what: str) -> list[bytes]:
         offsets, body = self.column(what)

@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from typing import Awaitable, Callable, Optional
+from typing import Any, Awaitable, Callable, Optional
 
 import nats.aio.client as _nats_client
 import numpy as np
@@ -414,14 +414,20 @@ class RawInbox:
 class FrameInbox:
     """A subscription whose deliveries are taken in bulk as ``(buf, Frames)`` runs: through
     ``subscribe_frames``, or (``public``, or nats-py's internals differ) from tuples made into
-    the same runs."""
+    the same runs.
 
-    def __init__(self, public: bool = False) -> None:
-        self.runs: list[tuple[bytes, F.Frames]] = []
+    With ``prepare``, each run is taken as ``prepare(buf, frames)`` instead, called as the run
+    arrives, right after its buffer was framed and while it is still in the CPU's caches (a
+    range read copies its messages out and reads their metadata then).  ``prepare`` must not
+    raise: it runs inside nats-py's read loop."""
+
+    def __init__(self, public: bool = False, prepare: Optional[Callable[[bytes, F.Frames], Any]] = None) -> None:
+        self.runs: list = []
         self._event: Optional[asyncio.Event] = None
         self._sub: Optional[RawSubscription] = None
         self._raw: Optional[RawInbox] = None
         self._public = public
+        self._prepare = prepare
 
     @property
     def fast(self) -> bool:
@@ -436,13 +442,14 @@ class FrameInbox:
         return self
 
     def _push(self, buf: bytes, frames: F.Frames) -> None:
-        self.runs.append((buf, frames))
+        self.runs.append((buf, frames) if self._prepare is None else self._prepare(buf, frames))
         self._event.set()
 
-    async def take(self, timeout: float) -> list[tuple[bytes, F.Frames]]:
+    async def take(self, timeout: float) -> list:
         """Every run received so far, waiting up to ``timeout`` for one (asyncio.TimeoutError)."""
         if self._raw is not None:
-            return [frames_of(await self._raw.take(timeout))]
+            run = frames_of(await self._raw.take(timeout))
+            return [run if self._prepare is None else self._prepare(*run)]
         if not self.runs:
             self._event.clear()
             await asyncio.wait_for(self._event.wait(), timeout)

@@ -26,9 +26,9 @@ import numpy as np
 from nats.nuid import NUID
 
 from jetspark.errors import ConsumerNotFoundError, JetSparkError, MsgNotFoundError
-from jetspark.protocol import ack_reply
+from jetspark.protocol import frames as F
 from jetspark.protocol import subjects as subj
-from jetspark.protocol.deliveries import FrameChunk, ack_fields, compact
+from jetspark.protocol.deliveries import FrameChunk, Messages, ack_fields, compact
 from jetspark.remote import jsapi, wire
 from jetspark.remote.fastpath import FrameInbox, status_of
 from jetspark.remote.session import Session
@@ -72,6 +72,30 @@ class Chunk:
         return len(self.seqs)
 
 
+class _Run:
+    """A run of frames as a Puller takes it: its messages copied out of their buffer
+    (``compact``), which of them are deliveries (None: all), the deliveries' metadata
+    (``ack_fields``, one row per delivery), the next one to take; or the error reading
+    them raised."""
+
+    __slots__ = ("msgs", "deliveries", "ack", "error", "pos", "_rows")
+
+    def __init__(self, msgs: Messages, deliveries: Optional[np.ndarray], ack, error: Optional[Exception]) -> None:
+        self.msgs, self.deliveries, self.ack, self.error = msgs, deliveries, ack, error
+        self.pos = 0
+        self._rows: Optional[np.ndarray] = None
+
+    def stretch(self, pos: int) -> tuple[int, int]:
+        """Where the deliveries from message ``pos`` on end (the next status, or the run's
+        end), and the metadata row of message ``pos``."""
+        if self.deliveries is None:
+            return len(self.msgs), pos
+        if self._rows is None:
+            self._rows = np.cumsum(self.deliveries) - 1
+        stat = np.flatnonzero(~self.deliveries[pos:])
+        return pos + (int(stat[0]) if len(stat) else len(self.msgs) - pos), int(self._rows[pos])
+
+
 class Puller:
     """Pipelined pull requests on one consumer, taken in bulk off the wire (``FrameInbox``).
 
@@ -102,7 +126,6 @@ class Puller:
         self.last_sseq = 0
         self.done = False
         self.gap = False
-        self.off: Optional[int] = None
         self._requests: collections.deque[int] = collections.deque()  # messages each open request may still bring
         self._served = 0  # requests served in full whose closing status has not come yet
         self._inbox: Optional[FrameInbox] = None
@@ -110,9 +133,7 @@ class Puller:
         self._inbox_subject = ""
         self._subject = f"{session.api_prefix}.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         self._max_bytes = PULL_MAX_BYTES
-        self._runs: collections.deque = (
-            collections.deque()
-        )  # [buf, frames, next frame, (end, ack fields, base) or None]
+        self._runs: collections.deque[_Run] = collections.deque()
         self._skip = 0
         self._served_now = False
 
@@ -120,7 +141,9 @@ class Puller:
         self._nc = nc = await self.session.ready()
         self._max_bytes = max(PULL_MAX_BYTES, 2 * self.session.max_payload + 65536)
         self._inbox_subject = nc.new_inbox()
-        self._inbox = await FrameInbox(public=self.session.public_path).open(nc, self._inbox_subject)
+        self._inbox = await FrameInbox(public=self.session.public_path, prepare=self._prepare).open(
+            nc, self._inbox_subject
+        )
         await self._top_up()
 
     async def close(self) -> None:
@@ -149,12 +172,24 @@ class Puller:
             )
             self._requests.append(int(want))
 
+    def _prepare(self, buf: bytes, f: F.Frames) -> "_Run":
+        """A run of frames as it arrives (``FrameInbox``'s ``prepare``, inside nats-py's read loop,
+        the buffer still in the CPU's caches): its deliveries' reply subjects read, its messages
+        copied out of the buffer (``compact``), which can then go."""
+        deliveries = f.reply_hi > f.reply_lo  # (the others are statuses)
+        every = bool(deliveries.all())
+        try:
+            ack = ack_fields(buf, f if every else f[deliveries])
+        except JetSparkError as exc:  # (raised where the run is taken, not in the read loop)
+            return _Run(compact(buf, f[:0]), None, None, exc)
+        return _Run(compact(buf, f, replies=self.replies), None if every else deliveries, ack, None)
+
     async def next_chunk(self, max_msgs: int, max_bytes: int = MAX_BATCH_BYTES) -> FrameChunk:
         """Up to ``max_msgs`` messages (fewer only at the end); empty once the pull is done.
 
-        Deliveries come as runs of frames (``fastpath.FrameInbox``) and are taken a run
-        at a time with array operations; statuses (frames without a reply subject) one
-        by one, in their place among the deliveries."""
+        Deliveries come as runs of frames (``fastpath.FrameInbox``), prepared as they arrive
+        (``_prepare``) and taken here a stretch at a time with array operations; statuses
+        (frames without a reply subject) one by one, in their place among the deliveries."""
         parts: list = []
         seqs: list = []
         times: list = []
@@ -173,41 +208,36 @@ class Puller:
                     raise self.session.silence(
                         f"the messages of consumer {self.consumer!r} on stream {self.stream!r}", timeout
                     ) from exc
-                self._runs.extend([buf, f, 0, None] for buf, f in taken)
+                self._runs.extend(taken)
                 continue
             run = self._runs[0]
-            buf, f, pos, meta = run
-            if pos >= len(f):
+            if run.error is not None:
+                self._runs.popleft()
+                raise run.error
+            msgs, pos = run.msgs, run.pos
+            if pos >= len(msgs):
                 self._runs.popleft()
                 continue
-            if f.reply_hi[pos] == f.reply_lo[pos]:
-                run[2] = pos + 1
-                await self._status(buf[f.hdr_lo[pos] : f.data_lo[pos]] or None)
+            if run.deliveries is not None and not run.deliveries[pos]:
+                run.pos = pos + 1
+                await self._status(msgs.span("headers", pos) or None)
                 continue
-            if meta is None:
-                # The run's deliveries up to its next status, their reply subjects read at once.
-                stat = np.flatnonzero(f.reply_hi[pos:] == f.reply_lo[pos:])
-                end = pos + (int(stat[0]) if len(stat) else len(f) - pos)
-                if self.off is None:
-                    self.off = ack_reply.stream_token(buf[f.reply_lo[pos] : f.reply_hi[pos]])
-                meta = run[3] = (end, ack_fields(buf, f[pos:end]), pos)
-            end, ack, base = meta
-            k = self._take(ack, pos - base, end - pos, max_msgs - n)
+            end, i = run.stretch(pos)
+            ack = run.ack
+            k = self._take(ack, i, end - pos, max_msgs - n)
             if k:
-                i, j = pos - base, pos - base + k
-                part = f[pos : pos + k]
-                parts.append(compact(buf, part, replies=self.replies))
+                j = i + k
+                part = msgs[pos : pos + k]
+                parts.append(part)
                 seqs.append(ack.sseq[i:j])
                 times.append(ack.time[i:j])
                 n += k
-                nbytes += int((part.data_hi - part.data_lo).sum())
+                nbytes += int(part.columns["data"][0][-1])
                 self.last_sseq = int(ack.sseq[j - 1])
                 self.received += k
                 if self.next_cseq is not None:
                     self.next_cseq = int(ack.cseq[j - 1]) + 1
-            run[2] = pos + k + self._skip
-            if run[2] >= end:
-                run[3] = None
+            run.pos = pos + k + self._skip
             if self._served_now and self.eager and not self.done:
                 await self._top_up()
         if not parts:
