@@ -52,11 +52,12 @@ def pending(st: Stream) -> bool:
     if not c.allow_msg_ttl:
         return bool(c.max_age) and _first_too_old(st)
     now = st.clock()
-    idx = ttl_index(st)
-    due = idx.next_deadline()
-    if due is not None and due <= now:
-        return True
-    return _age_deadline(st, idx) <= now
+    with st.storage.thread_lock:  # (the index is this process's, shared by its threads)
+        idx = ttl_index(st)
+        due = idx.next_deadline()
+        if due is not None and due <= now:
+            return True
+        return _age_deadline(st, idx) <= now
 
 
 def expire(st: Stream) -> None:
@@ -142,7 +143,7 @@ def _expire_with_markers(st: Stream) -> None:
     now = st.clock()
     refused: set[int] = set()  # messages whose marker the stream refused: they stay, as on the server
     while True:
-        age_seq = _age_candidate(st, idx)
+        age_seq = _age_candidate(st, idx) if st.config.max_age else 0
         while age_seq and age_seq in refused:
             age_seq = s.next_live(age_seq + 1)
             while age_seq <= s.header.last_seq and age_seq in idx.never:

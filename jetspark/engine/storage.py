@@ -200,6 +200,12 @@ class StreamStorage:
     def removed(self) -> RemovedSet:
         return self.index.removed
 
+    @property
+    def thread_lock(self):
+        """This process's lock on the caches (``locked()`` takes it first): for a reader that
+        updates one of them outside ``locked()``."""
+        return self._thread_lock
+
     def close(self) -> None:
         self._reset_caches()
         try:
