@@ -276,3 +276,21 @@ def test_markers_on_work_queue_and_interest_streams(tjs):
     assert (ci.delivered.stream_seq, ci.ack_floor.stream_seq, ci.num_pending) == (1, 1, 1)
     ci = js.consumer_info("I", "Q")
     assert (ci.delivered.stream_seq, ci.ack_floor.stream_seq, ci.num_pending) == (2, 2, 1)
+
+
+def test_where_the_stream_refuses_the_marker_the_message_stays(tjs):
+    js = tjs
+    js.add_stream(name="A", subjects=["a.>"], allow_msg_ttl=True)
+    js.add_stream(name="B", subjects=["b.>"], subject_delete_marker_ttl=1.0)
+    js.add_stream(name="C", subjects=["c.>"], subject_delete_marker_ttl=1.0, max_msgs=2, discard="new")
+    js.publish("a.x", b"1", headers={"Nats-TTL": "1s"})
+    js.publish("b.x", b"1", headers={"Nats-TTL": "1s"})
+    js.publish("c.x", b"1", headers={"Nats-TTL": "1s"})
+    js.publish("c.y", b"1")
+    js.update_stream(name="A", subjects=["a.>"], allow_msg_ttl=True, sealed=True)
+    sealed = js.update_stream(name="B", subjects=["b.>"], subject_delete_marker_ttl=1.0, sealed=True)
+    assert ttl_config(sealed) == (True, 1.0, False, True)  # sealing turns roll-ups off
+    js.clock.advance(1.5)
+    assert state(js, "A") == (0, 2, 1)  # a sealed stream's TTL still expires
+    assert state(js, "B") == (1, 1, 1)  # ... but its marker is refused: the message stays
+    assert state(js, "C") == (2, 1, 2)  # a full discard-new stream refuses the marker too
