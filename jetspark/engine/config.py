@@ -13,13 +13,19 @@ from enum import Enum
 from typing import Any, Optional
 
 from jetspark import err_codes as E
+from jetspark import validate as V
 from jetspark.api import (
     DiscardPolicy,
+    PersistMode,
+    Placement,
+    RePublish,
     RetentionPolicy,
     StorageType,
     StoreCompression,
     StreamConfig,
     StreamConsumerLimits,
+    StreamSource,
+    SubjectTransform,
 )
 from jetspark.errors import APIError, BadRequestError, ServerError, api_error
 from jetspark.protocol import subjects as subj
@@ -92,6 +98,39 @@ def is_off(value: Any) -> bool:
     return not value or (isinstance(value, str) and value.lower() in ("none", "default"))
 
 
+_FEATURE_BOOLS = ("mirror_direct", "allow_msg_schedules", "allow_atomic", "allow_batched", "allow_msg_counter")
+_FEATURE_PARTS: dict[str, type] = {
+    "placement": Placement,
+    "mirror": StreamSource,
+    "republish": RePublish,
+    "subject_transform": SubjectTransform,
+    "consumer_limits": StreamConsumerLimits,
+}
+
+
+def check_feature_types(config: StreamConfig) -> None:
+    """A server feature's field of the wrong type is the server's 10025 naming it, before the
+    engine says it does not implement the feature (as for every other field)."""
+    for name in _FEATURE_BOOLS:
+        V.boolean(getattr(config, name), name, api=True, optional=True)
+    if config.compression is not None and config.compression not in {c.value for c in StoreCompression}:
+        raise api_error(E.INVALID_JSON, err="unknown compression algorithm")
+    enum_value(PersistMode, config.persist_mode, "persist_mode")
+    parts: list[tuple[str, Any, type]] = [(n, getattr(config, n), cls) for n, cls in _FEATURE_PARTS.items()]
+    if config.sources is not None and not isinstance(config.sources, list):
+        raise api_error(E.INVALID_JSON, err=f"sources must be a list of StreamSource, not {config.sources!r}")
+    parts += [(f"sources[{i}]", s, StreamSource) for i, s in enumerate(config.sources or [])]
+    for name, value, cls in parts:
+        if value is not None and not isinstance(value, cls):
+            raise api_error(
+                E.INVALID_JSON, err=f"{name} must be a {cls.__name__} (or a dict of its fields), not {value!r}"
+            )
+    limits = config.consumer_limits
+    if limits is not None:
+        V.duration(limits.inactive_threshold, "consumer_limits.inactive_threshold")
+        V.integer(limits.max_ack_pending, "consumer_limits.max_ack_pending", -1, V.INT64_MAX, api=True, optional=True)
+
+
 def refuse_unimplemented(kind: str, given: dict[str, Any], fields: tuple[str, ...]) -> None:
     """10003 naming each of ``fields`` set in ``given`` to a value that is not "off"."""
     on = sorted(f for f in fields if not is_off(given.get(f)))
@@ -127,6 +166,7 @@ def normalize_stream_config(config: StreamConfig) -> StreamConfig:
     if config.template_owner is not None:
         # nats-server 2.15 does not know the field at all, whatever its value.
         raise api_error(E.INVALID_JSON, err='json: unknown field "template_owner"')
+    check_feature_types(config)
     refuse_unimplemented("stream", {f: getattr(config, f) for f in UNIMPLEMENTED}, UNIMPLEMENTED)
     if config.description is not None and len(config.description.encode()) > MAX_DESCRIPTION_LEN:
         raise invalid(f"stream description is too long, maximum allowed is {MAX_DESCRIPTION_LEN}")

@@ -12,6 +12,7 @@ import secrets
 from typing import Iterable, Optional
 
 from jetspark import err_codes as E
+from jetspark import validate as V
 from jetspark.api import (
     AckPolicy,
     ConsumerConfig,
@@ -60,6 +61,9 @@ def check_consumer_name(name: Optional[str]) -> None:
 
 def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> ConsumerConfig:
     """Apply the server's defaults and validation; return what it would echo."""
+    V.integer(config.rate_limit_bps, "rate_limit_bps", 0, V.UINT64_MAX, api=True, optional=True)
+    V.text(config.sample_freq, "sample_freq", api=True)
+    V.start_time(config.pause_until, "pause_until")
     refuse_unimplemented("consumer", {f: getattr(config, f) for f in UNIMPLEMENTED}, UNIMPLEMENTED)
     heartbeat = float(config.idle_heartbeat) if config.idle_heartbeat and config.idle_heartbeat > 0 else None
     check_consumer_name(config.durable_name)

@@ -316,3 +316,50 @@ def test_a_server_takes_every_consumer_field_as_nats_py_does(both, field):
     # A pull consumer with a rate limit is the server's 10086, through either.
     pull = [_answer(h.add_consumer, origin, durable_name="R", rate_limit_bps=5) for h in (js, oracle)]
     assert pull[0] == pull[1] == (10086, "consumer in pull mode can not have rate limit set")
+
+
+# A value of the wrong type: the server's 10025 (invalid JSON) on both backends, naming the field
+# on the engine, before the engine would say it does not implement the feature.
+BAD_TYPE = {
+    "mirror_direct": "yes",
+    "allow_msg_counter": 1,
+    "allow_atomic": "true",
+    "compression": "zstd",
+    "persist_mode": "sometimes",
+    "placement": "east",
+    "mirror": "ORIGIN",
+    "sources": {"name": "ORIGIN"},
+    "consumer_limits": {"max_ack_pending": "ten"},
+    "rate_limit_bps": "fast",
+    "sample_freq": 50,
+    "pause_until": "tomorrow",
+}
+
+
+@pytest.mark.parametrize("field", sorted(BAD_TYPE))
+def test_a_feature_field_of_the_wrong_type_is_10025_on_the_engine(engine, field):
+    engine.add_stream(name="F", subjects=["f.>"])
+    if field in engine_consumer_config.UNIMPLEMENTED:
+        call = lambda: engine.add_consumer("F", durable_name="C", **{field: BAD_TYPE[field]})  # noqa: E731
+    else:
+        call = lambda: engine.add_stream(name="G", subjects=["g.>"], **{field: BAD_TYPE[field]})  # noqa: E731
+    with pytest.raises(BadRequestError) as exc:
+        call()
+    assert exc.value.err_code == 10025 and exc.value.description.startswith("invalid JSON: ")
+    if field != "compression":  # (the server's own text names no field)
+        assert field in exc.value.description
+    assert engine.stream_names() == ["F"] and engine.stream_info("F").state.consumer_count == 0
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("field", sorted(BAD_TYPE))
+def test_a_feature_field_of_the_wrong_type_is_10025_on_a_server(both, field):
+    js, oracle, origin, made = both
+    if field in engine_consumer_config.UNIMPLEMENTED:
+        got = _answer(js.add_consumer, origin, durable_name="C", **{field: BAD_TYPE[field]})
+        assert js.stream_info(origin).state.consumer_count == 0
+    else:
+        made.append("G")
+        got = _answer(js.add_stream, name="G", subjects=["g.>"], **{field: BAD_TYPE[field]})
+        assert "G" not in js.stream_names()
+    assert isinstance(got, tuple) and got[0] == 10025, got
