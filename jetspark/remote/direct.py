@@ -44,10 +44,10 @@ import numpy as np
 
 from jetspark.errors import JetSparkError
 from jetspark.protocol import subjects as subj
-from jetspark.protocol.deliveries import FrameChunk, compact
+from jetspark.protocol.deliveries import FrameChunk
 from jetspark.protocol.frames import Frames
 from jetspark.remote import wire
-from jetspark.remote.direct_frames import pending_zero, reply_fields
+from jetspark.remote.direct_frames import copy_out, pending_zero, reply_fields
 from jetspark.remote.fastpath import FrameInbox, status_of
 from jetspark.remote.range_reader import EndCheck
 from jetspark.remote.session import Session
@@ -101,7 +101,7 @@ class _Stamps:
 
 class _Part:
     """Messages of one window from one run of frames, in order, copied out of the run's buffer
-    (``deliveries.compact``: their subjects, the ``Nats-Subject`` values, then their payloads):
+    (``direct_frames.copy_out``: their subjects, the ``Nats-Subject`` values, then their payloads):
     the frames in that copy, their sequences and times, their own header blocks (None: none has any)."""
 
     __slots__ = ("buf", "frames", "seq", "time", "own")
@@ -376,6 +376,12 @@ class DirectRead:
         w.got += len(rows)
         w.last = max(w.last, int(seq[-1]))
         keep = (seq <= w.hi) & (seq >= w.seq)
+        if not keep[-1] and self.next <= w.last:
+            # Past the window's end: nothing (matching) is stored between its end and the
+            # first message past it, so the windows not yet asked for start there.
+            beyond = int(seq[np.argmax(seq > w.hi)])
+            if self.next < beyond:
+                self.next = min(beyond, self.hi + 1)
         if self._local_filters is not None:
             keep &= self._match(buf, subj_lo, subj_hi)
         if keep.all():
@@ -400,7 +406,7 @@ class DirectRead:
         # Subjects and payloads only (the header blocks are the server's, and the own ones are kept above).
         frames = Frames(g.kind, g.sid, subj_lo[pick], subj_hi[pick], g.reply_lo, g.reply_hi, g.data_lo, g.data_lo,
                         g.data_hi)  # fmt: skip
-        cbuf, frames = compact(buf, frames, replies=False)
+        cbuf, frames = copy_out(buf, frames)
         w.parts.append(_Part(cbuf, frames, seq[pick], time[pick], own))
 
     def _match(self, buf: bytes, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

@@ -1,0 +1,330 @@
+"""Work-queue range reads through pipelined batched direct gets (jetspark/remote/direct.py) and
+their reply parser (jetspark/remote/direct_frames.py): what pipelining could break.
+
+Windows are made small here (``DIRECT_BATCH``) so a few hundred messages span many windows,
+several in flight: answers that come in another order than asked, an answer lost, messages
+deleted while the read goes on, gaps wider than a window, a filter matching few."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import jetspark
+from jetspark import AckPolicy, RetentionPolicy
+from jetspark.errors import JetSparkError, RequestTimeoutError
+from jetspark.protocol import frames as F
+from jetspark.remote import direct, reads, wire
+from jetspark.remote.direct_frames import reply_fields
+
+pytestmark = pytest.mark.server
+
+
+def fill(h, s: str, n: int) -> None:
+    """A work-queue stream ``s`` with allow_direct, its durable, ``n`` messages: seq q on
+    ``<s>.<q % 3>``, payload ``p<q>``."""
+    h.add_stream(name=s, subjects=[f"{s}.>"], retention=RetentionPolicy.WORK_QUEUE, allow_direct=True)
+    h.add_consumer(s, durable_name="spark", ack_policy=AckPolicy.EXPLICIT)
+    h.publish_batch(
+        pa.table({"subject": [f"{s}.{q % 3}" for q in range(1, n + 1)], "data": [b"p%d" % q for q in range(1, n + 1)]}),
+        stream=s,
+    )
+
+
+def rows(batches) -> list[tuple[int, str, bytes]]:
+    got = []
+    for b in batches:
+        got += zip(b.column("seq").to_pylist(), b.column("subject").to_pylist(), b.column("data").to_pylist())
+    return got
+
+
+def expected(s: str, seqs) -> list[tuple[int, str, bytes]]:
+    return [(q, f"{s}.{q % 3}", b"p%d" % q) for q in seqs]
+
+
+@pytest.fixture
+def small_windows(monkeypatch):
+    """Windows of 16 sequences, 4 in flight; the readers made are kept in ``made``."""
+    monkeypatch.setattr(direct, "DIRECT_BATCH", 16)
+    monkeypatch.setattr(direct, "DIRECT_IN_FLIGHT", 4)
+    made: list = []
+
+    def use(cls):
+        class Recorded(cls):
+            def __init__(self, *args, **kw) -> None:
+                super().__init__(*args, **kw)
+                made.append(self)
+
+        monkeypatch.setattr(reads, "DirectRead", Recorded)
+
+    use(direct.DirectRead)
+    return made, use
+
+
+class Reversed(direct.DirectRead):
+    """Sends the requests queued together in the reverse order: the server answers the later
+    windows first (as replicas of an R3 stream may)."""
+
+    most_at_once = 0
+
+    async def _flush(self) -> None:
+        self.most_at_once = max(self.most_at_once, len(self._outbox))
+        self._outbox.reverse()
+        await super()._flush()
+
+
+def test_answers_to_later_windows_first_come_out_in_sequence_order(js, name, small_windows):
+    made, use = small_windows
+    use(Reversed)
+    s = name()
+    fill(js, s, 300)
+    for q in (5, 17, 18, 40, 41, 42, 43, 100):
+        js.delete_msg(s, q)
+    live = [q for q in range(1, 301) if q not in (5, 17, 18, 40, 41, 42, 43, 100)]
+    got = rows(js.read_batches(s, batch_size=37))
+    assert got == expected(s, live)  # (in this order: sequence order, each once)
+    reader = made[-1]
+    assert reader.most_at_once > 1 and reader.requests >= 300 // 16
+    # A filter the server applies, and several matched here.
+    assert rows(js.read_batches(s, 3, 250, subjects=[f"{s}.1"])) == expected(
+        s, [q for q in live if 3 <= q <= 250 and q % 3 == 1]
+    )
+    two = [f"{s}.0", f"{s}.2"]
+    assert rows(js.read_batches(s, 3, 250, subjects=two)) == expected(
+        s, [q for q in live if 3 <= q <= 250 and q % 3 != 1]
+    )
+
+
+class LosesOne(direct.DirectRead):
+    """The first request for the third window never reaches the server."""
+
+    lost = False
+
+    async def _flush(self) -> None:
+        if not LosesOne.lost:
+            for i, (payload, _reply) in enumerate(self._outbox):
+                if b'"seq": 33' in payload:
+                    del self._outbox[i]
+                    LosesOne.lost = True
+                    break
+        await super()._flush()
+
+
+def test_a_window_whose_answer_does_not_come_is_asked_again(server, name, small_windows):
+    made, use = small_windows
+    use(LosesOne)
+    LosesOne.lost = False
+    s = name()
+    with jetspark.connect(server.url, timeout=1) as js:
+        fill(js, s, 200)
+        got = rows(js.read_batches(s, batch_size=64))
+        assert got == expected(s, range(1, 201))
+        assert LosesOne.lost and made[-1].resent >= 1
+        js.delete_stream(s)
+
+
+def test_silence_past_the_retries_is_a_timeout_naming_the_read(server, name, small_windows):
+    class Deaf(direct.DirectRead):
+        async def _flush(self) -> None:
+            self._outbox.clear()  # nothing reaches the server
+
+    s = name()
+    with jetspark.connect(server.url, timeout=0.3) as js:
+        fill(js, s, 100)
+        reader = Deaf(js._session, s, 1, 100, None)
+        js._session.run(reader.open(), what="open")
+        try:
+            with pytest.raises(RequestTimeoutError, match=f"direct get of 16 messages from stream '{s}'"):
+                js._session.run(reader.next_chunk(50), what="read")
+            assert reader.resent == direct.DIRECT_RETRIES * direct.DIRECT_IN_FLIGHT
+        finally:
+            js._session.run(reader.close(), what="close")
+        js.delete_stream(s)
+
+
+def test_messages_deleted_while_the_read_goes_on(js, name, small_windows):
+    made, _ = small_windows
+    s = name()
+    fill(js, s, 1000)
+    it = js.read_batches(s, batch_size=50)
+    got = rows([next(it)])
+    assert got == expected(s, range(1, 51))
+    # Far past what is in flight (4 windows of 16): these must not come back.
+    gone = {*range(400, 520), *range(700, 703), 777, 1000}
+    for q in sorted(gone):
+        js.delete_msg(s, q)
+    got += rows(it)
+    seqs = [q for q, _, _ in got]
+    assert seqs == sorted(set(seqs))
+    assert got == expected(s, [q for q in range(1, 1000) if q not in gone])
+    # A gap of 120 sequences: the windows widen after it (each answer ran past its window).
+    assert made[-1].requests < 1000 // 16 + 20
+
+
+@pytest.mark.parametrize("filters", [None, "1", ["0", "2"]], ids=["all", "one", "two"])
+def test_gaps_filters_and_the_end_match_the_engine(js, engine, name, small_windows, filters):
+    s = name()
+    for h in (js, engine):
+        fill(h, s, 700)
+        assert h.advance_ack_floor(s, "spark", 40).stream_seq == 40  # 1..40 acknowledged: gone
+        for q in [*range(100, 180), 181, 183, *range(300, 302), 699, 700]:
+            h.delete_msg(s, q)
+    subjects = None if filters is None else [f"{s}.{x}" for x in ([filters] if isinstance(filters, str) else filters)]
+    for lo, hi in ((1, 700), (50, 100), (170, 190), (600, None), (699, 700)):
+        want = rows(engine.read_batches(s, lo, hi, subjects=subjects, batch_size=29))
+        assert rows(js.read_batches(s, lo, hi, subjects=subjects, batch_size=29)) == want, (lo, hi)
+
+
+def test_a_sparse_filter_widens_the_windows(js, name, small_windows):
+    made, _ = small_windows
+    s = name()
+    fill(js, s, 60)
+    js.publish_batch(pa.table({"subject": [f"{s}.many"] * 2000, "data": [b"x"] * 2000}), stream=s)
+    js.publish_batch(pa.table({"subject": [f"{s}.0"] * 5, "data": [b"late"] * 5}), stream=s)
+    got = rows(js.read_batches(s, subjects=[f"{s}.0"]))
+    assert [q for q, _, _ in got] == [*range(3, 61, 3), *range(2061, 2066)]
+    # (The server filters: answers bring matches only, the windows span many sequences.)
+    assert made[-1].requests <= 8
+
+
+def test_large_messages_cut_answers_short_and_the_rest_is_asked_for(js, name, small_windows, monkeypatch):
+    monkeypatch.setattr(direct, "DIRECT_MAX_BYTES", 1 << 20)
+    s = name()
+    js.add_stream(name=s, subjects=[f"{s}.>"], retention=RetentionPolicy.WORK_QUEUE, allow_direct=True)
+    js.add_consumer(s, durable_name="spark", ack_policy=AckPolicy.EXPLICIT)
+    big = [bytes([q]) * 300_000 for q in range(40)]
+    js.publish_batch(pa.table({"subject": [f"{s}.b"] * 40, "data": big}), stream=s)
+    js.delete_msg(s, 7)
+    got = concat_rows(js.read_batches(s, batch_size=9))
+    assert [r["seq"] for r in got] == [q for q in range(1, 41) if q != 7]
+    assert all(r["data"] == big[r["seq"] - 1] for r in got)
+
+
+def concat_rows(batches) -> list[dict]:
+    return pa.Table.from_batches(list(batches)).to_pylist()
+
+
+def test_a_server_restart_in_the_middle_of_a_read(start_server, name, small_windows):
+    srv = start_server()
+    with jetspark.connect(srv.url, timeout=1, reconnect_time_wait=0.2) as js:
+        fill(js, "RS", 400)
+        it = js.read_batches("RS", batch_size=100)
+        got = rows([next(it)])
+        srv.kill()
+        restart = threading.Timer(0.5, srv.start)  # same port, same store
+        restart.start()
+        try:
+            got += rows(it)
+        finally:
+            restart.join()
+    assert got == expected("RS", range(1, 401))
+
+
+def test_a_read_of_a_stream_deleted_under_it_fails_with_a_jetspark_error(server, name, small_windows):
+    s = name()
+    with jetspark.connect(server.url, timeout=0.5, retry_budget=0) as js:
+        fill(js, s, 300)
+        it = js.read_batches(s, batch_size=50)
+        next(it)
+        js.delete_stream(s)
+        with pytest.raises(JetSparkError):
+            list(it)
+
+
+# ---------------------------------------------------------------------- the reply parser
+
+_SUBJECT_CHARS = st.characters(min_codepoint=33, max_codepoint=126, exclude_characters=" *>.")
+subject_st = st.lists(st.text(_SUBJECT_CHARS, min_size=1, max_size=8), min_size=1, max_size=4).map(".".join)
+stamp_st = st.builds(
+    lambda t, digits: wire.rfc3339_ns(t) if digits is None else _stamp(t, digits),
+    st.integers(min_value=0, max_value=(1 << 62)),
+    st.one_of(st.none(), st.integers(min_value=0, max_value=9)),
+)
+
+
+def _stamp(ns: int, digits: int) -> str:
+    """The server's form with ``digits`` fraction digits kept, trailing zeros trimmed."""
+    base = dt.datetime.fromtimestamp(ns // 10**9, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    frac = str(ns % 10**9).rjust(9, "0")[:digits].rstrip("0")
+    return f"{base}.{frac}Z" if frac else f"{base}Z"
+
+
+own_st = st.one_of(
+    st.none(),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["k", "Nats-Msg-Id", "Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp"]),
+            st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=12).map(str.strip),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+)
+message_st = st.tuples(
+    subject_st, st.integers(1, 2**63 - 1), stamp_st, own_st, st.binary(max_size=20), st.booleans(), st.integers(0, 99)
+)
+
+
+def _reply(inbox: str, stream: str, msg) -> tuple[bytes, tuple]:
+    subject, seq, stamp, own, data, trailer, req = msg
+    block = b"NATS/1.0\r\n" + b"".join(f"{k}: {v}\r\n".encode() for k, v in own or [])
+    block += f"Nats-Stream: {stream}\r\nNats-Subject: {subject}\r\n".encode()
+    block += f"Nats-Sequence: {seq}\r\nNats-Time-Stamp: {stamp}\r\n".encode()
+    if trailer:
+        block += f"Nats-Num-Pending: {seq % 1000}\r\nNats-Last-Sequence: {seq - 1}\r\n".encode()
+    block += b"\r\n"
+    frame = b"HMSG %s.%d 1 %d %d\r\n%s%s\r\n" % (inbox.encode(), req, len(block), len(block) + len(data), block, data)
+    return frame, (req, subject.encode(), seq, wire.time_to_ns(stamp), data, block)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.one_of(message_st, st.sampled_from([b"204 EOB", b"404 Message Not Found"])), max_size=30),
+    st.sampled_from(["S", "WQD", "a-b_c"]),
+)
+def test_reply_fields_agree_with_a_one_by_one_reading(items, stream):
+    inbox = "_INBOX.abc"
+    pieces, want = [], []
+    for item in items:
+        if isinstance(item, bytes):
+            block = b"NATS/1.0 " + item + b"\r\nNats-Num-Pending: 0\r\n\r\n"
+            pieces.append(b"HMSG %s.7 1 %d %d\r\n%s\r\n" % (inbox.encode(), len(block), len(block), block))
+            want.append(None)
+        else:
+            frame, w = _reply(inbox, stream, item)
+            pieces.append(frame)
+            want.append(w)
+    buf = b"".join(pieces)
+    f, end = F.scan(buf)
+    assert end == len(buf) and len(f) == len(items)
+    d = reply_fields(buf, f, stream, len(inbox) + 1)
+    for i, w in enumerate(want):
+        if w is None:
+            assert d.status[i] and d.req[i] == 7
+            continue
+        req, subject, seq, ns, data, block = w
+        own, subj, q, stamp = direct.strip_direct_headers(block)
+        assert not d.status[i] and d.ok[i] and d.req[i] == req
+        assert (buf[d.subj_lo[i] : d.subj_hi[i]], int(d.seq[i]), int(d.time[i])) == (subject, seq, ns) == (subj, q, ns)
+        own_got = buf[int(f.hdr_lo[i]) : int(d.own_end[i])] + b"\r\n" if d.own_end[i] else None
+        assert own_got == own
+
+
+def test_reply_fields_refuses_what_is_no_direct_get_reply():
+    block = b"NATS/1.0\r\nk: v\r\n\r\n"
+    buf = b"HMSG _INBOX.x.1 1 %d %d\r\n%sxy\r\n" % (len(block), len(block) + 2, block) + b"MSG _INBOX.x.2 1 2\r\nhi\r\n"
+    f, _ = F.scan(buf)
+    d = reply_fields(buf, f, "S", len("_INBOX.x."))
+    assert list(d.ok) == [False, False] and list(d.status) == [False, False] and list(d.req) == [1, 2]
+    bad_time = b"NATS/1.0\r\nNats-Stream: S\r\nNats-Subject: a\r\nNats-Sequence: 3\r\n"
+    bad_time += b"Nats-Time-Stamp: 2026-1x-01T00:00:00Z\r\nNats-Num-Pending: 0\r\nNats-Last-Sequence: 2\r\n\r\n"
+    buf = b"HMSG _INBOX.x.1 1 %d %d\r\n%s\r\n" % (len(bad_time), len(bad_time), bad_time)
+    f, _ = F.scan(buf)
+    assert not reply_fields(buf, f, "S", len("_INBOX.x.")).ok[0]
+    assert np.array_equal(reply_fields(buf, f[:0], "S", 9).seq, np.zeros(0, dtype=np.int64))
