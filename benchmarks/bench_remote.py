@@ -280,7 +280,8 @@ class Bench:
         async def drain() -> float:
             sub = await njs.pull_subscribe(
                 "read.>", stream="READ",
-                config=ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL, inactive_threshold=30.0),
+                config=ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL,
+                                      inactive_threshold=30.0),
             )  # fmt: skip
             got = 0
             t = time.perf_counter()
@@ -301,7 +302,8 @@ class Bench:
             anc.append(self.anchor.run(drain()))
             log(
                 f"1 range read {r + 1}/{s.read_reps}: ceiling {rate(ceil[-1][0])}, jetspark {rate(mine[-1][0])} "
-                f"({mine[-1][1] * 1e6:.2f} us CPU/msg), interest stream {rate(mine_i[-1][0])}, nats-py fetch {rate(anc[-1])}"
+                f"({mine[-1][1] * 1e6:.2f} us CPU/msg), interest stream {rate(mine_i[-1][0])}, "
+                f"nats-py fetch {rate(anc[-1])}"
             )
         if js.stream_info("READI").state.messages != n:
             raise AssertionError("reading the interest stream removed messages")
@@ -315,21 +317,25 @@ class Bench:
         )
         cpu, cpu_i, cpu_c = (statistics.median(x[1] for x in xs) * 1e6 for xs in (mine, mine_i, ceil))
         notes = (
-            f"jetspark: {n:,} msgs per pass into pyarrow RecordBatches (65,536 rows) with the engine's schema, through an ephemeral "
-            f"ack-less pull consumer; ceiling: a bare socket subscribed to a push consumer's deliver subject (ack none), counting "
-            f"frames without parsing them, {n:,} msgs; anchor: nats-py pull_subscribe (ephemeral, ack none) fetch(batch=1000) over "
-            f"{na:,} msgs, Msg objects only (no Arrow); CPU/msg is this process's CPU time (all threads) over the messages; "
+            f"jetspark: {n:,} msgs per pass into pyarrow RecordBatches (65,536 rows) with the engine's schema, "
+            f"through an ephemeral ack-less pull consumer; ceiling: a bare socket subscribed to a push consumer's "
+            f"deliver subject (ack none), counting frames without parsing them, {n:,} msgs; anchor: nats-py "
+            f"pull_subscribe (ephemeral, ack none) fetch(batch=1000) over {na:,} msgs, Msg objects only (no Arrow); "
+            f"CPU/msg is this process's CPU time (all threads) over the messages; "
             f"{s.read_reps} interleaved repetitions."
         )
         return [
-            Row("1c", "ceiling: bare socket on a push consumer, counting frames", rate(c), "-", "1.00 of ceiling", "-", "info",
+            Row("1c", "ceiling: bare socket on a push consumer, counting frames", rate(c), "-", "1.00 of ceiling", "-",
+                "info",
                 f"{spread([x[0] for x in ceil])}; {cpu_c:.2f} us CPU/msg"),
-            Row("1", f"range read into Arrow: js.read_batches(stream, 1, {n:,})", rate(m), rate(a) + " (pull fetch(1000))",
+            Row("1", f"range read into Arrow: js.read_batches(stream, 1, {n:,})", rate(m),
+                rate(a) + " (pull fetch(1000))",
                 f"{m / c:.2f} of ceiling; {m / a:.1f}x anchor", ">= 0.5 of ceiling; CPU <= 1 us/msg",
                 verdict([(m / c >= 0.5, "< 0.5 of ceiling"), (cpu <= 1.0, f"{cpu:.2f} us CPU/msg")]),
                 f"jetspark {spread([x[0] for x in mine])}, {cpu:.2f} us CPU/msg; anchor {spread(anc)}", [notes]),
-            Row("1i", f"range read of an interest stream: js.read_batches(stream, 1, {n:,})", rate(mi), "-", f"{mi / c:.2f} of ceiling",
-                ">= 0.5 of ceiling", verdict([(mi / c >= 0.5, "< 0.5 of ceiling")]), f"{spread([x[0] for x in mine_i])}, {cpu_i:.2f} us CPU/msg"),
+            Row("1i", f"range read of an interest stream: js.read_batches(stream, 1, {n:,})", rate(mi), "-",
+                f"{mi / c:.2f} of ceiling", ">= 0.5 of ceiling", verdict([(mi / c >= 0.5, "< 0.5 of ceiling")]),
+                f"{spread([x[0] for x in mine_i])}, {cpu_i:.2f} us CPU/msg"),
         ]  # fmt: skip
 
     # ---- row 3 ------------------------------------------------------------------
@@ -357,8 +363,9 @@ class Bench:
             plain.append(be.read_rate(js, "WQG", gets))
             limits.append(be.read_rate(js, "WQL", n))
             log(
-                f"3 work-queue read {r + 1}/{s.read_reps}: ceiling {rate(ceil[-1][0])}, direct gets {rate(direct[-1][0])} "
-                f"({direct[-1][1] * 1e6:.2f} us CPU/msg), MSG.GET {rate(plain[-1])}, limits stream via a consumer {rate(limits[-1])}"
+                f"3 work-queue read {r + 1}/{s.read_reps}: ceiling {rate(ceil[-1][0])}, "
+                f"direct gets {rate(direct[-1][0])} ({direct[-1][1] * 1e6:.2f} us CPU/msg), MSG.GET {rate(plain[-1])}, "
+                f"limits stream via a consumer {rate(limits[-1])}"
             )
         if [c.name for c in js.consumers_info("WQD")] != ["spark"] or js.stream_info("WQD").state.messages != n:
             raise AssertionError("the work-queue read created a consumer or removed messages")
@@ -368,14 +375,17 @@ class Bench:
         c, cpu = statistics.median(x[0] for x in ceil), statistics.median(x[1] for x in direct) * 1e6
         return [
             Row(
-                "3", f"work-queue read: js.read_batches(wq stream, 1, {n:,}), allow_direct", rate(m), rate(a) + " (one MSG.GET per seq)",
-                f"{m / c:.2f} of ceiling; {m / a:.1f}x anchor", ">= 0.5 of ceiling", verdict([(m / c >= 0.5, "< 0.5 of ceiling")]),
-                f"direct {spread([x[0] for x in direct])}, {cpu:.2f} us CPU/msg; MSG.GET {spread(plain)}; ceiling {rate(c)}; "
+                "3", f"work-queue read: js.read_batches(wq stream, 1, {n:,}), allow_direct", rate(m),
+                rate(a) + " (one MSG.GET per seq)", f"{m / c:.2f} of ceiling; {m / a:.1f}x anchor", ">= 0.5 of ceiling",
+                verdict([(m / c >= 0.5, "< 0.5 of ceiling")]),
+                f"direct {spread([x[0] for x in direct])}, {cpu:.2f} us CPU/msg; MSG.GET {spread(plain)}; "
+                f"ceiling {rate(c)}; "
                 f"limits stream via a reader consumer {rate(lim)} ({m / lim:.2f}x of it)",
-                [f"a work-queue stream with its durable (no second consumer allowed): batched direct gets of {n:,} msgs on an allow_direct "
-                 f"stream, vs the plain gets of a stream without allow_direct over {gets:,} msgs; the ceiling is row 1c's bare socket on "
-                 f"a push consumer of a limits stream holding the same messages (a work-queue stream takes no second consumer); for scale, "
-                 f"the range read of that limits stream through a reader consumer; {s.read_reps} interleaved repetitions."],
+                [f"a work-queue stream with its durable (no second consumer allowed): batched direct gets of {n:,} "
+                 f"msgs on an allow_direct stream, vs the plain gets of a stream without allow_direct over {gets:,} "
+                 f"msgs; the ceiling is row 1c's bare socket on a push consumer of a limits stream holding the same "
+                 f"messages (a work-queue stream takes no second consumer); for scale, the range read of that limits "
+                 f"stream through a reader consumer; {s.read_reps} interleaved repetitions."],
             )
         ]  # fmt: skip
 
@@ -440,8 +450,8 @@ class Bench:
                 mine.append(ours(t, r))
                 anc.append(self.anchor_publish_async(f"APUB{r}", "pub.>", subjects, datas, n, ids))
                 log(
-                    f"{key} batch append {r + 1}/{s.publish_reps}: jetspark {rate(mine[-1])}, nats-py publish_async {rate(anc[-1])}"
-                    + (f", ceiling {rate(ceil[-1])}" if not ids else "")
+                    f"{key} batch append {r + 1}/{s.publish_reps}: jetspark {rate(mine[-1])}, "
+                    f"nats-py publish_async {rate(anc[-1])}" + (f", ceiling {rate(ceil[-1])}" if not ids else "")
                 )
             m, a = statistics.median(mine), statistics.median(anc)
             c = statistics.median(ceil)
@@ -449,16 +459,19 @@ class Bench:
             target = ">= 2x anchor" if not ids else ""
             if not ids:
                 rows.append(
-                    Row("2c", "ceiling: bare socket sending the PUBs, counting PubAck frames", rate(c), "-", "1.00 of ceiling", "-", "info",
-                        spread(ceil), [f"{n:,} ready-made PUB lines with reply subjects, at most 4,000 unanswered, written 1,000 per "
+                    Row("2c", "ceiling: bare socket sending the PUBs, counting PubAck frames", rate(c), "-",
+                        "1.00 of ceiling", "-", "info", spread(ceil),
+                        [f"{n:,} ready-made PUB lines with reply subjects, at most 4,000 unanswered, written 1,000 per "
                                        "write on a blocking socket; the PubAcks counted, not parsed."])
                 )  # fmt: skip
             rows.append(
                 Row(
-                    key, name, rate(m), rate(a) + " (publish_async)", f"{m / c:.2f} of ceiling; {m / a:.2f}x anchor", target,
-                    verdict([(m / a >= 2, "< 2x anchor")]) if not ids else "info", f"jetspark {spread(mine)}; anchor {spread(anc)}",
-                    [f"{n:,} msgs per repetition in slices of {s.publish_rows:,} rows, every PubAck awaited, fresh stream each time; anchor: "
-                     f"nats-py js.publish_async per row{' with a Nats-Msg-Id header' if ids else ''} then publish_async_completed(); "
+                    key, name, rate(m), rate(a) + " (publish_async)", f"{m / c:.2f} of ceiling; {m / a:.2f}x anchor",
+                    target, verdict([(m / a >= 2, "< 2x anchor")]) if not ids else "info",
+                    f"jetspark {spread(mine)}; anchor {spread(anc)}",
+                    [f"{n:,} msgs per repetition in slices of {s.publish_rows:,} rows, every PubAck awaited, fresh "
+                     f"stream each time; anchor: nats-py js.publish_async per row"
+                     f"{' with a Nats-Msg-Id header' if ids else ''} then publish_async_completed(); "
                      f"{s.publish_reps} interleaved repetitions."],
                 )
             )  # fmt: skip
@@ -497,14 +510,17 @@ class Bench:
             mine.append(ours(r, n))
             anc.append(self.anchor_publish_async(f"APA{r}", "pa.>", subjects, datas, n))
             log(
-                f"4 publish_async {r + 1}/{s.publish_reps}: jetspark {rate(mine[-1])}, nats-py publish_async {rate(anc[-1])}"
+                f"4 publish_async {r + 1}/{s.publish_reps}: jetspark {rate(mine[-1])}, "
+                f"nats-py publish_async {rate(anc[-1])}"
             )
         m, a = statistics.median(mine), statistics.median(anc)
         return [
             Row(
-                "4", name, rate(m), rate(a) + " (publish_async)", f"{m / a:.2f}x", ">= 1.0x anchor", verdict([(m / a >= 1.0, "< 1.0x anchor")]), f"jetspark {spread(mine)}; anchor {spread(anc)}",
-                [f"{n:,} msgs per repetition on {be.SUBJECTS_PER_TABLE} subjects, a fresh stream each time; both sides with a window of 4,000 "
-                 "pending (the default of both); jetspark from a synchronous caller (its event loop in a thread), the anchor in its own "
+                "4", name, rate(m), rate(a) + " (publish_async)", f"{m / a:.2f}x", ">= 1.0x anchor",
+                verdict([(m / a >= 1.0, "< 1.0x anchor")]), f"jetspark {spread(mine)}; anchor {spread(anc)}",
+                [f"{n:,} msgs per repetition on {be.SUBJECTS_PER_TABLE} subjects, a fresh stream each time; both "
+                 "sides with a window of 4,000 pending (the default of both); jetspark from a synchronous caller "
+                 "(its event loop in a thread), the anchor in its own "
                  f"asyncio loop; {s.publish_reps} interleaved repetitions."],
             )
         ]  # fmt: skip
@@ -531,11 +547,13 @@ class Bench:
         peak, base = got["hwm_kb"] / 1024, got["base_kb"] / 1024
         return [
             Row(
-                "5", f"peak RSS of a process reading {n:,} msgs with read_batches (65,536-row batches, each dropped)", f"{peak:,.0f} MB", "-",
+                "5", f"peak RSS of a process reading {n:,} msgs with read_batches (65,536-row batches, each dropped)",
+                f"{peak:,.0f} MB", "-",
                 f"{peak - base:,.0f} MB over its start", "< 500 MB", verdict([(peak < 500, ">= 500 MB")]),
                 f"{got['rate']:,.0f} msg/s; {got['cpu_us']:.2f} us CPU/msg",
-                [f"a fresh Python process: VmHWM (its own peak) after reading, {base:,.0f} MB after its imports, connect and a first "
-                 "1,000-message read; a reader holds at most its pulls in flight (2 x 16,384 msgs or 16 MiB each) and one batch."],
+                [f"a fresh Python process: VmHWM (its own peak) after reading, {base:,.0f} MB after its imports, "
+                 "connect and a first 1,000-message read; a reader holds at most its pulls in flight (2 x 16,384 "
+                 "msgs or 16 MiB each) and one batch."],
             )
         ]  # fmt: skip
 
@@ -578,7 +596,8 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--only",
         default="1,2,3,4",
-        help="comma-separated rows to run (1: range read, 2: batch append, 3: work-queue read, 4: publish_async, 5: peak RSS; 5 only when named)",
+        help="comma-separated rows to run (1: range read, 2: batch append, 3: work-queue read, 4: publish_async, "
+        "5: peak RSS; 5 only when named)",
     )
     parser.add_argument(
         "--rss-msgs", type=int, default=10_000_000, help="messages row 5 reads (default 10,000,000: minutes)"
