@@ -302,16 +302,21 @@ class FrameReader:
         self._have = 0
         self._need = 0
 
-    def feed(self, data: bytes) -> tuple[bytes, Frames]:
+    def feed(self, data: bytes | list[bytes]) -> tuple[bytes, Frames]:
+        """The frames of what came so far: ``data`` is one read, or many reads in order (joined
+        with the unfinished tail in one copy)."""
+        reads = data if isinstance(data, list) else [data]
         if self._need:
-            self._pieces.append(data)
-            self._have += len(data)
+            self._pieces += reads
+            self._have += sum(map(len, reads))
             if self._have < self._need:
                 return b"", _NONE
             buf = b"".join(self._pieces)
             self._pieces, self._have, self._need = [], 0, 0
+        elif self._rest:
+            buf = b"".join([self._rest, *reads])
         else:
-            buf = self._rest + data if self._rest else bytes(data)
+            buf = reads[0] if len(reads) == 1 and isinstance(reads[0], bytes) else b"".join(reads)
         frames, end = scan(buf)
         rest = buf[end:]
         need = _needed(rest)

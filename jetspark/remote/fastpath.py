@@ -184,10 +184,10 @@ class FrameFeed:
         async with self._lock:  # (a drain from the idle callback and one from the read loop keep their order)
             if not self._stash:
                 return
-            data = self._stash[0] if len(self._stash) == 1 else b"".join(self._stash)
+            reads = self._stash
             self._stash, self._stashed = [], 0
             try:
-                buf, frames = self.reader.feed(data)
+                buf, frames = self.reader.feed(reads)
             except F.FrameError as exc:
                 raise ProtocolError() from exc
             if len(frames):

@@ -61,10 +61,12 @@ def nats_py_events(reads: list[bytes]) -> list[tuple]:
     return rec.events
 
 
-def our_events(reads: list[bytes]) -> list[tuple]:
+def our_events(reads: list, group: int = 1) -> list[tuple]:
+    """What FrameReader frames of ``reads``, fed one at a time, or ``group`` reads per call."""
     reader = F.FrameReader()
     events: list[tuple] = []
-    for data in reads:
+    feeds = reads if group == 1 else [reads[i : i + group] for i in range(0, len(reads), group)]
+    for data in feeds:
         buf, f = reader.feed(data)
         for kind, sid, sl, sh, rl, rh, hl, dl, dh in zip(*(getattr(f, c).tolist() for c in F.Frames.__slots__)):
             if kind in (F.MSG, F.HMSG):
@@ -156,6 +158,7 @@ def test_frames_match_nats_py_parser_split_anywhere(frames, cuts):
     reads = split(data, cuts)
     assert our_events(reads) == nats_py_events(reads)
     assert our_events([data]) == nats_py_events([data])
+    assert our_events(reads, group=3) == nats_py_events(reads)  # (several reads per call, as FrameFeed hands them)
 
 
 @settings(max_examples=100, deadline=None)
