@@ -31,6 +31,7 @@ log = logging.getLogger("jetspark")
 
 _NEEDLE = ("\r\n" + msg_ttl.TTL + ":").encode()
 _CHUNK = 1 << 16  # sequences read at a time when catching up
+_PRUNE_MIN = 1024  # entries before the first pruning
 
 
 class TTLIndex:
@@ -46,6 +47,7 @@ class TTLIndex:
         # never expires (expiry.py moves it; appends only come after it).
         self.age_cursor = 0
         self.refused: set[int] = set()  # messages whose delete marker the stream refused (logged once)
+        self._prune_at = _PRUNE_MIN
 
     def note(self, seq: int, ts: int, ttl: int) -> None:
         """A message stored at ``seq`` with ``ttl`` (msg_ttl.parse_ttl's value; 0: none)."""
@@ -74,19 +76,24 @@ class TTLIndex:
     def catch_up(self, ix: BlockIndex) -> None:
         """Read the TTLs of the messages stored since the last look."""
         h = ix.header
+        if len(self.heap) + len(self.never) > self._prune_at:
+            self._prune(ix)
+        if self.scanned >= h.last_seq:
+            return  # (every operation asks: nothing new is the common answer)
         lo, hi = max(self.scanned + 1, h.first_seq), h.last_seq
         for a in range(lo, hi + 1, _CHUNK):
             b = min(a + _CHUNK - 1, hi)
             for blk, x, y in ix.block_spans(a, b):
                 self._read(ix, blk, x, y)
-        if hi > self.scanned:
-            self.scanned = hi
-        if len(self.never) > 64 and min(self.never) < h.first_seq:
-            self.never = {q for q in self.never if q >= h.first_seq}
-        if len(self.heap) > 1024 and len(self.heap) > 2 * max(h.msgs, 1):
-            # Mostly messages removed before their time (limits, purges): keep the live ones.
-            self.heap = [(d, q) for d, q in self.heap if ix.is_live(q)]
-            heapq.heapify(self.heap)
+        self.scanned = hi
+
+    def _prune(self, ix: BlockIndex) -> None:
+        """Drop the entries of messages removed before their time (limits, purges, deletes), so
+        the index follows what the stream holds, not its history."""
+        self.heap = [(d, q) for d, q in self.heap if ix.is_live(q)]
+        heapq.heapify(self.heap)
+        self.never = {q for q in self.never if ix.is_live(q)}
+        self._prune_at = max(_PRUNE_MIN, 2 * (len(self.heap) + len(self.never)))
 
     def _read(self, ix: BlockIndex, blk, a: int, b: int) -> None:
         e = ix.entries(a, b)

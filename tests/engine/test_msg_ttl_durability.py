@@ -172,3 +172,14 @@ def test_a_refused_batch_leaves_no_deadline_for_the_sequences_it_did_not_keep(tm
         assert js.publish("t.c", b"3").seq == 1
         clock.advance(2)
         assert subjects_of(js) == [(1, "t.c")]
+
+
+def test_the_ttl_index_follows_what_the_stream_holds_not_its_history(tmp_path):
+    # max_msgs removes messages long before their TTL: their entries go with them.
+    with jetspark.connect(tmp_path / "store") as js:
+        js.add_stream(name=S, subjects=["t.>"], allow_msg_ttl=True, max_msgs=100)
+        for i in range(6000):
+            js.publish("t.a", b"x", headers={"Nats-TTL": "1h" if i % 2 else "never"})
+        index = js._store.stream(S).storage.ttl_index
+        assert len(index.heap) + len(index.never) <= 2 * 1024
+        assert js.stream_info(S).state.messages == 100
