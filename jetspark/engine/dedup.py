@@ -71,12 +71,12 @@ class MessageIds:
             if len(self.ids) + (h.dedup_len - self.ids_upto) // DEDUP.size > self.ids_cap:
                 self.ids = None
             else:
-                self._read_ids(h.dedup_len)
+                self._read_ids(self.ids, h.dedup_len)
         if self.ranges is not None:
             if self.ranges_n + (h.ranges_len - self.ranges_upto) // RANGE.size > self.ranges_cap:
                 self.ranges = None
             else:
-                self._read_ranges(h.ranges_len)
+                self._read_ranges(self.ranges, h.ranges_len)
 
     # ------------------------------------------------------------------ lookups
 
@@ -86,7 +86,7 @@ class MessageIds:
         if d is None:
             self.ids = d = {}
             self.ids_upto = self._window_start("dedup", DEDUP.size, h.dedup_len, now - window_ns)
-            self._read_ids(h.dedup_len)
+            self._read_ids(d, h.dedup_len)
             self.ids_cap = max(2 * len(d), CACHE_MIN)
         elif len(d) > self.ids_cap:
             cutoff = now - window_ns  # live while now - ts < window (Stream._duplicate)
@@ -101,7 +101,7 @@ class MessageIds:
             self.ranges = r = {}
             self.ranges_n = 0
             self.ranges_upto = self._window_start("dedup_ranges", RANGE.size, h.ranges_len, now - window_ns)
-            self._read_ranges(h.ranges_len)
+            self._read_ranges(r, h.ranges_len)
             self.ranges_cap = max(2 * self.ranges_n, CACHE_MIN)
         elif self.ranges_n > self.ranges_cap:
             cutoff = now - window_ns
@@ -131,22 +131,24 @@ class MessageIds:
                 hi = mid
         return lo * size
 
-    def _read_ids(self, upto: int) -> None:
+    def _read_ids(self, ids: IdsCache, upto: int) -> None:
+        """Read the id records up to byte ``upto`` into ``ids`` (the cache, built)."""
         if upto <= self.ids_upto:
             return
         raw = self._read("dedup", upto - self.ids_upto, self.ids_upto)
         self._check_records(raw, DEDUP.size, "dedup", self.ids_upto)
         for ts, seq, h, _ in DEDUP.iter_unpack(raw):
-            self.ids[h] = (seq, ts)
+            ids[h] = (seq, ts)
         self.ids_upto = upto
 
-    def _read_ranges(self, upto: int) -> None:
+    def _read_ranges(self, ranges: RangesCache, upto: int) -> None:
+        """Read the range records up to byte ``upto`` into ``ranges`` (the cache, built)."""
         if upto <= self.ranges_upto:
             return
         raw = self._read("dedup_ranges", upto - self.ranges_upto, self.ranges_upto)
         self._check_records(raw, RANGE.size, "dedup_ranges", self.ranges_upto)
         for ts, seq, h, first, last, _ in RANGE.iter_unpack(raw):
-            self.ranges.setdefault(h, []).append((first, last, seq, ts))
+            ranges.setdefault(h, []).append((first, last, seq, ts))
         self.ranges_n += len(raw) // RANGE.size
         self.ranges_upto = upto
 
