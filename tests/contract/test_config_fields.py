@@ -363,3 +363,12 @@ def test_a_feature_field_of_the_wrong_type_is_10025_on_a_server(both, field):
         got = _answer(js.add_stream, name="G", subjects=["g.>"], **{field: BAD_TYPE[field]})
         assert "G" not in js.stream_names()
     assert isinstance(got, tuple) and got[0] == 10025, got
+
+
+def test_an_unknown_key_in_a_config_dict_is_refused_not_dropped(jetspark_backend):
+    js = jetspark_backend
+    with pytest.raises(BadRequestError, match=r"unknown stream config field\(s\) \['max_msg'\]"):
+        js._js.add_stream({"name": "F", "subjects": ["f.>"], "storage": js.storage, "max_msg": 5})
+    with pytest.raises(BadRequestError, match=r"unknown consumer config field\(s\) \['ack'\] \(given as keywords\)"):
+        js.add_consumer("NONE", durable_name="C", ack="explicit")
+    assert "F" not in js.stream_names()
