@@ -180,7 +180,7 @@ def _read(kind: Any, value: Any) -> Any:
     if issubclass(kind, Enum):
         try:
             return kind(value)
-        except ValueError:
+        except (ValueError, TypeError):  # (TypeError: an unhashable value)
             return value
     return kind.from_response(value) if isinstance(value, dict) else value
 
