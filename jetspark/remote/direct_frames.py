@@ -22,7 +22,7 @@ server's among them.
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from jetspark.protocol.frames import Frames, parse_ints
 
 __all__ = ["ReplyFields", "copy_out", "reply_fields"]
 
+_STREAM = b"\r\nNats-Stream: "
 _SUBJECT = b"\r\nNats-Subject: "
 _SEQUENCE = b"\r\nNats-Sequence: "
 _STAMP = b"\r\nNats-Time-Stamp: "
@@ -57,19 +58,17 @@ class _Words:
         self.top = len(buf) - 8
         self.w = np.ndarray((max(self.top + 1, 0),), dtype="<u8", buffer=buf, strides=(1,)) if self.top >= 0 else None
 
-    def at(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The words at ``pos``, and whether each lies inside the buffer."""
-        inside = (pos >= 0) & (pos <= self.top)
+    def at(self, pos: np.ndarray) -> np.ndarray:
+        """The words at ``pos`` (>= 0; past the last whole word: the last one)."""
         if self.w is None:
-            return np.zeros(len(pos), dtype=np.uint64), inside
-        return self.w[np.where(inside, pos, 0)], inside
+            return np.zeros(len(pos), dtype=np.uint64)
+        return self.w[np.minimum(pos, self.top)]
 
-    def equal(self, pos: np.ndarray, pattern: bytes) -> np.ndarray:
-        """Whether ``pattern`` (8 bytes or more) is at each ``pos``."""
-        ok = np.ones(len(pos), dtype=bool)
-        for off in [*range(0, len(pattern) - 7, 8), len(pattern) - 8]:
-            word, inside = self.at(pos + off)
-            ok &= inside & (word == np.uint64(int.from_bytes(pattern[off : off + 8], "little")))
+    def equal(self, pos: np.ndarray, pattern: bytes, offsets: Sequence[int]) -> np.ndarray:
+        """Whether ``pattern`` is at each ``pos``, as far as its 8 bytes at each of ``offsets`` tell."""
+        ok = pos <= self.top - max(offsets)
+        for off in offsets:
+            ok &= self.at(pos + off) == np.uint64(int.from_bytes(pattern[off : off + 8], "little"))
         return ok
 
 
@@ -94,10 +93,12 @@ def reply_fields(buf: bytes, f: Frames, stream: str, prefix_len: int) -> ReplyFi
         if len(cr)
         else np.zeros((8, n), dtype=np.int64)
     )
+    # The lines in their order, each told by its name's first 8 bytes (and the rest of the names
+    # of the lines whose values are read), the stream's line by its length.
     ok &= (c[0] == data_lo - 2) & (c[1] == data_lo - 4) & (c[7] >= hdr_lo + 8)
-    ok &= words.equal(c[7], b"\r\nNats-Stream: " + stream.encode() + _SUBJECT)
-    ok &= words.equal(c[5], _SEQUENCE) & words.equal(c[4], _STAMP)
-    ok &= words.equal(c[3], _PENDING) & words.equal(c[2], _LAST)
+    ok &= (c[6] - c[7] == len(b"\r\nNats-Stream: ") + len(stream.encode())) & words.equal(c[7], _STREAM, (0,))
+    ok &= words.equal(c[6], _SUBJECT, (0, 8)) & words.equal(c[5], _SEQUENCE, (0, 9))
+    ok &= words.equal(c[4], _STAMP, (0, 11)) & words.equal(c[3], _PENDING, (0,)) & words.equal(c[2], _LAST, (0,))
     subj_lo, subj_hi = c[6] + len(_SUBJECT), c[5]
     ok &= subj_hi > subj_lo
     seq, good = parse_ints(a, c[5] + len(_SEQUENCE), np.maximum(c[4], c[5] + len(_SEQUENCE)))
@@ -144,10 +145,10 @@ def _stamps(a: np.ndarray, words: _Words, lo: np.ndarray, hi: np.ndarray, ok: np
     good = ok & (lens >= 20) & (lens <= 30) & (a[np.clip(hi - 1, 0, top)] == ord("Z"))
     good &= np.where(digits > 0, a[np.clip(lo + 19, 0, top)] == ord("."), lens == 20)
     # The fraction's first 8 digits, left-aligned (missing ones 0), then the 9th.
-    word, inside = words.at(lo + 20)
+    word = words.at(lo + 20)
     d8 = np.minimum(digits, 8).astype(np.uint64)
     mask = np.where(d8 >= 8, np.uint64(0xFFFFFFFFFFFFFFFF), (np.uint64(1) << (d8 * np.uint64(8))) - np.uint64(1))
-    good &= inside | (digits == 0)
+    good &= (lo + 20 <= words.top) | (digits == 0)
     good &= ((word & np.uint64(_HIGH)) ^ np.uint64(_ZEROS)) & mask == 0
     good &= (((word + np.uint64(_SIX)) & np.uint64(_HIGH)) ^ np.uint64(_ZEROS)) & mask == 0
     x = (word & mask) - (np.uint64(_ZEROS) & mask)
@@ -158,9 +159,7 @@ def _stamps(a: np.ndarray, words: _Words, lo: np.ndarray, hi: np.ndarray, ok: np
     good &= (digits < 9) | ((ninth >= 0) & (ninth <= 9))
     frac = x.astype(np.int64) * 10 + np.where(digits >= 9, ninth, 0)
     # The date and second: read where they change.
-    h0, _ = words.at(lo)
-    h1, _ = words.at(lo + 8)
-    h2, _ = words.at(lo + 11)
+    h0, h1, h2 = words.at(lo), words.at(lo + 8), words.at(lo + 11)
     first = np.ones(n, dtype=bool)
     first[1:] = (h0[1:] != h0[:-1]) | (h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1]) | ~good[1:] | ~good[:-1]
     lead = np.flatnonzero(first)
