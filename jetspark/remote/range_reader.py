@@ -481,7 +481,7 @@ class RangeRead:
     async def next_chunk(self, max_msgs: int) -> Chunk | FrameChunk:
         chunk = await self._next_chunk(max_msgs)
         if len(chunk):
-            self.returned = chunk.seqs[-1]
+            self.returned = int(chunk.seq_array[-1]) if isinstance(chunk, FrameChunk) else chunk.seqs[-1]
         return chunk
 
     async def _next_chunk(self, max_msgs: int) -> Chunk | FrameChunk:
