@@ -113,7 +113,7 @@ def check_feature_types(config: StreamConfig) -> None:
     engine says it does not implement the feature (as for every other field)."""
     for name in _FEATURE_BOOLS:
         V.boolean(getattr(config, name), name, api=True, optional=True)
-    if config.compression is not None and config.compression not in {c.value for c in StoreCompression}:
+    if config.compression is not None and config.compression not in tuple(StoreCompression):
         raise api_error(E.INVALID_JSON, err="unknown compression algorithm")
     enum_value(PersistMode, config.persist_mode, "persist_mode")
     parts: list[tuple[str, Any, type]] = [(n, getattr(config, n), cls) for n, cls in _FEATURE_PARTS.items()]

@@ -11,10 +11,13 @@ from __future__ import annotations
 import base64
 import copy
 import datetime as _dt
+import json
 import re
 from typing import Any, Optional
 
 from jetspark import api
+from jetspark import err_codes as E
+from jetspark.errors import api_error
 from jetspark.protocol import headers as H
 
 NS = 1_000_000_000
@@ -117,7 +120,18 @@ def stream_config_to_wire(config: api.StreamConfig) -> dict:
     limits = d.get("consumer_limits")
     if isinstance(limits, dict) and "inactive_threshold" in limits:
         limits["inactive_threshold"] = _scaled(limits["inactive_threshold"], s_to_ns)
-    return d  # (a source's start time: RFC 3339 already, see api.StreamSource)
+    return _sendable(d)  # (a source's start time: RFC 3339 already, see api.StreamSource)
+
+
+def _sendable(d: dict) -> dict:
+    """``d`` if JSON can carry every field; else the server's 10025 naming the first that it
+    cannot (a field the server alone checks, given bytes or an object, would not reach it)."""
+    for k, v in d.items():
+        try:
+            json.dumps(v)
+        except (TypeError, ValueError):
+            raise api_error(E.INVALID_JSON, err=f"{k} cannot be sent as JSON: {v!r}") from None
+    return d
 
 
 def stream_config_from_wire(d: dict) -> api.StreamConfig:
@@ -179,7 +193,7 @@ def consumer_config_to_wire(config: api.ConsumerConfig) -> dict:
         v = getattr(config, k)
         if isinstance(v, _dt.datetime):
             d[k] = rfc3339(v)
-    return d
+    return _sendable(d)
 
 
 def consumer_config_from_wire(d: dict) -> api.ConsumerConfig:

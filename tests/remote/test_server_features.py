@@ -340,3 +340,19 @@ async def _nats_py_error(call):
     except NatsAPIError as exc:
         return (exc.err_code, exc.description)
     raise AssertionError("nats-py's call succeeded")
+
+
+@pytest.mark.parametrize("field", ["mirror_direct", "compression", "allow_msg_counter", "template_owner"])
+def test_a_value_json_cannot_carry_is_10025_naming_the_field(js, name, field):
+    s = name("S")
+    with pytest.raises(BadRequestError) as exc:
+        js.add_stream(name=s, subjects=[f"{s}.>"], **{field: b"bytes"})
+    assert exc.value.err_code == 10025 and field in exc.value.description
+    with pytest.raises(BadRequestError) as exc:
+        js.add_stream(name=s, subjects=[f"{s}.>"], placement=Placement(cluster=object()))
+    assert exc.value.err_code == 10025 and "placement" in exc.value.description
+    js.add_stream(name="X" + s, subjects=[f"x{s}.>"])
+    with pytest.raises(BadRequestError) as exc:
+        js.add_consumer("X" + s, durable_name="C", sample_freq=b"50%")
+    assert exc.value.err_code == 10025 and "sample_freq" in exc.value.description
+    assert s not in js.stream_names() and js.stream_info("X" + s).state.consumer_count == 0
