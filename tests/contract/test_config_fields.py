@@ -372,3 +372,36 @@ def test_an_unknown_key_in_a_config_dict_is_refused_not_dropped(jetspark_backend
     with pytest.raises(BadRequestError, match=r"unknown consumer config field\(s\) \['ack'\] \(given as keywords\)"):
         js.add_consumer("NONE", durable_name="C", ack="explicit")
     assert "F" not in js.stream_names()
+
+
+ANY_VALUE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**65), 2**65),
+    st.floats(allow_nan=True),
+    st.text(max_size=8),
+    st.binary(max_size=4),
+    st.lists(st.integers(0, 3), max_size=2),
+    st.dictionaries(st.sampled_from(["name", "src", "dest", "cluster", "x"]), st.text(max_size=4), max_size=2),
+)
+SERVER_ONLY = sorted(set(engine_config.UNIMPLEMENTED) | {"template_owner"})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(field=st.sampled_from(SERVER_ONLY + list(engine_consumer_config.UNIMPLEMENTED)), value=ANY_VALUE)
+def test_any_value_of_a_feature_field_gets_a_typed_answer_and_leaves_nothing_on_the_engine(field, value):
+    home = tempfile.mkdtemp(prefix="jetspark-fields-")
+    try:
+        with jetspark.connect(home) as js:
+            js.add_stream(name="F", subjects=["f.>"])
+            if field in engine_consumer_config.UNIMPLEMENTED:
+                got = _answer(js.add_consumer, "F", durable_name="C", **{field: value})
+            else:
+                got = _answer(js.add_stream, name="G", subjects=["g.>"], **{field: value})
+            if isinstance(got, tuple):  # a typed refusal: nothing made
+                assert got[0] in (10003, 10025), got
+                assert js.stream_names() == ["F"] and js.stream_info("F").state.consumer_count == 0
+            else:  # accepted: only what leaves the feature off
+                assert engine_config.is_off(value), (field, value)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
