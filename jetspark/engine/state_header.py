@@ -155,26 +155,34 @@ class HeaderFile:
     def map(self) -> None:
         # The header is stored into through a mapping: its page must be backed (see diskio).
         diskio.allocate(self.fd, 0, STATE_SIZE, self.path)
-        self.mm = mmap.mmap(self.fd, STATE_SIZE)
-        if self.mm[0:8] != MAGIC:
+        self.mm = mm = mmap.mmap(self.fd, STATE_SIZE)
+        if mm[0:8] != MAGIC:
             raise CorruptStoreError(f"{self.path}: not a jetspark stream header (bad magic)", self.path)
+
+    def _mapped(self) -> mmap.mmap:
+        """The mapping: map() makes it when the stream opens, before any read or write."""
+        mm = self.mm
+        assert mm is not None, "the stream header is used before map()"
+        return mm
 
     def active(self) -> int:
         """Which slot is live (0 or 1)."""
-        return self.mm[ACTIVE_OFF] & 1
+        return self._mapped()[ACTIVE_OFF] & 1
 
     def read_slot(self, i: int) -> Optional[StreamHeader]:
         off = SLOT_OFF[i]
-        return unpack_slot(self.mm[off : off + SLOT.size + 4])
+        return unpack_slot(self._mapped()[off : off + SLOT.size + 4])
 
     def write_slot(self, i: int, h: StreamHeader) -> None:
         off = SLOT_OFF[i]
-        self.mm[off : off + SLOT.size + 4] = pack_slot(h)
+        self._mapped()[off : off + SLOT.size + 4] = pack_slot(h)
 
     def read(self) -> StreamHeader:
         """The committed header (from the mirror when the live slot is damaged)."""
+        mm = self.mm
+        assert mm is not None, "the stream header is read before map()"
         for _ in range(1000):
-            active = int.from_bytes(self.mm[ACTIVE_OFF : ACTIVE_OFF + 8], "little")
+            active = int.from_bytes(mm[ACTIVE_OFF : ACTIVE_OFF + 8], "little")
             h = self.read_slot(active & 1)
             if h is not None:
                 return h
@@ -206,12 +214,15 @@ class HeaderFile:
 
     def committed_counter(self) -> int:
         """The active slot's commit counter; only meaningful while holding the lock (no writer can race)."""
-        return U64.unpack_from(self.mm, SLOT_OFF[self.mm[ACTIVE_OFF] & 1])[0]
+        mm = self.mm  # (inline: this runs at every lock; _mapped() is a call more)
+        assert mm is not None, "the stream header is read before map()"
+        return U64.unpack_from(mm, SLOT_OFF[mm[ACTIVE_OFF] & 1])[0]
 
     def publish(self, raw: bytes, flush: bool) -> None:
         """Make the packed slot ``raw`` the live header: fill the inactive slot, flip to it,
         then mirror it into the other slot.  Raises OSError as it comes."""
         mm = self.mm
+        assert mm is not None, "the stream header is written before map()"
         active = mm[ACTIVE_OFF] & 1
         off = SLOT_OFF[1 - active]
         mm[off : off + len(raw)] = raw
