@@ -308,6 +308,9 @@ class Deliveries:
                 out = c.next_batch(batch, now, max_bytes)
                 if not out:
                     due = c.next_due(now)
+                    marker_due = st.next_marker_due()  # the delete marker an expiry stores is a message
+                    if marker_due is not None and (due is None or marker_due < due):
+                        due = marker_due
                     notifier = st.storage.notifier
                     if notifier is None:
                         return [], None if due is None else (due - now) / 1e9, None, 0

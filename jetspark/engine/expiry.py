@@ -60,6 +60,18 @@ def pending(st: Stream) -> bool:
         return _age_deadline(st, idx) <= now
 
 
+def next_marker_due(st: Stream) -> Optional[int]:
+    """When (ns) the next expiry comes due on a stream whose expiries store delete markers: a
+    consumer waiting for messages wakes then, as the marker is one (deliveries.py).  None on
+    other streams, or when nothing is due later than now."""
+    if not st.config.subject_delete_marker_ttl:
+        return None
+    with st.storage.thread_lock:
+        idx = ttl_index(st)
+        due = min(idx.next_deadline() or _NEVER_DUE, _age_deadline(st, idx))
+    return due if st.clock() < due < _NEVER_DUE else None
+
+
 def expire(st: Stream) -> None:
     """Remove what came due (under the stream's lock)."""
     c = st.config

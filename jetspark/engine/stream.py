@@ -363,6 +363,10 @@ class Stream:
             return msg_ttl.raise_ttl(hdr, floor), floor
         return hdr, ttl
 
+    def next_marker_due(self) -> Optional[int]:
+        """When (ns) the next expiry comes due, on a stream whose expiries store delete markers (expiry.py)."""
+        return expiry.next_marker_due(self)
+
     def store_marker(self, subject: str, at: int) -> None:
         """Store the delete marker of ``subject``'s last message, expired at ``at`` (expiry.py):
         published as the server publishes it to its own stream, its rollup removing that message."""

@@ -183,3 +183,20 @@ def test_the_ttl_index_follows_what_the_stream_holds_not_its_history(tmp_path):
         index = js._store.stream(S).storage.ttl_index
         assert len(index.heap) + len(index.never) <= 2 * 1024
         assert js.stream_info(S).state.messages == 100
+
+
+def test_a_waiting_pull_wakes_for_the_marker_an_expiry_stores(tmp_path):
+    # Nothing else touches the stream: the waiting fetch itself wakes at the TTL's deadline,
+    # as a server's pull gets the marker its timer stores (a real clock: the wait is real).
+    with jetspark.connect(tmp_path / "store") as js:
+        js.add_stream(name=S, subjects=["t.>"], subject_delete_marker_ttl=1)
+        js.add_consumer(S, durable_name="C", ack_policy="explicit")
+        sub = js.pull_subscribe_bind(durable="C", stream=S)
+        js.publish("t.a", b"1", headers={"Nats-TTL": "1s"})
+        assert [m.subject for m in sub.fetch(1, timeout=5)] == ["t.a"]
+        (marker,) = sub.fetch(1, timeout=10)  # due in about a second
+        assert (marker.subject, marker.headers["Nats-Marker-Reason"], marker.metadata.sequence.stream) == (
+            "t.a",
+            "MaxAge",
+            2,
+        )
