@@ -75,42 +75,144 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("store", ("read", "write"), "`$JETSPARK_STORE`, else `./jetspark-data`", "a store directory, `file://...`, `nats://host:port[,...]`, `tls://...`",
-           "where the streams live. A directory must already hold a store: reads and writes never create one (`StoreError` naming the path)"),
-    Option("path", ("read", "write"), "none", "as `store`", "what `load(path)` / `save(path)` set: the same as `store`"),
-    Option("stream", ("read", "write"), "read: required; write: none", "a stream name",
-           "read: the stream to read. Write: the stream every row goes to; without it each row goes to the stream its subject routes to"),
-    Option("subjects", ("read",), "all of the stream's", "comma-separated subject filters, wildcards allowed", "read only messages on these subjects"),
-    Option("subject", ("read", "write"), "none", "read: as `subjects`; write: a subject",
-           "read: the same as `subjects`. Write: the subject of rows without a `subject` column, or whose `subject` is null"),
-    Option("consumer", ("read",), "none", "a durable consumer name",
-           "created (or bound) with the reader's subjects; each Spark commit advances its ack floor, and a query without a checkpoint resumes from it. "
-           "Required on interest and work-queue streams"),
-    Option("startingOffsets", ("read",), "streaming: `latest`; batch: `earliest`", '`earliest`, `latest`, `{"seq": N}`', "the first sequence read (inclusive)"),
-    Option("startingTimestamp", ("read",), "none", "milliseconds since the epoch",
-           "start at the first message stored at that time or later (excludes `startingOffsets`)"),
-    Option("endingOffsets", ("read",), "`latest`", '`latest`, `{"seq": N}` (inclusive)', "batch reads only: the last sequence read"),
-    Option("maxOffsetsPerTrigger", ("read",), "none", "a positive integer", "streaming: at most this many sequences per micro-batch"),
-    Option("maxBytesPerTrigger", ("read",), "none", "a positive integer",
-           "streaming: at most this many bytes (as `state.bytes` counts them) per micro-batch, at least one message"),
-    Option("minOffsetsPerTrigger", ("read",), "none", "a positive integer", "streaming: wait for this many new sequences before a micro-batch..."),
-    Option("maxTriggerDelay", ("read",), "`15m`", "a duration: `500ms`, `30s`, `15m`, `1h`", "...but not longer than this (only with `minOffsetsPerTrigger`)"),
-    Option("failOnDataLoss", ("read",), "`true`", "`true`, `false`",
-           "when retention removed messages before the query read them: fail the query (`DataLossError`), or log and skip them"),
+    Option(
+        "store",
+        ("read", "write"),
+        "`$JETSPARK_STORE`, else `./jetspark-data`",
+        "a store directory, `file://...`, `nats://host:port[,...]`, `tls://...`",
+        "where the streams live. A directory must already hold a store: reads and writes never create one "
+        "(`StoreError` naming the path)",
+    ),
+    Option(
+        "path", ("read", "write"), "none", "as `store`", "what `load(path)` / `save(path)` set: the same as `store`"
+    ),
+    Option(
+        "stream",
+        ("read", "write"),
+        "read: required; write: none",
+        "a stream name",
+        "read: the stream to read. Write: the stream every row goes to; without it each row goes to the stream its "
+        "subject routes to",
+    ),
+    Option(
+        "subjects",
+        ("read",),
+        "all of the stream's",
+        "comma-separated subject filters, wildcards allowed",
+        "read only messages on these subjects",
+    ),
+    Option(
+        "subject",
+        ("read", "write"),
+        "none",
+        "read: as `subjects`; write: a subject",
+        "read: the same as `subjects`. Write: the subject of rows without a `subject` column, or whose `subject` is "
+        "null",
+    ),
+    Option(
+        "consumer",
+        ("read",),
+        "none",
+        "a durable consumer name",
+        "created (or bound) with the reader's subjects; each Spark commit advances its ack floor, and a query "
+        "without a checkpoint resumes from it. "
+        "Required on interest and work-queue streams",
+    ),
+    Option(
+        "startingOffsets",
+        ("read",),
+        "streaming: `latest`; batch: `earliest`",
+        '`earliest`, `latest`, `{"seq": N}`',
+        "the first sequence read (inclusive)",
+    ),
+    Option(
+        "startingTimestamp",
+        ("read",),
+        "none",
+        "milliseconds since the epoch",
+        "start at the first message stored at that time or later (excludes `startingOffsets`)",
+    ),
+    Option(
+        "endingOffsets",
+        ("read",),
+        "`latest`",
+        '`latest`, `{"seq": N}` (inclusive)',
+        "batch reads only: the last sequence read",
+    ),
+    Option(
+        "maxOffsetsPerTrigger",
+        ("read",),
+        "none",
+        "a positive integer",
+        "streaming: at most this many sequences per micro-batch",
+    ),
+    Option(
+        "maxBytesPerTrigger",
+        ("read",),
+        "none",
+        "a positive integer",
+        "streaming: at most this many bytes (as `state.bytes` counts them) per micro-batch, at least one message",
+    ),
+    Option(
+        "minOffsetsPerTrigger",
+        ("read",),
+        "none",
+        "a positive integer",
+        "streaming: wait for this many new sequences before a micro-batch...",
+    ),
+    Option(
+        "maxTriggerDelay",
+        ("read",),
+        "`15m`",
+        "a duration: `500ms`, `30s`, `15m`, `1h`",
+        "...but not longer than this (only with `minOffsetsPerTrigger`)",
+    ),
+    Option(
+        "failOnDataLoss",
+        ("read",),
+        "`true`",
+        "`true`, `false`",
+        "when retention removed messages before the query read them: fail the query (`DataLossError`), or log and "
+        "skip them",
+    ),
     Option("includeHeaders", ("read",), "`false`", "`true`, `false`", "add the `headers` column"),
     Option("minPartitions", ("read",), "`1`", "a positive integer", "at least this many partitions per read"),
-    Option("rowsPerPartition", ("read",), "`1000000`", "a positive integer", "at most this many sequences per partition"),
-    Option("pushFilters", ("read",), "`false`", "`true`, `false`",
-           "batch reads only: read only what filters on `subject`, `seq` and `timestamp` select; `load()` one DataFrame per query"),
-    Option("registryReplicas", ("write",), "3 on a cluster (at most its size), else 1", "1 to 5",
-           "replicas of the sink's record of committed micro-batches (the stream `JETSPARK_SINKS`)"),
-    Option("checkpointLocation", ("read", "write"), "none", "a directory", "Spark's own query option, passed to the source and sink and accepted"),
+    Option(
+        "rowsPerPartition", ("read",), "`1000000`", "a positive integer", "at most this many sequences per partition"
+    ),
+    Option(
+        "pushFilters",
+        ("read",),
+        "`false`",
+        "`true`, `false`",
+        "batch reads only: read only what filters on `subject`, `seq` and `timestamp` select; `load()` one "
+        "DataFrame per query",
+    ),
+    Option(
+        "registryReplicas",
+        ("write",),
+        "3 on a cluster (at most its size), else 1",
+        "1 to 5",
+        "replicas of the sink's record of committed micro-batches (the stream `JETSPARK_SINKS`)",
+    ),
+    Option(
+        "checkpointLocation",
+        ("read", "write"),
+        "none",
+        "a directory",
+        "Spark's own query option, passed to the source and sink and accepted",
+    ),
     Option("queryName", ("write",), "none", "a name", "Spark's own query option, passed to the sink and accepted"),
-    Option("nats.<option>", ("read", "write"), "none",
-           "`nats.user`, `nats.password`, `nats.token`, `nats.creds`, `nats.nkey`, `nats.tls.ca`, `nats.tls.cert`, `nats.tls.key`, "
-           "`nats.name`, `nats.timeout`, `nats.retry_budget`, ...",
-           "connection options for a `nats://` store (the keyword arguments of `jetspark.connect`); refused for a directory store"),
-)  # fmt: skip
+    Option(
+        "nats.<option>",
+        ("read", "write"),
+        "none",
+        "`nats.user`, `nats.password`, `nats.token`, `nats.creds`, `nats.nkey`, `nats.tls.ca`, `nats.tls.cert`, "
+        "`nats.tls.key`, `nats.name`, `nats.timeout`, `nats.retry_budget`, ...",
+        "connection options for a `nats://` store (the keyword arguments of `jetspark.connect`); refused for a "
+        "directory store",
+    ),
+)
 
 # nats.<option> is a family of keys, matched by prefix in _connection and _check_known.
 _READER_KEYS = {o.name.lower() for o in OPTIONS if "read" in o.applies_to and not o.name.startswith("nats.")}
@@ -227,7 +329,8 @@ def reader_options(options: Mapping[str, str], *, streaming: bool) -> ReaderOpti
     for s in subjects:
         if not is_valid_subject(s):
             raise OptionError(
-                f"option subjects must be comma-separated subject filters like orders.new, orders.* or orders.>, and {s!r} is not one"
+                "option subjects must be comma-separated subject filters like orders.new, orders.* or orders.>, "
+                f"and {s!r} is not one"
             )
 
     start_raw = _get(options, "startingOffsets")
