@@ -176,7 +176,8 @@ def _read(js, query_id: str) -> tuple[int, int, bool]:
     doc = _decode(msg.data, f"{REGISTRY_STREAM} message {msg.seq}")
     if doc.get("query") != query_id:
         raise SinkRegistryError(
-            f"{REGISTRY_STREAM} message {msg.seq} on {msg.subject} belongs to query {doc.get('query')!r}, not {query_id!r}"
+            f"{REGISTRY_STREAM} message {msg.seq} on {msg.subject} belongs to query {doc.get('query')!r}, not "
+            f"{query_id!r}"
         )
     return doc["batch"], msg.seq, True
 
@@ -263,6 +264,7 @@ def _scale_up(js, config: StreamConfig, replicas: Optional[int]) -> None:
     except APIError as exc:
         if replicas:
             raise SinkRegistryError(
-                f"stream {REGISTRY_STREAM} has {config.num_replicas or 1} replicas and cannot have the {wanted} asked for: {exc}"
+                f"stream {REGISTRY_STREAM} has {config.num_replicas or 1} replicas and cannot have the {wanted} "
+                f"asked for: {exc}"
             ) from exc
         log.debug("stream %s keeps %d replica(s): %s", REGISTRY_STREAM, config.num_replicas or 1, exc)

@@ -103,7 +103,8 @@ def check_schema(schema, opts: WriterOptions) -> None:
     for n in names:
         if n not in ALLOWED:
             raise OptionError(
-                f"column {n!r} cannot be written to a stream; the sink takes columns {', '.join(ALLOWED)} (select or rename them first)"
+                f"column {n!r} cannot be written to a stream; the sink takes columns {', '.join(ALLOWED)} (select "
+                "or rename them first)"
             )
     if "data" not in names:
         raise OptionError("the sink needs a 'data' column (binary or string)")
@@ -113,7 +114,8 @@ def check_schema(schema, opts: WriterOptions) -> None:
         accepted, ok = COLUMN_TYPES[f.name]
         if not ok(f.dataType):
             raise ColumnTypeError(
-                f"column {f.name!r} has type {f.dataType.simpleString()}; the sink takes {accepted} for it ({_type_hint(f.name, f.dataType)})"
+                f"column {f.name!r} has type {f.dataType.simpleString()}; the sink takes {accepted} for it "
+                f"({_type_hint(f.name, f.dataType)})"
             )
 
 
@@ -155,7 +157,8 @@ def write_batches(opts: WriterOptions, batches: Iterator[pa.RecordBatch], id_pre
             cols["headers"] = batch.column("headers")
             if _null_header_value(cols["headers"]):
                 raise NullValueError(
-                    "a row's headers map has a null value; a header needs a value (an empty string is one), and a row without headers has a null map"
+                    "a row's headers map has a null value; a header needs a value (an empty string is one), and a "
+                    "row without headers has a null map"
                 )
         given = _given_ids(batch)
         own_ids = given is not None and given.null_count < n

@@ -141,8 +141,9 @@ class _Floor:
             )
         return _NoProgress(
             self.stream, self.durable, self.seq, info.ack_floor.stream_seq,
-            f"the server delivered and acknowledged nothing more in {STALLS} rounds ({info.num_pending} matching messages "
-            f"undelivered, {info.num_ack_pending} deliveries ack-pending, the last delivered at stream seq {info.delivered.stream_seq})",
+            f"the server delivered and acknowledged nothing more in {STALLS} rounds ({info.num_pending} matching "
+            f"messages undelivered, {info.num_ack_pending} deliveries ack-pending, the last delivered at stream seq "
+            f"{info.delivered.stream_seq})",
         )  # fmt: skip
 
     # ------------------------------------------------------------------ reading the stream
@@ -349,8 +350,14 @@ class _Floor:
         if late:
             for r in late:  # a message inside the count was removed meanwhile: hand these back
                 await nc.publish(r, b"-NAK")
-            log.warning("advance_ack_floor of %r on %r to seq %d: %d deliveries past seq came (messages removed during the call) and were handed back",
-                        self.durable, self.stream, self.seq, len(late))  # fmt: skip
+            log.warning(
+                "advance_ack_floor of %r on %r to seq %d: %d deliveries past seq came (messages removed during "
+                "the call) and were handed back",
+                self.durable,
+                self.stream,
+                self.seq,
+                len(late),
+            )
         if last is not None and self.policy != AckPolicy.NONE:
             await self.ack_all([last[1]], last[0])  # under ack policy all it acknowledges everything below it
         return got
@@ -386,7 +393,8 @@ class _Floor:
             if asyncio.get_running_loop().time() > deadline:
                 raise _NoProgress(
                     self.stream, self.durable, self.seq, info.ack_floor.stream_seq,
-                    f"its ack floor still shows {info.ack_floor.stream_seq} after {self.session.timeout:g}s, while this call acknowledged (or, under ack policy none, was delivered) up to {want}",
+                    f"its ack floor still shows {info.ack_floor.stream_seq} after {self.session.timeout:g}s, while "
+                    f"this call acknowledged (or, under ack policy none, was delivered) up to {want}",
                 )  # fmt: skip
             await asyncio.sleep(0.01)
             info = await jsapi.consumer_info(self.session, self.stream, self.durable)
@@ -417,7 +425,8 @@ async def _advance(session: Session, stream: str, durable: str, seq: int) -> Seq
                     if room <= 0:
                         raise call.fail(
                             info,
-                            f"max_ack_pending ({call.max_ack_pending}) is taken by {info.num_ack_pending} deliveries past seq that are not acknowledged",
+                            f"max_ack_pending ({call.max_ack_pending}) is taken by {info.num_ack_pending} "
+                            "deliveries past seq that are not acknowledged",
                         )
                 # No max_bytes (it would end a pull early with a status of its own): the batch
                 # size alone keeps a pull's deliveries near PULL_MAX_BYTES.
