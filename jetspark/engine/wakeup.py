@@ -56,7 +56,7 @@ import struct
 import threading
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from jetspark.engine import diskio
 
@@ -207,16 +207,13 @@ class Waiter:
             log.debug("inotify cannot watch %s (%s): polling", path, exc)
             return
         self._inotify = ino
-        self._drain()  # events of earlier waits (a removed watch leaves one) are not news
+        _drain(ino)  # events of earlier waits (a removed watch leaves one) are not news
         self._poll.register(ino.fileno(), select.POLLIN)
 
     @property
     def watching(self) -> bool:
         """Is inotify in use (else the wait polls the counter)?"""
         return self._inotify is not None
-
-    def _counter(self) -> int:
-        return _U64.unpack_from(self._mm, 8)[0]
 
     def interrupted(self) -> bool:
         return any(it.is_set() for it in self.interrupts)
@@ -226,17 +223,18 @@ class Waiter:
         counter ``seen``, on an interrupt, or after ``timeout`` (at most SLICE) seconds,
         whichever comes first."""
         timeout = max(0.0, min(timeout, SLICE))
-        if self._mm is None:
+        mm = self._mm
+        if mm is None:
             # No notify file: sleep one pause (interruptibly) and let the caller look again.
             self._poll.poll(_ms(min(self._pause, timeout)))
             self._pause = min(self._pause * 2, MAX_PAUSE)
             return
-        if self._counter() != seen:
+        if _U64.unpack_from(mm, 8)[0] != seen:
             return  # notified between the look and the watch (or since): look again now
         if self._inotify is not None:
             started = time.monotonic()
             if self._poll.poll(_ms(timeout)):
-                self._drain()  # the next wait blocks again
+                _drain(self._inotify)  # the next wait blocks again
                 # Woken within GATHER of the last look: messages are flowing; let a few more
                 # come before looking again (see the module docstring).
                 gather = min(GATHER - (time.monotonic() - started), timeout)
@@ -251,16 +249,10 @@ class Waiter:
                 return
             if self._poll.poll(_ms(min(self._pause, left))):
                 return
-            if self._counter() != seen:
+            if _U64.unpack_from(mm, 8)[0] != seen:
                 self._pause = MIN_PAUSE
                 return
             self._pause = min(self._pause * 2, MAX_PAUSE)
-
-    def _drain(self) -> None:
-        try:
-            self._inotify.read(timeout=0)
-        except OSError:
-            pass
 
     def close(self) -> None:
         if self._inotify is not None:
@@ -309,6 +301,14 @@ def _thread_inotify():
         return None
     _local.inotify, _local.pid = ino, os.getpid()
     return ino
+
+
+def _drain(ino: Any) -> None:
+    """Take the inotify events that came in (the next wait blocks again)."""
+    try:
+        ino.read(timeout=0)
+    except OSError:
+        pass
 
 
 def _ms(seconds: float) -> int:
