@@ -294,3 +294,20 @@ def test_where_the_stream_refuses_the_marker_the_message_stays(tjs):
     assert state(js, "A") == (0, 2, 1)  # a sealed stream's TTL still expires
     assert state(js, "B") == (1, 1, 1)  # ... but its marker is refused: the message stays
     assert state(js, "C") == (2, 1, 2)  # a full discard-new stream refuses the marker too
+
+
+def test_consumers_after_ttl_expiry_without_markers(tjs):
+    js = tjs
+    js.add_stream(name=S, subjects=["c.>"], allow_msg_ttl=True)
+    js.add_consumer(S, durable_name="D", ack_policy="explicit", ack_wait=30.0)
+    js.publish("c.a", b"1", headers={"Nats-TTL": "1s"})
+    js.publish("c.b", b"2", headers={"Nats-TTL": "1s"})
+    js.publish("c.c", b"3")
+    sub = js.pull_subscribe_bind(durable="D", stream=S)
+    assert [m.subject for m in sub.fetch(1, timeout=5)] == ["c.a"]  # pending when it expires
+    js.clock.advance(1.5)
+    assert state(js) == (1, 3, 3)
+    # As a delete: the expired pending one counts as acked, the other is not delivered.
+    assert positions(js, "D") == (1, 1, 0, 1)
+    assert [m.subject for m in sub.fetch(2, timeout=5)] == ["c.c"]
+    assert positions(js, "D") == (3, 1, 1, 0)
