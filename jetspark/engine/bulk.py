@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jetspark import validate as V
-from jetspark.api import BatchAck, RetentionPolicy, datetime_to_ns
+from jetspark.api import BatchAck, DiscardPolicy, RetentionPolicy, datetime_to_ns
 from jetspark.engine.records import SID_NONE, msgid_hash, runs_of, template_crcs
 from jetspark.engine.stream import Stream, last_id_key
 from jetspark.err_codes import BAD_REQUEST, STREAM_MESSAGE_EXCEEDS_MAXIMUM, STREAM_SEALED
@@ -254,15 +254,15 @@ def publish_batch(
     id_col = _column(table, "msg_id")
     n = table.num_rows
     if n == 0:
-        return BatchAck(c.name, pa.array([], pa.int64()), pa.array([], pa.bool_()))
+        return BatchAck(stream.name, pa.array([], pa.int64()), pa.array([], pa.bool_()))
     if msg_id_prefix is not None:
-        if hdr_col is not None or c.retention == RetentionPolicy.INTEREST or c.discard.value == "new":
+        if hdr_col is not None or c.retention == RetentionPolicy.INTEREST or c.discard == DiscardPolicy.NEW:
             ids = pa.array([f"{msg_id_prefix}{msg_id_start + i}" for i in range(n)], pa.string())
             return _publish_rows(stream, subjects, data, hdr_col, ids)
         return _publish_fast(stream, subjects, data, id_range=(msg_id_prefix, int(msg_id_start)))
     # A null msg_id means "no id" for its row, which only the row path can say.
     partial_ids = id_col is not None and id_col.null_count > 0
-    if hdr_col is not None or partial_ids or c.retention == RetentionPolicy.INTEREST or c.discard.value == "new":
+    if hdr_col is not None or partial_ids or c.retention == RetentionPolicy.INTEREST or c.discard == DiscardPolicy.NEW:
         return _publish_rows(stream, subjects, data, hdr_col, id_col)
     return _publish_fast(stream, subjects, data, id_col)
 
@@ -361,7 +361,10 @@ def _publish_fast(stream, subjects, data, id_col=None, id_range=None) -> BatchAc
                 kept_rows = np.flatnonzero(keep)
                 if hashes is not None:
                     s.add_dedup_many([hashes[i] for i in kept_rows], new, ts)
-                    s.header.last_id = _id_bytes(ids[int(kept_rows[-1])])
+                    assert ids is not None  # (hashes are the ids')
+                    last_id = ids[int(kept_rows[-1])]
+                    assert last_id is not None  # a batch with null ids takes the row path (publish_batch)
+                    s.header.last_id = _id_bytes(last_id)
                 else:
                     prefix, start = id_range
                     ph = msgid_hash(prefix)
@@ -378,7 +381,7 @@ def _dedup_range(stream: Stream, id_range: tuple[str, int], n: int):
     """Rows of a generated-id batch that are new: overlaps with recorded ranges (and, if
     any single ids are remembered, those) are duplicates; their header blocks, built by Arrow."""
     prefix, start = id_range
-    window = int(stream.config.duplicate_window * 1_000_000_000)
+    window = _window_ns(stream)
     now = stream.clock()
     keep = np.ones(n, dtype=bool)
     dup_seq = np.zeros(n, dtype=np.int64)
@@ -409,6 +412,13 @@ def id_header_blocks(prefix: str, numbers: np.ndarray) -> tuple[bytes, np.ndarra
     return blocks, offsets, (np.concatenate(crcs) if crcs else np.zeros(0, dtype=np.uint32))
 
 
+def _window_ns(stream: Stream) -> int:
+    """The stream's duplicate window in ns (a stored config always has one: config.py's defaults)."""
+    window = stream.config.duplicate_window
+    assert window is not None
+    return int(window * 1_000_000_000)
+
+
 def _id_bytes(msg_id: str) -> bytes:
     return last_id_key(msg_id)
 
@@ -416,7 +426,7 @@ def _id_bytes(msg_id: str) -> bytes:
 def _dedup_rows(stream: Stream, ids: list):
     """Which rows are new (by Nats-Msg-Id, within the window and within the batch), their
     id hashes, and their header blocks back to back."""
-    window = int(stream.config.duplicate_window * 1_000_000_000)
+    window = _window_ns(stream)
     now = stream.clock()
     known = stream.storage.ensure_dedup(now, window)
     n = len(ids)
