@@ -101,7 +101,7 @@ def publish_batch(
             session.run(_publish_rows(session, rows, datas, blocks, acks), what=what, timeout=PROGRESS)
             if acks.done.all():
                 break
-            raise acks.refusal
+            raise acks.why_not_done()
         except JetSparkError as err:
             if int(acks.done.sum()) > before:
                 retrier.succeeded()  # progress: the next failure gets a budget of its own
@@ -115,9 +115,9 @@ def publish_batch(
                         f"{int(acks.done.sum())} of {n} rows were stored (see the error's batch_ack); "
                         "the others are unknown or not stored",
                     )
-                final.batch_ack = BatchAck(
+                final.batch_ack = BatchAck(  # type: ignore[attr-defined]
                     c.name, from_numpy(pa.int64(), acks.seqs), pa.array(acks.dups.tolist(), pa.bool_())
-                )  # type: ignore[attr-defined]
+                )
                 raise
     seqs, dups = acks.seqs, acks.dups
     return BatchAck(
@@ -134,6 +134,12 @@ class _Acks:
         self.done = np.zeros(n, dtype=bool)
         self.refusal: Optional[JetSparkError] = None  # the last "not stored, try again" answer
         self.noted = False  # the error raised already says how many rows were stored
+
+    def why_not_done(self) -> JetSparkError:
+        """Why rows are left not done after ``_publish_rows`` returned: a row it sent that was
+        neither stored nor refused for good was answered "try again", which it notes here."""
+        assert self.refusal is not None
+        return self.refusal
 
 
 def _false(n: int) -> pa.Array:
@@ -266,6 +272,6 @@ async def publish_one_raw(session: Session, subject: str, payload: bytes, hdr: b
     acks = _Acks(1)
     await _publish_rows(session, [subject.encode()], [payload], [hdr], acks)
     if not acks.done[0]:
-        raise acks.refusal
+        raise acks.why_not_done()
     streams = await jsapi.streams_with_subject(session, subject)
     return PubAck(stream=streams[0] if streams else "", seq=int(acks.seqs[0]), duplicate=True if acks.dups[0] else None)
