@@ -20,6 +20,7 @@ Tests: tests/contract/test_msg_ttl.py.
 
 from __future__ import annotations
 
+import heapq
 import logging
 from typing import Any, Optional
 
@@ -96,7 +97,7 @@ def expire(st: Stream) -> None:
             seqs.extend(old.tolist())
     if seqs:
         live = np.unique(np.asarray(seqs, dtype=np.int64))
-        live = live[[s.is_live(int(q)) for q in live]]
+        live = live[np.array([s.is_live(int(q)) for q in live], dtype=bool)]
         n = st.remove(live)
         log.debug("stream %s: %d messages expired (TTL or max_age)", st.name, n)
 
@@ -154,6 +155,7 @@ def _expire_with_markers(st: Stream) -> None:
     s = st.storage
     now = st.clock()
     refused: set[int] = set()  # messages whose marker the stream refused: they stay, as on the server
+    retry: list[tuple[int, int]] = []  # their TTL entries, for the next operation to try again
     while True:
         age_seq = _age_candidate(st, idx) if st.config.max_age else 0
         while age_seq and age_seq in refused:
@@ -163,16 +165,24 @@ def _expire_with_markers(st: Stream) -> None:
             age_seq = age_seq if age_seq <= s.header.last_seq else 0
         age_due = _age_deadline(st, idx, age_seq)
         ttl_due = idx.next_deadline()
-        if ttl_due is not None and ttl_due <= now and ttl_due <= age_due:
-            at, seq = idx.pop_due(ttl_due)[0]
-            if not s.is_live(seq) or seq in refused:
+        from_ttl = ttl_due is not None and ttl_due <= now and ttl_due <= age_due
+        if from_ttl:
+            at, seq = heapq.heappop(idx.heap)
+            if not s.is_live(seq):
+                continue
+            if seq in refused:
+                retry.append((at, seq))
                 continue
         elif age_due <= now:
             at, seq = age_due, age_seq
         else:
-            return
+            break
         if not _remove_or_mark(st, seq, at):
             refused.add(seq)
+            if from_ttl:
+                retry.append((at, seq))
+    for entry in retry:
+        heapq.heappush(idx.heap, entry)
 
 
 def _remove_or_mark(st: Stream, seq: int, at: int) -> bool:
@@ -191,9 +201,12 @@ def _remove_or_mark(st: Stream, seq: int, at: int) -> bool:
         try:
             st.store_marker(subject, at)
         except APIError as exc:
-            log.warning(
-                "stream %s: the delete marker for %r was refused (%s); message %d stays", st.name, subject, exc, seq
-            )
+            idx = s.ttl_index
+            if idx is not None and seq not in idx.refused:
+                idx.refused.add(seq)  # said once; later operations try again, as the server does
+                log.warning(
+                    "stream %s: its delete marker for %r was refused (%s); message %d stays", st.name, subject, exc, seq
+                )
             return False
         return True
     st.remove(np.array([seq], dtype=np.int64))
