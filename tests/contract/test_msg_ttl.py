@@ -161,6 +161,16 @@ def test_a_ttl_shorter_than_the_marker_ttl_is_raised_to_it(js):
     assert js.get_msg("ONE", 1).headers == {"Nats-TTL": "2s"}
 
 
+def test_limits_other_than_max_age_leave_no_marker(js):
+    js.add_stream(name=S, subjects=["t.>"], subject_delete_marker_ttl=60.0, max_msgs=2)
+    js.publish("t.a", b"1")
+    js.publish("t.b", b"2")
+    js.publish("t.c", b"3")  # max_msgs removes t.a, its subject's last message
+    js.delete_msg(S, 2)
+    assert stored(js) == [(3, "t.c", None)]
+    assert state(js) == (1, 3, 3)
+
+
 # ---------------------------------------------------------------------- expiry (time passes)
 
 # The server's time is real: one server backend decides the timed tests (the untimed ones
