@@ -194,7 +194,7 @@ class AsyncPublisher:
                 lines.append(b"PUB %b %b %d\r\n%b\r\n" % (subject_bytes, reply, len(payload), payload))
         self._arm_sweeper()
         try:
-            if lines:
+            if lines and write is not None:  # (lines are written only with the raw writer)
                 await asyncio.wait_for(write(b"".join(lines)), session.timeout)
             for subject, payload, reply, hdrs in public:
                 await nc.publish(subject, payload, reply=reply, headers=hdrs)
@@ -213,8 +213,11 @@ class AsyncPublisher:
         return self._inbox[1]
 
     def _on_reply(self, subject: bytes, _reply: bytes, data: bytes, headers: Optional[bytes]) -> None:
+        inbox = self._inbox
+        if inbox is None:
+            return  # (replies come on the subscription _reply_prefix makes after setting it)
         try:
-            token = int(subject[len(self._inbox[1]) :])
+            token = int(subject[len(inbox[1]) :])
         except (TypeError, ValueError):
             return
         entry = self._awaiting.pop(token, None)
@@ -234,7 +237,10 @@ class AsyncPublisher:
     def _on_replies(self, buf: bytes, f: Frames) -> None:
         """A run of PubAcks as frames: plain ones read for the whole run at once
         (``protocol.deliveries.puback_fields``), the others as ``_on_reply`` reads them."""
-        at, tokens, seqs, dups, plain = puback_fields(buf, f, len(self._inbox[1]), 1 << 62)
+        inbox = self._inbox
+        if inbox is None:
+            return  # (as in _on_reply)
+        at, tokens, seqs, dups, plain = puback_fields(buf, f, len(inbox[1]), 1 << 62)
         awaiting, names = self._awaiting, self._names
         columns = (f.data_lo[at], f.data_hi[at], f.hdr_lo[at])
         for token, seq, dup, ok, lo, hi, hl in zip(
