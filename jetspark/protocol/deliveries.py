@@ -13,7 +13,7 @@ Arrow columns from them without a Python object per message where it can.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -54,13 +54,21 @@ def ack_fields(buf: bytes, f: Frames) -> AckFields:
         raise JetSparkError(
             f"not a JetStream delivery reply subject: {bytes(buf[lo[bad] : min(hi[bad], lo[bad] + 200)])!r}"
         )
-    off = np.where(ndots == 8, 2, 4)
     top = len(dots) - 1
+    if (ndots == 8).all():  # (all v1, as a server without a domain sends them: each token between two dots)
+        at = [dots[j0 + k] for k in (4, 5, 6, 7)]
 
-    def token(k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        start = dots[np.minimum(j0 + k - 1, top)] + 1
-        end = np.where(k < ndots, dots[np.minimum(j0 + k, top)], hi)
-        return start, end
+        def token(k: Any) -> tuple[np.ndarray, np.ndarray]:
+            return at[k - 5] + 1, (at[k - 4] if k < 8 else hi)
+
+        off: Any = 2
+    else:
+        off = np.where(ndots == 8, 2, 4)
+
+        def token(k: Any) -> tuple[np.ndarray, np.ndarray]:
+            start = dots[np.minimum(j0 + k - 1, top)] + 1
+            end = np.where(k < ndots, dots[np.minimum(j0 + k, top)], hi)
+            return start, end
 
     out = []
     for k in (3, 4, 5):

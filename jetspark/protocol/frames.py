@@ -119,6 +119,10 @@ _PAIRS, _FOURS, _EIGHTS = _U64(0x00FF00FF00FF00FF), _U64(0x0000FFFF0000FFFF), _U
 _KEEP = np.array([((1 << (8 * c)) - 1) << (8 * (8 - c)) if c else 0 for c in range(9)], dtype=np.uint64)
 _FILL = _ASCII_ZEROS & ~_KEEP
 _INT64_MAX = _U64((1 << 63) - 1)
+# "MSG " and "HMSG " as the low bytes of a little-endian word.
+_FOUR_BYTES, _FIVE_BYTES = _U64(0xFFFFFFFF), _U64(0xFFFFFFFFFF)
+_MSG_WORD = _U64(int.from_bytes(b"MSG ", "little"))
+_HMSG_WORD = _U64(int.from_bytes(b"HMSG ", "little"))
 
 
 def _words(a: np.ndarray) -> np.ndarray:
@@ -157,12 +161,12 @@ def parse_ints(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarra
 
 
 def _chain(
-    a: np.ndarray, n: int, pos: int, cands: np.ndarray, nl: np.ndarray, sp: np.ndarray
+    a: np.ndarray, n: int, pos: int, cands: np.ndarray, k: np.ndarray, nl: np.ndarray, sp: np.ndarray
 ) -> tuple[Optional[Frames], int]:
-    """The run of MSG/HMSG frames from ``pos`` (``cands``: candidate starts, ``pos`` first),
-    framed with array operations; (None, pos) when the frame at ``pos`` is not one of them
-    as a server writes it (single spaces) or is not whole yet."""
-    k = np.searchsorted(nl, cands)
+    """The run of MSG/HMSG frames from ``pos`` (``cands``: candidate starts, ``pos`` first;
+    ``k``: the index in ``nl`` of the first line end at or after each), framed with array
+    operations; (None, pos) when the frame at ``pos`` is not one of them as a server writes
+    it (single spaces) or is not whole yet."""
     whole_line = k < len(nl)
     cands, k = cands[whole_line], k[whole_line]
     if not len(cands) or cands[0] != pos:
@@ -256,18 +260,28 @@ def scan(buf: bytes, pos: int = 0) -> tuple[Frames, int]:
     a = np.frombuffer(buf, dtype=np.uint8)
     nl = np.flatnonzero(a == 10)
     sp = np.flatnonzero(a == 32)
-    # Candidate frame starts: "MSG " or "HMSG " right after a "\n".
+    # Candidate frame starts: "MSG " or "HMSG " right after a "\n" (read as one word each where
+    # eight bytes follow), and the index in nl of the line end after each: the next "\n".
     q = nl + 1
     q = q[q + 5 <= n]
-    is_m = (a[q] == 77) & (a[q + 1] == 83) & (a[q + 2] == 71) & (a[q + 3] == 32)
-    is_hm = (a[q] == 72) & (a[q + 1] == 77) & (a[q + 2] == 83) & (a[q + 3] == 71) & (a[q + 4] == 32)
-    starts = q[is_m | is_hm]
+    w = q[q + 8 <= n]
+    word = _words(a)[w] if len(w) else np.zeros(0, dtype=np.uint64)
+    is_start = ((word & _FOUR_BYTES) == _MSG_WORD) | ((word & _FIVE_BYTES) == _HMSG_WORD)
+    if len(w) < len(q):  # (the last few, too near the end for a word: byte by byte)
+        t = q[len(w) :]
+        is_m = (a[t] == 77) & (a[t + 1] == 83) & (a[t + 2] == 71) & (a[t + 3] == 32)
+        is_hm = (a[t] == 72) & (a[t + 1] == 77) & (a[t + 2] == 83) & (a[t + 3] == 71) & (a[t + 4] == 32)
+        is_start = np.concatenate((is_start, is_m | is_hm))
+    at = np.flatnonzero(is_start)
+    starts, starts_k = q[at], at + 1
     parts: list[Frames] = []
     rows: list[tuple] = []
     while pos < n:
         if buf.startswith((b"MSG ", b"HMSG "), pos):
-            cands = np.concatenate(([pos], starts[np.searchsorted(starts, pos, side="right") :]))
-            run, end = _chain(a, n, pos, cands, nl, sp)
+            i = np.searchsorted(starts, pos, side="right")
+            cands = np.concatenate(([pos], starts[i:]))
+            k = np.concatenate(([np.searchsorted(nl, pos)], starts_k[i:]))
+            run, end = _chain(a, n, pos, cands, k, nl, sp)
             if run is not None:
                 if rows:
                     parts.append(Frames(*(np.array(c, dtype=np.int64) for c in zip(*rows))))

@@ -198,7 +198,10 @@ class FrameFeed:
         bulk = self.bulk
         is_bulk = None
         if bulk:
-            is_bulk = (f.kind <= F.HMSG) & np.isin(f.sid, np.fromiter(bulk, dtype=np.int64, count=len(bulk)))
+            if len(bulk) == 1:  # (one bulk subscription, the usual case: isin would sort)
+                is_bulk = (f.kind <= F.HMSG) & (f.sid == next(iter(bulk)))
+            else:
+                is_bulk = (f.kind <= F.HMSG) & np.isin(f.sid, np.fromiter(bulk, dtype=np.int64, count=len(bulk)))
             if is_bulk.all() and (f.sid == f.sid[0]).all():
                 handler = bulk.get(int(f.sid[0]))
                 if handler is not None:

@@ -349,8 +349,11 @@ async def create_reader_consumer(
         config["filter_subject"] = filters[0]
     elif filters:
         config["filter_subjects"] = list(filters)
-    resp = await session.api(f"{session.api_prefix}.CONSUMER.CREATE.{stream}.{name}", {"stream_name": stream, "config": config, "action": "create"},
-                          what=f"creating a reader consumer on {stream!r}")  # fmt: skip
+    resp = await session.api(
+        f"{session.api_prefix}.CONSUMER.CREATE.{stream}.{name}",
+        {"stream_name": stream, "config": config, "action": "create"},
+        what=f"creating a reader consumer on {stream!r}",
+    )
     return name, int(resp.get("num_pending", 0))
 
 
@@ -526,7 +529,8 @@ class RangeRead:
         self.restarts += 1
         if self.restarts > 20:
             raise JetSparkError(
-                f"range read of stream {self.stream!r} keeps losing deliveries (slow consumer?); last sequence read {last}"
+                f"range read of stream {self.stream!r} keeps losing deliveries (slow consumer?); "
+                f"last sequence read {last}"
             )
         log.info("range read of %r: restarting after seq %d", self.stream, last)
         await self.puller.close()

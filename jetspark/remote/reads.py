@@ -76,8 +76,9 @@ def range_reader(
     session: Session, info: StreamInfo, lo: int, hi: int, filters, *, replies: bool, headers_only: bool = False
 ):
     """The reader for a range of ``info``'s stream: an ephemeral consumer (range_reader.RangeRead,
-    its chunks with each delivery's reply subject if ``replies``); on a work-queue stream, which takes none, batched direct gets where the stream allows
-    them (direct.DirectRead), plain gets otherwise (range_reader.GetRead)."""
+    its chunks with each delivery's reply subject if ``replies``); on a work-queue stream,
+    which takes none, batched direct gets where the stream allows them (direct.DirectRead),
+    plain gets otherwise (range_reader.GetRead)."""
     if info.config.retention == RetentionPolicy.WORK_QUEUE:
         if info.config.allow_direct:
             return DirectRead(session, info.config.name, lo, hi, filters)

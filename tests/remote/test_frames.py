@@ -315,6 +315,39 @@ def test_ack_fields_read_both_reply_subject_forms():
     assert chunk.headers == [None, None] and chunk.seqs == [17, 18]
 
 
+ack_replies = st.one_of(
+    st.builds(
+        lambda st_, c, d, q, cq, t, p: b"$JS.ACK.%s.%s.%d.%d.%d.%d.%d" % (st_, c, d, q, cq, t, p),
+        tokens.map(str.encode), tokens.map(str.encode), st.integers(1, 10**6), st.integers(1, 2**63 - 1),
+        st.integers(1, 2**63 - 1), st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1),
+    ),
+    st.builds(
+        lambda dom, st_, c, q, cq, t, p, tail: b"$JS.ACK.%s.ACCHASH.%s.%s.1.%d.%d.%d.%d.%s"
+        % (dom, st_, c, q, cq, t, p, tail),
+        st.sampled_from([b"_", b"hub"]), tokens.map(str.encode), tokens.map(str.encode), st.integers(1, 10**12),
+        st.integers(1, 10**12), st.integers(0, 2**63 - 1), st.integers(0, 10**9), st.sampled_from([b"r4nd", b"x.y"]),
+    ),
+)  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(ack_replies, st.binary(max_size=20)), min_size=1, max_size=30))
+def test_ack_fields_read_what_ack_reply_parse_reads(deliveries):
+    """The bulk reading of reply subjects (all v1, the fast way, or v1 and v2 mixed) against
+    the one-at-a-time grammar, ack_reply.parse, on arbitrary deliveries in one buffer."""
+    from jetspark.protocol import ack_reply
+
+    buf = b"".join(b"MSG s 1 %s %d\r\n%s\r\n" % (r, len(d), d) for r, d in deliveries)
+    f, end = F.scan(buf)
+    assert end == len(buf) and len(f) == len(deliveries)
+    ack = ack_fields(buf, f)
+    want = [ack_reply.parse(r.decode()) for r, _ in deliveries]
+    assert ack.sseq.tolist() == [w.stream_seq for w in want]
+    assert ack.cseq.tolist() == [w.consumer_seq for w in want]
+    assert ack.time.tolist() == [w.time_ns for w in want]
+    assert ack.last.tolist() == [w.pending == 0 for w in want]
+
+
 def test_ack_fields_refuse_a_reply_subject_that_is_no_delivery():
     buf = b"MSG a 1 _INBOX.abc 1\r\nx\r\n"
     f, _ = F.scan(buf)
@@ -375,9 +408,12 @@ def test_direct_fields_read_a_batch_of_direct_get_replies():
     from jetspark.remote.fastpath import frames_of
 
     blocks = [
-        b"NATS/1.0\r\nOwn: 1\r\nNats-Stream: W\r\nNats-Subject: w.a\r\nNats-Sequence: 1\r\nNats-Time-Stamp: 2026-11-26T06:44:06.403389347Z\r\nNats-Num-Pending: 1\r\n\r\n",
-        b"NATS/1.0\r\nNats-Stream: W\r\nNats-Subject: w.b\r\nNats-Sequence: 22\r\nNats-Time-Stamp: 2026-11-26T06:44:06Z\r\nNats-Num-Pending: 0\r\n\r\n",
-        b"NATS/1.0\r\nNats-Stream: W\r\nNats-Subject: w.c\r\nNats-Sequence: 23\r\nNats-Time-Stamp: 2026-11-26T06:44:06+01:00\r\n\r\n",
+        b"NATS/1.0\r\nOwn: 1\r\nNats-Stream: W\r\nNats-Subject: w.a\r\nNats-Sequence: 1\r\n"
+        b"Nats-Time-Stamp: 2026-11-26T06:44:06.403389347Z\r\nNats-Num-Pending: 1\r\n\r\n",
+        b"NATS/1.0\r\nNats-Stream: W\r\nNats-Subject: w.b\r\nNats-Sequence: 22\r\n"
+        b"Nats-Time-Stamp: 2026-11-26T06:44:06Z\r\nNats-Num-Pending: 0\r\n\r\n",
+        b"NATS/1.0\r\nNats-Stream: W\r\nNats-Subject: w.c\r\nNats-Sequence: 23\r\n"
+        b"Nats-Time-Stamp: 2026-11-26T06:44:06+01:00\r\n\r\n",
         b"NATS/1.0 204 EOB\r\nNats-Num-Pending: 0\r\nNats-Last-Sequence: 2\r\n\r\n",
     ]
     buf, f = frames_of([(b"_INBOX.x", b"", b"data%d" % i, h) for i, h in enumerate(blocks)])
