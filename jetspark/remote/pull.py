@@ -79,44 +79,50 @@ class Msg:
             domain=domain,
         )
 
-    def _ackable(self) -> bool:
-        return self._session is not None and bool(self.reply)
+    def _acker(self) -> Optional[Session]:
+        """The session this message's acks go through; None when it has none or no reply."""
+        return self._session if self.reply else None
 
     def ack(self) -> None:
         """Acknowledge (fire-and-forget; confirmed before the handle's next call)."""
         self._ackd = True
-        if self._ackable():
-            self._session.ack_nowait(self.reply, b"+ACK")
+        session = self._acker()
+        if session is not None:
+            session.ack_nowait(self.reply, b"+ACK")
 
     def ack_sync(self, timeout: float = 1.0) -> "Msg":
         """Acknowledge and wait until the server has applied it."""
         timeout = V.timeout(timeout)
         self._ackd = True
-        if self._ackable():
-            self._session.ack_nowait(self.reply, b"+ACK")
-            self._session.settle_acks(timeout)
+        session = self._acker()
+        if session is not None:
+            session.ack_nowait(self.reply, b"+ACK")
+            session.settle_acks(timeout)
         return self
 
     def nak(self, delay: Optional[float] = None) -> None:
         """Ask for redelivery, optionally not before ``delay`` seconds."""
         delay = V.nak_delay(delay)
         self._ackd = True
-        if self._ackable():
+        session = self._acker()
+        if session is not None:
             payload = b"-NAK"
             if delay:
                 payload += b" " + json.dumps({"delay": wire.s_to_ns(delay)}).encode()
-            self._session.ack_wait(self.reply, payload)
+            session.ack_wait(self.reply, payload)
 
     def in_progress(self) -> None:
         """Restart the ack_wait clock without counting a new delivery."""
-        if self._ackable():
-            self._session.ack_wait(self.reply, b"+WPI")
+        session = self._acker()
+        if session is not None:
+            session.ack_wait(self.reply, b"+WPI")
 
     def term(self) -> None:
         """Never redeliver; releases the message on interest and work-queue streams."""
         self._ackd = True
-        if self._ackable():
-            self._session.ack_wait(self.reply, b"+TERM")
+        session = self._acker()
+        if session is not None:
+            session.ack_wait(self.reply, b"+TERM")
 
     def __repr__(self) -> str:
         try:
