@@ -331,15 +331,13 @@ class DirectRead:
         w = self._by_req.get(r)
         if w is None or w.end != _OPEN:
             return  # an answer to a request asked again since, or to a window already ended
-        status = d.status if rows is None else d.status[rows]
-        stat = np.flatnonzero(status)
-        if rows is None:
-            rows = np.arange(len(f))
-        end = int(stat[0]) if len(stat) else len(rows)
+        stat = np.flatnonzero(d.status if rows is None else d.status[rows])
+        count = len(f) if rows is None else len(rows)
+        end = int(stat[0]) if len(stat) else count
         if end:
-            self._messages(buf, f, d, w, rows[:end])
-        if end < len(rows):
-            i = int(rows[end])
+            self._messages(buf, f, d, w, slice(0, end) if rows is None else rows[:end])
+        if end < count:
+            i = end if rows is None else int(rows[end])
             hdr = buf[f.hdr_lo[i] : f.data_lo[i]]
             st = status_of(hdr) or (b"", b"")
             if st[0] == b"404" or st[0] == b"204" and pending_zero(hdr):
@@ -360,20 +358,21 @@ class DirectRead:
             reach = w.last - w.seq + 1
             self.span = max(1, reach * DIRECT_BATCH // w.got if w.got == w.batch else reach)
 
-    def _messages(self, buf: bytes, f: Frames, d, w: _Window, rows: np.ndarray) -> None:
-        """Messages of window ``w``: those up to its end (and matching the filters) are kept."""
+    def _messages(self, buf: bytes, f: Frames, d, w: _Window, rows: slice | np.ndarray) -> None:
+        """Messages of window ``w`` (the frames ``rows`` of ``f``): those up to its end (and
+        matching the filters) are kept."""
         seq, time = d.seq[rows], d.time[rows]
         subj_lo, subj_hi, own_end = d.subj_lo[rows], d.subj_hi[rows], d.own_end[rows]
-        bad = np.flatnonzero(~d.ok[rows])
-        for k in bad.tolist():  # (a reply the array reading did not take: read it here)
-            i = int(rows[k])
+        at = np.arange(len(f))[rows] if isinstance(rows, slice) else rows  # (the frames' own numbers)
+        for k in np.flatnonzero(~d.ok[rows]).tolist():  # (a reply the array reading did not take: read it here)
+            i = int(at[k])
             hl, dl = int(f.hdr_lo[i]), int(f.data_lo[i])
             own, subject, seq[k], stamp = strip_direct_headers(buf[hl:dl])
             time[k] = self._stamps.ns(stamp)
             subj_lo[k] = buf.rfind(b"\r\nNats-Subject: ", hl, dl) + 16
             subj_hi[k] = subj_lo[k] + len(subject)
             own_end[k] = hl + len(own) - 2 if own else 0
-        w.got += len(rows)
+        w.got += len(seq)
         w.last = max(w.last, int(seq[-1]))
         keep = (seq <= w.hi) & (seq >= w.seq)
         if not keep[-1] and self.next <= w.last:
@@ -384,29 +383,20 @@ class DirectRead:
                 self.next = min(beyond, self.hi + 1)
         if self._local_filters is not None:
             keep &= self._match(buf, subj_lo, subj_hi)
-        if keep.all():
-            sel: slice | np.ndarray = (
-                rows
-                if not (len(rows) and rows[-1] - rows[0] + 1 == len(rows))
-                else slice(int(rows[0]), int(rows[-1]) + 1)
-            )
-            pick: slice | np.ndarray = slice(None)
-        else:
+        pick: slice | np.ndarray = slice(None)
+        if not keep.all():
             pick = np.flatnonzero(keep)
             if not len(pick):
                 return
-            sel = rows[pick]
-        g = f[sel]
         own_end = own_end[pick]
         own: Optional[list] = None
         if own_end.any():
+            hdr_lo = f.hdr_lo[rows][pick]
             own = [None] * len(own_end)
             for k in np.flatnonzero(own_end).tolist():
-                own[k] = buf[int(g.hdr_lo[k]) : int(own_end[k])] + b"\r\n"
-        # Subjects and payloads only (the header blocks are the server's, and the own ones are kept above).
-        frames = Frames(g.kind, g.sid, subj_lo[pick], subj_hi[pick], g.reply_lo, g.reply_hi, g.data_lo, g.data_lo,
-                        g.data_hi)  # fmt: skip
-        cbuf, frames = copy_out(buf, frames)
+                own[k] = buf[int(hdr_lo[k]) : int(own_end[k])] + b"\r\n"
+        # Subjects and payloads only (the header blocks are the server's; own ones are kept above).
+        cbuf, frames = copy_out(buf, subj_lo[pick], subj_hi[pick], f.data_lo[rows][pick], f.data_hi[rows][pick])
         w.parts.append(_Part(cbuf, frames, seq[pick], time[pick], own))
 
     def _match(self, buf: bytes, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

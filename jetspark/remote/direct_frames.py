@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from jetspark.protocol.deliveries import DirectFields, direct_fields, rfc3339_ns
-from jetspark.protocol.frames import Frames, parse_ints
+from jetspark.protocol.frames import HMSG, Frames, parse_ints
 
 __all__ = ["ReplyFields", "copy_out", "reply_fields"]
 
@@ -211,21 +211,21 @@ def _spans(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return region[np.repeat(np.tile(np.array([True, False]), len(lo)), runs)]
 
 
-def copy_out(buf: bytes, f: Frames) -> tuple[np.ndarray, Frames]:
-    """The subjects and payloads of the messages ``f`` of ``buf`` copied into a buffer of their
-    own (all subjects, then all payloads), and their frames in it (no header blocks, no reply
-    subjects).  Done while ``buf`` is still in the CPU's caches, it lets ``buf`` go, and a
-    chunk's columns are then plain slices of the copies."""
+def copy_out(
+    buf: bytes, subj_lo: np.ndarray, subj_hi: np.ndarray, data_lo: np.ndarray, data_hi: np.ndarray
+) -> tuple[np.ndarray, Frames]:
+    """The subjects ``buf[subj_lo:subj_hi]`` and payloads ``buf[data_lo:data_hi]`` of messages
+    copied into a buffer of their own (all subjects, then all payloads), and their frames in
+    it (no header blocks, no reply subjects).  Done while ``buf`` is still in the CPU's caches,
+    it lets ``buf`` go, and a chunk's columns are then plain slices of the copies."""
     a = np.frombuffer(buf, dtype=np.uint8)
-    n = len(f)
-    subjects = _spans(a, f.subj_lo, f.subj_hi)
-    datas = _spans(a, f.data_lo, f.data_hi)
+    n = len(subj_lo)
     offsets = np.zeros(2 * n + 1, dtype=np.int64)
-    np.cumsum(np.concatenate([f.subj_hi - f.subj_lo, f.data_hi - f.data_lo]), out=offsets[1:])
+    np.cumsum(np.concatenate([subj_hi - subj_lo, data_hi - data_lo]), out=offsets[1:])
     zero = np.zeros(n, dtype=np.int64)
-    data_lo = offsets[n : 2 * n]
-    frames = Frames(f.kind, f.sid, offsets[:n], offsets[1 : n + 1], zero, zero, data_lo, data_lo, offsets[n + 1 :])
-    return np.concatenate([subjects, datas]), frames
+    lo = offsets[n : 2 * n]
+    frames = Frames(np.full(n, HMSG), zero, offsets[:n], offsets[1 : n + 1], zero, zero, lo, lo, offsets[n + 1 :])
+    return np.concatenate([_spans(a, subj_lo, subj_hi), _spans(a, data_lo, data_hi)]), frames
 
 
 def pending_zero(hdr: Optional[bytes]) -> bool:
