@@ -127,6 +127,7 @@ class Messages(live.MessagesBase):
                     self._cond.notify()
             return
         code, desc = status
+        assert hdr is not None  # (a status is a header block's first line)
         if code == b"100":
             return  # an idle heartbeat: noted above
         low = desc.lower()
