@@ -117,6 +117,8 @@ class PushSubscription(PushBase):
         await done
 
     def _run(self) -> None:
+        cb = self._cb
+        assert cb is not None  # (the callback thread runs for a subscription with a callback)
         loop = self._session.loop.loop
         while True:
             item = self._handoff.get()
@@ -125,7 +127,7 @@ class PushSubscription(PushBase):
             msg, done = item
             try:
                 if not self._dropping:
-                    deliver(self._cb, msg, self._auto_ack, self._where)
+                    deliver(cb, msg, self._auto_ack, self._where)
             finally:
                 try:
                     loop.call_soon_threadsafe(_resolve, done)
@@ -144,18 +146,21 @@ class PushSubscription(PushBase):
         return self._msg(m)
 
     async def _take(self, timeout: Optional[float]):
-        async with self._taking:
-            if self._getter is None:
-                if self._stopped.done():
+        taking, stopped = self._taking, self._stopped
+        assert taking is not None and stopped is not None  # (made by bind(), in __init__)
+        async with taking:
+            getter = self._getter
+            if getter is None:
+                if stopped.done():
                     raise Ended()
-                self._getter = asyncio.ensure_future(self._psub.next_msg(timeout=None))
-            await asyncio.wait({self._getter, self._stopped}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            if self._getter.done():
-                getter, self._getter = self._getter, None
+                getter = self._getter = asyncio.ensure_future(self._psub.next_msg(timeout=None))
+            await asyncio.wait({getter, stopped}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if getter.done() and not getter.cancelled():  # (cancelled: _stop ended the subscription meanwhile)
+                self._getter = None
                 return getter.result()
-            if self._stopped.done():
+            if stopped.done():
                 # Nothing more comes and nothing is held: the take waiting on the empty queue goes.
-                self._getter.cancel()
+                getter.cancel()
                 self._getter = None
                 raise Ended()
             raise NextMsgTimeoutError(f"no message from {self._where} within {timeout} s")
