@@ -136,20 +136,26 @@ class SavedContext:
             raise bad(str(exc)) from None
         return cls(name, data.get("description", ""), server=server, options=options)
 
+    @property
+    def _server(self) -> str:
+        """The server's URL, of a context without a store (from_dict makes each with one of the two)."""
+        assert self.server is not None
+        return self.server
+
     def as_dict(self) -> dict[str, str]:
         """What the file holds (secrets included)."""
         out = {"description": self.description} if self.description else {}
-        out.update({"store": self.store} if self.store is not None else {"server": self.server, **self.options})
+        out.update({"store": self.store} if self.store is not None else {"server": self._server, **self.options})
         return out
 
     def connect_args(self) -> tuple[str, dict[str, str]]:
         """``jetspark.connect``'s arguments: the path or URL, and the connection options."""
-        return (self.store if self.store is not None else self.server), dict(self.options)
+        return (self.store if self.store is not None else self._server), dict(self.options)
 
     @property
     def location(self) -> str:
         """The store or the server, secrets masked."""
-        return self.store if self.store is not None else redact_url(self.server)
+        return self.store if self.store is not None else redact_url(self._server)
 
     def shown(self) -> dict[str, Any]:
         """For ``info``, ``ls`` and ``--json``: the file's settings with every secret masked."""
@@ -157,7 +163,7 @@ class SavedContext:
         if self.store is not None:
             out["store"] = self.store
         else:
-            out["server"] = redact_url(self.server)
+            out["server"] = redact_url(self._server)
             out.update({k: (MASK if k in SECRET_KEYS else v) for k, v in self.options.items()})
         return out
 
