@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator, Optional
 
 from pyspark.sql.datasource import (
@@ -37,6 +37,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from jetspark.connection import is_server_url
+from jetspark.connector import readahead
 from jetspark.connector.options import ReaderOptions
 from jetspark.connector.store import handle
 from jetspark.errors import DataLossError, JetSparkError, OptionError
@@ -55,6 +57,9 @@ class SeqRange(InputPartition):
     subjects: tuple[str, ...]
     include_headers: bool
     connection: tuple[tuple[str, str], ...] = ()
+    # A streaming read from a server: the last sequence of the next micro-batch's first range,
+    # as the driver foresees it, for the task to read ahead (0: none; see connector.readahead).
+    ahead: int = 0
 
 
 def split(opts: ReaderOptions, lo: int, hi: int, subjects: tuple[str, ...]) -> list[SeqRange]:
@@ -71,9 +76,19 @@ def split(opts: ReaderOptions, lo: int, hi: int, subjects: tuple[str, ...]) -> l
     ]
 
 
+# The rows of an Arrow batch a read from a server hands Spark: smaller than a read's
+# default, so Spark takes a task's first rows while the rest still come from the server.
+SERVER_BATCH = 8192
+
+
 def read_range(p: SeqRange) -> Iterator:
     js = handle(p.store, p.connection)
-    yield from js.read_batches(p.stream, p.lo, p.hi, subjects=list(p.subjects) or None, headers=p.include_headers)
+    subjects = list(p.subjects) or None
+    if not is_server_url(p.store):
+        yield from js.read_batches(p.stream, p.lo, p.hi, subjects=subjects, headers=p.include_headers)
+        return
+    key = (p.store, p.connection, p.stream, p.subjects, p.include_headers)
+    yield from readahead.read(js, p.stream, p.lo, p.hi, subjects, p.include_headers, SERVER_BATCH, key, p.ahead)
 
 
 def named_stream_info(js, store: str, stream: str):
@@ -135,7 +150,8 @@ def _first_difference(given, fixed) -> str:
         if f.name not in theirs:
             return f"column {f.name!r} is not one of the source's"
         if f.dataType.simpleString() != theirs[f.name].dataType.simpleString():
-            return f"column {f.name!r} is {f.dataType.simpleString()}, the source's is {theirs[f.name].dataType.simpleString()}"
+            ours = theirs[f.name].dataType.simpleString()
+            return f"column {f.name!r} is {f.dataType.simpleString()}, the source's is {ours}"
     for f in fixed.fields:
         if f.name not in mine:
             return f"it has no column {f.name!r}"
@@ -276,6 +292,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self.cast = cast  # user_schema's
         self._target: Optional[int] = None
+        self._seen_last: Optional[int] = None  # the last sequence latestOffset read (reportLatestOffset's)
         self._last_batch = time.monotonic()
         js = handle(opts.store, opts.connection)
         info = _stream_info(js, opts)
@@ -338,6 +355,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _latest(self) -> int:
         last = handle(self.opts.store, self.opts.connection).stream_info(self.opts.stream).state.last_seq
+        self._seen_last = last  # for reportLatestOffset, which Spark calls right after
         return last if self._target is None else min(last, self._target)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
@@ -368,7 +386,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"stream": self.opts.stream, "seq": end}
 
     def reportLatestOffset(self) -> dict:
-        last = handle(self.opts.store, self.opts.connection).stream_info(self.opts.stream).state.last_seq
+        """The stream's last sequence, for the query's progress: the one latestOffset just
+        read if it did (Spark asks for both in each trigger; one round trip to a server)."""
+        last, self._seen_last = self._seen_last, None
+        if last is None:
+            last = handle(self.opts.store, self.opts.connection).stream_info(self.opts.stream).state.last_seq
         return {"stream": self.opts.stream, "seq": last}
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -382,11 +404,35 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         info = js.stream_info(self.opts.stream)
         first = info.state.first_seq
         if lo < first and info.config.retention.value == "limits":
-            lost = f"sequences {lo}..{min(first - 1, hi)} of stream {self.opts.stream!r} were removed by retention before this query read them"
+            lost = (
+                f"sequences {lo}..{min(first - 1, hi)} of stream {self.opts.stream!r} were removed by retention "
+                "before this query read them"
+            )
             if self.opts.fail_on_data_loss:
                 raise DataLossError(lost + '; set .option("failOnDataLoss", "false") to skip them and go on')
             log.warning("%s; skipping them (failOnDataLoss=false)", lost)
-        return split(self.opts, max(lo, first), hi, self.opts.subjects)
+        parts = split(self.opts, max(lo, first), hi, self.opts.subjects)
+        ahead = self._ahead(hi, hi - lo + 1, info.state.last_seq)
+        if parts and ahead:
+            parts[-1] = replace(parts[-1], ahead=ahead)
+        return parts
+
+    def _ahead(self, end: int, size: int, last: int) -> int:
+        """Where the first range of the micro-batch after one ending at ``end`` (of ``size``
+        sequences) probably ends, from what the stream holds now (``last``) and the read
+        limits; 0 when nothing is there to read ahead, or the store is no server (the
+        engine's reads are local and quick: nothing to win)."""
+        o = self.opts
+        if not is_server_url(o.store):
+            return 0
+        top = last if self._target is None else min(last, self._target)
+        if o.max_offsets_per_trigger:
+            top = min(top, end + o.max_offsets_per_trigger)
+        elif o.max_bytes_per_trigger:
+            top = min(top, end + size)  # a guess: as many as this one
+        if top <= end:
+            return 0
+        return split(o, end + 1, top, o.subjects)[0].hi
 
     def read(self, partition: SeqRange):  # type: ignore[override]  # (Spark hands back the SeqRanges partitions() made)
         return _cast(read_range(partition), self.cast)
