@@ -464,7 +464,8 @@ def test_view_pub_edit_and_rmm_on_a_nats_server(cli, server):
     try:
         cli("-s", url, "stream", "add", "SRV_V", "--subjects", "srvv.>", "--max-age", "7d")
         acks = cli.json_lines("-s", url, "pub", "srvv.a", "x{{Count}}", "--count", "3")
-        assert acks[0] == {"stream": "SRV_V", "seq": 1, "domain": None, "duplicate": None, "val": None}  # as nats-py's PubAck
+        # as nats-py's PubAck
+        assert acks[0] == {"stream": "SRV_V", "seq": 1, "domain": None, "duplicate": None, "val": None}
         r = cli("-s", url, "stream", "view", "SRV_V", "2", "--raw")
         assert r.stdout == "x1\nx2\n" and "more messages after sequence 2" in r.stderr
         assert cli("-s", url, "stream", "view", "SRV_V", "2", "--raw", "--count", "3").stdout == "x1\nx2\nx3\n"
