@@ -101,6 +101,20 @@ def test_answers_to_later_windows_first_come_out_in_sequence_order(js, name, sma
     )
 
 
+def test_nats_py_public_path_reads_the_same(js, name, small_windows):
+    # (nats-py's own subscription callbacks instead of the bulk framing: tuples made into runs)
+    s = name()
+    fill(js, s, 200)
+    for q in (3, 50, 51, 52, 200):
+        js.delete_msg(s, q)
+    js._session.public_path = True
+    got = rows(js.read_batches(s, batch_size=33))
+    assert got == expected(s, [q for q in range(1, 201) if q not in (3, 50, 51, 52, 200)])
+    assert rows(js.read_batches(s, 10, 120, subjects=[f"{s}.2"])) == expected(
+        s, [q for q in range(10, 121) if q % 3 == 2 and q not in (50, 200)]
+    )
+
+
 class LosesOne(direct.DirectRead):
     """The first request for the third window never reaches the server."""
 
