@@ -140,15 +140,18 @@ def parse_ints(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarra
         a = np.concatenate((np.zeros(8, dtype=np.uint8), a))
         lo, hi = lo + 8, hi + 8
     words = _words(a)
+    if int(hi.max()) > len(a):  # (past the end: none of it is read)
+        ok &= hi <= len(a)
+        hi = np.minimum(hi, len(a))
     value = None
     for k in range((min(int(lens.max()), 19) + 7) // 8 or 1):
         # The k-th group of eight from the right: the word ending at hi - 8k.
         at = hi - 8 * (k + 1)
-        w = words[np.clip(at, 0, len(words) - 1)]
+        w = words[np.maximum(at, 0)]
         early = at < 0
         if early.any():  # (a number near the start: its word is read from 0 and moved into place)
             w[early] <<= (np.minimum(-at[early], 7) * 8).astype(np.uint64)
-        c = np.clip(lens - 8 * k, 0, 8)
+        c = np.minimum(np.maximum(lens - 8 * k, 0), 8)
         w = (w & _KEEP[c]) | _FILL[c]
         ok &= ((w & _HIGH_NIBBLES) == _ASCII_ZEROS) & (((w + _PLUS_SIX) & _HIGH_NIBBLES) == _ASCII_ZEROS)
         d = w - _ASCII_ZEROS

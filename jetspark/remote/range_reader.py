@@ -1,9 +1,10 @@
 """Pulling a range of a stream off the server in bulk: the machinery under the range reads.
 
 - ``Puller``: pipelined pull requests on one consumer, deliveries taken off
-  the wire in bulk (``fastpath.FrameInbox``: runs of frames, their reply
-  subjects read with array operations, no Python object per message),
-  consumer sequences checked for gaps.
+  the wire in bulk (``fastpath.FrameInbox``: runs of frames; as each arrives,
+  its reply subjects read with array operations and its messages copied out
+  of the received buffer, no Python object per message), consumer sequences
+  checked for gaps.
 - ``RangeRead``: an ephemeral, ack-less, in-memory consumer (R1 on a limits stream)
   (deliver by_start_sequence, the subject filters) drained by a ``Puller``;
   a gap or a consumer that went away restarts the read after the last
