@@ -16,11 +16,12 @@ sides talk to that same server; only the client differs:
 2b. as row 2, every row with a ``msg_id`` (``Nats-Msg-Id``), as Spark's sink
    writes (information only)
 3. work-queue read: ``js.read_batches`` of a work-queue stream beside its
-   durable (no reader consumer allowed): batched direct gets on an
+   durable (no reader consumer allowed): pipelined batched direct gets on an
    ``allow_direct`` stream, vs the plain-get path of a stream without it
    (one MSG.GET per sequence, what every work-queue read did before);
-   target >= 200,000 msg/s; the limits-stream range read of the same
-   messages is shown for scale
+   target >= 0.5 of the read ceiling (row 1c's bare socket, measured in the
+   row's own run); the limits-stream range read of the same messages is
+   shown for scale
 
 4. publish_async: ``js.publish_async(subject, payload)`` for every message
    then ``publish_async_completed()``, vs nats-py's own ``publish_async``
