@@ -40,8 +40,9 @@ from pyspark.sql.streaming.datasource import (
 from jetspark.connection import is_server_url
 from jetspark.connector import readahead
 from jetspark.connector.options import ReaderOptions
+from jetspark.connector.release import Releases
 from jetspark.connector.store import handle
-from jetspark.errors import DataLossError, JetSparkError, OptionError
+from jetspark.errors import DataLossError, OptionError
 
 log = logging.getLogger("jetspark.connector")
 
@@ -305,7 +306,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         self._resume: Optional[int] = None
         self._initial: Optional[int] = None  # the offset initialOffset gave (no batch ended there)
-        self._released = -1  # the highest seq this reader advanced the consumer's ack floor to
+        # The consumer's ack floor following the checkpoint, advanced in the background (connector.release).
+        self._releases = Releases(f"stream {opts.stream!r}, consumer {opts.consumer!r}", self._advance)
         if opts.consumer:
             self._resume = self._bind_consumer(js, retention)
 
@@ -367,16 +369,21 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # ``start`` now, a trigger before Spark's own ``commit(start)``, which comes only
         # when a next batch is planned; a trigger that finds no new data releases the last
         # batch too.  ``start`` as initialOffset gave it ended no batch: nothing to release.
-        if begin != self._initial:
-            self._release(begin)
+        # The release runs while the next batch does (connector.release); the next trigger
+        # waits for it first, and a trigger with no batch to plan waits for its own.
+        self._releases.settle()
+        if begin != self._initial and self.opts.consumer:
+            self._releases.start(begin)
         end = self._latest()
         if end <= begin:
+            self._releases.settle()
             return start
         if not isinstance(limit, ReadAllAvailable):
             # Spark hands one limit; the options may set several: apply them all.
             o = self.opts
             if o.min_offsets_per_trigger and end - begin < o.min_offsets_per_trigger and self._target is None:
                 if time.monotonic() - self._last_batch < o.max_trigger_delay_s:
+                    self._releases.settle()
                     return start
             if o.max_offsets_per_trigger:
                 end = min(end, begin + o.max_offsets_per_trigger)
@@ -438,25 +445,18 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _cast(read_range(partition), self.cast)
 
     def commit(self, end: dict) -> None:
-        """Spark's commit of a batch's end: usually released already by ``latestOffset``."""
-        self._release(int(end["seq"]))
+        """Spark's commit of a batch's end: released already, or being released, by ``latestOffset``."""
+        seq = int(end["seq"])
+        if self.opts.consumer and not self._releases.covered(seq):
+            self._releases.now(seq)
 
-    def _release(self, seq: int) -> None:
+    def stop(self) -> None:
+        """The query stops: the release under way finishes (its error is logged by Spark)."""
+        self._releases.settle()
+
+    def _advance(self, seq: int) -> None:
         """Advance the consumer's ack floor to ``seq``, a batch end in the checkpoint.  A
         release that cannot take effect fails the query (Spark stops it with this error):
         left unsaid, the stream would keep (interest, work queue) or hand out again what the
         query has processed."""
-        if not self.opts.consumer or seq <= self._released:
-            return
-        try:
-            handle(self.opts.store, self.opts.connection).advance_ack_floor(self.opts.stream, self.opts.consumer, seq)
-        except JetSparkError as exc:
-            log.error(
-                "commit of stream %r up to seq %d: the ack floor of consumer %r did not advance: %s",
-                self.opts.stream,
-                seq,
-                self.opts.consumer,
-                exc,
-            )
-            raise
-        self._released = seq
+        handle(self.opts.store, self.opts.connection).advance_ack_floor(self.opts.stream, self.opts.consumer, seq)
