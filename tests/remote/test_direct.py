@@ -115,6 +115,28 @@ def test_nats_py_public_path_reads_the_same(js, name, small_windows):
     )
 
 
+def test_ordered_consumer_over_direct_gets_matches_the_engine(js, engine, name, small_windows):
+    # ordered_consumer reads the range twice (a count for num_pending, then the messages):
+    # subjects, payloads, own headers and pending as the engine gives them.
+    s = name()
+    for h in (js, engine):
+        fill(h, s, 90)
+        h.publish(f"{s}.h", b"with", headers={"k": ["1", "2"], "Nats-Msg-Id": "m"})
+        for q in (2, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 60):
+            h.delete_msg(s, q)
+
+    def seen(h, subjects):
+        return [
+            (m.metadata.sequence.stream, m.subject, m.data, m.headers, m.metadata.num_pending)
+            for m in h.ordered_consumer(s, subjects=subjects, start_seq=1, end_seq=91, batch_size=7)
+        ]
+
+    for subjects in (None, [f"{s}.0"], [f"{s}.1", f"{s}.h"]):
+        want = seen(engine, subjects)
+        assert seen(js, subjects) == want and want, subjects
+    assert seen(js, None)[-1][3] == {"k": "2", "Nats-Msg-Id": "m"}  # (the last value of a repeated key)
+
+
 class LosesOne(direct.DirectRead):
     """The first request for the third window never reaches the server."""
 
