@@ -363,15 +363,14 @@ class DirectRead:
         matching the filters) are kept."""
         seq, time = d.seq[rows], d.time[rows]
         subj_lo, subj_hi, own_end = d.subj_lo[rows], d.subj_hi[rows], d.own_end[rows]
-        at = np.arange(len(f))[rows] if isinstance(rows, slice) else rows  # (the frames' own numbers)
         for k in np.flatnonzero(~d.ok[rows]).tolist():  # (a reply the array reading did not take: read it here)
-            i = int(at[k])
+            i = rows.start + k if isinstance(rows, slice) else int(rows[k])
             hl, dl = int(f.hdr_lo[i]), int(f.data_lo[i])
-            own, subject, seq[k], stamp = strip_direct_headers(buf[hl:dl])
+            block, subject, seq[k], stamp = strip_direct_headers(buf[hl:dl])
             time[k] = self._stamps.ns(stamp)
             subj_lo[k] = buf.rfind(b"\r\nNats-Subject: ", hl, dl) + 16
             subj_hi[k] = subj_lo[k] + len(subject)
-            own_end[k] = hl + len(own) - 2 if own else 0
+            own_end[k] = hl + len(block) - 2 if block else 0
         w.got += len(seq)
         w.last = max(w.last, int(seq[-1]))
         keep = (seq <= w.hi) & (seq >= w.seq)
