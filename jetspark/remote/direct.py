@@ -200,8 +200,7 @@ class DirectRead:
         self.requests += 1
         w.req = self.requests
         w.end, w.got = _OPEN, 0
-        width = w.hi - w.seq + 1
-        w.batch = min(DIRECT_BATCH, width if self.next_by_subj is None else DIRECT_BATCH)
+        w.batch = min(DIRECT_BATCH, w.hi - w.seq + 1)  # (no more can be in the window, filter or not)
         req: dict = {"seq": w.seq, "batch": w.batch, "max_bytes": self._max_bytes}
         if self.next_by_subj is not None:
             req["next_by_subj"] = self.next_by_subj
