@@ -48,13 +48,15 @@ def invalid(message: str) -> APIError:
     return api_error(E.STREAM_INVALID_CONFIG, err=message)
 
 
-def check_name(name: Optional[str], kind: str = "stream") -> None:
+def check_name(name: Optional[str], kind: str = "stream") -> str:
+    """``name`` if the server accepts it as a ``kind`` name, else its error."""
     if not name or _NAME_FORBIDDEN.intersection(name):
         raise invalid(f"{kind} name is required and can not contain '.', '*', '>', '\\', '/'")
     if "/" in name or "\\" in name:
         raise api_error(E.STREAM_NAME_CONTAINS_PATH_SEPARATORS)
     if len(name.encode()) > MAX_NAME_LEN:
         raise invalid(f"{kind} name is too long, maximum allowed is {MAX_NAME_LEN}")
+    return name
 
 
 def check_storable_name(name: str, kind: str) -> None:
@@ -162,7 +164,7 @@ def _limit(value: Optional[int]) -> int:
 
 def normalize_stream_config(config: StreamConfig) -> StreamConfig:
     """Apply the server's defaults and validation; return the config it would echo."""
-    check_name(config.name)
+    name = check_name(config.name)
     if config.template_owner is not None:
         # nats-server 2.15 does not know the field at all, whatever its value.
         raise api_error(E.INVALID_JSON, err='json: unknown field "template_owner"')
@@ -212,7 +214,7 @@ def normalize_stream_config(config: StreamConfig) -> StreamConfig:
             raise invalid("discard new per subject requires max msgs per subject > 0")
     allow_msg_ttl, marker_ttl, allow_rollup, deny_purge = msg_ttl_fields(config)
 
-    subjects = list(config.subjects) if config.subjects else [config.name]
+    subjects = list(config.subjects) if config.subjects else [name]
     # The server checks each subject in order: valid, capture-all, API space,
     # then against every later subject.
     for i, s in enumerate(subjects):
@@ -235,7 +237,7 @@ def normalize_stream_config(config: StreamConfig) -> StreamConfig:
         raise api_error(E.INVALID_JSON, err="first_seq can not be negative")
     first_seq = int(config.first_seq) if config.first_seq else None
     return StreamConfig(
-        name=config.name,
+        name=name,
         description=config.description or None,
         subjects=subjects,
         retention=retention,
