@@ -208,9 +208,7 @@ def test_every_module_has_a_layer():
 # Modules still over the limit, each with the length it may not grow past; an entry goes
 # once its module is under the limit (the test below says so).
 # Grown past the limit by the reformat to 120 columns; to be split.
-OVER_LIMIT: dict[str, int] = {
-    "jetspark.engine.consumer": 700,
-}
+OVER_LIMIT: dict[str, int] = {}
 
 
 def test_no_module_is_over_650_lines():

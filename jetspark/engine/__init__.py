@@ -18,13 +18,14 @@ from the files up:
   ``wakeup``: waking waiting consumers when another process changes a stream;
 - ``consumer_config``: ConsumerConfig defaults and checks; ``consumer_match``: which
   stored messages a consumer's filters match, and a pull's byte budget; ``consumer_log``:
-  a consumer's state changes as checksummed records, read back by every process;
+  a consumer's state changes as checksummed records, read back by every process (appends,
+  compaction, damage); ``consumer_state``: a consumer's state and what each record does to it;
 - ``journals``: a stream's journals and their compaction; ``removed``: removed sequences
   (the ``ops`` journal); ``subject_table``: the subject dictionary; ``dedup``: the
   duplicate window;
-- ``consumer``: a consumer's delivery state machine (it plans at the time it is given
-  and returns the records to write); ``consumer_set``: a stream's consumers and the
-  retention they drive;
+- ``consumer``: a consumer's delivery state machine (pure planners: at the time they are
+  given, the records to write; ``commit`` writes them, then the memory follows);
+  ``consumer_set``: a stream's consumers and the retention they drive;
 - ``block_index``: which block holds a sequence, its entry, size and liveness;
   ``subject_stats``: per-subject counts; ``verify``: records checked against their
   checksums before they are served; ``ttl_index``: which messages carry a TTL, read back

@@ -11,8 +11,10 @@ due time (``ITEM``).  What a record means is the consumer's business
 (consumer.py); this module writes records, reads those other processes
 appended, tells a torn last record (a writer that died mid-record: cut off
 with a warning) from damage (``CorruptStoreError``, nothing cut), and
-rewrites the log as one snapshot record.  It never holds the consumer's
-state.
+writes records whole or not at all: a record that would grow the log past
+``COMPACT_BYTES`` is written as a snapshot of the state it leaves instead,
+the log rewritten as that one record.  It never holds the consumer's state:
+it reads records to an ``Apply`` callback and is given the snapshot to write.
 
 The header holds the length of the records that calls completed (written
 after each record), so a log cut anywhere below it (records lost, not a torn
@@ -56,6 +58,7 @@ ITEM = np.dtype([("sseq", "<u8"), ("cseq", "<u8"), ("count", "<u4"), ("due", "<i
 SCALARS, DELIVER, DROP, DUE, MAXED, SNAPSHOT, LAST_PER_SUBJECT = range(7)
 TIMED = 0x80  # in a record's op: its scalars end with delivered_ns and acked_ns
 _OP = 0x7F  # the op itself
+COMPACT_BYTES = 4 << 20  # a log that would grow past this is rewritten as one snapshot
 
 # What a reader does with each valid record: op (without TIMED), the scalars (seven, or five
 # in an untimed record), the items.
@@ -165,7 +168,8 @@ class ConsumerLog:
             committed = self._committed()
             if size < committed:
                 raise self._damage(
-                    f"is {size} bytes, shorter than the {committed} bytes its header commits (cut short): records were lost"
+                    f"is {size} bytes, shorter than the {committed} bytes its header commits (cut short):"
+                    " records were lost"
                 )
             raw = os.pread(self.fd, size - self.pos, self.pos)
             pos = 0
@@ -187,10 +191,12 @@ class ConsumerLog:
                     )
                 if bad < committed:
                     raise self._damage(
-                        f"has a damaged record at offset {bad} ({why}) below the {committed} bytes its header commits; nothing was cut"
+                        f"has a damaged record at offset {bad} ({why}) below the {committed} bytes its header"
+                        " commits; nothing was cut"
                     )
                 log.warning(
-                    "%s: the last record, at offset %d (%d bytes), is torn (%s) and was cut off: a writer died mid-record",
+                    "%s: the last record, at offset %d (%d bytes), is torn (%s) and was cut off:"
+                    " a writer died mid-record",
                     self.path,
                     bad,
                     size - bad,
@@ -199,7 +205,8 @@ class ConsumerLog:
                 os.ftruncate(self.fd, bad)
             if committed > self.pos:
                 raise self._damage(
-                    f"holds {self.pos} bytes of records, less than the {committed} its header commits (cut short): records were lost"
+                    f"holds {self.pos} bytes of records, less than the {committed} its header commits (cut short):"
+                    " records were lost"
                 )
             self._synced = True
         return True
@@ -209,6 +216,23 @@ class ConsumerLog:
             f"{self.path} {what}: the state of consumer {self.name!r} cannot be trusted", path=str(self.path)
         )
         return self.damaged
+
+    def write(self, rec: bytes, snapshot: Callable[[], bytes]) -> bool:
+        """Write one record, whole or not at all (caller holds the stream's lock): appended, or,
+        when the log would grow past COMPACT_BYTES, the log rewritten as ``snapshot()`` (the
+        record of the state ``rec`` leaves, so the rewrite is this call's one write).  True if
+        the log was rewritten: the caller tells the other processes to reopen it.  On a disk
+        error nothing was written and StoreIOError / StoreFullError (naming the log) is raised."""
+        compact = self.pos > self.base and self.pos + len(rec) > COMPACT_BYTES
+        try:
+            if compact:
+                self.rewrite(snapshot())
+            else:
+                self.append(rec)
+        except OSError as exc:
+            action = "compacting the consumer's log (into log.tmp)" if compact else "appending to the consumer's log"
+            raise diskio.translate(OSError(exc.errno, exc.strerror), self.path, action) from exc
+        return compact
 
     def append(self, rec: bytes) -> None:
         """Write ``rec`` after the records read, then commit it in the header.  On an error

@@ -28,7 +28,7 @@ import numpy as np
 from jetspark.api import ConsumerConfig, DeliverPolicy, RetentionPolicy, datetime_to_ns
 from jetspark.engine import diskio, metafile
 from jetspark.engine.config import check_storable_name
-from jetspark.engine.consumer import LAST_PER_SUBJECT, SNAPSHOT, Consumer
+from jetspark.engine.consumer import Consumer
 from jetspark.engine.consumer_config import config_to_json
 from jetspark.engine.records import SID_NONE, runs_of
 from jetspark.err_codes import CONSUMER_NOT_FOUND, MAXIMUM_CONSUMERS_LIMIT
@@ -192,14 +192,7 @@ class ConsumerSet:
                 metafile.save(tmp / "config.json", meta, fsync=self.stream.storage.fsync)
                 c = Consumer(self.stream, tmp, fresh=True)
                 start, lps = self._start(c, config)
-                c.next_stream_seq = start
-                c.ack_floor_stream_seq = start - 1
-                c.last_active = now
-                if lps:
-                    c.last_per_subject = lps
-                    c.write(LAST_PER_SUBJECT, [(q, 0, 0, -1) for q in lps])
-                else:
-                    c.write(SNAPSHOT, [])
+                c.commit(c.plan_start(start, lps, now))
                 os.replace(tmp, home)
         except BaseException as exc:
             if c is not None:
@@ -302,7 +295,8 @@ class ConsumerSet:
                 self.release_range(c.ack_floor_stream_seq + 1, s.header.last_seq, unmatched=True)
         except OSError as exc:
             log.warning(
-                "stream %r: removing the messages only the deleted consumer held failed (%s); the next reload of the consumer list removes them",
+                "stream %r: removing the messages only the deleted consumer held failed (%s);"
+                " the next reload of the consumer list removes them",
                 st.name,
                 exc,
             )
@@ -313,7 +307,7 @@ class ConsumerSet:
         consumer with a subscription bound to it is never idle (the server's interest)."""
         for c in list(self.by_name.values()):
             thr = c.config.inactive_threshold
-            if thr and now - max(c.last_active, c.created_ns) > thr * 1_000_000_000 and not c.is_bound():
+            if thr and now - c.idle_since() > thr * 1_000_000_000 and not c.is_bound():
                 self.delete(c.name)
 
     def became_interest(self) -> None:

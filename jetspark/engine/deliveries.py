@@ -30,7 +30,6 @@ from jetspark.api import AckPolicy, ConsumerInfo, MsgMetadata, SequencePair, ns_
 from jetspark.engine import consumer_config as ccfg
 from jetspark.engine import wakeup
 from jetspark.engine.bindings import Binding
-from jetspark.engine.consumer import SCALARS
 from jetspark.err_codes import CONSUMER_NOT_FOUND
 from jetspark.errors import JetSparkError, api_error, push_based_error
 from jetspark.protocol import ack_reply
@@ -249,8 +248,7 @@ class Deliveries:
                 with st.locked():
                     c = st.consumers.by_name.get(consumer)
                     if c is not None and c.config.inactive_threshold:
-                        c.last_active = st.clock()
-                        c.write(SCALARS)
+                        c.commit(c.plan_active(st.clock()))
         except JetSparkError as exc:  # the stream is gone, or its store refuses: the binding is released all the same
             log.debug("unbinding from consumer %r of stream %r: %s", consumer, stream, exc)
 

@@ -194,26 +194,27 @@ def _crash_child(conn, store, pause, compact_bytes):
     written ("torn"), and send ("inside", how).
     """
     try:
-        from jetspark.engine import consumer
+        from jetspark.engine import consumer_log
 
         if compact_bytes:
-            consumer.COMPACT_BYTES = compact_bytes  # log rewrites (snapshot + rename) happen mid-loop
+            consumer_log.COMPACT_BYTES = compact_bytes  # log rewrites (snapshot + rename) happen mid-loop
         armed = []
         if isinstance(pause, tuple):
-            real_write = consumer.Consumer.write
+            real_write = consumer_log.ConsumerLog.write
 
-            def write(self, op, items=None, scalars=None):
-                start = self.log.pos
-                real_write(self, op, items, scalars)
+            def write(self, rec, snapshot):
+                start = self.pos
+                compacted = real_write(self, rec, snapshot)
                 if armed:
                     if pause[1] == "torn":
                         # A writer dies mid-record: the header still commits the records before it.
-                        os.ftruncate(self.log.fd, start + (self.log.pos - start) // 2)
-                        os.pwrite(self.log.fd, start.to_bytes(8, "little"), 8)
+                        os.ftruncate(self.fd, start + (self.pos - start) // 2)
+                        os.pwrite(self.fd, start.to_bytes(8, "little"), 8)
                     conn.send(("inside", pause[1]))
                     conn.recv()
+                return compacted
 
-            consumer.Consumer.write = write
+            consumer_log.ConsumerLog.write = write
         clock = Clock()
         js = jetspark.connect(store, clock=clock)
         sub = js.pull_subscribe_bind(DURABLE, stream=STREAM)
@@ -477,21 +478,21 @@ def test_consumer_state_survives_sigkill_around_log_compaction(store, procs, sto
 
 def _die_inside(store, where):
     """Child: SIGKILL itself at one point inside a call (the point is patched in, white-box)."""
-    from jetspark.engine import consumer, consumer_set
+    from jetspark.engine import consumer_log, consumer_set
 
     def die(*_):
         os.kill(os.getpid(), signal.SIGKILL)
 
     js = jetspark.connect(store, clock=Clock())
     if where == "after-log-rewrite":
-        real = consumer.Consumer.compact
+        real = consumer_log.ConsumerLog.rewrite
 
-        def compact_and_die(self):
-            real(self)  # the snapshot is renamed over the log ...
+        def rewrite_and_die(self, rec):
+            real(self, rec)  # the snapshot is renamed over the log ...
             die()  # ... and the cons_gen bump that tells the others is never committed
 
-        consumer.Consumer.compact = compact_and_die
-        consumer.COMPACT_BYTES = 0  # rewrite at the next record
+        consumer_log.ConsumerLog.rewrite = rewrite_and_die
+        consumer_log.COMPACT_BYTES = 0  # rewrite at the next record
         js.pull_subscribe_bind(DURABLE, stream=STREAM).fetch(1, no_wait=True)
     else:
         consumer_set.ConsumerSet.release = die  # after the consumer's record, before the stream's removal

@@ -17,7 +17,7 @@ import zlib
 
 import jetspark
 from jetspark.api import ns_to_datetime
-from jetspark.engine import consumer as consumer_log
+from jetspark.engine import consumer_log
 
 # 2026-01-01T00:00:00.123456789Z: digits below the microsecond, which no float keeps.
 T0 = 1_767_225_600_123_456_789

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import jetspark
 from jetspark.cli.app import cli
-from jetspark.engine import consumer as consumer_mod
+from jetspark.engine import consumer_log as consumer_mod
 from jetspark.engine import metafile
 from jetspark.errors import CorruptStoreError, StoreError, StoreFullError
 

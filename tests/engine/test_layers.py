@@ -2,7 +2,8 @@
 
 storage.py's module docstring draws the layers: verify, subject_stats and recovery
 work on the block index alone.  consumer.py's says the delivery state machine plans
-a batch in memory and returns the records to write, and ``write`` makes them durable.
+a batch without moving the state and returns the records to write, and ``commit``
+writes them, then takes them in memory (tests/engine/test_consumer_plans.py: every planner).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 
 import jetspark
 from jetspark import AckPolicy, ConsumerConfig
-from jetspark.engine import consumer, subject_stats, verify
+from jetspark.engine import consumer_log, subject_stats, verify
 from jetspark.errors import CorruptStoreError
 from tests.conftest import FakeClock
 
@@ -65,7 +66,7 @@ def test_a_sequence_no_block_holds_is_a_typed_error(tmp_path):
         assert len(ix.entries(3, 2)) == 0  # an empty range reads nothing
 
 
-def test_a_planned_batch_is_in_memory_until_written(tmp_path):
+def test_a_planned_batch_moves_nothing_until_committed(tmp_path):
     clock = FakeClock()
     with _filled(tmp_path, 10, clock) as js, jetspark.connect(tmp_path, clock=clock) as other:
         js.add_consumer("S", ConsumerConfig(durable_name="D", ack_policy=AckPolicy.EXPLICIT))
@@ -75,10 +76,10 @@ def test_a_planned_batch_is_in_memory_until_written(tmp_path):
             size = os.path.getsize(c.log.path)
             out, changes = c.plan_batch(4, clock())
             assert [q for q, _, _ in out] == [1, 2, 3, 4]
+            assert (c.delivered_consumer_seq, sorted(c.pending)) == (0, [])  # planned: the state did not move
+            assert os.path.getsize(c.log.path) == size  # nor the log
+            c.commit(changes)
             assert (c.delivered_consumer_seq, sorted(c.pending)) == (4, [1, 2, 3, 4])
-            assert os.path.getsize(c.log.path) == size  # planned, not written
-            for op, scalars, items in changes:
-                c.write(op, items, scalars)
             assert os.path.getsize(c.log.path) > size
         info = other.consumer_info("S", "D")
         assert (info.delivered.stream_seq, info.num_ack_pending) == (4, 4)
@@ -92,19 +93,17 @@ def test_a_planned_batch_lists_its_records_in_the_order_they_are_written(tmp_pat
         with st.locked():
             c = st.consumers.by_name["D"]
             out, changes = c.plan_batch(3, clock())
-            assert [op for op, _, _ in changes] == [consumer.DELIVER]
-            for op, scalars, items in changes:
-                c.write(op, items, scalars)
+            assert [op for op, _, _ in changes] == [consumer_log.DELIVER]
+            c.commit(changes)
         clock.advance(5)  # past ack_wait: 1..3 reached max_deliver and leave pending
         with st.locked():
             c = st.consumers.by_name["D"]
             out, changes = c.plan_batch(10, clock())
             assert [q for q, _, n in out] == list(range(4, 11))
-            assert [op for op, _, _ in changes] == [consumer.MAXED, consumer.DELIVER]
+            assert [op for op, _, _ in changes] == [consumer_log.MAXED, consumer_log.DELIVER]
             assert changes[0][2]["sseq"].tolist() == [1, 2, 3]
             assert changes[0][1][1] == 4  # the expiry's record carries the state before the new deliveries
-            for op, scalars, items in changes:
-                c.write(op, items, scalars)
+            c.commit(changes)
         info = other.consumer_info("S", "D")
         assert (info.delivered.stream_seq, info.num_ack_pending) == (10, 7)
 
@@ -121,6 +120,7 @@ LAYERS = {
     "recovery": {"block_index", "blocks", "records", "subject_stats", "verify"},
     "block_writer": {"block_index", "blocks", "diskio", "records", "subject_stats", "subject_table"},
     "consumer_log": {"diskio", "metafile"},
+    "consumer_state": {"consumer_log"},
     "consumer_match": {"records"},
 }
 

@@ -1,0 +1,210 @@
+"""A consumer's state, and what each record of its log does to it.
+
+The state is what nats-server keeps for a consumer (``consumer.go``): the next delivery
+sequence, the next stream sequence, the ack floor, the pending deliveries with their
+deadlines, the delivery counts, the redelivery queue, and the last-per-subject
+sequences still to deliver.  ``ConsumerState.apply`` is the one place a record changes
+it: a record read back from the log (another process's change, a reopen, a compacted
+log) and a record this process just wrote go through it alike, so the memory and the
+log hold the same state (tests/engine/test_consumer_plans.py replays them).
+
+The pure transitions the consumer plans with (``ack_explicit``, ``ack_all``) change a
+draft (``copy``), never the state itself.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import Optional
+
+import numpy as np
+
+from jetspark.engine.consumer_log import DELIVER, DROP, DUE, ITEM, LAST_PER_SUBJECT, MAXED, SNAPSHOT
+
+__all__ = ["QUEUED", "Change", "ConsumerState", "change"]
+
+QUEUED = 0xFFFFFFFF  # an item's count marking "appended to the redelivery queue"
+
+Change = tuple[int, tuple, np.ndarray]  # a record to write: op, the scalars of its moment, items
+
+
+def change(op: int, scalars: tuple, items) -> Change:
+    """A record to write: ``op``, ``scalars`` (ConsumerState.scalars) and its items."""
+    return op, scalars, items if isinstance(items, np.ndarray) else np.array(items, dtype=ITEM)
+
+
+class ConsumerState:
+    """The state a consumer's log records (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        """The state before the log's first record."""
+        self.delivered_consumer_seq = 0
+        self.next_stream_seq = 1
+        self.ack_floor_consumer_seq = 0
+        self.ack_floor_stream_seq = 0
+        self.last_active = 0  # the last pull that recorded something, or creation (inactive_threshold's clock)
+        self.delivered_ns = 0  # the last delivery, in_progress or delayed nak (0: none yet)
+        self.acked_ns = 0  # the last ack or term that counted (0: none yet)
+        self.pending: dict[int, list[int]] = {}  # stream seq -> [consumer seq of its first delivery, due_ns]
+        self.delivery_counts: dict[int, int] = {}  # stream seq -> deliveries so far
+        self.last_per_subject: list[int] = []  # last-per-subject sequences still to deliver, ascending
+        # The redelivery queue, in order (naks first come first); every entry is pending.
+        self.redelivery_queue: list[int] = []
+
+    def copy(self) -> ConsumerState:
+        """A draft to plan on.  Its pending entries are shared lists: a planner replaces an
+        entry (``pending[q] = [c, due]``), never changes one in place."""
+        d = ConsumerState.__new__(ConsumerState)
+        d.delivered_consumer_seq, d.next_stream_seq = self.delivered_consumer_seq, self.next_stream_seq
+        d.ack_floor_consumer_seq, d.ack_floor_stream_seq = self.ack_floor_consumer_seq, self.ack_floor_stream_seq
+        d.last_active, d.delivered_ns, d.acked_ns = self.last_active, self.delivered_ns, self.acked_ns
+        d.pending = self.pending.copy()
+        d.delivery_counts = self.delivery_counts.copy()
+        d.last_per_subject = self.last_per_subject.copy()
+        d.redelivery_queue = self.redelivery_queue.copy()
+        return d
+
+    def adopt(self, other: ConsumerState) -> None:
+        """Become ``other`` (a draft whose records were written)."""
+        for name in STATE_FIELDS:
+            setattr(self, name, getattr(other, name))
+
+    def snapshot(self) -> dict:
+        """The state as plain values, for comparing two states."""
+        out = {name: getattr(self, name) for name in STATE_FIELDS}
+        out["pending"] = {q: list(p) for q, p in self.pending.items()}
+        return out
+
+    def scalars(self, **moved: int) -> tuple:
+        """The scalars every record carries, with the fields in ``moved`` replaced."""
+        s: tuple[int, ...] = (
+            self.delivered_consumer_seq,
+            self.next_stream_seq,
+            self.ack_floor_consumer_seq,
+            self.ack_floor_stream_seq,
+            self.last_active,
+            self.delivered_ns,
+            self.acked_ns,
+        )
+        if moved:
+            s = tuple(moved.get(name, v) for name, v in zip(SCALAR_FIELDS, s))
+        return s
+
+    def snapshot_items(self) -> np.ndarray:
+        """The items of a SNAPSHOT record holding this state (apply reads them back)."""
+        items = [(q, p[0], self.delivery_counts.get(q, 0), p[1]) for q, p in self.pending.items()]
+        items += [(q, 0, c, -1) for q, c in self.delivery_counts.items() if q not in self.pending]
+        items += [(q, 0, 0, -1) for q in self.last_per_subject]
+        items += [(q, 0, QUEUED, -1) for q in self.redelivery_queue]
+        return np.array(items, dtype=ITEM)
+
+    # ------------------------------------------------------------------ records
+
+    def apply(self, op: int, scalars: tuple, items: np.ndarray) -> None:
+        """One record: the state it leaves."""
+        (
+            self.delivered_consumer_seq,
+            self.next_stream_seq,
+            self.ack_floor_consumer_seq,
+            self.ack_floor_stream_seq,
+            self.last_active,
+        ) = scalars[:5]
+        self.delivered_ns, self.acked_ns = scalars[5:] or (0, 0)
+        pending, counts, queue = self.pending, self.delivery_counts, self.redelivery_queue
+        if op == SNAPSHOT:
+            pending, counts, queue = self.pending, self.delivery_counts, self.redelivery_queue = {}, {}, []
+            self.last_per_subject = []
+        if op in (DELIVER, SNAPSHOT):
+            for sseq, cseq, count, due in items.tolist():
+                if count == QUEUED:
+                    if sseq in pending and sseq not in queue:
+                        queue.append(sseq)
+                    continue
+                if due >= 0:
+                    pending[sseq] = [cseq, due]
+                if count:
+                    counts[sseq] = count
+                if op == DELIVER and sseq in queue:
+                    queue.remove(sseq)
+                if op == SNAPSHOT and cseq == 0 and due < 0 and count == 0:
+                    self.last_per_subject.append(sseq)
+            if op == DELIVER and self.last_per_subject:
+                # Those below the next stream sequence were delivered or found gone.
+                del self.last_per_subject[: bisect_left(self.last_per_subject, self.next_stream_seq)]
+        elif op in (DROP, MAXED):
+            # DROP: acked, termed or gone; MAXED: given up at max_deliver (its count stays).
+            for sseq in items["sseq"].tolist():
+                pending.pop(sseq, None)
+                if op == DROP:
+                    counts.pop(sseq, None)
+                if sseq in queue:
+                    queue.remove(sseq)
+        elif op == DUE:
+            for sseq, _, count, due in items.tolist():
+                p = pending.get(sseq)
+                if p is not None:
+                    pending[sseq] = [p[0], due]
+                    if count == QUEUED and sseq not in queue:
+                        queue.append(sseq)
+        elif op == LAST_PER_SUBJECT:
+            self.last_per_subject = items["sseq"].tolist()
+
+    # ------------------------------------------------------------------ transitions, on a draft
+
+    def ack_explicit(self, stream_seq: int) -> list[int]:
+        """consumer.go processAckMsg, AckExplicit; returns the sequence for the stream's
+        retention to reconsider (any delivered one, pending or not)."""
+        p = self.pending.pop(stream_seq, None)
+        self.delivery_counts.pop(stream_seq, None)
+        if stream_seq in self.redelivery_queue:
+            self.redelivery_queue.remove(stream_seq)
+        if p is None:
+            return [stream_seq] if stream_seq < self.next_stream_seq else []
+        consumer_seq = p[0]
+        if not self.pending:
+            self.ack_floor_consumer_seq, self.ack_floor_stream_seq = (
+                self.delivered_consumer_seq,
+                self.next_stream_seq - 1,
+            )
+        elif consumer_seq == self.ack_floor_consumer_seq + 1:
+            self.ack_floor_consumer_seq, self.ack_floor_stream_seq = consumer_seq, stream_seq
+            for ss in range(stream_seq + 1, self.next_stream_seq):
+                nxt = self.pending.get(ss)
+                if nxt is not None:
+                    self.ack_floor_consumer_seq, self.ack_floor_stream_seq = nxt[0] - 1, ss - 1
+                    break
+        return [stream_seq]
+
+    def ack_all(self, stream_seq: int, consumer_seq: int, now: int) -> tuple[list[int], Optional[Change]]:
+        """consumer.go processAckMsg, AckAll: everything up to ``stream_seq``.  Returns what
+        it released and its record (None: below the floor, nothing to do)."""
+        if consumer_seq <= self.ack_floor_consumer_seq or stream_seq <= self.ack_floor_stream_seq:
+            return [], None
+        old = self.ack_floor_stream_seq
+        self.acked_ns = now
+        self.ack_floor_consumer_seq, self.ack_floor_stream_seq = consumer_seq, stream_seq
+        # The deliveries given up at max_deliver (a count, no longer pending) go too.
+        gone = [q for q in self.pending if q <= stream_seq]
+        gone += [q for q in self.delivery_counts if q <= stream_seq and q not in self.pending]
+        for q in gone:
+            self.pending.pop(q, None)
+            self.delivery_counts.pop(q, None)
+        if self.redelivery_queue:
+            self.redelivery_queue = [q for q in self.redelivery_queue if q in self.pending]
+        return list(range(old + 1, stream_seq + 1)), change(DROP, self.scalars(), [(q, 0, 0, 0) for q in gone])
+
+
+# The state's fields: the record's scalars in their order, then the collections.
+SCALAR_FIELDS = (
+    "delivered_consumer_seq",
+    "next_stream_seq",
+    "ack_floor_consumer_seq",
+    "ack_floor_stream_seq",
+    "last_active",
+    "delivered_ns",
+    "acked_ns",
+)
+STATE_FIELDS = SCALAR_FIELDS + ("pending", "delivery_counts", "last_per_subject", "redelivery_queue")
