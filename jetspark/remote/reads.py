@@ -95,9 +95,9 @@ def _read_gen(session, info, lo, hi, filters, batch_size, headers) -> Iterator[p
         yield _to_batch(stream, chunk, headers)
 
 
-def _chunks(session: Session, reader, batch_size: int, what: str, opened=None) -> Generator[Chunk, None, None]:
+def _chunks(session: Session, reader, batch_size: int, what: str) -> Generator[Chunk, None, None]:
     """A range reader's chunks until the range is read; the reader is closed at the end, also
-    when the caller stops early.  ``opened(reader)`` runs once it is open.
+    when the caller stops early.
 
     Through a leader election or a lost node (the reader's consumer placed on a node that
     is gone, its pulls unanswered) the read goes on where the last chunk ended, on a
@@ -105,8 +105,6 @@ def _chunks(session: Session, reader, batch_size: int, what: str, opened=None) -
     retrier = Retrier(session.retry_budget, what)
     try:
         session.run_retrying(reader.open, what=what)
-        if opened is not None:
-            opened(reader)
         resume = False
         while True:
             try:
@@ -229,6 +227,8 @@ def _ordered_gen(session, info, lo, hi, filters, batch_size) -> Iterator[Msg]:
         # num_pending counts down the messages in the range.  A reader consumer knows how
         # many it matches from lo on; less what lies past hi.  A work-queue stream, read with
         # gets (direct.DirectRead, range_reader.GetRead), has no consumer to ask: a first pass counts them.
+        # Asked once the first chunk is in: on a cluster a reader consumer placed on a lagging
+        # replica can say 0 at first, and the read then opens another one at lo (EndCheck).
         nonlocal total
         if not isinstance(reader, RangeRead):
             total = sum(
@@ -244,7 +244,9 @@ def _ordered_gen(session, info, lo, hi, filters, batch_size) -> Iterator[Msg]:
 
     cseq = 0
     reader = range_reader(session, info, lo, hi, filters, replies=True)
-    for chunk in _chunks(session, reader, batch_size, what, opened=count):
+    for chunk in _chunks(session, reader, batch_size, what):
+        if not cseq:
+            count(reader)
         replies = chunk.replies or [b""] * len(chunk)  # gets have no delivery subjects
         for subject, data, reply, hdr, sseq, ts in zip(
             chunk.subjects, chunk.datas, replies, chunk.headers, chunk.seqs, chunk.times
