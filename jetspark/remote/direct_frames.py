@@ -78,21 +78,16 @@ def reply_fields(buf: bytes, f: Frames, stream: str, prefix_len: int) -> ReplyFi
     a = np.frombuffer(buf, dtype=np.uint8)
     n = len(f)
     hdr_lo, data_lo = f.hdr_lo, f.data_lo
-    req, good = parse_ints(a, f.subj_lo + prefix_len, np.maximum(f.subj_hi, f.subj_lo + prefix_len))
-    req = np.where(good, req, -1)
+    words = _Words(buf)
+    req = _requests(buf, words, f.subj_lo + prefix_len, f.subj_hi)
     status = (data_lo - hdr_lo > 9) & (a[np.minimum(hdr_lo + 8, max(len(a) - 1, 0))] == 32)
     # The fast reading: the server's lines are the block's last six, each ending at one of the
     # block's last line ends (a header value holds no "\r"), whatever headers of its own
     # the message has before them.
-    words = _Words(buf)
     cr = np.flatnonzero(a == 13)
-    e = np.searchsorted(cr, data_lo) - 1  # the blank line's
+    e = np.searchsorted(cr, data_lo) - 1  # the blank line's (at most the last one)
     ok = ~status & (e >= 7)
-    c = (
-        cr[np.clip(e[None, :] - np.arange(8)[:, None], 0, max(len(cr) - 1, 0))]
-        if len(cr)
-        else np.zeros((8, n), dtype=np.int64)
-    )
+    c = cr[np.maximum(e[None, :] - np.arange(8)[:, None], 0)] if len(cr) else np.zeros((8, n), dtype=np.int64)
     # The lines in their order, each told by its name's first 8 bytes (and the rest of the names
     # of the lines whose values are read), the stream's line by its length.
     ok &= (c[0] == data_lo - 2) & (c[1] == data_lo - 4) & (c[7] >= hdr_lo + 8)
@@ -118,6 +113,27 @@ def reply_fields(buf: bytes, f: Frames, stream: str, prefix_len: int) -> ReplyFi
                       ok=ok | status)  # fmt: skip
     out.req = req
     return out
+
+
+def _requests(buf: bytes, words: _Words, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The request numbers ``buf[lo:hi]`` (-1: not one).  The frames of a run answer few
+    requests, one after another: a number (of up to 8 digits, the 8 bytes ending with it
+    telling it apart, the reply prefix before it being the same in every frame) is read
+    where those 8 bytes or its length change from the frame before."""
+    n = len(lo)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    lens = hi - lo
+    if int(lens.max()) > 8 or int(lens.min()) < 1 or int(hi.min()) < 8:
+        req, good = parse_ints(np.frombuffer(buf, dtype=np.uint8), lo, np.maximum(hi, lo))
+        return np.where(good, req, -1)
+    last = words.at(hi - 8)
+    new = np.ones(n, dtype=bool)
+    new[1:] = (last[1:] != last[:-1]) | (lens[1:] != lens[:-1])
+    lead = np.flatnonzero(new)
+    spans = [buf[i:j] for i, j in zip(lo[lead].tolist(), hi[lead].tolist())]
+    values = np.array([int(t) if t.isdigit() else -1 for t in spans], dtype=np.int64)
+    return values[np.cumsum(new) - 1]
 
 
 def _has_lines(buf: bytes, lo: int, hi: int) -> bool:
