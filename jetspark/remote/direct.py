@@ -371,11 +371,12 @@ class DirectRead:
             subj_hi[k] = subj_lo[k] + len(subject)
             own_end[k] = hl + len(block) - 2 if block else 0
         w.got += len(seq)
-        w.last = max(w.last, int(seq[-1]))
+        before, w.last = w.last, max(w.last, int(seq[-1]))
         keep = (seq <= w.hi) & (seq >= w.seq)
-        if not keep[-1] and self.next <= w.last:
-            # Past the window's end: nothing (matching) is stored between its end and the
-            # first message past it, so the windows not yet asked for start there.
+        if before <= w.hi < w.last:
+            # The answer's first message past the window's end (an answer can come in several
+            # runs: only the run that holds it): nothing (matching) is stored between the
+            # window's end and it, so the windows not yet asked for start there.
             beyond = int(seq[np.argmax(seq > w.hi)])
             if self.next < beyond:
                 self.next = min(beyond, self.hi + 1)
