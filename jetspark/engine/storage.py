@@ -492,10 +492,11 @@ class StreamStorage:
 
     def append(self, subject: str, hdr: bytes, data: bytes, ts: int) -> int:
         """Store one message at last_seq + 1; returns its sequence."""
-        if self.stats_by_subject is None:
-            self.ensure_stats()  # num_subjects needs the per-subject counts
         sid = self.subject_id(subject)  # (may grow the stats by one subject)
-        return self.writer.append(sid, hdr, data, ts, self.stats_by_subject)
+        stats = self.stats_by_subject
+        if stats is None:
+            stats = self.ensure_stats()  # num_subjects needs the per-subject counts (sized by the table)
+        return self.writer.append(sid, hdr, data, ts, stats)
 
     def append_many(
         self,
