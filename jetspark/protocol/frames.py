@@ -182,19 +182,21 @@ def _chain(
     spaces = cnt - is_h  # 3: no reply subject, 4: one
     valid = (a[ce - 1] == 13) & ((spaces == 3) | (spaces == 4))
     top = len(sp) - 1
-    s = [sp[np.minimum(i0 + j, top)] for j in range(5)]
+    s = [sp[np.minimum(i0 + j, top)] for j in range(4)]
     last = sp[np.maximum(i1 - 1, 0)]
-    before_last = sp[np.maximum(i1 - 2, 0)]
     has_reply = spaces == 4
+    any_h = bool(is_h.any())
     # No empty token: each space is followed by something other than a space.
     valid &= (s[1] > s[0] + 1) & (s[2] > s[1] + 1) & (last < ce - 2)
     valid &= ~has_reply | (s[3] > s[2] + 1)
-    valid &= ~(is_h & has_reply) | (s[4] > s[3] + 1)
+    if any_h:
+        valid &= ~(is_h & has_reply) | (sp[np.minimum(i0 + 4, top)] > s[3] + 1)
     sid, ok_sid = parse_ints(a, s[1] + 1, s[2])
     total, ok_total = parse_ints(a, last + 1, ce - 1)
     hsize = np.zeros(len(cands), dtype=np.int64)
     ok_h = np.ones(len(cands), dtype=bool)
-    if is_h.any():
+    if any_h:
+        before_last = sp[np.maximum(i1 - 2, 0)]
         hsize[is_h], ok_h[is_h] = parse_ints(a, before_last[is_h] + 1, last[is_h])
     valid &= ok_total & (~is_h | ok_h & (hsize <= total))
     # nats-py reads the sid with int(): any token of digits (here the common ones).
@@ -208,8 +210,11 @@ def _chain(
         return None, pos
     sl = slice(0, stop)
     kind = np.where(is_h[sl], HMSG, MSG).astype(np.int64)
-    reply_lo = np.where(has_reply[sl], s[2][sl] + 1, s[2][sl])
-    reply_hi = np.where(has_reply[sl], s[3][sl], s[2][sl])
+    if has_reply[sl].all():  # (deliveries: every one with its reply subject)
+        reply_lo, reply_hi = s[2][sl] + 1, s[3][sl]
+    else:
+        reply_lo = np.where(has_reply[sl], s[2][sl] + 1, s[2][sl])
+        reply_hi = np.where(has_reply[sl], s[3][sl], s[2][sl])
     hdr_lo = ce[sl] + 1
     frames = Frames(kind, sid[sl], s[0][sl] + 1, s[1][sl], reply_lo, reply_hi, hdr_lo, hdr_lo + hsize[sl], data_hi[sl])
     return frames, int(fe[stop - 1])
