@@ -49,13 +49,15 @@ def ack_fields(buf: bytes, f: Frames) -> AckFields:
     lo, hi = f.reply_lo, f.reply_hi
     j0 = np.searchsorted(dots, lo)
     ndots = np.searchsorted(dots, hi) - j0
-    if not ((ndots == 8) | (ndots >= 10)).all():
-        bad = int(np.flatnonzero(~((ndots == 8) | (ndots >= 10)))[0])
+    v1 = ndots == 8
+    all_v1 = bool(v1.all())
+    if not all_v1 and not (v1 | (ndots >= 10)).all():
+        bad = int(np.flatnonzero(~(v1 | (ndots >= 10)))[0])
         raise JetSparkError(
             f"not a JetStream delivery reply subject: {bytes(buf[lo[bad] : min(hi[bad], lo[bad] + 200)])!r}"
         )
     top = len(dots) - 1
-    if (ndots == 8).all():  # (all v1, as a server without a domain sends them: each token between two dots)
+    if all_v1:  # (as a server without a domain sends them: each token between two dots)
         at = [dots[j0 + k] for k in (4, 5, 6, 7)]
 
         def token(k: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -63,7 +65,7 @@ def ack_fields(buf: bytes, f: Frames) -> AckFields:
 
         off: Any = 2
     else:
-        off = np.where(ndots == 8, 2, 4)
+        off = np.where(v1, 2, 4)
 
         def token(k: Any) -> tuple[np.ndarray, np.ndarray]:
             start = dots[np.minimum(j0 + k - 1, top)] + 1
