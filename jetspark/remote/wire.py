@@ -43,6 +43,11 @@ def parse_time(v: Optional[str]) -> Optional[_dt.datetime]:
     """An RFC 3339 time from the server (nanosecond precision) -> aware UTC datetime (microseconds)."""
     if not v or v == _ZERO_TIME:
         return None
+    return _parse_set_time(v)
+
+
+def _parse_set_time(v: str) -> _dt.datetime:
+    """``parse_time`` of a time that is set (not empty, not Go's zero time)."""
     m = _TIME_RE.match(v)
     if not m:
         return _dt.datetime.fromisoformat(v.replace("Z", "+00:00")).astimezone(_dt.timezone.utc)
@@ -58,7 +63,7 @@ def time_to_ns(v: Optional[str]) -> Optional[int]:
         return None
     m = _TIME_RE.match(v)
     if not m:
-        return api.datetime_to_ns(parse_time(v))
+        return api.datetime_to_ns(_parse_set_time(v))
     base, frac, tz = m.groups()
     whole = _dt.datetime.fromisoformat(base + ("+00:00" if tz == "Z" else tz))
     return api.datetime_to_ns(whole) + int((frac or "0")[:9].ljust(9, "0"))
