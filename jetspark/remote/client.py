@@ -167,7 +167,8 @@ class NatsJetStream(HandleBase):
             lambda: self._session.paged(f"{self._api}.STREAM.LIST", "streams", None, what="streams_info"),
             what="streams_info",
         )
-        return sorted((wire.stream_info_from_wire(s) for s in items), key=lambda i: i.config.name)
+        # (a server names every stream it lists: the "" is for the type checker)
+        return sorted((wire.stream_info_from_wire(s) for s in items), key=lambda i: i.config.name or "")
 
     def _stream_names(self) -> list[str]:
         return sorted(
@@ -261,7 +262,7 @@ class NatsJetStream(HandleBase):
             lambda: self._apublish(subject, payload, headers, timeout),
             what=f"publish to {subject!r}",
             timeout=timeout,
-            idempotent=bool(headers) and H.MSG_ID in headers,
+            idempotent=headers is not None and H.MSG_ID in headers,
             also=lambda err: isinstance(err, NoStreamResponseError) and self._captured(subject),
         )
 
