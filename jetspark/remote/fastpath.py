@@ -111,8 +111,9 @@ FRAME_FEED = (
 STASH_BYTES = 1 << 20
 # Loop turns without a new read after which what is kept is framed: nats-py's read loop takes a
 # socket read (up to 256 KiB) in steps of its read size, then waits for the next one, which
-# comes a loop turn later when the server is sending faster than the reader takes it.
-IDLE_TURNS = 2
+# comes a loop turn later when the server is sending faster than the reader takes it, a few
+# turns later when it is not quite (4 read 500k messages with ~4% less CPU than 2, 8 with more).
+IDLE_TURNS = 4
 FrameHandler = Callable[[bytes, F.Frames], None]
 
 
