@@ -128,7 +128,8 @@ STORED = [
         "Nats-Consumer-Stalled", "Nats-Last-Consumer", "Nats-Last-Sequence", "Nats-Last-Stream", "Nats-No-Masking",
         "Nats-Num-Pending", "Nats-Pending-Bytes", "Nats-Pending-Messages", "Nats-Pin-Id", "Nats-Required-Api-Level",
         "Nats-Response-Type", "Nats-Sequence", "Nats-Server-Xkey", "Nats-Stream", "Nats-Stream-Identity",
-        "Nats-Subject", "Nats-Time-Stamp", "Nats-Trace-Hop", "Nats-Trace-Only", "Nats-Trace-Origin-Account", "Nats-UpTo-Sequence",
+        "Nats-Subject", "Nats-Time-Stamp", "Nats-Trace-Hop", "Nats-Trace-Only", "Nats-Trace-Origin-Account",
+        "Nats-UpTo-Sequence",
     )),
 ]  # fmt: skip
 
@@ -149,7 +150,8 @@ SERVER_HEADERS = (
     "Nats-Num-Pending", "Nats-Pending-Bytes", "Nats-Pending-Messages", "Nats-Pin-Id", "Nats-Request-Info",
     "Nats-Required-Api-Level", "Nats-Response-Type", "Nats-Rollup", "Nats-Schedule", "Nats-Schedule-Next",
     "Nats-Schedule-Rollup", "Nats-Schedule-Source", "Nats-Schedule-TTL", "Nats-Schedule-Target",
-    "Nats-Schedule-Time-Zone", "Nats-Scheduler", "Nats-Sequence", "Nats-Server-Xkey", "Nats-Stream", "Nats-Stream-Identity", "Nats-Stream-Source",
+    "Nats-Schedule-Time-Zone", "Nats-Scheduler", "Nats-Sequence", "Nats-Server-Xkey", "Nats-Stream",
+    "Nats-Stream-Identity", "Nats-Stream-Source",
     "Nats-Subject", "Nats-TTL", "Nats-Time-Stamp", "Nats-Trace-Dest", "Nats-Trace-Hop", "Nats-Trace-Only",
     "Nats-Trace-Origin-Account", "Nats-UpTo-Sequence",
 )  # fmt: skip
