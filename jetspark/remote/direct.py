@@ -42,11 +42,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from jetspark.errors import JetSparkError
+from jetspark.errors import JetSparkError, RequestTimeoutError, StreamNotFoundError
 from jetspark.protocol import subjects as subj
 from jetspark.protocol.deliveries import FrameChunk
 from jetspark.protocol.frames import Frames
-from jetspark.remote import wire
+from jetspark.remote import jsapi, wire
 from jetspark.remote.direct_frames import copy_out, pending_zero, reply_fields
 from jetspark.remote.fastpath import FrameInbox, status_of
 from jetspark.remote.range_reader import EndCheck
@@ -62,8 +62,9 @@ DIRECT_IN_FLIGHT = 4
 # Times the windows still open are asked for again when nothing came within the timeout.
 DIRECT_RETRIES = 2
 
-# How a window's request ended: not yet, its batch served, nothing more stored after it.
-_OPEN, _SERVED, _NOTHING_MORE = 0, 1, 2
+# How a window's request ended: not yet, its batch served, nothing more stored after it,
+# no server to answer it (503: the stream is gone, or a node's subscription is, for a moment).
+_OPEN, _SERVED, _NOTHING_MORE, _NO_RESPONDERS = 0, 1, 2, 3
 
 
 def strip_direct_headers(block: bytes) -> tuple[Optional[bytes], bytes, int, bytes]:
@@ -167,6 +168,8 @@ class DirectRead:
         self._inbox_subject = ""
         self._max_bytes = DIRECT_MAX_BYTES
         self._stamps = _Stamps()
+        self._unheard = 0.0  # seconds paused since the last answer, for no responders
+        self._retried = 0
         # Every replica answers direct gets: one catching up can say "no more" before hi.
         self.end_check = EndCheck(session, stream, hi, self.filters, "direct read")
 
@@ -279,6 +282,10 @@ class DirectRead:
     async def _settle(self, w: _Window) -> bool:
         """The head window's request has ended: the window is done, asked again for its rest,
         or the read is at its end.  False when the read is over."""
+        if w.end == _NO_RESPONDERS:
+            await self._unanswered(w)
+            return True
+        self._unheard, self._retried = 0.0, 0
         if w.last >= w.hi:
             self._done(w)
             return True
@@ -306,6 +313,31 @@ class DirectRead:
         w.seq = w.last + 1  # cut short (max_bytes, a filter's batch): the rest of the window
         self._ask(w)
         return True
+
+    async def _unanswered(self, w: _Window) -> None:
+        """No server took the head window's request: asked again after a pause growing with
+        each time (a node going away leaves no direct-get subscriber for a moment), for up to
+        the session's timeout; then the stream is looked up (gone: ``StreamNotFoundError``) and
+        the silence is a ``RequestTimeoutError``, which a read retries within its budget."""
+        pause = min(0.05 * 2 ** min(self._retried, 5), 1.0)
+        if self._unheard + pause > self.session.timeout:
+            try:
+                await jsapi.stream_info(self.session, self.stream)
+            except StreamNotFoundError as exc:
+                raise StreamNotFoundError(
+                    exc.code, exc.err_code, f"{exc.description}: stream {self.stream!r} went away during a read"
+                ) from exc
+            self._unheard, self._retried = 0.0, 0
+            raise RequestTimeoutError(
+                f"no server answered the direct gets of stream {self.stream!r} (no responders) "
+                f"for {self.session.timeout:g} s"
+            )
+        await asyncio.sleep(pause)
+        self._unheard += pause
+        self._retried += 1
+        w.seq = w.last + 1
+        self.resent += 1
+        self._ask(w)
 
     def _done(self, w: _Window) -> None:
         self._windows.popleft()
@@ -344,6 +376,8 @@ class DirectRead:
             elif st[0] == b"204":
                 w.end = _SERVED
                 self._learn(w)
+            elif st[0] == b"503":
+                w.end = _NO_RESPONDERS
             else:
                 raise JetSparkError(
                     f"direct get from stream {self.stream!r} answered "

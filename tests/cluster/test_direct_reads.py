@@ -78,3 +78,20 @@ def test_a_follower_stopped_in_the_middle_of_a_read(cluster, stream):
         finally:
             cluster.restart(follower)
     assert got == want(range(1, N + 1))
+
+
+def test_the_stream_leader_killed_in_the_middle_of_a_read(cluster, stream):
+    # Direct gets need no leader (every replica answers), but the answers the killed node
+    # owed never come: those windows are asked for again after the timeout.
+    leader = cluster.stream_leader(S)
+    node = next(i for i in range(cluster.size) if i != leader)
+    with jetspark.connect(cluster.node_url(node), timeout=2.0) as js:
+        it = js.read_batches(S, batch_size=100)
+        got = [tuple(r.values()) for r in next(it).select(["seq", "subject", "data"]).to_pylist()]
+        cluster.kill(leader)
+        try:
+            for b in it:
+                got += [tuple(r.values()) for r in b.select(["seq", "subject", "data"]).to_pylist()]
+        finally:
+            cluster.restart(leader)
+    assert got == want(range(1, N + 1))

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import jetspark
 from jetspark import AckPolicy, RetentionPolicy
-from jetspark.errors import JetSparkError, RequestTimeoutError
+from jetspark.errors import RequestTimeoutError, StreamNotFoundError
 from jetspark.protocol import frames as F
 from jetspark.remote import direct, reads, wire
 from jetspark.remote.direct_frames import reply_fields
@@ -286,15 +286,44 @@ def test_a_server_restart_in_the_middle_of_a_read(start_server, name, small_wind
     assert got == expected("RS", range(1, 401))
 
 
-def test_a_read_of_a_stream_deleted_under_it_fails_with_a_jetspark_error(server, name, small_windows):
+def test_a_read_of_a_stream_deleted_under_it_says_the_stream_is_gone(server, name, small_windows):
+    # No server answers the direct gets of a deleted stream (503): asked again for the
+    # session's timeout, then the stream is looked up, with the retry budget as it stands.
     s = name()
-    with jetspark.connect(server.url, timeout=0.5, retry_budget=0) as js:
-        fill(js, s, 300)
-        it = js.read_batches(s, batch_size=50)
-        next(it)
+    for budget in (0, 2):
+        with jetspark.connect(server.url, timeout=0.5, retry_budget=budget) as js:
+            fill(js, s, 300)
+            it = js.read_batches(s, batch_size=50)
+            next(it)
+            js.delete_stream(s)
+            with pytest.raises(StreamNotFoundError, match=s):
+                list(it)
+
+
+def test_direct_gets_no_server_answers_for_a_while_are_asked_again(server, name, small_windows):
+    # (A node going away leaves no subscriber for a moment: the first answers are 503.)
+    made, use = small_windows
+
+    class Unheard(direct.DirectRead):
+        turned = 0
+
+        async def _flush(self) -> None:
+            if Unheard.turned < 3:  # the first three rounds go to a subject nobody listens on
+                Unheard.turned += 1
+                nc = await self.session.ready()
+                out, self._outbox = self._outbox, []
+                for payload, reply in out:
+                    await nc.publish("nobody.listens.here", payload, reply=reply)
+                return
+            await super()._flush()
+
+    use(Unheard)
+    s = name()
+    with jetspark.connect(server.url, timeout=2, retry_budget=0) as js:
+        fill(js, s, 100)
+        assert rows(js.read_batches(s, batch_size=30)) == expected(s, range(1, 101))
+        assert made[-1].resent >= 1
         js.delete_stream(s)
-        with pytest.raises(JetSparkError):
-            list(it)
 
 
 # ---------------------------------------------------------------------- the reply parser
