@@ -21,7 +21,8 @@ window and are dropped) or stop short of it (``max_bytes``, or a filter's
 ``batch`` matches): then its rest is asked for again.  The windows' width
 follows how many sequences the last answers covered, so a stream with many
 gaps or a sparse filter costs few dropped messages.  An answer not coming
-within the session's timeout is asked for again (``DIRECT_RETRIES`` times).
+within the session's timeout is asked for again (``DIRECT_RETRIES`` times), and
+so is a request no server took (503) for up to the timeout (``_unanswered``).
 A window answered "nothing more" (``404``, or ``Nats-Num-Pending: 0``) ends
 the read, once the stream's leader confirms it (``range_reader.EndCheck``: a
 replica catching up can say so early).  Memory: the windows in flight and the
