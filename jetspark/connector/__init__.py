@@ -20,9 +20,8 @@ data binary`` plus ``headers map<string, array<string>>`` with
 processed>}``.  ``help(JetStreamDataSource)`` lists every option.
 
 Modules: ``options`` (the options, parsed once); ``store`` (one API handle per
-store per process); ``source`` (batch and micro-batch reads), ``readahead`` (a
-streaming read's next range read ahead in the worker, from a server) and
-``release`` (the consumer's ack floor advanced in the background); ``sink`` (rows
+store per process); ``source`` (batch and micro-batch reads) and ``release`` (the
+consumer's ack floor advanced in the background); ``sink`` (rows
 to messages, exactly once) and ``registry`` (the sink's committed micro-batches);
 ``session`` (a local SparkSession set up for jetspark).
 """

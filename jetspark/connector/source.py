@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from pyspark.sql.datasource import (
@@ -38,7 +38,6 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from jetspark.connection import is_server_url
-from jetspark.connector import readahead
 from jetspark.connector.options import ReaderOptions
 from jetspark.connector.release import Releases
 from jetspark.connector.store import handle
@@ -58,9 +57,6 @@ class SeqRange(InputPartition):
     subjects: tuple[str, ...]
     include_headers: bool
     connection: tuple[tuple[str, str], ...] = ()
-    # A streaming read from a server: the last sequence of the next micro-batch's first range,
-    # as the driver foresees it, for the task to read ahead (0: none; see connector.readahead).
-    ahead: int = 0
 
 
 def split(opts: ReaderOptions, lo: int, hi: int, subjects: tuple[str, ...]) -> list[SeqRange]:
@@ -84,12 +80,11 @@ SERVER_BATCH = 8192
 
 def read_range(p: SeqRange) -> Iterator:
     js = handle(p.store, p.connection)
-    subjects = list(p.subjects) or None
-    if not is_server_url(p.store):
-        yield from js.read_batches(p.stream, p.lo, p.hi, subjects=subjects, headers=p.include_headers)
-        return
-    key = (p.store, p.connection, p.stream, p.subjects, p.include_headers)
-    yield from readahead.read(js, p.stream, p.lo, p.hi, subjects, p.include_headers, SERVER_BATCH, key, p.ahead)
+    # From a server, smaller batches than a read's default (SERVER_BATCH).
+    size = {"batch_size": SERVER_BATCH} if is_server_url(p.store) else {}
+    yield from js.read_batches(
+        p.stream, p.lo, p.hi, subjects=list(p.subjects) or None, headers=p.include_headers, **size
+    )
 
 
 def named_stream_info(js, store: str, stream: str):
@@ -418,28 +413,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self.opts.fail_on_data_loss:
                 raise DataLossError(lost + '; set .option("failOnDataLoss", "false") to skip them and go on')
             log.warning("%s; skipping them (failOnDataLoss=false)", lost)
-        parts = split(self.opts, max(lo, first), hi, self.opts.subjects)
-        ahead = self._ahead(hi, hi - lo + 1, info.state.last_seq)
-        if parts and ahead:
-            parts[-1] = replace(parts[-1], ahead=ahead)
-        return parts
-
-    def _ahead(self, end: int, size: int, last: int) -> int:
-        """Where the first range of the micro-batch after one ending at ``end`` (of ``size``
-        sequences) probably ends, from what the stream holds now (``last``) and the read
-        limits; 0 when nothing is there to read ahead, or the store is no server (the
-        engine's reads are local and quick: nothing to win)."""
-        o = self.opts
-        if not is_server_url(o.store):
-            return 0
-        top = last if self._target is None else min(last, self._target)
-        if o.max_offsets_per_trigger:
-            top = min(top, end + o.max_offsets_per_trigger)
-        elif o.max_bytes_per_trigger:
-            top = min(top, end + size)  # a guess: as many as this one
-        if top <= end:
-            return 0
-        return split(o, end + 1, top, o.subjects)[0].hi
+        return split(self.opts, max(lo, first), hi, self.opts.subjects)
 
     def read(self, partition: SeqRange):  # type: ignore[override]  # (Spark hands back the SeqRanges partitions() made)
         return _cast(read_range(partition), self.cast)
