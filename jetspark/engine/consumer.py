@@ -389,14 +389,18 @@ class Consumer(ConsumerState):
                     new["due"] = -1
                 else:
                     new["count"] = 1
-                    new["due"] = now + self.ack_wait_for(1)
+                    new["due"] = due = now + self.ack_wait_for(1)
+                    # The draft takes them now, as apply would from the record below (new
+                    # entries, in no queue), at a fetch's pace.
+                    st.pending.update(zip(qs, ([c, due] for c in cseqs)))
+                    st.delivery_counts.update(dict.fromkeys(qs, 1))
                 out.extend(zip(qs, cseqs, [1] * k))
                 parts.append(new)
         if out:
             moved["delivered_ns"] = now
         if items or len(parts) > 1 or "next_stream_seq" in moved:
             plan.append(change(DELIVER if out or items else SCALARS, st.scalars(**moved), np.concatenate(parts)))
-            st.apply(*plan[-1])
+            st.apply(plan[-1][0], plan[-1][1], parts[0])  # (the new deliveries it has already)
         if gone:
             st.last_active = now
             plan += self._drop(st, np.array(sorted(gone), dtype=np.int64), now)[1]
@@ -479,16 +483,13 @@ class Consumer(ConsumerState):
         return released
 
     def plan_ack_many(self, stream_seqs: list[int], now: int) -> tuple[list[int], Plan]:
-        st = self.copy()
-        if len(stream_seqs) == len(st.pending) and st.pending.keys() == set(stream_seqs):
+        if len(stream_seqs) == len(self.pending) and self.pending.keys() == set(stream_seqs):
             # Everything outstanding is acked: the floor meets delivered (consumer.go, len(pending) == 0).
             released = sorted(stream_seqs)
-            st.pending = {}
-            for q in released:
-                st.delivery_counts.pop(q, None)
-            st.redelivery_queue = []
+            st = self.copy(pending=False)
             st.ack_floor_consumer_seq, st.ack_floor_stream_seq = st.delivered_consumer_seq, st.next_stream_seq - 1
         else:
+            st = self.copy()
             released = []
             for q in stream_seqs:
                 released.extend(st.ack_explicit(q))

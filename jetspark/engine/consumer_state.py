@@ -54,17 +54,22 @@ class ConsumerState:
         # The redelivery queue, in order (naks first come first); every entry is pending.
         self.redelivery_queue: list[int] = []
 
-    def copy(self) -> ConsumerState:
+    def copy(self, pending: bool = True) -> ConsumerState:
         """A draft to plan on.  Its pending entries are shared lists: a planner replaces an
-        entry (``pending[q] = [c, due]``), never changes one in place."""
+        entry (``pending[q] = [c, due]``), never changes one in place.  ``pending`` False: a
+        draft with every pending delivery acked (none pending, none queued)."""
         d = ConsumerState.__new__(ConsumerState)
         d.delivered_consumer_seq, d.next_stream_seq = self.delivered_consumer_seq, self.next_stream_seq
         d.ack_floor_consumer_seq, d.ack_floor_stream_seq = self.ack_floor_consumer_seq, self.ack_floor_stream_seq
         d.last_active, d.delivered_ns, d.acked_ns = self.last_active, self.delivered_ns, self.acked_ns
-        d.pending = self.pending.copy()
-        d.delivery_counts = self.delivery_counts.copy()
         d.last_per_subject = self.last_per_subject.copy()
-        d.redelivery_queue = self.redelivery_queue.copy()
+        if pending:
+            d.pending = self.pending.copy()
+            d.delivery_counts = self.delivery_counts.copy()
+            d.redelivery_queue = self.redelivery_queue.copy()
+        else:
+            d.pending, d.redelivery_queue = {}, []
+            d.delivery_counts = {q: n for q, n in self.delivery_counts.items() if q not in self.pending}
         return d
 
     def adopt(self, other: ConsumerState) -> None:
@@ -117,7 +122,9 @@ class ConsumerState:
         if op == SNAPSHOT:
             pending, counts, queue = self.pending, self.delivery_counts, self.redelivery_queue = {}, {}, []
             self.last_per_subject = []
-        if op in (DELIVER, SNAPSHOT):
+        if op == DELIVER and not queue and _new_deliveries(items, pending, counts):
+            pass  # (the fetch loop's record, applied at C speed)
+        elif op in (DELIVER, SNAPSHOT):
             for sseq, cseq, count, due in items.tolist():
                 if count == QUEUED:
                     if sseq in pending and sseq not in queue:
@@ -131,9 +138,6 @@ class ConsumerState:
                     queue.remove(sseq)
                 if op == SNAPSHOT and cseq == 0 and due < 0 and count == 0:
                     self.last_per_subject.append(sseq)
-            if op == DELIVER and self.last_per_subject:
-                # Those below the next stream sequence were delivered or found gone.
-                del self.last_per_subject[: bisect_left(self.last_per_subject, self.next_stream_seq)]
         elif op in (DROP, MAXED):
             # DROP: acked, termed or gone; MAXED: given up at max_deliver (its count stays).
             for sseq in items["sseq"].tolist():
@@ -151,6 +155,9 @@ class ConsumerState:
                         queue.append(sseq)
         elif op == LAST_PER_SUBJECT:
             self.last_per_subject = items["sseq"].tolist()
+        if op == DELIVER and self.last_per_subject:
+            # Those below the next stream sequence were delivered or found gone.
+            del self.last_per_subject[: bisect_left(self.last_per_subject, self.next_stream_seq)]
 
     # ------------------------------------------------------------------ transitions, on a draft
 
@@ -195,6 +202,22 @@ class ConsumerState:
         if self.redelivery_queue:
             self.redelivery_queue = [q for q in self.redelivery_queue if q in self.pending]
         return list(range(old + 1, stream_seq + 1)), change(DROP, self.scalars(), [(q, 0, 0, 0) for q in gone])
+
+
+def _new_deliveries(items: np.ndarray, pending: dict, counts: dict) -> bool:
+    """A DELIVER record of deliveries alone (no queue entries), applied as the loop of
+    ConsumerState.apply would, for an empty redelivery queue; False (nothing done) otherwise."""
+    due, count = items["due"], items["count"]
+    if (count == QUEUED).any():
+        return False
+    if (due < 0).all() and (count == 0).all():
+        return True  # with ack none nothing is pending
+    if not ((due >= 0).all() and (count > 0).all()):
+        return False
+    sseqs = items["sseq"].tolist()
+    pending.update(zip(sseqs, map(list, zip(items["cseq"].tolist(), due.tolist()))))
+    counts.update(zip(sseqs, count.tolist()))
+    return True
 
 
 # The state's fields: the record's scalars in their order, then the collections.
