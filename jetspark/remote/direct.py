@@ -170,6 +170,7 @@ class DirectRead:
         self._max_bytes = DIRECT_MAX_BYTES
         self._stamps = _Stamps()
         self._unheard = 0.0  # seconds paused since the last answer, for no responders
+        self._failed: Optional[BaseException] = None  # raised while taking a run as it arrived
         self._retried = 0
         # Every replica answers direct gets: one catching up can say "no more" before hi.
         self.end_check = EndCheck(session, stream, hi, self.filters, "direct read")
@@ -178,9 +179,12 @@ class DirectRead:
         nc = await self.session.ready()
         self._max_bytes = max(DIRECT_MAX_BYTES, 2 * self.session.max_payload + 65536)
         self._inbox_subject = nc.new_inbox()
-        self._inbox = await FrameInbox(public=self.session.public_path).open(nc, self._inbox_subject + ".*")
+        self._inbox = await FrameInbox(public=self.session.public_path, prepare=self._on_run).open(
+            nc, self._inbox_subject + ".*"
+        )
 
     async def close(self) -> None:
+        self._failed = None
         self._windows.clear()
         self._by_req.clear()
         self._outbox.clear()
@@ -238,6 +242,9 @@ class DirectRead:
         retries = 0
         timeout = self.session.timeout
         while n < max_msgs:
+            if self._failed is not None:
+                failed, self._failed = self._failed, None
+                raise failed
             if not self._windows:
                 self._top_up()
                 if not self._windows:
@@ -258,7 +265,7 @@ class DirectRead:
                 continue
             await self._flush()
             try:
-                runs = await self._inbox.take(timeout)
+                await self._inbox.take(timeout)  # (the runs were taken as they arrived: _on_run)
             except asyncio.TimeoutError as exc:
                 retries += 1
                 if retries > DIRECT_RETRIES:
@@ -272,8 +279,6 @@ class DirectRead:
                         self._ask(w)
                 continue
             retries = 0
-            for buf, f in runs:
-                self._absorb(buf, f)
         await self._flush()
         self.returned_next = self.covered + 1
         if not parts:
@@ -345,6 +350,16 @@ class DirectRead:
         self._by_req.pop(w.req, None)
         self.covered = max(self.covered, w.hi)
         self._top_up()
+
+    def _on_run(self, buf: bytes, f: Frames) -> None:
+        """A run of frames as it arrives (``FrameInbox``'s ``prepare``, inside nats-py's read
+        loop, right after the buffer was framed: its messages are read and copied out while it
+        is still in the CPU's caches).  What it raises is raised by ``next_chunk``."""
+        if self._failed is None:
+            try:
+                self._absorb(buf, f)
+            except Exception as exc:  # noqa: BLE001 - (nats-py's read loop must not see it)
+                self._failed = exc
 
     def _absorb(self, buf: bytes, f: Frames) -> None:
         """A run of frames: each request's messages (and end) to its window, in order."""

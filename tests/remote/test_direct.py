@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import jetspark
 from jetspark import AckPolicy, RetentionPolicy
-from jetspark.errors import RequestTimeoutError, StreamNotFoundError
+from jetspark.errors import JetSparkError, RequestTimeoutError, StreamNotFoundError
 from jetspark.protocol import frames as F
 from jetspark.remote import direct, reads, wire
 from jetspark.remote.direct_frames import reply_fields
@@ -323,6 +323,26 @@ def test_direct_gets_no_server_answers_for_a_while_are_asked_again(server, name,
         fill(js, s, 100)
         assert rows(js.read_batches(s, batch_size=30)) == expected(s, range(1, 101))
         assert made[-1].resent >= 1
+        js.delete_stream(s)
+
+
+def test_an_error_status_from_the_server_is_raised_by_the_read(server, name, small_windows):
+    # (Answers are read as they arrive, inside nats-py's read loop: an error found there is
+    # raised by the read, not by nats-py.)
+    _, use = small_windows
+
+    class Garbled(direct.DirectRead):
+        async def _flush(self) -> None:
+            self._outbox = [(b"{not json", reply) for _, reply in self._outbox]
+            await super()._flush()
+
+    use(Garbled)
+    s = name()
+    with jetspark.connect(server.url, timeout=2, retry_budget=0) as js:
+        fill(js, s, 50)
+        with pytest.raises(JetSparkError, match=f"direct get from stream '{s}' answered 408 Malformed Request"):
+            list(js.read_batches(s))
+        assert js.stream_info(s).state.messages == 50  # the handle goes on
         js.delete_stream(s)
 
 
