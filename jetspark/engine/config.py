@@ -292,6 +292,44 @@ def msg_ttl_fields(config: StreamConfig) -> tuple[bool, Optional[float], bool, b
     return allow_ttl, None, allow_rollup, deny_purge
 
 
+def name_of(config: StreamConfig) -> str:
+    """The name of a config ``normalize_stream_config`` returned (which checked it has one)."""
+    if config.name is None:
+        raise TypeError("a stream config without a name has not been normalized")
+    return config.name
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """A normalized config's name and numbers as the publish path reads them, never None:
+    -1 is unlimited, 0.0 no max_age or no subject delete markers.  Made once per config
+    (``Stream`` makes it when it reads or writes one), not per message."""
+
+    name: str
+    max_consumers: int
+    max_msgs: int
+    max_bytes: int
+    max_msg_size: int
+    max_msgs_per_subject: int
+    max_age: float
+    duplicate_window: float
+    marker_ttl: float
+
+    @classmethod
+    def of(cls, config: StreamConfig) -> Limits:
+        return cls(
+            name=name_of(config),
+            max_consumers=_limit(config.max_consumers),
+            max_msgs=_limit(config.max_msgs),
+            max_bytes=_limit(config.max_bytes),
+            max_msg_size=_limit(config.max_msg_size),
+            max_msgs_per_subject=_limit(config.max_msgs_per_subject),
+            max_age=float(config.max_age or 0.0),
+            duplicate_window=float(config.duplicate_window or 0.0),
+            marker_ttl=float(config.subject_delete_marker_ttl or 0.0),
+        )
+
+
 def check_create(config: StreamConfig) -> None:
     if config.sealed:
         raise invalid("stream configuration for create can not be sealed")

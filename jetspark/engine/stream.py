@@ -28,6 +28,7 @@ from jetspark.api import (
     ns_to_datetime,
 )
 from jetspark.engine import expiry, metafile, msg_ttl, refusals, stream_state
+from jetspark.engine.config import Limits
 from jetspark.engine.consumer_set import ConsumerSet
 from jetspark.engine.records import msgid_hash
 from jetspark.engine.state_header import MAX_LAST_ID
@@ -59,7 +60,7 @@ def load_stream_meta(home: Path, fsync: bool = False) -> dict:
     path = home / "config.json"
     try:
         meta = metafile.load(path, fsync=fsync)
-        config_from_json(meta["config"])
+        Limits.of(config_from_json(meta["config"]))
         int(meta["created"])
         str(meta["uid"])
     except FileNotFoundError:
@@ -79,6 +80,9 @@ class Stream:
     """A stream of the store, shared safely by every process that opens it."""
 
     uid: str  # the stream directory's identity, set by the handle that opens it
+    config: StreamConfig  # these three: _set_config
+    limits: Limits
+    _plain: bool
 
     def __init__(
         self, home: Path, data_dir: Path, clock: Callable[[], int], fsync: bool, meta: Optional[dict] = None
@@ -87,7 +91,7 @@ class Stream:
         self.clock = clock
         self.fsync = fsync  # for the config, which stays in the store directory even for memory streams
         meta = meta if meta is not None else self.load_meta()
-        self.config = config_from_json(meta["config"])
+        self._set_config(config_from_json(meta["config"]))
         self.created_ns = int(meta["created"])
         self.storage = StreamStorage(
             data_dir, home / "lock", memory=self.config.storage == StorageType.MEMORY, fsync=fsync
@@ -97,7 +101,7 @@ class Stream:
 
     @property
     def name(self) -> str:
-        return self.config.name
+        return self.limits.name
 
     def close(self) -> None:
         self.consumers.close()
@@ -112,15 +116,29 @@ class Stream:
 
     def _reload_config(self) -> None:
         if self.storage.header.cfg_gen != self._cfg_gen:
-            self.config = config_from_json(self.load_meta()["config"])
+            self._set_config(config_from_json(self.load_meta()["config"]))
             self._cfg_gen = self.storage.header.cfg_gen
+
+    def _set_config(self, config: StreamConfig) -> None:
+        """The config, its numbers (``Limits``) and whether publishes may take the plain path:
+        does it need no more than size and discard-old limits?"""
+        self.config = config
+        self.limits = lim = Limits.of(config)
+        self._plain = (
+            config.retention == RetentionPolicy.LIMITS
+            and not config.sealed
+            and config.discard == DiscardPolicy.OLD
+            and not lim.max_age
+            and not config.allow_msg_ttl
+            and lim.max_msgs_per_subject <= 0
+        )
 
     def write_config(self, config: StreamConfig) -> None:
         """Replace the config (caller holds the lock); other processes reload it on the generation bump."""
         meta = self.load_meta()
         meta["config"] = config_to_json(config)
         metafile.save(self.home / "config.json", meta, fsync=self.fsync)
-        self.config = config
+        self._set_config(config)
         self.storage.header.cfg_gen += 1
         self._cfg_gen = self.storage.header.cfg_gen
 
@@ -175,7 +193,7 @@ class Stream:
 
     def enforce_limits(self, sid: Optional[int] = None) -> None:
         """Discard-old limits after a store or a config change (docs/semantics.md §3.2)."""
-        s, c = self.storage, self.config
+        s, c = self.storage, self.limits
         h = s.header
         per = c.max_msgs_per_subject
         if per > 0:
@@ -185,7 +203,7 @@ class Stream:
                 while excess > 0:
                     self.remove(np.array([s.subject_first(i)], dtype=np.int64))
                     excess -= 1
-        if c.discard == DiscardPolicy.OLD:
+        if self.config.discard == DiscardPolicy.OLD:
             if c.max_msgs > 0 and h.msgs > c.max_msgs:
                 excess = h.msgs - c.max_msgs
                 if excess > 1:  # (not the steady state at the limit: one in, one out)
@@ -240,7 +258,7 @@ class Stream:
             if h.cfg_gen != self._cfg_gen or h.deleted or h.cons_gen or not self._plain:
                 with self.locked():
                     return self._publish_locked(subject, data, b"")
-            c = self.config
+            c = self.limits
             if 0 < c.max_msg_size < len(data):
                 raise api_error(E.STREAM_MESSAGE_EXCEEDS_MAXIMUM)
             ts = self.clock()
@@ -255,27 +273,10 @@ class Stream:
                 self.enforce_limits()
             return PubAck(stream=c.name, seq=seq)
 
-    @property
-    def _plain(self) -> bool:
-        """Does this config need no more than size and discard-old limits? (cached per config)"""
-        c = self.config
-        cached = self.__dict__.get("_plain_cache")
-        if cached is None or cached[0] is not c:
-            ok = (
-                c.retention == RetentionPolicy.LIMITS
-                and not c.sealed
-                and c.discard == DiscardPolicy.OLD
-                and not c.max_age
-                and not c.allow_msg_ttl
-                and c.max_msgs_per_subject <= 0
-            )
-            cached = self._plain_cache = (c, ok)
-        return cached[1]
-
     def _publish_locked(self, subject: str, data: bytes, hdr: bytes, at: Optional[int] = None) -> PubAck:
         """The server's order of checks (docs/semantics.md §3.6, as nats-server 2.15 runs it).
         ``at``: the time of a delete marker the stream stores itself (store_marker)."""
-        s, c = self.storage, self.config
+        s, c, lim = self.storage, self.config, self.limits
         h = s.header
         if c.sealed:
             raise api_error(E.STREAM_SEALED)
@@ -290,7 +291,7 @@ class Stream:
             refusals.check_header_size(hdr)
             refusals.check_incr(hdr)
             expected_stream = H.lookup(hdr, H.EXPECTED_STREAM)
-            if expected_stream is not None and expected_stream != c.name:
+            if expected_stream is not None and expected_stream != lim.name:
                 raise api_error(E.STREAM_NOT_MATCH)
             if not c.allow_msg_ttl:
                 refusals.check_ttl_enabled(hdr)
@@ -310,7 +311,7 @@ class Stream:
             if msg_id is not None:
                 hit = self._duplicate(msg_id)
                 if hit is not None:
-                    return PubAck(stream=c.name, seq=hit, duplicate=True)
+                    return PubAck(stream=lim.name, seq=hit, duplicate=True)
             last_id = H.lookup(hdr, H.EXPECTED_LAST_MSG_ID)
             if last_id is not None and last_id_key(last_id) != h.last_id:
                 raise api_error(E.STREAM_WRONG_LAST_MSG_ID, id=h.last_id.decode(errors="replace"))
@@ -349,8 +350,8 @@ class Stream:
             s.ttl_index.noted(seq, ts, ttl)
         if msg_id is not None:
             s.add_dedup(msgid_hash(msg_id), seq, ts)
-            s.compact_journals(self.clock(), int(c.duplicate_window * _NS))
-        return PubAck(stream=c.name, seq=seq)
+            s.compact_journals(self.clock(), int(lim.duplicate_window * _NS))
+        return PubAck(stream=lim.name, seq=seq)
 
     def _ttl_of(self, hdr: bytes) -> tuple[bytes, int]:
         """The header to store and its TTL: with subject delete markers, a TTL shorter than the
@@ -370,7 +371,7 @@ class Stream:
     def store_marker(self, subject: str, at: int) -> None:
         """Store the delete marker of ``subject``'s last message, expired at ``at`` (expiry.py):
         published as the server publishes it to its own stream, its rollup removing that message."""
-        self._publish_locked(subject, b"", msg_ttl.marker_header(self.config.subject_delete_marker_ttl), at=at)
+        self._publish_locked(subject, b"", msg_ttl.marker_header(self.limits.marker_ttl), at=at)
 
     def _rollup(self, rollup: str, subject: str, upto: int) -> None:
         """A rollup is a purge (the subject's, or the stream's) of what lies at or below
@@ -393,19 +394,19 @@ class Stream:
             self._consumers_after_purge(subject if rollup == "sub" else None, prior, rollup=True)
 
     def check_size(self, hlen: int, dlen: int) -> None:
-        limit = self.config.max_msg_size
+        limit = self.limits.max_msg_size
         if limit > 0 and (hlen > limit or hlen + dlen > limit):
             raise api_error(E.STREAM_MESSAGE_EXCEEDS_MAXIMUM)
 
     def check_discard_new(self, sid: Optional[int], subject_len: int, hlen: int, dlen: int) -> None:
         """discard: new refuses what would exceed a limit (docs/semantics.md §3.2, with its quirk)."""
-        s, c = self.storage, self.config
-        if c.discard != DiscardPolicy.NEW:
+        s, c = self.storage, self.limits
+        if self.config.discard != DiscardPolicy.NEW:
             return
         at_subject_limit = (
             c.max_msgs_per_subject > 0 and sid is not None and s.subject_count(sid) >= c.max_msgs_per_subject
         )
-        if at_subject_limit and c.discard_new_per_subject:
+        if at_subject_limit and self.config.discard_new_per_subject:
             raise api_error(E.STREAM_STORE_FAILED, err="maximum messages per subject exceeded")
         # Quirk: a subject at its own limit replaces its oldest message, skips the
         # max_msgs check, and passes the max_bytes check if the stream's first
@@ -425,7 +426,7 @@ class Stream:
 
     def _duplicate(self, msg_id: str) -> Optional[int]:
         """The sequence an id was stored at within the duplicate window, or None."""
-        window = int(self.config.duplicate_window * _NS)
+        window = int(self.limits.duplicate_window * _NS)
         now = self.clock()
         hit = self.storage.ensure_dedup(now, window).get(msgid_hash(msg_id))
         if hit is not None and now - hit[1] < window:
