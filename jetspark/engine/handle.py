@@ -129,20 +129,21 @@ class JetStream(HandleBase):
         self._check()
         new = cfg.normalize_stream_config(config)
         cfg.check_create(new)
+        name = cfg.name_of(new)
         with self._lock, self._store.locked():
             self._store.sync()
-            err = self._store.damaged(new.name)
+            err = self._store.damaged(name)
             if err is not None:
                 raise err
-            existing = self._store.streams.get(new.name)
+            existing = self._store.streams.get(name)
             if existing is not None:
                 existing.refresh()
                 if existing.config != new:
                     raise api_error(E.STREAM_NAME_EXIST)
                 return existing.info().evolve(did_create=True)  # as the server answers
             self._store.check_overlap(new)
-            cfg.check_storable_name(new.name, "stream")
-            home = self.path / "streams" / new.name
+            cfg.check_storable_name(name, "stream")
+            home = self.path / "streams" / name
             if os.path.lexists(home):
                 raise CorruptStoreError(
                     f"{home} exists but is not a usable stream; it is left as it is", path=str(home)
@@ -151,8 +152,8 @@ class JetStream(HandleBase):
             uid = uuid.uuid4().hex[:12]
             meta = {"config": config_to_json(new), "created": self.clock(), "uid": uid}
             self._store.build_stream(home, new, meta)
-            st = self._store.open_stream(new.name)
-            self._store.streams[new.name] = st
+            st = self._store.open_stream(name)
+            self._store.streams[name] = st
             self._store.changed()
             return st.info().evolve(did_create=True)
 
@@ -173,10 +174,11 @@ class JetStream(HandleBase):
 
         self._check()
         config, created = backup.archived_stream(archive, STORE_FORMAT)
+        name = cfg.name_of(config)
         with self._lock, self._store.locked():
             self._store.sync()
-            home = self.path / "streams" / config.name
-            if config.name in self._store.streams or config.name in self._store.broken or os.path.lexists(home):
+            home = self.path / "streams" / name
+            if name in self._store.streams or name in self._store.broken or os.path.lexists(home):
                 raise api_error(E.STREAM_NAME_EXIST_RESTORE_FAILED)
             try:
                 self._store.check_overlap(config)
@@ -189,8 +191,8 @@ class JetStream(HandleBase):
             self._store.build_stream(
                 home, config, meta, fill=lambda data_dir: backup.fill(archive, data_dir, meter, self._store.fsync)
             )
-            st = self._store.open_stream(config.name)
-            self._store.streams[config.name] = st
+            st = self._store.open_stream(name)
+            self._store.streams[name] = st
             self._store.changed()
             return st.info()
 
@@ -199,7 +201,7 @@ class JetStream(HandleBase):
         self._check()
         new = cfg.normalize_stream_config(config)
         with self._lock, self._store.locked():
-            st = self._stream(new.name)
+            st = self._stream(cfg.name_of(new))
             with st.locked():
                 new = cfg.check_update(st.config, new)
                 if new.subjects != st.config.subjects:
@@ -414,7 +416,7 @@ class JetStream(HandleBase):
                     return st.consumers.update(existing, new).info(now)
                 if action == "update":
                     raise api_error(E.CONSUMER_DOES_NOT_EXIST)
-                if st.config.max_consumers > 0 and len(st.consumers.by_name) >= st.config.max_consumers:
+                if 0 < st.limits.max_consumers <= len(st.consumers.by_name):
                     raise api_error(E.MAXIMUM_CONSUMERS_LIMIT)
                 ccfg.check_workqueue(st.config, new, (c.config for c in st.consumers.by_name.values()))
                 # An ephemeral consumer gets a generated name; its config keeps name=None, as the server echoes it.
