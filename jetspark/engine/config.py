@@ -36,7 +36,7 @@ MAX_METADATA_LEN = 128 * 1024
 MAX_REPLICAS = 5
 DEFAULT_DUPLICATE_WINDOW = 120.0
 MIN_DURATION = 0.1  # max_age and duplicate_window: "needs to be >= 100ms"
-_NAME_FORBIDDEN = frozenset(".*> \t\r\n\f\v")
+_NAME_FORBIDDEN = frozenset(".*> \t\r\n\f\v/\\")
 _SERVER_METADATA_LEN = len("_nats.level") + 1 + len("_nats.req.level") + 1 + len("_nats.ver") + len("2.15.1")
 # Subjects that only a no_ack stream may capture, and the exempt parts inside them.
 _JS_API = (("$JS.>", "$JSC.>", "$NRG.>"), "$JS.EVENT.>", "jetstream api")
@@ -49,11 +49,10 @@ def invalid(message: str) -> APIError:
 
 
 def check_name(name: Optional[str], kind: str = "stream") -> str:
-    """``name`` if the server accepts it as a ``kind`` name, else its error."""
+    """``name`` if the server accepts it in a ``kind`` config, else its error (10052, a path
+    separator too: add_stream answers that one earlier, ``check_create_name``)."""
     if not name or _NAME_FORBIDDEN.intersection(name):
         raise invalid(f"{kind} name is required and can not contain '.', '*', '>', '\\', '/'")
-    if "/" in name or "\\" in name:
-        raise api_error(E.STREAM_NAME_CONTAINS_PATH_SEPARATORS)
     if len(name.encode()) > MAX_NAME_LEN:
         raise invalid(f"{kind} name is too long, maximum allowed is {MAX_NAME_LEN}")
     return name
@@ -328,6 +327,13 @@ class Limits:
             duplicate_window=float(config.duplicate_window or 0.0),
             marker_ttl=float(config.subject_delete_marker_ttl or 0.0),
         )
+
+
+def check_create_name(name: Optional[str]) -> None:
+    """add_stream's own check of the name, before the config's: a path separator is 10128
+    there, and 10052 for update_stream, as the server answers (tests/contract/test_stream_names.py)."""
+    if name and ("/" in name or "\\" in name):
+        raise api_error(E.STREAM_NAME_CONTAINS_PATH_SEPARATORS)
 
 
 def check_create(config: StreamConfig) -> None:

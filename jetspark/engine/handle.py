@@ -127,6 +127,7 @@ class JetStream(HandleBase):
         not a usable stream is a damaged one, which is never replaced (CorruptStoreError).
         """
         self._check()
+        cfg.check_create_name(config.name)
         new = cfg.normalize_stream_config(config)
         cfg.check_create(new)
         name = cfg.name_of(new)

@@ -110,3 +110,27 @@ def test_a_bad_stream_name_is_refused_alike_and_changes_nothing(jetspark_backend
             assert err.value.description == INVALID_NAME
         assert snapshot(js) == before, f"{verb}({name!r}) changed the store"
         assert not (tmp_path / "backup").exists()
+
+
+# Names an API subject carries but no stream may have (a path separator).  The server's
+# create request refuses them before it reads the config (10128, whatever else is wrong);
+# its update request reads the config first, which refuses them as any bad name (10052).
+SEPARATED = ["a/b", "a\\b", "/", "S/"]
+PATH_SEPARATORS = "Stream name can not contain path separators"
+
+
+@pytest.mark.parametrize(
+    "verb, err_code, description",
+    [("add_stream", 10128, PATH_SEPARATORS), ("update_stream", 10052, INVALID_NAME)],
+)
+def test_a_path_separator_in_a_stream_config_name(backend, verb, err_code, description):
+    js = backend
+    js.add_stream(name=STREAM, subjects=["s.>"])
+    before = js.stream_info(STREAM).config
+    for name in SEPARATED:
+        for extra in ({}, {"max_age": -1}, {"num_replicas": -1}):  # the name is checked before these
+            with pytest.raises(APIError) as err:
+                getattr(js, verb)(name=name, subjects=["new.>"], **extra)
+            assert (err.value.err_code, err.value.description) == (err_code, description), f"{name!r} {extra}"
+    assert js.stream_names() == [STREAM]
+    assert js.stream_info(STREAM).config == before
