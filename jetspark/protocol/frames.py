@@ -144,7 +144,7 @@ def parse_ints(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarra
         ok &= hi <= len(a)
         hi = np.minimum(hi, len(a))
     value = None
-    for k in range((min(int(lens.max()), 19) + 7) // 8 or 1):
+    for k in range(max((min(int(lens.max()), 19) + 7) // 8, 1)):  # (one pass even when no span is a number)
         # The k-th group of eight from the right: the word ending at hi - 8k.
         at = hi - 8 * (k + 1)
         w = words[np.maximum(at, 0)]

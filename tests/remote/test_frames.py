@@ -221,6 +221,13 @@ def test_parse_ints_reads_numbers_and_flags_what_is_not_one():
     assert values[:3].tolist() == [12, 0, 1764139000123456789]
 
 
+def test_parse_ints_flags_backward_spans_as_no_number():
+    # (a search that found no field gives hi < lo: every span backward by more than a word)
+    a = np.frombuffer(b"0123456789abcdefghij", dtype=np.uint8)
+    values, ok = F.parse_ints(a, np.array([16, 12]), np.array([-1, 2]))
+    assert len(values) == 2 and ok.tolist() == [False, False]
+
+
 numbers = st.one_of(
     st.integers(0, 2**63 - 1).map(lambda v: b"%d" % v),
     st.integers(0, 10**25).map(lambda v: b"%d" % v),  # (past int64 and past 19 digits too)
