@@ -131,6 +131,7 @@ class JetStreamAPI(Protocol):
         fixes (storage, name, work-queue retention either way) are refused with its
         err_code (10052); lower limits remove messages at once and a change from
         limits to interest retention applies the consumers' acks (§1.3).
+        10052 also for a name no stream can have (a path separator too);
         10059 when there is no such stream; 10065 for overlapping subjects."""
         ...
 
