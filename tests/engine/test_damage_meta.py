@@ -224,6 +224,22 @@ def test_a_stream_without_its_config_is_reported_and_nothing_is_deleted(tmp_path
         assert js.publish("s.x", b"new").seq == 21
 
 
+def test_a_stream_config_without_its_name_is_reported_not_served(tmp_path):
+    # Both copies intact (checksummed) but the document has lost a field every stream has.
+    _store(tmp_path, names=("S",))
+    path = _cfg(tmp_path)
+    doc = metafile.load(path)
+    del doc["config"]["name"]
+    metafile.save(path, doc)
+    before = _tree(tmp_path / "streams" / "S")
+    with jetspark.connect(tmp_path) as js:
+        with pytest.raises(CorruptStoreError, match=r"streams/S/config.json is not a stream config") as err:
+            js.stream_info("S")
+        assert err.value.path == str(path)
+        assert js.stream_names() == ["S"]
+    assert _tree(tmp_path / "streams" / "S") == before
+
+
 def test_delete_stream_removes_a_damaged_stream_and_its_name_is_free_again(tmp_path):
     _store(tmp_path)
     for p in (_cfg(tmp_path), metafile.mirror_of(_cfg(tmp_path))):
