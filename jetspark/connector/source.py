@@ -290,6 +290,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Optional[int] = None
         self._seen_last: Optional[int] = None  # the last sequence latestOffset read (reportLatestOffset's)
         self._last_batch = time.monotonic()
+        self._resume: Optional[int] = None
+        self._initial: Optional[int] = None  # the offset initialOffset gave (no batch ended there)
+        # The consumer's ack floor following the checkpoint, advanced in the background (connector.release).
+        self._releases = Releases(f"stream {opts.stream!r}, consumer {opts.consumer!r}", self._advance)
+        self._opened = False
+
+    def _open(self) -> None:
+        """Check the stream and bind the consumer, at the driver's first call.  Not in
+        ``__init__``: Spark also makes a reader in a planning worker of its own, only to
+        hand it to the tasks, and that one would connect to the store for nothing."""
+        if self._opened:
+            return
+        opts = self.opts
         js = handle(opts.store, opts.connection)
         info = _stream_info(js, opts)
         retention = info.config.retention.value
@@ -299,12 +312,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f'holds interest, so this reader needs .option("consumer", "<durable name>"); its commits '
                 f"then release what Spark has processed"
             )
-        self._resume: Optional[int] = None
-        self._initial: Optional[int] = None  # the offset initialOffset gave (no batch ended there)
-        # The consumer's ack floor following the checkpoint, advanced in the background (connector.release).
-        self._releases = Releases(f"stream {opts.stream!r}, consumer {opts.consumer!r}", self._advance)
         if opts.consumer:
             self._resume = self._bind_consumer(js, retention)
+        self._opened = True
 
     def _bind_consumer(self, js, retention: str) -> Optional[int]:
         """Create or bind the durable consumer; returns its ack floor if it already existed.
@@ -331,6 +341,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return None
 
     def initialOffset(self) -> dict:
+        self._open()
         js = handle(self.opts.store, self.opts.connection)
         if self._resume is not None and self._resume > 0:
             # A new query without a checkpoint resumes where the consumer's acks stand.
@@ -356,6 +367,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return last if self._target is None else min(last, self._target)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        self._open()
         begin = int(start["seq"])
         # Spark plans a batch from ``start`` only once the batch that ended there is in the
         # checkpoint's commit log (MicroBatchExecution: the run loop commits a batch, then
@@ -390,15 +402,18 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict:
         """The stream's last sequence, for the query's progress: the one latestOffset just
         read if it did (Spark asks for both in each trigger; one round trip to a server)."""
+        self._open()
         last, self._seen_last = self._seen_last, None
         if last is None:
             last = handle(self.opts.store, self.opts.connection).stream_info(self.opts.stream).state.last_seq
         return {"stream": self.opts.stream, "seq": last}
 
     def prepareForTriggerAvailableNow(self) -> None:
+        self._open()
         self._target = handle(self.opts.store, self.opts.connection).stream_info(self.opts.stream).state.last_seq
 
     def partitions(self, start: dict, end: dict):
+        self._open()
         lo, hi = int(start["seq"]) + 1, int(end["seq"])
         if lo > hi:
             return []
@@ -420,6 +435,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         """Spark's commit of a batch's end: released already, or being released, by ``latestOffset``."""
+        self._open()
         seq = int(end["seq"])
         if self.opts.consumer and not self._releases.covered(seq):
             self._releases.now(seq)

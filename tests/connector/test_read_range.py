@@ -53,3 +53,19 @@ def test_a_partition_reads_its_range(store, subjects):
 def test_an_empty_range_reads_nothing(store):
     path, _ = store
     assert list(read_range(SeqRange(path, "S", N + 1, N + 10, (), False))) == []
+
+
+def test_a_stream_reader_opens_the_store_at_the_drivers_first_call(server):
+    """Spark also builds the reader in a planning worker, only to hand it to the tasks:
+    building it neither connects nor checks; the driver's first call does both."""
+    from jetspark.connector import store as cache
+    from jetspark.connector.options import reader_options
+    from jetspark.connector.source import StreamReader
+    from jetspark.errors import OptionError
+
+    nowhere = "nats://127.0.0.1:1"  # nothing listens there: a connection would fail
+    StreamReader(reader_options({"store": nowhere, "stream": "S"}, streaming=True))
+    assert not any(key[1] == nowhere for key in cache._handles)
+    missing = StreamReader(reader_options({"store": server.url, "stream": "NOPE"}, streaming=True))
+    with pytest.raises(OptionError, match="there is no stream 'NOPE'"):
+        missing.initialOffset()
