@@ -102,7 +102,12 @@ class Consumer(ConsumerState):
             meta = metafile.load(path, fsync=stream.storage.fsync)
             self.config = config_from_json(meta["config"])
             self.created_ns = int(meta["created"])
-            self.name = meta.get("name") or self.config.name
+            name = meta.get("name") or self.config.name
+            if not isinstance(name, str):
+                # Every consumer is created with its name (ConsumerSet.create): a document
+                # without one is damage, never a consumer to serve under no name.
+                raise TypeError(f"no consumer name (name: {name!r})")
+            self.name: str = name
         except FileNotFoundError:
             raise CorruptStoreError(
                 f"{path} and its mirror {path.name}{metafile.MIRROR_SUFFIX} are missing", path=str(path)
@@ -112,6 +117,15 @@ class Consumer(ConsumerState):
                 f"{path} is not a consumer config: {type(exc).__name__}: {exc}", path=str(path)
             ) from exc
         self.filters = filters_of(self.config)
+        # ack_wait_for's answers in nanoseconds by deliveries - 1 (the last one repeats),
+        # worked out once: the config does not change while the consumer is open (an update
+        # reopens it), and a batch asks once per delivery.  Empty only under ack none without
+        # an ack_wait (normalisation sets one for the other policies): nothing waits for an ack.
+        cfg = self.config
+        if cfg.backoff:
+            self._ack_waits = [int(b * _NS) for b in cfg.backoff]
+        else:
+            self._ack_waits = [int(cfg.ack_wait * _NS)] if cfg.ack_wait is not None else []
         self.filter = SubjectFilter(stream, self.filters)  # which stored messages it matches (consumer_match.py)
         self.log = ConsumerLog(home, self.name, fresh=fresh, fsync=stream.storage.fsync)
         # The last pull in this process, recorded or not: an empty pull writes nothing, yet
@@ -222,10 +236,8 @@ class Consumer(ConsumerState):
 
     def ack_wait_for(self, deliveries: int) -> int:
         """Nanoseconds until a message delivered ``deliveries`` times is due again."""
-        backoff = self.config.backoff
-        if backoff:
-            return int(backoff[min(deliveries - 1, len(backoff) - 1)] * _NS)
-        return int(self.config.ack_wait * _NS)
+        waits = self._ack_waits
+        return waits[min(deliveries - 1, len(waits) - 1)]
 
     def num_pending(self) -> int:
         if self.last_per_subject:
@@ -297,7 +309,7 @@ class Consumer(ConsumerState):
 
     def _expiry(self, st: ConsumerState, now: int) -> Optional[Change]:
         md = self.config.max_deliver
-        if md <= 0 or not st.pending:
+        if md is None or md <= 0 or not st.pending:  # (normalisation sets it: -1 for no limit)
             return None
         done = [s for s, (c, due) in st.pending.items() if due <= now and st.delivery_counts.get(s, 1) >= md]
         if not done:
@@ -357,7 +369,7 @@ class Consumer(ConsumerState):
         room = batch - len(out)
         limit = self.config.max_ack_pending
         ack_none = self.config.ack_policy == AckPolicy.NONE
-        if not ack_none and limit > 0:
+        if not ack_none and limit is not None and limit > 0:  # (set by normalisation but under ack none)
             room = min(room, limit - len(st.pending))
         moved = dict(delivered_consumer_seq=dseq, last_active=now)
         parts = [np.array(items, dtype=ITEM)]
