@@ -229,9 +229,12 @@ class ConsumerSet:
                 return max(h.last_seq, first) if h.msgs else h.last_seq + 1, []
             last = max((self.stream.last_seq_for(f) for f in c.filters), default=0)
             return (last if last else first), []
+        # The start options a policy needs were checked before (consumer_config._check_start: 10094).
         if policy == DeliverPolicy.BY_START_SEQUENCE:
+            assert config.opt_start_seq is not None
             return max(int(config.opt_start_seq), first), []
         if policy == DeliverPolicy.BY_START_TIME:
+            assert config.opt_start_time is not None
             return max(self.stream.seq_at_time(datetime_to_ns(config.opt_start_time)), first), []
         if policy == DeliverPolicy.LAST_PER_SUBJECT:
             if self.stream.config.max_msgs_per_subject == 1:
@@ -388,7 +391,7 @@ def _renamed(exc: StoreError, tmp: Path, home: Path) -> StoreError:
     """The error of a failed create, naming the file where it would have been."""
     path = str(home) + exc.path[len(str(tmp)) :]
     if isinstance(exc, StoreIOError):
-        return type(exc)(exc.errno, exc.strerror, path, exc.action)
+        return type(exc)(exc.errno or 0, exc.strerror or "", path, exc.action)  # (set by its __init__)
     return type(exc)(str(exc).replace(str(tmp), str(home)), path)
 
 
