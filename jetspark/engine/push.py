@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from jetspark.api import ConsumerConfig, ConsumerInfo, DeliverPolicy
 from jetspark.backend.push import Ended, PushBase, deliver, log
 from jetspark.engine import wakeup
+from jetspark.engine.bindings import Binding
 from jetspark.engine.deliveries import Deliveries, Msg
 from jetspark.errors import ClosedError, ConsumerNotFoundError, JetSparkError, NextMsgTimeoutError
 
@@ -74,7 +75,7 @@ class PushSubscription(PushBase):
         self._state = OPEN
         self._closing = False  # the handle is closing (_shutdown)
         self._last = (0, 0)  # an ordered consumer's last (stream seq, consumer seq) taken
-        self._binding = deliveries.bind(stream, info.name)
+        self._binding: Optional[Binding] = deliveries.bind(stream, info.name)  # None once released
         if cb is not None:
             self._start_thread(self._run)
 
@@ -121,7 +122,8 @@ class PushSubscription(PushBase):
 
     def _reset(self, why: str) -> None:
         """Make the ordered consumer again, from the stream sequence after the last one taken."""
-        js, deliveries, old = self._js, self._deliveries, self.consumer
+        js, deliveries, old, ordered = self._js, self._deliveries, self.consumer, self._ordered
+        assert ordered is not None  # (called for an ordered consumer only)
         sseq = self._last[0]
         log.info(
             "ordered consumer %r of stream %r: %s; making a new one from stream seq %d", old, self.stream, why, sseq + 1
@@ -132,7 +134,7 @@ class PushSubscription(PushBase):
             js.delete_consumer(self.stream, old)
         except ConsumerNotFoundError:
             pass
-        config = self._ordered.evolve(name=None, durable_name=None, deliver_subject=deliveries.new_inbox())
+        config = ordered.evolve(name=None, durable_name=None, deliver_subject=deliveries.new_inbox())
         if sseq:
             config = config.evolve(
                 deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=sseq + 1, opt_start_time=None
@@ -160,8 +162,10 @@ class PushSubscription(PushBase):
             self._finish()
 
     def _hand_out(self) -> None:
+        cb = self._cb
+        assert cb is not None  # (the callback thread's, which a subscription with a callback runs)
         while self._held and self._state is not CLOSED:
-            deliver(self._cb, self._held.popleft(), self._auto_ack, self._where)
+            deliver(cb, self._held.popleft(), self._auto_ack, self._where)
 
     def _next(self, timeout: Optional[float]) -> Msg:
         with self._taking:
