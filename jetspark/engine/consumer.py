@@ -103,9 +103,7 @@ class Consumer(ConsumerState):
             self.config = config_from_json(meta["config"])
             self.created_ns = int(meta["created"])
             name = meta.get("name") or self.config.name
-            if not isinstance(name, str):
-                # Every consumer is created with its name (ConsumerSet.create): a document
-                # without one is damage, never a consumer to serve under no name.
+            if not isinstance(name, str):  # each is created with one (ConsumerSet.create): without, damage
                 raise TypeError(f"no consumer name (name: {name!r})")
             self.name: str = name
         except FileNotFoundError:
@@ -117,15 +115,11 @@ class Consumer(ConsumerState):
                 f"{path} is not a consumer config: {type(exc).__name__}: {exc}", path=str(path)
             ) from exc
         self.filters = filters_of(self.config)
-        # ack_wait_for's answers in nanoseconds by deliveries - 1 (the last one repeats),
-        # worked out once: the config does not change while the consumer is open (an update
-        # reopens it), and a batch asks once per delivery.  Empty only under ack none without
-        # an ack_wait (normalisation sets one for the other policies): nothing waits for an ack.
+        # ack_wait_for's answers (ns, by deliveries - 1, the last repeating), worked out once: the config is
+        # fixed until an update reopens the consumer.  Empty only under ack none without an ack_wait.
         cfg = self.config
-        if cfg.backoff:
-            self._ack_waits = [int(b * _NS) for b in cfg.backoff]
-        else:
-            self._ack_waits = [int(cfg.ack_wait * _NS)] if cfg.ack_wait is not None else []
+        waits = cfg.backoff or ([cfg.ack_wait] if cfg.ack_wait is not None else [])
+        self._ack_waits = [int(w * _NS) for w in waits]
         self.filter = SubjectFilter(stream, self.filters)  # which stored messages it matches (consumer_match.py)
         self.log = ConsumerLog(home, self.name, fresh=fresh, fsync=stream.storage.fsync)
         # The last pull in this process, recorded or not: an empty pull writes nothing, yet
