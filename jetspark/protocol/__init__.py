@@ -5,6 +5,7 @@
 - ``arrow``: the Arrow schema of range reads (``read_batches``) and of the
   ``headers`` column of batch appends;
 - ``msg_ids``: the ``Nats-Msg-Id`` header blocks of a batch, built at once;
+- ``pub_lines``: the ``PUB``/``HPUB`` lines of a batch append, built in bulk;
 - ``ack_reply``: a delivery's ``$JS.ACK`` reply subject, built and read (one grammar);
 - ``frames``: what a server sends a client, framed in bulk (pure, NumPy);
 - ``deliveries``: consumer deliveries, direct-get replies and PubAcks among

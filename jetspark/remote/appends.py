@@ -1,8 +1,9 @@
 """``publish_batch``: append an Arrow table as pipelined publishes, awaiting every PubAck.
 
-The protocol lines for a whole chunk of rows are built at once and written
-with one call (``fastpath.raw_writer``), each row with its own reply subject
-under one wildcard inbox; up to ``publish_window`` PubAcks are in flight and
+The protocol lines of the rows are built in bulk (``protocol.pub_lines``: the
+numbers of every line written at once, the pieces joined a chunk at a time) and
+each chunk written with one call (``fastpath.raw_writer``), each row with its
+own reply subject under one wildcard inbox; up to ``publish_window`` PubAcks are in flight and
 all are awaited.  Rows are checked first as the engine checks them (captured
 subjects, max_msg_size, sealed), so the common refusals store nothing; what
 the server refuses later raises with a note naming the row.
@@ -30,7 +31,7 @@ from jetspark.errors import (
 )
 from jetspark.protocol import headers as H
 from jetspark.protocol.deliveries import puback_fields
-from jetspark.protocol.msg_ids import blocks as msg_id_blocks
+from jetspark.protocol.pub_lines import PubBatch, join_rows
 from jetspark.remote import jsapi
 from jetspark.remote.fastpath import FrameInbox, raw_writer, status_of
 from jetspark.remote.reads import from_numpy
@@ -59,13 +60,13 @@ def publish_batch(
     hdr_col = table.column("headers") if "headers" in table.column_names else None
     id_col = table.column("msg_id") if "msg_id" in table.column_names else None
     hdr_list = hdr_col.to_pylist() if hdr_col is not None and hdr_col.null_count < n else None
-    id_list = id_col.to_pylist() if id_col is not None and id_col.null_count < n else None
-    blocks: Optional[list[bytes]] = None
-    if msg_ids is not None and hdr_list is None:
-        # The Spark sink's case: the id blocks built at once, as the engine stores them.
-        buf, offsets = msg_id_blocks(msg_ids[0], np.arange(msg_ids[1], msg_ids[1] + n, dtype=np.int64))
-        blocks = [buf[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
-    elif hdr_list is not None or id_list is not None or msg_ids is not None:
+    batch = PubBatch([u.encode() for u in uniq], ids, datas)
+    if hdr_list is None and msg_ids is not None:
+        batch.generated_ids(msg_ids[0].encode(), msg_ids[1])  # the Spark sink's case
+    elif hdr_list is None and id_col is not None and (plain := _plain_ids(id_col)) is not None:
+        batch.msg_ids(plain)  # every row's msg_id as it is (the common case, checked in bulk)
+    elif hdr_list is not None or (id_col is not None and id_col.null_count < n):
+        id_list = id_col.to_pylist() if id_col is not None else None
         blocks = []
         for i in range(n):
             h = V.row_headers(hdr_list[i], i) if hdr_list else {}
@@ -76,29 +77,26 @@ def publish_batch(
             if msg_id is not None:
                 h[H.MSG_ID] = msg_id
             blocks.append(H.encode(h) if h else b"")
+        batch.header_blocks(blocks)
     max_payload = session.max_payload
-    lens = np.fromiter(map(len, datas), dtype=np.int64, count=n)
-    if blocks is not None:
-        lens = lens + np.fromiter(map(len, blocks), dtype=np.int64, count=n)
+    lens = batch.dlen + batch.hlen
     for limit, what in ((c.max_msg_size or -1, "max_msg_size"), (max_payload or -1, "the server's max_payload")):
         if limit > 0 and (lens > limit).any():
             row = int(np.flatnonzero(lens > limit)[0])
             err = api_error(STREAM_MESSAGE_EXCEEDS_MAXIMUM)
             add_note(err, f"row {row} of the batch is {int(lens[row])} bytes; {what} is {limit}; nothing was stored")
             raise err
-    subj_bytes = [u.encode() for u in uniq]
-    rows = [subj_bytes[k] for k in ids.tolist()]
     acks = _Acks(n)
     what = f"publish_batch of {n} rows to {stream!r}"
     # Through a leader election: rows the server certainly did not store (no stream leader
     # answered, a "try again" err_code) are sent again; rows left unanswered only when every
     # row carries a msg id, which the stream deduplicates (jetspark.remote.retry).
-    with_ids = msg_ids is not None or (id_list is not None and None not in id_list)
+    with_ids = msg_ids is not None or (id_col is not None and id_col.null_count == 0)
     retrier = Retrier(session.retry_budget, what, idempotent=with_ids)
     while True:
         before = int(acks.done.sum())
         try:
-            session.run(_publish_rows(session, rows, datas, blocks, acks), what=what, timeout=PROGRESS)
+            session.run(_publish_rows(session, batch, acks), what=what, timeout=PROGRESS)
             if acks.done.all():
                 break
             raise acks.why_not_done()
@@ -125,6 +123,29 @@ def publish_batch(
     )
 
 
+def _plain_ids(col: pa.ChunkedArray) -> Optional[list[bytes]]:
+    """The ``msg_id`` column's ids as bytes when every one is what ``validate.row_msg_id``
+    accepts and the header codec writes unchanged: not null, not empty, no CR or LF, and
+    a printable ASCII byte at each end (nothing for ``str.strip`` to take); else None, and
+    the rows are checked one by one (the same errors as ever)."""
+    if col.null_count:
+        return None
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if not pa.types.is_string(arr.type):
+        arr = arr.cast(pa.string())
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
+    lo, hi = offsets[:-1], offsets[1:]
+    if not (hi > lo).all():
+        return None
+    body = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[int(offsets[0]) : int(offsets[-1])]
+    if (body == 13).any() or (body == 10).any():
+        return None
+    ends = np.concatenate([body[lo - offsets[0]], body[hi - 1 - offsets[0]]])
+    if ((ends < 0x21) | (ends > 0x7E)).any():
+        return None
+    return arr.cast(pa.binary()).to_pylist()
+
+
 class _Acks:
     """What the server acknowledged of a batch so far, row by row, across attempts."""
 
@@ -146,16 +167,14 @@ def _false(n: int) -> pa.Array:
     return pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(np.zeros((n + 7) // 8, dtype=np.uint8))])
 
 
-async def _publish_rows(
-    session: Session, subjects: list[bytes], datas: list[bytes], blocks: Optional[list[bytes]], acks: _Acks
-) -> None:
+async def _publish_rows(session: Session, batch: PubBatch, acks: _Acks) -> None:
     """Publish every row ``acks`` does not hold yet, with reply subject ``<inbox>.<row>``, up to
     publish_window in flight, and collect their PubAcks into ``acks``.  Raises the error of
     the first row refused for good; a row refused as "not stored, try again" (no responders,
     TRANSIENT_ERR_CODES) stops the sending, stays not done, and is ``acks.refusal``."""
     nc = await session.ready()
-    n = len(datas)
-    todo = np.flatnonzero(~acks.done).tolist()
+    n = batch.n
+    todo = np.flatnonzero(~acks.done)
     m = len(todo)
     seqs, dups, done = acks.seqs, acks.dups, acks.done
     answered = np.zeros(n, dtype=bool)
@@ -169,7 +188,8 @@ async def _publish_rows(
     first_error: Optional[tuple[int, JetSparkError]] = None
     acks.refusal = None
     timeout = session.timeout
-    contiguous = m == n  # (every row: slices of the lists, no index per row)
+    # Every line's pieces for the rows to send, built at once; each chunk joins its slice.
+    pieces = batch.pieces(todo, prefix) if write is not None else []
     try:
         while got < sent or (sent < m and first_error is None and acks.refusal is None):
             # Write as much as the window allows, one protocol write per chunk of rows.
@@ -178,28 +198,13 @@ async def _publish_rows(
                 if not nc.is_connected:
                     await session.ready(timeout)
                 if write is not None:
-                    rows = range(sent, end) if contiguous else todo[sent:end]
-                    if blocks is None:
-                        sub = subjects[sent:end] if contiguous else [subjects[i] for i in rows]
-                        dat = datas[sent:end] if contiguous else [datas[i] for i in rows]
-                        line = (b"PUB %b " + prefix.replace(b"%", b"%%") + b"%d %d\r\n%b\r\n").__mod__
-                        parts = list(map(line, zip(sub, rows, map(len, dat), dat)))
-                    else:
-                        parts = []
-                        for i in rows:
-                            d, h = datas[i], blocks[i]
-                            if h:
-                                parts.append(
-                                    b"HPUB %b %b%d %d %d\r\n%b%b\r\n"
-                                    % (subjects[i], prefix, i, len(h), len(h) + len(d), h, d)
-                                )
-                            else:
-                                parts.append(b"PUB %b %b%d %d\r\n%b\r\n" % (subjects[i], prefix, i, len(d), d))
-                    await asyncio.wait_for(write(b"".join(parts)), timeout)
+                    await asyncio.wait_for(write(join_rows([p[sent:end] for p in pieces], end - sent)), timeout)
                 else:  # nats-py's public API: one publish per row
-                    for i in todo[sent:end]:
-                        hdrs = H.decode(blocks[i]) if blocks is not None and blocks[i] else None
-                        await nc.publish(subjects[i].decode(), datas[i], reply=f"{inbox_subject}.{i}", headers=hdrs)
+                    for i in todo[sent:end].tolist():
+                        block = batch.block(i)
+                        hdrs = H.decode(block) if block else None
+                        data = batch.datas[i]
+                        await nc.publish(batch.subject(i).decode(), data, reply=f"{inbox_subject}.{i}", headers=hdrs)
                 sent = end
             if got >= sent:
                 continue
@@ -223,7 +228,7 @@ async def _publish_rows(
                     got += 1
                     d = buf[f.data_lo[at[k]] : f.data_hi[at[k]]]
                     hdr = buf[f.hdr_lo[at[k]] : f.data_lo[at[k]]]
-                    err = _slow_puback(i, d, hdr, subjects, seqs, dups, done, acks)
+                    err = _slow_puback(i, d, hdr, batch.subject(i), seqs, dups, done, acks)
                     if err is not None and (first_error is None or i < first_error[0]):
                         first_error = (i, err)
     finally:
@@ -238,7 +243,9 @@ async def _publish_rows(
         raise refused
 
 
-def _slow_puback(i: int, d: bytes, hdr: bytes, subjects, seqs, dups, done, acks: "_Acks") -> Optional[JetSparkError]:
+def _slow_puback(
+    i: int, d: bytes, hdr: bytes, subject: bytes, seqs, dups, done, acks: _Acks
+) -> Optional[JetSparkError]:
     """A PubAck the array reading left (an error, a status, another layout): the row's
     outcome recorded; the error that refuses it for good, if any."""
     j = d.find(b'"seq":')
@@ -254,7 +261,7 @@ def _slow_puback(i: int, d: bytes, hdr: bytes, subjects, seqs, dups, done, acks:
         return None
     if hdr and (status_of(hdr) or (b"",))[0] == b"503":
         if acks.refusal is None:  # (the rows were checked against the stream's subjects: its leader is gone)
-            acks.refusal = NoStreamResponseError(subjects[i].decode())
+            acks.refusal = NoStreamResponseError(subject.decode())
         return None
     if b'"error"' in d:
         err = error_from_response(json.loads(d)["error"])
@@ -270,7 +277,10 @@ async def publish_one_raw(session: Session, subject: str, payload: bytes, hdr: b
     """One publish with a ready header block (repeated keys, which nats-py's header dict
     cannot say), awaiting its PubAck."""
     acks = _Acks(1)
-    await _publish_rows(session, [subject.encode()], [payload], [hdr], acks)
+    batch = PubBatch([subject.encode()], np.zeros(1, dtype=np.int64), [payload])
+    if hdr:
+        batch.header_blocks([hdr])
+    await _publish_rows(session, batch, acks)
     if not acks.done[0]:
         raise acks.why_not_done()
     streams = await jsapi.streams_with_subject(session, subject)

@@ -205,6 +205,26 @@ def test_publish_batch_msg_ids_and_duplicates(js, plain):
     assert plain.stream_info(S).state.messages == 5
 
 
+def test_publish_batch_msg_id_column_without_nulls(js, plain):
+    # Every row with an id (the server backends build these in bulk, ASCII ends or not).
+    js.add_stream(name=S, subjects=["b.>"])
+    js.publish("b.a", b"x", headers={"Nats-Msg-Id": "id-1"})
+    ids = ["id-0", "id-1", "é-2", "id-0", "ü", "i d 5"]
+    t = pa.table({"subject": ["b.a", "b.b"] * 3, "data": [b"%d" % i for i in range(6)], "msg_id": ids})
+    ack = js.publish_batch(t, stream=S)
+    assert ack.seqs.to_pylist() == [2, 1, 3, 2, 4, 5]
+    assert ack.duplicate.to_pylist() == [False, True, False, True, False, False]
+    assert [plain.get_msg(S, q).headers["Nats-Msg-Id"] for q in (2, 5)] == ["id-0", "i d 5"]
+    assert js.publish("b.b", b"x", headers={"Nats-Msg-Id": "é-2"}).duplicate is True
+    assert js.publish_batch(t, stream=S).duplicate.to_pylist() == [True] * 6
+    # A bad id anywhere refuses the batch by its row, nothing stored.
+    for bad, error in (("a\r\nNats-Msg-Id: b", ValueError), ("", BadRequestError)):
+        rows = pa.table({"subject": ["b.a"] * 3, "data": [b"1"] * 3, "msg_id": ["n-0", bad, "n-2"]})
+        with pytest.raises(error, match="row 1 of the batch"):
+            js.publish_batch(rows, stream=S)
+    assert plain.stream_info(S).state.messages == 5
+
+
 def test_publish_batch_generated_msg_ids(js, plain):
     js.add_stream(name=S, subjects=["b.>"])
     t = pa.table({"subject": ["b.a"] * 5, "data": [b"%d" % i for i in range(5)]})

@@ -1,0 +1,92 @@
+"""jetspark/protocol/pub_lines.py: the PUB/HPUB lines of a batch built in bulk are byte for byte
+the lines each message formatted on its own gives (``pub_lines.line``, which the writer used
+for every row before), for any rows, sizes, subjects, msg ids and chunk boundaries."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jetspark.protocol import headers as H
+from jetspark.protocol.pub_lines import PubBatch, int_rows, join_rows, line
+
+_NUMBERS = st.one_of(st.integers(0, 12), st.integers(0, 10**6), st.integers(0, 2**63 - 1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(_NUMBERS, _NUMBERS), max_size=40),
+    st.lists(st.binary(max_size=4), min_size=1, max_size=3),
+    st.binary(min_size=1, max_size=3).filter(lambda b: not b.endswith(b"\0")),
+)
+def test_int_rows_formats_as_python(values, pieces, last):
+    pieces = [*pieces[:2], last] if len(pieces) >= 2 else [b"", pieces[0], last]
+    cols = [np.array([v[0] for v in values], dtype=np.int64), np.array([v[1] for v in values], dtype=np.int64)]
+    want = [pieces[0] + b"%d" % a + pieces[1] + b"%d" % b + pieces[2] for a, b in values]
+    assert int_rows(pieces, cols) == want
+
+
+def test_int_rows_refuses_what_it_cannot_hand_back():
+    with pytest.raises(ValueError, match="last piece"):
+        int_rows([b"", b"x\0"], [np.arange(3)])
+    with pytest.raises(ValueError, match="one more piece"):
+        int_rows([b"", b"x"], [np.arange(3), np.arange(3)])
+
+
+_SUBJECTS = st.lists(
+    st.binary(min_size=1, max_size=12).filter(lambda b: not any(c in b for c in b" \t\r\n")), min_size=1, max_size=4
+)
+_IDS = st.binary(min_size=1, max_size=10).filter(lambda b: b"\r" not in b and b"\n" not in b)
+
+
+@st.composite
+def batches(draw):
+    subjects = draw(_SUBJECTS)
+    n = draw(st.integers(1, 30))
+    sid = np.array(draw(st.lists(st.integers(0, len(subjects) - 1), min_size=n, max_size=n)), dtype=np.int64)
+    datas = draw(st.lists(st.binary(max_size=300), min_size=n, max_size=n))
+    batch = PubBatch(subjects, sid, datas)
+    kind = draw(st.sampled_from(["none", "gen", "ids", "blocks"]))
+    if kind == "gen":
+        prefix = draw(_IDS | st.just(b""))
+        start = draw(_NUMBERS.filter(lambda s: s < 2**62))
+        batch.generated_ids(prefix, start)
+        blocks = [H._PREFIX + b"Nats-Msg-Id: " + prefix + b"%d\r\n\r\n" % (start + i) for i in range(n)]
+    elif kind == "ids":
+        ids = draw(st.lists(_IDS, min_size=n, max_size=n))
+        batch.msg_ids(ids)
+        blocks = [H._PREFIX + b"Nats-Msg-Id: " + x + b"\r\n\r\n" for x in ids]
+    elif kind == "blocks":
+        blocks = draw(st.lists(st.sampled_from([b"", H.encode({"A": "1"}), H.encode({"K": ["x", "y"]})]), min_size=n))
+        blocks = blocks[:n]
+        batch.header_blocks(blocks)
+    else:
+        blocks = [b""] * n
+    return batch, [subjects[k] for k in sid.tolist()], datas, blocks
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches(), st.data())
+def test_pieces_join_to_the_lines_formatted_one_by_one(drawn, data):
+    batch, subjects, datas, blocks = drawn
+    n = batch.n
+    rows = np.flatnonzero(np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool))
+    prefix = data.draw(st.sampled_from([b"_INBOX.abc.", b"_INBOX.x%d%%."]))
+    pieces = batch.pieces(rows, prefix)
+    assert all(len(p) == len(rows) for p in pieces)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(rows)), max_size=4)))
+    got = b"".join(join_rows([p[a:b] for p in pieces], b - a) for a, b in zip([0, *cuts], [*cuts, len(rows)]))
+    want = b"".join(line(subjects[i], b"%b%d" % (prefix, i), blocks[i], datas[i]) for i in rows.tolist())
+    assert got == want
+    for i in rows.tolist():  # (the public path's blocks, and the sizes the limits are checked on)
+        assert batch.block(i) == blocks[i]
+        assert batch.subject(i) == subjects[i]
+        assert int(batch.hlen[i]) == len(blocks[i]) and int(batch.dlen[i]) == len(datas[i])
+
+
+def test_line_is_the_protocol_line():
+    assert line(b"a.b", b"_INBOX.x.7", b"", b"hi") == b"PUB a.b _INBOX.x.7 2\r\nhi\r\n"
+    block = H.encode({H.MSG_ID: "m1"})
+    assert line(b"a", b"r.0", block, b"") == b"HPUB a r.0 %d %d\r\n%b\r\n" % (len(block), len(block), block)
