@@ -255,6 +255,38 @@ def test_parse_ints_reads_what_int_reads_anywhere_in_a_buffer(tokens, head, gap)
             assert v == int(t)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 20).flatmap(
+        lambda w: st.lists(
+            st.one_of(
+                st.integers(0, 10**w - 1).map(lambda v, w=w: b"%0*d" % (w, v)),
+                st.binary(min_size=w, max_size=w),
+            ),
+            min_size=1,
+            max_size=30,
+        )
+    ),
+    st.binary(max_size=20),
+    st.binary(max_size=3),
+)
+def test_parse_ints_of_numbers_of_one_width_read_what_int_reads(tokens, head, gap):
+    """Spans all of one width (read with one mask per group of eight digits when none is
+    within a word of the buffer's start) against int(): the same as any other spans."""
+    buf, lo, hi = bytearray(head), [], []
+    for t in tokens:
+        lo.append(len(buf))
+        buf += t
+        hi.append(len(buf))
+        buf += gap
+    values, ok = F.parse_ints(np.frombuffer(bytes(buf), dtype=np.uint8), np.array(lo), np.array(hi))
+    for t, v, good in zip(tokens, values.tolist(), ok.tolist()):
+        number = 1 <= len(t) <= 19 and all(48 <= c <= 57 for c in t) and int(t) < 2**63
+        assert good == number, t
+        if number:
+            assert v == int(t)
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(frame(), min_size=1, max_size=40),
@@ -349,6 +381,64 @@ def test_ack_fields_read_what_ack_reply_parse_reads(deliveries):
     assert end == len(buf) and len(f) == len(deliveries)
     ack = ack_fields(buf, f)
     want = [ack_reply.parse(r.decode()) for r, _ in deliveries]
+    assert ack.sseq.tolist() == [w.stream_seq for w in want]
+    assert ack.cseq.tolist() == [w.consumer_seq for w in want]
+    assert ack.time.tolist() == [w.time_ns for w in want]
+    assert ack.last.tolist() == [w.pending == 0 for w in want]
+
+
+spoilers = st.sampled_from(
+    [
+        b"$JS.ACK.S.D.1.5.5.1764139000000000001.0",  # another consumer's (a prefix of another length)
+        b"$JS.ACK.S.CC.1.5.5.1764139000000000001.0",  # another consumer's (a prefix of the same length)
+        b"$JS.ACK.S.C.1.5.5.1764139000000000001.0.7",  # a token too many
+        b"$JS.ACK.S.C.5.5.1764139000000000001.0",  # a token too few
+        b"$JS.ACK.dom.ACCHASH.S.C.1.18.6.1764139000000000002.4.tok",  # the v2 form
+        b"$JS.ACK.S.C.1.x5.5.1764139000000000001.0",  # a sequence that is no number
+        b"$JS.ACK.S.C.1.5..1764139000000000001.0",  # an empty token
+        b"_INBOX.abc",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 10**6), st.integers(1, 2**63 - 1), st.integers(1, 2**63 - 1),
+                  st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1), st.binary(max_size=12)),
+        min_size=1, max_size=40,
+    ),
+    st.one_of(st.none(), st.tuples(st.integers(0, 40), spoilers)),
+)  # fmt: skip
+def test_ack_fields_of_one_consumer_read_what_ack_reply_parse_reads(deliveries, spoiled):
+    """A run of one consumer's deliveries (the usual case, whose dots are looked for in the
+    tails of its reply subjects only), maybe with one reply of another shape anywhere in it:
+    the same numbers as ack_reply.parse, or the same refusal."""
+    from jetspark.protocol import ack_reply
+    from jetspark.protocol.deliveries import _one_consumer_dots
+
+    replies = [b"$JS.ACK.S.C.%d.%d.%d.%d.%d" % r[:5] for r in deliveries]
+    if spoiled is not None:
+        at = spoiled[0] % len(replies)
+        replies[at] = spoiled[1]
+    buf = b"".join(b"MSG s 1 %s %d\r\n%s\r\n" % (r, len(d[5]), d[5]) for r, d in zip(replies, deliveries))
+    f, end = F.scan(buf)
+    assert end == len(buf) and len(f) == len(replies)
+    a = np.frombuffer(buf, dtype=np.uint8)
+    if spoiled is None:  # (the tails' way is taken, not only the general one)
+        assert _one_consumer_dots(a, f.reply_lo, f.reply_hi) is not None
+    else:  # (a reply of another shape, or another consumer's among them: the general way reads them)
+        other_shape = spoiled[1].count(b".") != 8
+        other_consumer = spoiled[1].split(b".")[:4] != [b"$JS", b"ACK", b"S", b"C"]
+        if other_shape or other_consumer and len(replies) > 1:
+            assert _one_consumer_dots(a, f.reply_lo, f.reply_hi) is None
+    try:
+        want = [ack_reply.parse(r.decode()) for r in replies]
+    except ValueError:
+        with pytest.raises(Exception, match="not a JetStream delivery reply subject"):
+            ack_fields(buf, f)
+        return
+    ack = ack_fields(buf, f)
     assert ack.sseq.tolist() == [w.stream_seq for w in want]
     assert ack.cseq.tolist() == [w.consumer_seq for w in want]
     assert ack.time.tolist() == [w.time_ns for w in want]
