@@ -14,7 +14,9 @@ sides talk to that same server; only the client differs:
    (same subjects and payloads, prepared as Python lists outside the clock),
    then ``publish_async_completed()``
 2b. as row 2, every row with a ``msg_id`` (``Nats-Msg-Id``), as Spark's sink
-   writes (information only)
+   writes (information only), also against its own ceiling (row 2bc: the bare
+   socket of row 2c sending the same messages as HPUBs with their msg ids,
+   which the server's duplicate tracking makes slower than plain PUBs)
 3. work-queue read: ``js.read_batches`` of a work-queue stream beside its
    durable (no reader consumer allowed): pipelined batched direct gets on an
    ``allow_direct`` stream, vs the plain-get path of a stream without it
@@ -209,21 +211,30 @@ class Bench:
         return n / dt, cpu / n
 
     def ceiling_write(
-        self, stream: str, subjects_filter: str, subjects: list, datas: list, window: int = 4000
+        self, stream: str, subjects_filter: str, subjects: list, datas: list, window: int = 4000, ids: bool = False
     ) -> float:
         """msgs/s of a bare socket sending ``PUB subject <inbox>.<i> size`` for every message
-        (the lines built before the clock), at most ``window`` unanswered, counting the
-        PubAck frames that come back without parsing them; checks every message was stored."""
+        (with ``ids``, an ``HPUB`` with the header block ``Nats-Msg-Id: id-<i>``, as row 2b's
+        rows have; the lines built before the clock), at most ``window`` unanswered, counting
+        the PubAck frames that come back without parsing them; checks every message was stored."""
         n = len(datas)
-        inbox = f"_INBOX.ceiling{time.monotonic_ns()}"
-        lines = [
-            b"PUB %s %s.%d %d\r\n%s\r\n" % (subjects[i].encode(), inbox.encode(), i, len(datas[i]), datas[i])
-            for i in range(n)
-        ]
+        inbox = f"_INBOX.ceiling{time.monotonic_ns()}".encode()
+        if ids:
+            blocks = [b"NATS/1.0\r\nNats-Msg-Id: id-%d\r\n\r\n" % i for i in range(n)]
+            lines = [
+                b"HPUB %s %s.%d %d %d\r\n%s%s\r\n"
+                % (subjects[i].encode(), inbox, i, len(h), len(h) + len(datas[i]), h, datas[i])
+                for i, h in enumerate(blocks)
+            ]
+        else:
+            lines = [
+                b"PUB %s %s.%d %d\r\n%s\r\n" % (subjects[i].encode(), inbox, i, len(datas[i]), datas[i])
+                for i in range(n)
+            ]
         self.anchor.run(self.anchor.js.add_stream(name=stream, subjects=[subjects_filter]))
         raw = RawConnection(self.server.url)
         try:
-            raw.send(f"SUB {inbox}.* 1\r\n".encode())
+            raw.send(b"SUB %s.* 1\r\n" % inbox)
             raw.ping()
             gc.collect()
             t = time.perf_counter()
@@ -444,18 +455,25 @@ class Bench:
         ceil: list[float] = []
         for key, t, ids in (("2", table, False), ("2b", with_ids, True)):
             ours(t.slice(0, 5000), 99)  # warm-up
-            mine, anc = [], []
+            mine, anc, ceil_ids = [], [], []
             for r in range(s.publish_reps):
-                if not ids:
-                    ceil.append(self.ceiling_write(f"CPUB{r}", "pub.>", subjects, datas))
+                (ceil_ids if ids else ceil).append(self.ceiling_write(f"CPUB{r}", "pub.>", subjects, datas, ids=ids))
                 mine.append(ours(t, r))
                 anc.append(self.anchor_publish_async(f"APUB{r}", "pub.>", subjects, datas, n, ids))
                 log(
                     f"{key} batch append {r + 1}/{s.publish_reps}: jetspark {rate(mine[-1])}, "
-                    f"nats-py publish_async {rate(anc[-1])}" + (f", ceiling {rate(ceil[-1])}" if not ids else "")
+                    f"nats-py publish_async {rate(anc[-1])}, ceiling {rate((ceil_ids if ids else ceil)[-1])}"
                 )
             m, a = statistics.median(mine), statistics.median(anc)
             c = statistics.median(ceil)
+            if ids:
+                ci = statistics.median(ceil_ids)
+                rows.append(
+                    Row("2bc", "ceiling with msg ids: the bare socket sending row 2b's HPUBs (a Nats-Msg-Id each)",
+                        rate(ci), "-", f"{ci / c:.2f} of row 2c's ceiling", "-", "info", spread(ceil_ids),
+                        ["as row 2c, each message an HPUB with its Nats-Msg-Id header block: what the server's "
+                         "duplicate tracking costs on top of the plain PUBs."])
+                )  # fmt: skip
             name = "batch append: js.publish_batch(table, stream=)" + (" with msg_id" if ids else "")
             target = ">= 2x anchor" if not ids else ""
             if not ids:
@@ -467,7 +485,8 @@ class Bench:
                 )  # fmt: skip
             rows.append(
                 Row(
-                    key, name, rate(m), rate(a) + " (publish_async)", f"{m / c:.2f} of ceiling; {m / a:.2f}x anchor",
+                    key, name, rate(m), rate(a) + " (publish_async)",
+                    f"{m / c:.2f} of ceiling; {m / a:.2f}x anchor" + (f"; {m / ci:.2f} of 2bc" if ids else ""),
                     target, verdict([(m / a >= 2, "< 2x anchor")]) if not ids else "info",
                     f"jetspark {spread(mine)}; anchor {spread(anc)}",
                     [f"{n:,} msgs per repetition in slices of {s.publish_rows:,} rows, every PubAck awaited, fresh "
