@@ -38,8 +38,10 @@ from jetspark.remote.reads import from_numpy
 from jetspark.remote.retry import TRANSIENT_ERR_CODES, Retrier
 from jetspark.remote.session import PROGRESS, Session
 
-# Rows per protocol write.
+# Rows per protocol write, and rows whose lines' pieces are built at once (a bound on the
+# memory they take besides the table's).
 PUBLISH_CHUNK = 1024
+PIECES_ROWS = 16 * PUBLISH_CHUNK
 
 
 def publish_batch(
@@ -188,8 +190,9 @@ async def _publish_rows(session: Session, batch: PubBatch, acks: _Acks) -> None:
     first_error: Optional[tuple[int, JetSparkError]] = None
     acks.refusal = None
     timeout = session.timeout
-    # Every line's pieces for the rows to send, built at once; each chunk joins its slice.
-    pieces = batch.pieces(todo, prefix) if write is not None else []
+    # The lines' pieces of up to PIECES_ROWS rows at a time, built at once; each chunk joins its slice.
+    pieces: list = []
+    lo = hi = 0
     try:
         while got < sent or (sent < m and first_error is None and acks.refusal is None):
             # Write as much as the window allows, one protocol write per chunk of rows.
@@ -198,7 +201,12 @@ async def _publish_rows(session: Session, batch: PubBatch, acks: _Acks) -> None:
                 if not nc.is_connected:
                     await session.ready(timeout)
                 if write is not None:
-                    await asyncio.wait_for(write(join_rows([p[sent:end] for p in pieces], end - sent)), timeout)
+                    if sent >= hi:
+                        lo, hi = sent, min(m, sent + PIECES_ROWS)
+                        pieces = batch.pieces(todo[lo:hi], prefix)
+                    end = min(end, hi)
+                    chunk = join_rows([p[sent - lo : end - lo] for p in pieces], end - sent)
+                    await asyncio.wait_for(write(chunk), timeout)
                 else:  # nats-py's public API: one publish per row
                     for i in todo[sent:end].tolist():
                         block = batch.block(i)

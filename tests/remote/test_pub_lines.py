@@ -5,6 +5,7 @@ for every row before), for any rows, sizes, subjects, msg ids and chunk boundari
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -90,3 +91,36 @@ def test_line_is_the_protocol_line():
     assert line(b"a.b", b"_INBOX.x.7", b"", b"hi") == b"PUB a.b _INBOX.x.7 2\r\nhi\r\n"
     block = H.encode({H.MSG_ID: "m1"})
     assert line(b"a", b"r.0", block, b"") == b"HPUB a r.0 %d %d\r\n%b\r\n" % (len(block), len(block), block)
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("ids", ["none", "column", "generated"])
+def test_publish_batch_across_chunks_and_piece_blocks(js, name, monkeypatch, ids):
+    # Tiny chunks and piece blocks, so that one batch crosses many of both (and rows already
+    # stored, the duplicates of a batch sent again, are answered in the same stream of acks).
+    from jetspark.remote import appends
+
+    monkeypatch.setattr(appends, "PUBLISH_CHUNK", 3)
+    monkeypatch.setattr(appends, "PIECES_ROWS", 7)
+    name = name("P")
+    js.add_stream(name=name, subjects=[f"{name}.>"])
+    n = 50
+    cols = {
+        "subject": [f"{name}.{'x' * (i % 4)}{i % 3}" for i in range(n)],
+        "data": [b"d" * (i % 11) for i in range(n)],
+    }
+    if ids == "column":
+        cols["msg_id"] = [f"m-{i}" for i in range(n)]
+    extra = {"msg_id_prefix": "g-", "msg_id_start": 95} if ids == "generated" else {}
+    ack = js.publish_batch(pa.table(cols), stream=name, **extra)
+    assert ack.seqs.to_pylist() == list(range(1, n + 1)) and not any(ack.duplicate.to_pylist())
+    for i in (0, 6, 7, 49):
+        msg = js.get_msg(name, i + 1)
+        assert (msg.subject, msg.data) == (cols["subject"][i], cols["data"][i])
+        want = {"column": {"Nats-Msg-Id": f"m-{i}"}, "generated": {"Nats-Msg-Id": f"g-{95 + i}"}}.get(ids)
+        assert msg.headers == want
+    again = js.publish_batch(pa.table(cols), stream=name, **extra)
+    if ids == "none":
+        assert again.seqs.to_pylist() == list(range(n + 1, 2 * n + 1))
+    else:
+        assert again.seqs.to_pylist() == list(range(1, n + 1)) and all(again.duplicate.to_pylist())
