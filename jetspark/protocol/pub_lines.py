@@ -53,7 +53,7 @@ def int_rows(pieces: Sequence[bytes], columns: Sequence[np.ndarray]) -> list[byt
     for w in widths:
         key = key * 20 + w
     fixed = sum(len(p) for p in pieces)
-    total = fixed + sum(widths)
+    total = fixed + np.sum(widths, axis=0)
     out = np.zeros(n, dtype=f"S{int(total.max())}")
     uniq = key[:1] if key.min() == key.max() else np.unique(key)
     for k in uniq.tolist():
