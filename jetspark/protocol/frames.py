@@ -161,7 +161,7 @@ def parse_ints(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarra
         d = w - _ASCII_ZEROS
         d = (d * _U64(10) + (d >> _U64(8))) & _PAIRS
         d = (d * _U64(100) + (d >> _U64(16))) & _FOURS
-        d = (d * _U64(10000) + (d >> _U64(32))) & _EIGHTS
+        d = (d * _U64(10_000) + (d >> _U64(32))) & _EIGHTS
         value = d if value is None else value + d * _U64(10 ** (8 * k))
     ok &= value <= _INT64_MAX
     return value.view(np.int64), ok
@@ -182,7 +182,7 @@ def _same_width(words: np.ndarray, hi: np.ndarray, width: int) -> tuple[np.ndarr
         d = w - _ASCII_ZEROS
         d = (d * _U64(10) + (d >> _U64(8))) & _PAIRS
         d = (d * _U64(100) + (d >> _U64(16))) & _FOURS
-        d = (d * _U64(10000) + (d >> _U64(32))) & _EIGHTS
+        d = (d * _U64(10_000) + (d >> _U64(32))) & _EIGHTS
         value = d if value is None else value + d * _U64(10 ** (8 * k))
     ok = ok & (value <= _INT64_MAX)
     return value.view(np.int64), ok

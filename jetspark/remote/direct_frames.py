@@ -170,7 +170,7 @@ def _stamps(a: np.ndarray, words: _Words, lo: np.ndarray, hi: np.ndarray, ok: np
     x = (word & mask) - (np.uint64(_ZEROS) & mask)
     x = (x * np.uint64(10) + (x >> np.uint64(8))) & np.uint64(0x00FF00FF00FF00FF)
     x = (x * np.uint64(100) + (x >> np.uint64(16))) & np.uint64(0x0000FFFF0000FFFF)
-    x = (x * np.uint64(10000) + (x >> np.uint64(32))) & np.uint64(0xFFFFFFFF)
+    x = (x * np.uint64(10_000) + (x >> np.uint64(32))) & np.uint64(0xFFFFFFFF)
     ninth = a[np.clip(lo + 28, 0, top)].astype(np.int64) - 48
     good &= (digits < 9) | ((ninth >= 0) & (ninth <= 9))
     frac = x.astype(np.int64) * 10 + np.where(digits >= 9, ninth, 0)

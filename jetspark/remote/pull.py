@@ -180,8 +180,8 @@ class PullSubscription(live.LivePulls):
         inbox = await RawInbox(public=session.public_path).open(nc, inbox_subject)
         msgs: list[Msg] = []
         try:
-            subject = f"{session.api_prefix}.CONSUMER.MSG.NEXT.{self.stream}.{self.consumer}"
-            await nc.publish(subject, json.dumps(request).encode(), reply=inbox_subject)
+            next_subject = f"{session.api_prefix}.CONSUMER.MSG.NEXT.{self.stream}.{self.consumer}"
+            await nc.publish(next_subject, json.dumps(request).encode(), reply=inbox_subject)
             deadline = time.monotonic() + expires + _FETCH_GRACE
             heard = time.monotonic()  # the last time the server said anything
             pending: list = []
@@ -232,7 +232,7 @@ class PullSubscription(live.LivePulls):
                     if left < _NO_WAIT_EXPIRES:
                         break
                     request["expires"] = wire.s_to_ns(min(expires, left))
-                    await nc.publish(subject, json.dumps(request).encode(), reply=inbox_subject)
+                    await nc.publish(next_subject, json.dumps(request).encode(), reply=inbox_subject)
                 # 100: idle heartbeat; anything else: ignore
             return msgs
         finally:
