@@ -37,7 +37,16 @@ from jetspark.err_codes import (
 )
 from jetspark.errors import APIError, AuthenticationError, JetSparkError, RequestTimeoutError, ServerConnectionError
 
-__all__ = ["Backoff", "NotSentError", "Retrier", "TRANSIENT_ERR_CODES", "retrying", "transient", "unknown_outcome"]
+__all__ = [
+    "Backoff",
+    "ConnectionGoneError",
+    "NotSentError",
+    "Retrier",
+    "TRANSIENT_ERR_CODES",
+    "retrying",
+    "transient",
+    "unknown_outcome",
+]
 
 log = logging.getLogger("jetspark.remote")
 
@@ -53,6 +62,11 @@ T = TypeVar("T")
 TRANSIENT_ERR_CODES = frozenset(
     {CLUSTER_NO_PEERS, CLUSTER_NOT_AVAIL, STREAM_OFFLINE, CONSUMER_OFFLINE, STREAM_DUPLICATE_MESSAGE_CONFLICT}
 )
+
+
+class ConnectionGoneError(ServerConnectionError):
+    """The connection is closed for good (its client gave up reconnecting): repeating a call
+    cannot help, so it is raised at once instead of after the retry budget."""
 
 
 class NotSentError(ServerConnectionError):
@@ -94,6 +108,8 @@ def transient(err: BaseException, idempotent: bool) -> bool:
     if isinstance(err, APIError):
         return err.err_code in TRANSIENT_ERR_CODES
     if isinstance(err, AuthenticationError):
+        return False
+    if isinstance(err, ConnectionGoneError):
         return False
     if isinstance(err, NotSentError):
         return True  # the connection was down: the server never saw the request

@@ -55,7 +55,7 @@ from jetspark.errors import (
 from jetspark.remote import wire
 from jetspark.remote.fastpath import Client, subscribe_raw
 from jetspark.remote.loop import Loop, LoopTimeout
-from jetspark.remote.retry import NotSentError, retrying
+from jetspark.remote.retry import ConnectionGoneError, NotSentError, retrying
 
 __all__ = ["Session"]
 
@@ -269,7 +269,7 @@ class Session:
         deadline = time.monotonic() + timeout
         while not nc.is_connected:
             if nc.is_closed:
-                raise ServerConnectionError(f"the connection to {self.url} is closed{self._last_error_text()}")
+                raise ConnectionGoneError(f"the connection to {self.url} is closed{self._last_error_text()}")
             if time.monotonic() >= deadline:
                 raise NotSentError(
                     f"lost the connection to {self.url}{self._last_error_text()}; "
@@ -304,7 +304,10 @@ class Session:
         if isinstance(exc, (nerr.TimeoutError, asyncio.TimeoutError)):
             return self.silence(what, timeout)
         if isinstance(exc, _CONNECTION_LOST):
-            return ServerConnectionError(f"lost the connection to {self.url} during {what}: {_describe(exc)}")
+            # (closed for good once its client gave up reconnecting: no retry brings it back)
+            nc = getattr(self, "_nc", None)  # (None while the first connect is under way)
+            lost = ConnectionGoneError if nc is not None and nc.is_closed else ServerConnectionError
+            return lost(f"lost the connection to {self.url} during {what}: {_describe(exc)}")
         if isinstance(exc, nerr.MaxPayloadError):
             return BadRequestError(
                 400,

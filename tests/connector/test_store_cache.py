@@ -70,11 +70,14 @@ def test_a_connection_the_server_closed_is_replaced_not_reused(fresh_cache):
         a = fresh_cache.handle(srv.url, opts)
         a.add_stream(name="S", subjects=["s.>"])
         srv.kill()  # the store stays: start() brings the same server back
-        with pytest.raises(ServerConnectionError, match="is closed"):
+        with pytest.raises(ServerConnectionError, match="is closed") as err:
             a.stream_info("S")  # waits out the reconnect attempts, then the connection is closed
+        # Closed for good: raised as it is, not repeated through the retry budget.
+        assert "retry_budget" not in str(err.value)
         srv.start()
-        with pytest.raises(ServerConnectionError, match="is closed"):
+        with pytest.raises(ServerConnectionError, match="is closed") as err:
             a.stream_info("S")  # and stays so, the server back or not
+        assert "retry_budget" not in str(err.value)
         b = fresh_cache.handle(srv.url, opts)
         assert b is not a
         assert b.stream_info("S").config.name == "S"
