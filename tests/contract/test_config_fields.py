@@ -405,3 +405,15 @@ def test_any_value_of_a_feature_field_gets_a_typed_answer_and_leaves_nothing_on_
                 assert engine_config.is_off(value), (field, value)
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_the_differences_page_lists_exactly_the_fields_the_engine_refuses():
+    """docs/reference/differences-nats-server.md names the refused fields in prose: they are
+    read back from it and must be ``UNIMPLEMENTED``, neither more nor fewer."""
+    page = (Path(__file__).parents[2] / "docs/reference/differences-nats-server.md").read_text()
+    text = " ".join(page.split())
+    m = re.search(r"on streams (.*?); on consumers (.*?)\. ", text)
+    assert m, "the refused-fields sentence moved: update this test with it"
+    listed = [re.findall(r"`(\w+)`", part) for part in m.groups()]
+    assert sorted(listed[0]) == sorted(engine_config.UNIMPLEMENTED)
+    assert sorted(listed[1]) == sorted(engine_consumer_config.UNIMPLEMENTED)
