@@ -104,6 +104,14 @@ class JetStreamAPI(Protocol):
         Idempotent.  Every later call raises ``ClosedError``."""
         ...
 
+    @property
+    def closed(self) -> bool:
+        """Whether no call on this handle can succeed any more: it was closed, or (a
+        nats:// handle) its connection is closed for good, its client having given up
+        reconnecting (calls then raise ``ServerConnectionError``).  A connection that is
+        down but reconnecting is not closed."""
+        ...
+
     def __enter__(self) -> "JetStreamAPI":
         """The handle itself; ``close()`` on leaving the ``with`` block."""
         ...

@@ -106,6 +106,10 @@ class HandleBase(Hooks):
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
         if self._closed:
             return

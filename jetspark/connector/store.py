@@ -35,14 +35,10 @@ def handle(store: str, connection: tuple[tuple[str, str], ...] = ()):
 
 
 def _usable(js) -> bool:
-    """Is a kept handle still worth handing out?  Not once closed, nor (a nats:// store)
-    once its connection is closed for good: the server dropped it and reconnecting gave
-    up, so every call on it would fail.  A connection that is reconnecting is kept."""
-    if js._closed:
-        return False
-    session = getattr(js, "_session", None)
-    nc = getattr(session, "_nc", None)
-    return not (nc is not None and nc.is_closed)
+    """Is a kept handle still worth handing out?  Not once ``closed``: closed, or (a
+    nats:// store) its connection closed for good, so every call on it would fail.  A
+    connection that is reconnecting is kept."""
+    return not js.closed
 
 
 def _close_quietly(js) -> None:

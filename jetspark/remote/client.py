@@ -85,6 +85,10 @@ class NatsJetStream(HandleBase):
     def _closed(self) -> bool:
         return self._session.closed
 
+    @property
+    def closed(self) -> bool:
+        return self._session.closed or self._session.gone
+
     def _run(self, make, *, what: str) -> Any:
         """``make()``'s coroutine run on the session, repeated through a leader election
         (jetspark.remote.retry): for calls that only read."""

@@ -250,6 +250,12 @@ class Session:
         nc = getattr(self, "_nc", None)
         return nc is not None and nc.is_connected
 
+    @property
+    def gone(self) -> bool:
+        """The connection is closed for good: its client gave up reconnecting."""
+        nc = getattr(self, "_nc", None)
+        return nc is not None and nc.is_closed
+
     def new_inbox(self) -> str:
         """A new inbox subject of this connection's (its inbox prefix, as nats-py makes them)."""
         return self._nc.new_inbox()

@@ -37,6 +37,8 @@ def test_one_handle_per_store_and_options(fresh_cache, server, tmp_path):
     assert fresh_cache.handle(server.url, (("timeout", "7"),)) is b
     e = fresh_cache.handle(str(tmp_path / "a"))
     assert e is not a and fresh_cache.handle(str(tmp_path / "a")) is e
+    e.close()
+    assert e.closed and fresh_cache.handle(str(tmp_path / "a")) is not e  # an engine handle too
     assert len(fresh_cache._handles) == 3
 
 
@@ -54,9 +56,11 @@ def test_two_servers_never_share_a_handle(fresh_cache, server):
 
 def test_a_closed_handle_is_replaced(fresh_cache, server):
     a = fresh_cache.handle(server.url)
+    assert not a.closed
     a.close()
+    assert a.closed
     b = fresh_cache.handle(server.url)
-    assert b is not a
+    assert b is not a and not b.closed
     assert b.stream_info("KEEPER").config.name == "KEEPER"
 
 
@@ -69,11 +73,13 @@ def test_a_connection_the_server_closed_is_replaced_not_reused(fresh_cache):
         opts = (("max_reconnect_attempts", "1"), ("reconnect_time_wait", "0.1"), ("timeout", "10"))
         a = fresh_cache.handle(srv.url, opts)
         a.add_stream(name="S", subjects=["s.>"])
+        assert not a.closed
         srv.kill()  # the store stays: start() brings the same server back
         with pytest.raises(ServerConnectionError, match="is closed") as err:
             a.stream_info("S")  # waits out the reconnect attempts, then the connection is closed
         # Closed for good: raised as it is, not repeated through the retry budget.
         assert "retry_budget" not in str(err.value)
+        assert a.closed  # its public state says so: the connector's cache reads it
         srv.start()
         with pytest.raises(ServerConnectionError, match="is closed") as err:
             a.stream_info("S")  # and stays so, the server back or not
@@ -93,6 +99,7 @@ def test_a_reconnecting_handle_is_kept(fresh_cache):
         a = fresh_cache.handle(srv.url)
         a.add_stream(name="S", subjects=["s.>"])
         srv.kill()
+        assert not a.closed  # down, but reconnecting
         srv.start()
         assert fresh_cache.handle(srv.url) is a
         assert a.stream_info("S").config.name == "S"  # calls wait for the reconnect
