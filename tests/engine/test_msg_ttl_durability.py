@@ -200,3 +200,52 @@ def test_a_waiting_pull_wakes_for_the_marker_an_expiry_stores(tmp_path):
             "MaxAge",
             2,
         )
+
+
+@pytest.mark.slow
+def test_a_marker_a_full_disk_refuses_is_a_typed_error_and_the_expiry_is_tried_again(tmpfs):
+    # The expiry of a subject's last message must store its marker: on a full disk the
+    # operation that applies it fails with StoreFullError, nothing of it is kept (the
+    # message stays, no marker), and once space is back the next operation stores it.
+    disk = tmpfs("8m")
+    store = disk / "store"
+    with jetspark.connect(store) as js:
+        js.add_stream(name=S, subjects=["t.>"], subject_delete_marker_ttl=60)
+    disk.fill(keep=300 << 10)
+    # A child (a write on a full tmpfs must fail typed, never with SIGBUS): a handle whose
+    # clock is 90 s back stores t.a (its deadline 30 s ago) and fills the disk with t.b, for
+    # which t.a is not due yet; then a handle on the real clock meets the expiry, twice.
+    code = textwrap.dedent(
+        f"""
+        import sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        import jetspark
+        from jetspark.errors import StoreFullError
+        old = jetspark.connect({str(store)!r}, clock=lambda: time.time_ns() - 90 * 10**9)
+        old.publish("t.a", b"1", headers={{"Nats-TTL": "60"}})
+        for size in (1000, 0):
+            try:
+                while True:
+                    old.publish("t.b", b"x" * size)
+            except StoreFullError:
+                pass
+        print(old.stream_info("T").state.last_seq)
+        old.close()
+        js = jetspark.connect({str(store)!r})
+        for _ in range(2):
+            try:
+                js.stream_info("T")
+            except StoreFullError as exc:
+                print(type(exc).__name__, exc.errno)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    last, *errors = proc.stdout.split()
+    assert errors == ["StoreFullError", "28"] * 2
+    disk.free()
+    with jetspark.connect(store) as js:
+        st = js.stream_info(S).state
+        assert (st.first_seq, st.last_seq, st.messages) == (2, int(last) + 1, int(last))
+        got = js.get_msg(S, int(last) + 1)
+        assert (got.subject, got.headers) == ("t.a", MARKER)
