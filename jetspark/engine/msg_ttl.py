@@ -18,9 +18,8 @@ from jetspark.protocol import headers as H
 
 TTL = "Nats-TTL"
 MARKER_REASON = "Nats-Marker-Reason"
-MAX_AGE_REASON = (
-    "MaxAge"  # the reason the server writes: an expiry (max_age or a TTL) removed the subject's last message
-)
+# The reason the server writes: an expiry (max_age or a TTL) removed the subject's last message.
+MAX_AGE_REASON = "MaxAge"
 KV_OPERATION = "KV-Operation"  # a key-value bucket's PURGE is a marker of its own
 
 NEVER = -1  # parse_ttl's "never expires"
