@@ -24,7 +24,7 @@ the same bytes split at arbitrary points and compares.
 from __future__ import annotations
 
 import re
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -43,6 +43,7 @@ __all__ = [
     "Frames",
     "scan",
     "parse_ints",
+    "eight_digits",
 ]
 
 MSG, HMSG, PING, PONG, OK, ERR, INFO = 1, 2, 3, 4, 5, 6, 7
@@ -130,6 +131,16 @@ def _words(a: np.ndarray) -> np.ndarray:
     return np.ndarray((len(a) - 7,), dtype="<u8", buffer=a, strides=(1,))
 
 
+def eight_digits(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each word of ``w`` (eight ASCII bytes, the first digit in the lowest byte) as the number
+    its digits spell (uint64), and whether all eight are digits."""
+    ok = ((w & _HIGH_NIBBLES) == _ASCII_ZEROS) & (((w + _PLUS_SIX) & _HIGH_NIBBLES) == _ASCII_ZEROS)
+    d = w - _ASCII_ZEROS
+    d = (d * _U64(10) + (d >> _U64(8))) & _PAIRS
+    d = (d * _U64(100) + (d >> _U64(16))) & _FOURS
+    return (d * _U64(10_000) + (d >> _U64(32))) & _EIGHTS, ok
+
+
 def parse_ints(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The decimal numbers ``a[lo:hi]`` (each 1 to 19 digits: an int64 time in ns), and whether each is one."""
     lens = hi - lo
@@ -140,51 +151,33 @@ def parse_ints(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarra
         a = np.concatenate((np.zeros(8, dtype=np.uint8), a))
         lo, hi = lo + 8, hi + 8
     words = _words(a)
-    width = int(lens.min())
-    if width == int(lens.max()) and 1 <= width <= 19 and 8 * ((width + 7) // 8) <= int(hi.min()):
-        if int(hi.max()) <= len(a):
-            return _same_width(words, hi, width)
-    if int(hi.max()) > len(a):  # (past the end: none of it is read)
+    width, widest = int(lens.min()), int(lens.max())
+    groups = max((min(widest, 19) + 7) // 8, 1)  # (one pass even when no span is a number)
+    # Numbers all one width (a run's sizes, sids, times, most sequences), none within a word
+    # of the buffer's start nor past its end: their digits kept by one mask per group of
+    # eight, not one per number.
+    same = width == widest and 1 <= width <= 19 and 8 * groups <= int(hi.min()) and int(hi.max()) <= len(a)
+    if not same and int(hi.max()) > len(a):  # (past the end: none of it is read)
         ok &= hi <= len(a)
         hi = np.minimum(hi, len(a))
     value = None
-    for k in range(max((min(int(lens.max()), 19) + 7) // 8, 1)):  # (one pass even when no span is a number)
+    for k in range(groups):
         # The k-th group of eight from the right: the word ending at hi - 8k.
         at = hi - 8 * (k + 1)
-        w = words[np.maximum(at, 0)]
-        early = at < 0
-        if early.any():  # (a number near the start: its word is read from 0 and moved into place)
-            w[early] <<= (np.minimum(-at[early], 7) * 8).astype(np.uint64)
-        c = np.minimum(np.maximum(lens - 8 * k, 0), 8)
-        w = (w & _KEEP[c]) | _FILL[c]
-        ok &= ((w & _HIGH_NIBBLES) == _ASCII_ZEROS) & (((w + _PLUS_SIX) & _HIGH_NIBBLES) == _ASCII_ZEROS)
-        d = w - _ASCII_ZEROS
-        d = (d * _U64(10) + (d >> _U64(8))) & _PAIRS
-        d = (d * _U64(100) + (d >> _U64(16))) & _FOURS
-        d = (d * _U64(10_000) + (d >> _U64(32))) & _EIGHTS
+        if same:
+            w, c = words[at], min(width - 8 * k, 8)
+        else:
+            w = words[np.maximum(at, 0)]
+            early = at < 0
+            if early.any():  # (a number near the start: its word is read from 0 and moved into place)
+                w[early] <<= (np.minimum(-at[early], 7) * 8).astype(np.uint64)
+            c = np.minimum(np.maximum(lens - 8 * k, 0), 8)
+        if not same or c < 8:
+            w = (w & _KEEP[c]) | _FILL[c]
+        d, good = eight_digits(w)
+        ok &= good
         value = d if value is None else value + d * _U64(10 ** (8 * k))
     ok &= value <= _INT64_MAX
-    return value.view(np.int64), ok
-
-
-def _same_width(words: np.ndarray, hi: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """``parse_ints`` of numbers all ``width`` digits long (a run's sizes, sids, times, most
-    sequences), none within a word of the buffer's start: the same arithmetic with the
-    digits kept by one mask per group of eight, not one per number."""
-    ok: Any = True
-    value = None
-    for k in range((width + 7) // 8):
-        w = words[hi - 8 * (k + 1)]
-        c = min(width - 8 * k, 8)
-        if c < 8:
-            w = (w & _KEEP[c]) | _FILL[c]
-        ok = ok & ((w & _HIGH_NIBBLES) == _ASCII_ZEROS) & (((w + _PLUS_SIX) & _HIGH_NIBBLES) == _ASCII_ZEROS)
-        d = w - _ASCII_ZEROS
-        d = (d * _U64(10) + (d >> _U64(8))) & _PAIRS
-        d = (d * _U64(100) + (d >> _U64(16))) & _FOURS
-        d = (d * _U64(10_000) + (d >> _U64(32))) & _EIGHTS
-        value = d if value is None else value + d * _U64(10 ** (8 * k))
-    ok = ok & (value <= _INT64_MAX)
     return value.view(np.int64), ok
 
 

@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from jetspark.protocol.deliveries import DirectFields, direct_fields, rfc3339_ns
-from jetspark.protocol.frames import HMSG, Frames, parse_ints
+from jetspark.protocol.frames import HMSG, Frames, eight_digits, parse_ints
 
 __all__ = ["ReplyFields", "copy_out", "reply_fields"]
 
@@ -38,8 +38,6 @@ _STAMP = b"\r\nNats-Time-Stamp: "
 _PENDING = b"\r\nNats-Num-Pending: "
 _LAST = b"\r\nNats-Last-Sequence: "
 _ZEROS = 0x3030303030303030
-_HIGH = 0xF0F0F0F0F0F0F0F0
-_SIX = 0x0606060606060606
 _EPOCH_DAYS = _dt.date(1970, 1, 1).toordinal()
 
 
@@ -165,12 +163,8 @@ def _stamps(a: np.ndarray, words: _Words, lo: np.ndarray, hi: np.ndarray, ok: np
     d8 = np.minimum(digits, 8).astype(np.uint64)
     mask = np.where(d8 >= 8, np.uint64(0xFFFFFFFFFFFFFFFF), (np.uint64(1) << (d8 * np.uint64(8))) - np.uint64(1))
     good &= (lo + 20 <= words.top) | (digits == 0)
-    good &= ((word & np.uint64(_HIGH)) ^ np.uint64(_ZEROS)) & mask == 0
-    good &= (((word + np.uint64(_SIX)) & np.uint64(_HIGH)) ^ np.uint64(_ZEROS)) & mask == 0
-    x = (word & mask) - (np.uint64(_ZEROS) & mask)
-    x = (x * np.uint64(10) + (x >> np.uint64(8))) & np.uint64(0x00FF00FF00FF00FF)
-    x = (x * np.uint64(100) + (x >> np.uint64(16))) & np.uint64(0x0000FFFF0000FFFF)
-    x = (x * np.uint64(10_000) + (x >> np.uint64(32))) & np.uint64(0xFFFFFFFF)
+    x, digits_ok = eight_digits((word & mask) | (np.uint64(_ZEROS) & ~mask))  # (missing digits read as "0")
+    good &= digits_ok
     ninth = a[np.clip(lo + 28, 0, top)].astype(np.int64) - 48
     good &= (digits < 9) | ((ninth >= 0) & (ninth <= 9))
     frac = x.astype(np.int64) * 10 + np.where(digits >= 9, ninth, 0)
