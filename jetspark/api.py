@@ -123,22 +123,21 @@ def datetime_to_ns(value: _dt.datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
 
 
-def _rfc3339(value: _dt.datetime) -> str:
+def rfc3339(value: _dt.datetime) -> str:
+    """A datetime (naive means UTC) as the server's RFC 3339 text, to the microsecond."""
     if value.tzinfo is None:
         value = value.replace(tzinfo=_dt.timezone.utc)
     return value.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _parse_rfc3339(text: str) -> Any:
-    """An RFC 3339 time (nanoseconds allowed) as an aware UTC datetime; other text as it is."""
+def parse_rfc3339(text: str) -> _dt.datetime:
+    """An RFC 3339 time (nanoseconds allowed, kept to microseconds) as an aware UTC datetime;
+    ValueError if ``text`` is not one."""
     head, dot, rest = text.replace("Z", "+00:00").partition(".")
     if dot:
         digits = len(rest) - len(rest.lstrip("0123456789"))
         head += "." + rest[:digits][:6].ljust(6, "0") + rest[digits:]
-    try:
-        return _dt.datetime.fromisoformat(head).astimezone(_dt.timezone.utc)
-    except ValueError:
-        return text  # for the server to judge
+    return _dt.datetime.fromisoformat(head).astimezone(_dt.timezone.utc)
 
 
 class Base:
@@ -252,14 +251,17 @@ class StreamSource(Base):
     def as_dict(self) -> Dict[str, Any]:
         out = super().as_dict()
         if isinstance(self.opt_start_time, _dt.datetime):
-            out["opt_start_time"] = _rfc3339(self.opt_start_time)
+            out["opt_start_time"] = rfc3339(self.opt_start_time)
         return out
 
     @classmethod
     def from_response(cls, resp: Dict[str, Any]) -> "StreamSource":
         start = resp.get("opt_start_time")
         if isinstance(start, str):
-            resp = dict(resp, opt_start_time=_parse_rfc3339(start))
+            try:
+                resp = dict(resp, opt_start_time=parse_rfc3339(start))
+            except ValueError:
+                pass  # other text goes as it is, for the server to judge
         return super().from_response(resp)
 
 

@@ -43,18 +43,7 @@ def parse_time(v: Optional[str]) -> Optional[_dt.datetime]:
     """An RFC 3339 time from the server (nanosecond precision) -> aware UTC datetime (microseconds)."""
     if not v or v == _ZERO_TIME:
         return None
-    return _parse_set_time(v)
-
-
-def _parse_set_time(v: str) -> _dt.datetime:
-    """``parse_time`` of a time that is set (not empty, not Go's zero time)."""
-    m = _TIME_RE.match(v)
-    if not m:
-        return _dt.datetime.fromisoformat(v.replace("Z", "+00:00")).astimezone(_dt.timezone.utc)
-    base, frac, tz = m.groups()
-    tz = "+00:00" if tz == "Z" else tz
-    frac = (frac or "")[:6].ljust(6, "0")
-    return _dt.datetime.fromisoformat(f"{base}.{frac}{tz}").astimezone(_dt.timezone.utc)
+    return api.parse_rfc3339(v)
 
 
 def time_to_ns(v: Optional[str]) -> Optional[int]:
@@ -63,16 +52,10 @@ def time_to_ns(v: Optional[str]) -> Optional[int]:
         return None
     m = _TIME_RE.match(v)
     if not m:
-        return api.datetime_to_ns(_parse_set_time(v))
+        return api.datetime_to_ns(api.parse_rfc3339(v))
     base, frac, tz = m.groups()
     whole = _dt.datetime.fromisoformat(base + ("+00:00" if tz == "Z" else tz))
     return api.datetime_to_ns(whole) + int((frac or "0")[:9].ljust(9, "0"))
-
-
-def rfc3339(value: _dt.datetime) -> str:
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=_dt.timezone.utc)
-    return value.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def rfc3339_ns(ns: int) -> str:
@@ -197,7 +180,7 @@ def consumer_config_to_wire(config: api.ConsumerConfig) -> dict:
     for k in ("opt_start_time", "pause_until"):
         v = getattr(config, k)
         if isinstance(v, _dt.datetime):
-            d[k] = rfc3339(v)
+            d[k] = api.rfc3339(v)
     return _sendable(d)
 
 
