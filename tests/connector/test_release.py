@@ -2,7 +2,8 @@
 engine store: what it released is released once ``settle`` returns, and a release that
 cannot take effect raises at the next ``settle``, never in silence.  The Spark-level
 behaviour (the floor follows within one trigger; a failed release fails the query) is
-in tests/connector/test_consumers.py."""
+in tests/connector/test_consumers.py; the stream reader's calls around a release (a
+restart after the driver died, a stop while one runs) are driven here without Spark."""
 
 from __future__ import annotations
 
@@ -110,3 +111,76 @@ def test_a_pickled_reader_carries_no_thread(js):
     r.settle()
     copy = pickle.loads(pickle.dumps(Releases("x", print)))  # a module-level callable pickles
     assert copy.released == -1 and copy._thread is None
+
+
+# The stream reader's side, without Spark: the calls Spark's driver makes, in its order.
+
+
+@pytest.fixture
+def reader_of(js, tmp_path):
+    """Stream readers of the store ``js`` is on, bound to consumer 'c' (the connector's
+    cached handle closed afterwards)."""
+    from jetspark.connector import store as cache
+    from jetspark.connector.options import reader_options
+    from jetspark.connector.source import StreamReader
+
+    path = str(tmp_path / "store")
+    opts = {"store": path, "stream": "S", "consumer": "c", "startingOffsets": "earliest"}
+    yield lambda: StreamReader(reader_options(opts, streaming=True))
+    for key in [k for k in cache._handles if k[1] == path]:
+        cache._close_quietly(cache._handles.pop(key))
+
+
+def test_a_restarted_query_releases_its_checkpointed_end_at_its_first_trigger(js, reader_of):
+    """The driver dies before the release of a batch in the checkpoint ran (or while it
+    ran): the query started again from that checkpoint releases it at its first trigger."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    first = reader_of()
+    start = first.initialOffset()
+    end = first.latestOffset(start, ReadAllAvailable())
+    assert end["seq"] == 10 and floor(js) == 0  # batch 0 planned; nothing committed yet
+    # ... batch 0 runs and is committed to the checkpoint, then the driver is killed.
+    again = reader_of()  # Spark gives the restarted reader the checkpoint's end, no initialOffset
+    assert again.latestOffset(end, ReadAllAvailable()) == end  # nothing new: it waits for its release
+    assert floor(js) == 10
+
+
+def test_stop_waits_for_the_release_under_way(js, reader_of):
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from jetspark.connector import store as cache
+
+    reader = reader_of()
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    gate = threading.Event()
+    handle = cache.handle(str(js.path))
+    advance = handle.advance_ack_floor
+
+    calls = []
+
+    def slow(*args):
+        calls.append(args)
+        assert gate.wait(30)
+        advance(*args)
+
+    handle.advance_ack_floor = slow
+    js.publish("s.a", b"more")
+    assert reader.latestOffset(end, ReadAllAvailable())["seq"] == 11  # the release of 10 runs meanwhile
+    threading.Timer(0.05, gate.set).start()
+    reader.stop()  # the query stops while its release is under way
+    assert floor(js) == 10 and calls == [("S", "c", 10)]
+
+
+def test_stop_raises_the_error_of_a_release_that_failed(js, reader_of):
+    """A release cut short by the query's stop still says so (Spark logs what stop raised)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    reader = reader_of()
+    end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    js.delete_consumer("S", "c")
+    js.publish("s.a", b"more")
+    assert reader.latestOffset(end, ReadAllAvailable())["seq"] == 11  # the release of 10 fails meanwhile
+    with pytest.raises(ConsumerNotFoundError):
+        reader.stop()
