@@ -28,6 +28,7 @@ __all__ = [
     "ack_fields",
     "compact",
     "direct_fields",
+    "joined_spans",
     "puback_fields",
     "rfc3339_ns",
 ]
@@ -329,8 +330,9 @@ def _gathered(a: np.ndarray, lo: np.ndarray, hi: np.ndarray, lens: np.ndarray) -
     return rows.reshape(-1, width)[np.arange(width) < lens[:, None]]
 
 
-def _taken(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets, body) of the spans ``a[lo:hi]`` (in order and apart, some maybe empty)."""
+def joined_spans(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, body) of the spans ``a[lo:hi]`` (in order and apart, some maybe empty): span i
+    is ``body[offsets[i]:offsets[i + 1]]``."""
     lens = hi - lo
     offsets = np.empty(len(lo) + 1, dtype=np.int64)
     offsets[0] = 0
@@ -389,9 +391,11 @@ def compact(buf: bytes, f: Frames, *, replies: bool = True) -> Messages:
     caches: the buffer (control lines and all) can go, and a chunk's columns
     (``FrameChunk.column``) join these bodies instead of picking spans out of cold buffers."""
     a = np.frombuffer(buf, dtype=np.uint8)
-    columns = {what: _taken(a, getattr(f, lo), getattr(f, hi)) for what, (lo, hi) in _SPANS.items() if what != "reply"}
+    columns = {
+        what: joined_spans(a, getattr(f, lo), getattr(f, hi)) for what, (lo, hi) in _SPANS.items() if what != "reply"
+    }
     if replies:
-        columns["reply"] = _taken(a, f.reply_lo, f.reply_hi)
+        columns["reply"] = joined_spans(a, f.reply_lo, f.reply_hi)
     else:
         columns["reply"] = (np.zeros(len(f) + 1, dtype=np.int64), _EMPTY)
     return Messages(columns)

@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from jetspark.protocol.deliveries import DirectFields, direct_fields, rfc3339_ns
+from jetspark.protocol.deliveries import DirectFields, direct_fields, joined_spans, rfc3339_ns
 from jetspark.protocol.frames import HMSG, Frames, eight_digits, parse_ints
 
 __all__ = ["ReplyFields", "copy_out", "reply_fields"]
@@ -201,26 +201,6 @@ def _second_ns(head: bytes) -> Optional[int]:
     return ((days * 24 + h) * 60 + mi) * 60 * 1_000_000_000 + sec * 1_000_000_000
 
 
-def _spans(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """The spans ``a[lo:hi]`` (in order, apart) joined.  Spans of about one length (subjects,
-    payloads of one size) are copied as rows as wide as the longest, touching only their own
-    bytes; others by masking out what lies between them."""
-    lens = hi - lo
-    width = int(lens.max()) if len(lens) else 0
-    if width == 0:
-        return np.zeros(0, dtype=np.uint8)
-    total = int(lens.sum())
-    if width * len(lo) <= 2 * total and int(lo.max()) + width <= len(a):
-        rows = np.ndarray((len(a) - width + 1, width), dtype=np.uint8, buffer=a, strides=(1, 1))[lo]
-        return rows.reshape(-1) if total == width * len(lo) else rows[np.arange(width) < lens[:, None]]
-    region = a[int(lo[0]) : int(hi[-1])]
-    runs = np.empty(2 * len(lo), dtype=np.int64)
-    runs[0::2] = lens
-    runs[1:-1:2] = lo[1:] - hi[:-1]
-    runs[-1] = 0
-    return region[np.repeat(np.tile(np.array([True, False]), len(lo)), runs)]
-
-
 def copy_out(
     buf: bytes, subj_lo: np.ndarray, subj_hi: np.ndarray, data_lo: np.ndarray, data_hi: np.ndarray
 ) -> tuple[np.ndarray, Frames]:
@@ -230,12 +210,13 @@ def copy_out(
     it lets ``buf`` go, and a chunk's columns are then plain slices of the copies."""
     a = np.frombuffer(buf, dtype=np.uint8)
     n = len(subj_lo)
-    offsets = np.zeros(2 * n + 1, dtype=np.int64)
-    np.cumsum(np.concatenate([subj_hi - subj_lo, data_hi - data_lo]), out=offsets[1:])
+    s_off, s_body = joined_spans(a, subj_lo, subj_hi)
+    d_off, d_body = joined_spans(a, data_lo, data_hi)
+    offsets = np.concatenate((s_off, d_off[1:] + s_off[-1]))
     zero = np.zeros(n, dtype=np.int64)
     lo = offsets[n : 2 * n]
     frames = Frames(np.full(n, HMSG), zero, offsets[:n], offsets[1 : n + 1], zero, zero, lo, lo, offsets[n + 1 :])
-    return np.concatenate([_spans(a, subj_lo, subj_hi), _spans(a, data_lo, data_hi)]), frames
+    return np.concatenate((s_body, d_body)), frames
 
 
 def pending_zero(hdr: Optional[bytes]) -> bool:

@@ -21,7 +21,7 @@ from jetspark import AckPolicy, RetentionPolicy
 from jetspark.errors import JetSparkError, RequestTimeoutError, StreamNotFoundError
 from jetspark.protocol import frames as F
 from jetspark.remote import direct, reads, wire
-from jetspark.remote.direct_frames import reply_fields
+from jetspark.remote.direct_frames import copy_out, reply_fields
 
 pytestmark = pytest.mark.server
 
@@ -423,6 +423,15 @@ def test_reply_fields_agree_with_a_one_by_one_reading(items, stream):
         assert (buf[d.subj_lo[i] : d.subj_hi[i]], int(d.seq[i]), int(d.time[i])) == (subject, seq, ns) == (subj, q, ns)
         own_got = buf[int(f.hdr_lo[i]) : int(d.own_end[i])] + b"\r\n" if d.own_end[i] else None
         assert own_got == own
+    # What a window keeps of them: their subjects and payloads copied out, nothing else.
+    keep = np.flatnonzero(~d.status)
+    if len(keep):
+        cbuf, cf = copy_out(buf, d.subj_lo[keep], d.subj_hi[keep], f.data_lo[keep], f.data_hi[keep])
+        cb = bytes(cbuf)
+        got = [(cb[cf.subj_lo[k] : cf.subj_hi[k]], cb[cf.data_lo[k] : cf.data_hi[k]]) for k in range(len(keep))]
+        assert got == [(want[i][1], want[i][4]) for i in keep.tolist()]
+        assert len(cb) == sum(len(want[i][1]) + len(want[i][4]) for i in keep.tolist())
+        assert (cf.hdr_lo == cf.data_lo).all() and (cf.reply_lo == cf.reply_hi).all()
 
 
 def test_reply_fields_refuses_what_is_no_direct_get_reply():
