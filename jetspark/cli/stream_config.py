@@ -216,7 +216,7 @@ def _server_feature_options(edit: bool) -> list:
     return opts
 
 
-def _server_feature_changes(params: dict[str, Any], out: dict[str, Any]) -> None:
+def _server_feature_changes(params: dict[str, Any], out: dict[str, Any], base: Optional[StreamConfig]) -> None:
     if params.get("mirror"):
         out["mirror"] = StreamSource(name=params["mirror"])
     if params.get("sources"):
@@ -227,7 +227,11 @@ def _server_feature_changes(params: dict[str, Any], out: dict[str, Any]) -> None
         out["persist_mode"] = PersistMode(params["persist_mode"].lower())
     if params.get("placement_cluster") or params.get("placement_tags"):
         tags = split_list(params["placement_tags"]) if params.get("placement_tags") else None
-        out["placement"] = Placement(cluster=params.get("placement_cluster") or None, tags=tags)
+        # A flag given alone changes its half: the other keeps the stream's (edit, copy).
+        kept = base.placement if base and isinstance(base.placement, Placement) else Placement()
+        out["placement"] = Placement(
+            cluster=params.get("placement_cluster") or kept.cluster, tags=tags if tags is not None else kept.tags
+        )
     if params.get("transform_destination"):
         src = params.get("transform_source") or ">"
         out["subject_transform"] = SubjectTransform(src=src, dest=params["transform_destination"])
@@ -261,11 +265,16 @@ def _server_feature_changes(params: dict[str, Any], out: dict[str, Any]) -> None
         out["subject_delete_marker_ttl"] = params["marker_ttl"]
     inactive, pending = params.get("limit_consumer_inactive"), params.get("limit_consumer_max_pending")
     if inactive is not None or pending is not None:
-        out["consumer_limits"] = StreamConsumerLimits(inactive_threshold=inactive, max_ack_pending=pending)
+        limits = base.consumer_limits if base and isinstance(base.consumer_limits, StreamConsumerLimits) else None
+        limits = limits or StreamConsumerLimits()
+        out["consumer_limits"] = StreamConsumerLimits(
+            inactive_threshold=limits.inactive_threshold if inactive is None else inactive,
+            max_ack_pending=limits.max_ack_pending if pending is None else pending,
+        )
 
 
-def config_changes(params: dict[str, Any]) -> dict[str, Any]:
-    """The StreamConfig fields the flags set (None: not given)."""
+def config_changes(params: dict[str, Any], base: Optional[StreamConfig] = None) -> dict[str, Any]:
+    """The StreamConfig fields the flags set (None: not given) on ``base``, the config they change."""
     out: dict[str, Any] = {}
 
     def put(field: str, value: Any) -> None:
@@ -299,7 +308,7 @@ def config_changes(params: dict[str, Any]) -> dict[str, Any]:
         out["no_ack"] = not params["ack"]
     if params.get("metadata"):
         out["metadata"] = parse_metadata(params["metadata"])
-    _server_feature_changes(params, out)
+    _server_feature_changes(params, out, base)
     return out
 
 

@@ -231,7 +231,7 @@ def copy(js, source: str, destination: str, config_file, as_json: bool, **params
             "--config: stream copy takes SOURCE's configuration; `stream add NAME --config FILE` adds one from a file"
         )
     config = js.stream_info(source).config
-    changes = config_changes(params)
+    changes = config_changes(params, config)
     if "subjects" not in changes and config.subjects:
         raise click.UsageError(
             f"the copy would capture SOURCE's subjects ({', '.join(config.subjects)}); give it its own with --subjects"

@@ -101,7 +101,7 @@ def edit(js, name: str, config_file, as_json: bool, **params):
     """
     old = js.stream_info(name).config
     base = config_from_file(config_file).evolve(name=name) if config_file else old
-    changes = config_changes(params)
+    changes = config_changes(params, base)
     new = base.evolve(**changes)
     info = js.update_stream(new)
     if as_json:

@@ -121,6 +121,29 @@ def test_stream_add_sources_transform_republish_and_the_rest(cli, url):
     )
 
 
+def test_stream_edit_of_one_consumer_limit_keeps_the_other(cli, url):
+    s = fresh("L")
+    cli("-s", url, "stream", "add", s, "--subjects", f"{s}.>", "--limit-consumer-inactive", "1m")
+    cli("-s", url, "stream", "edit", s, "--limit-consumer-max-pending", "50")
+    with jetspark.connect(url) as js:
+        limits = js.stream_info(s).config.consumer_limits
+    assert limits == StreamConsumerLimits(inactive_threshold=60.0, max_ack_pending=50)
+    cli("-s", url, "stream", "edit", s, "--limit-consumer-inactive", "2m")
+    with jetspark.connect(url) as js:
+        limits = js.stream_info(s).config.consumer_limits
+    assert limits == StreamConsumerLimits(inactive_threshold=120.0, max_ack_pending=50)
+
+
+def test_a_placement_flag_given_alone_keeps_the_other_half():
+    from jetspark.api import StreamConfig
+    from jetspark.cli.stream_config import config_changes
+
+    base = StreamConfig(name="P", placement=Placement(cluster="east", tags=["ssd"]))
+    assert config_changes({"placement_tags": ("fast",)}, base)["placement"] == Placement(cluster="east", tags=["fast"])
+    assert config_changes({"placement_cluster": "west"}, base)["placement"] == Placement(cluster="west", tags=["ssd"])
+    assert config_changes({"placement_tags": ("fast",)})["placement"] == Placement(tags=["fast"])
+
+
 def test_a_counter_stream_from_the_command_line(cli, url):
     c = fresh("C")
     cli("-s", url, "stream", "add", c, "--subjects", f"{c}.>", "--allow-counter")
