@@ -146,11 +146,16 @@ def check_header_size(hdr: bytes) -> None:
         raise refused(E.STREAM_HEADER_EXCEEDS_MAXIMUM)
 
 
-def check_ttl_valid(hdr: bytes) -> None:
-    """Before the discard-new limits: a Nats-TTL that is not a TTL."""
+def check_ttl_valid(hdr: bytes) -> int:
+    """Before the discard-new limits: a Nats-TTL that is not a TTL.  Returns the TTL (parse_ttl's
+    value; 0: none), which the publish then uses rather than parse it again."""
     value = _value(hdr, TTL)
-    if value is not None and parse_ttl(value) is None:
+    if value is None:
+        return 0
+    ttl = parse_ttl(value)
+    if ttl is None:
         raise refused(E.MESSAGE_TTL_INVALID)
+    return ttl
 
 
 # ---------------------------------------------------------------------- values as the server reads them

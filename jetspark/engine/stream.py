@@ -326,9 +326,9 @@ class Stream:
         interested = c.retention != RetentionPolicy.INTEREST or self._has_interest(subject)
         ttl = 0
         if hdr and interested:
-            refusals.check_ttl_valid(hdr)  # (a message no consumer wants is taken before this check)
+            ttl = refusals.check_ttl_valid(hdr)  # (a message no consumer wants is taken before this check)
             if c.allow_msg_ttl:
-                hdr, ttl = self._ttl_of(hdr)
+                hdr, ttl = self._ttl_of(hdr, ttl)
         self.check_discard_new(sid, len(subject.encode()), len(hdr), len(data))
 
         ts = self.now() if at is None else max(at, h.last_ts + 1000)
@@ -353,12 +353,12 @@ class Stream:
             s.compact_journals(self.clock(), int(lim.duplicate_window * _NS))
         return PubAck(stream=lim.name, seq=seq)
 
-    def _ttl_of(self, hdr: bytes) -> tuple[bytes, int]:
-        """The header to store and its TTL: with subject delete markers, a TTL shorter than the
-        marker TTL is raised to it (the header rewritten, as the server does), unless a subject
-        holds one message at most (docs/semantics.md §3.8)."""
+    def _ttl_of(self, hdr: bytes, ttl: int) -> tuple[bytes, int]:
+        """The header to store and its TTL (``ttl``: the header's, as check_ttl_valid read it): with
+        subject delete markers, a TTL shorter than the marker TTL is raised to it (the header
+        rewritten, as the server does), unless a subject holds one message at most
+        (docs/semantics.md §3.8)."""
         c = self.config
-        ttl = msg_ttl.header_ttl(hdr)
         floor = int(c.subject_delete_marker_ttl or 0)
         if 0 < ttl < floor and c.max_msgs_per_subject != 1:
             return msg_ttl.raise_ttl(hdr, floor), floor
