@@ -10,6 +10,7 @@ log (the replay every other process does).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import tempfile
 from pathlib import Path
@@ -51,10 +52,32 @@ def _reopened(c: Consumer) -> dict:
         fresh.close()
 
 
+@contextlib.contextmanager
+def _consumer(path: Path, **config):
+    """Consumer D of a fresh store (``_open``) and the store's clock, its stream locked; on
+    leaving, the memory must equal a fresh reopen of the log."""
+    clock = FakeClock()
+    js, s = _open(path, clock, **config)
+    with js, s.locked():
+        c = s.consumers.by_name["D"]
+        yield c, clock
+        assert _reopened(c) == c.snapshot()
+
+
+def _ops(plan) -> list:
+    return [op for op, _, _ in plan]
+
+
+def _dropped(plan) -> list:
+    return [(op, items["sseq"].tolist()) for op, _, items in plan]
+
+
 def _planned(c: Consumer, plan_call):
-    """Plan, check that planning moved neither the state nor the log, commit; the result."""
+    """Plan, check that planning moved neither the state nor the log, commit; the result.
+    ``plan_call`` returns (result, plan), or a plan alone (the result is then None)."""
     before, size = c.snapshot(), Path(c.log.path).stat().st_size
-    result, plan = plan_call()
+    out = plan_call()
+    result, plan = out if isinstance(out, tuple) else (None, out)
     assert c.snapshot() == before, "planning moved the state"
     assert Path(c.log.path).stat().st_size == size, "planning wrote to the log"
     c.commit(plan)
@@ -65,12 +88,9 @@ def _planned(c: Consumer, plan_call):
 
 
 def test_a_batch_queues_the_due_behind_the_nakd_and_records_the_queue(tmp_path):
-    clock = FakeClock()
-    js, s = _open(tmp_path, clock, ack_policy=AckPolicy.EXPLICIT, ack_wait=10)
-    with js, s.locked():
-        c = s.consumers.by_name["D"]
+    with _consumer(tmp_path, ack_policy=AckPolicy.EXPLICIT, ack_wait=10) as (c, clock):
         c.next_batch(3, clock())
-        _planned(c, lambda: (None, c.plan_nak(3, 3, None, clock())))
+        _planned(c, lambda: c.plan_nak(3, 3, None, clock()))
         assert c.redelivery_queue == [3]
         clock.advance(11)  # 1 and 2 are due: they queue behind the nak'd 3
         out, plan = _planned(c, lambda: c.plan_batch(2, clock()))
@@ -80,19 +100,15 @@ def test_a_batch_queues_the_due_behind_the_nakd_and_records_the_queue(tmp_path):
         assert items[["sseq", "count"]].tolist() == [(1, QUEUED), (2, QUEUED), (3, 2), (1, 2)]
         assert scalars[:2] == (5, 4)  # consumer seq 5; the next new message is still 4
         assert c.redelivery_queue == [2]  # left in the queue, and in the log
-        assert _reopened(c) == c.snapshot()
 
 
 def test_an_explicit_ack_plans_one_drop_with_the_new_floor(tmp_path):
-    clock = FakeClock()
-    js, s = _open(tmp_path, clock, ack_policy=AckPolicy.EXPLICIT)
-    with js, s.locked():
-        c = s.consumers.by_name["D"]
+    with _consumer(tmp_path, ack_policy=AckPolicy.EXPLICIT) as (c, clock):
         c.next_batch(3, clock())
         clock.advance(1)
         released, plan = _planned(c, lambda: c.plan_ack(1, 1, clock()))
         assert released == [1]
-        assert [(op, items["sseq"].tolist()) for op, _, items in plan] == [(DROP, [1])]
+        assert _dropped(plan) == [(DROP, [1])]
         assert (c.ack_floor_consumer_seq, c.ack_floor_stream_seq, c.acked_ns) == (1, 1, clock())
         assert sorted(c.pending) == [2, 3]
         # An ack above a gap leaves the floor; acking a message twice releases it again, writes nothing new.
@@ -101,31 +117,24 @@ def test_an_explicit_ack_plans_one_drop_with_the_new_floor(tmp_path):
         size = Path(c.log.path).stat().st_size
         assert c.plan_ack(99, 99, clock()) == ([], [])  # never delivered: nothing
         assert Path(c.log.path).stat().st_size == size
-        assert _reopened(c) == c.snapshot()
 
 
 def test_ack_all_drops_what_max_deliver_gave_up_too(tmp_path):
-    clock = FakeClock()
-    js, s = _open(tmp_path, clock, ack_policy=AckPolicy.ALL, ack_wait=1, max_deliver=1)
-    with js, s.locked():
-        c = s.consumers.by_name["D"]
+    with _consumer(tmp_path, ack_policy=AckPolicy.ALL, ack_wait=1, max_deliver=1) as (c, clock):
         c.next_batch(3, clock())
         clock.advance(2)  # past ack_wait: 1..3 reach max_deliver and leave pending, their counts stay
         out, plan = _planned(c, lambda: c.plan_batch(1, clock()))
-        assert [op for op, _, _ in plan] == [MAXED, DELIVER] and out == [(4, 4, 1)]
+        assert _ops(plan) == [MAXED, DELIVER] and out == [(4, 4, 1)]
         assert (sorted(c.pending), sorted(c.delivery_counts)) == ([4], [1, 2, 3, 4])
         released, plan = _planned(c, lambda: c.plan_ack(2, 2, clock()))
         assert released == [1, 2]
-        assert [(op, items["sseq"].tolist()) for op, _, items in plan] == [(DROP, [1, 2])]
+        assert _dropped(plan) == [(DROP, [1, 2])]
         assert sorted(c.delivery_counts) == [3, 4]
-        assert _reopened(c) == c.snapshot()  # a reader forgets 1 and 2's counts as well
+        # on leaving _consumer: a reader forgets 1 and 2's counts as well
 
 
 def test_ack_many_plans_one_record(tmp_path):
-    clock = FakeClock()
-    js, s = _open(tmp_path, clock, ack_policy=AckPolicy.EXPLICIT)
-    with js, s.locked():
-        c = s.consumers.by_name["D"]
+    with _consumer(tmp_path, ack_policy=AckPolicy.EXPLICIT) as (c, clock):
         c.next_batch(5, clock())
         released, plan = _planned(c, lambda: c.plan_ack_many([2, 1, 4], clock()))
         assert released == [2, 1, 4] and len(plan) == 1 and plan[0][0] == DROP
@@ -133,25 +142,21 @@ def test_ack_many_plans_one_record(tmp_path):
         released, plan = _planned(c, lambda: c.plan_ack_many([5, 3], clock()))
         assert released == [3, 5]  # everything outstanding: the floor meets delivered
         assert (c.ack_floor_consumer_seq, c.ack_floor_stream_seq, c.pending) == (5, 5, {})
-        assert _reopened(c) == c.snapshot()
 
 
 def test_nak_and_in_progress_plan_a_due_record(tmp_path):
-    clock = FakeClock()
-    js, s = _open(tmp_path, clock, ack_policy=AckPolicy.EXPLICIT, ack_wait=30)
-    with js, s.locked():
-        c = s.consumers.by_name["D"]
+    with _consumer(tmp_path, ack_policy=AckPolicy.EXPLICIT, ack_wait=30) as (c, clock):
         c.next_batch(3, clock())
         t0 = clock()
         clock.advance(1)
-        _, plan = _planned(c, lambda: (None, c.plan_nak(2, 2, 5.0, clock())))
+        _, plan = _planned(c, lambda: c.plan_nak(2, 2, 5.0, clock()))
         (op, scalars, items) = plan[0]
         assert op == DUE and items.tolist() == [(2, 2, 0, clock() + 5 * NS)]
         assert c.delivered_ns == clock() and c.redelivery_queue == []  # a delayed nak waits for its time
-        _planned(c, lambda: (None, c.plan_nak(1, 1, None, clock())))
+        _planned(c, lambda: c.plan_nak(1, 1, None, clock()))
         assert c.redelivery_queue == [1] and c.pending[1] == [1, clock()]
         clock.advance(1)
-        _planned(c, lambda: (None, c.plan_in_progress(3, clock())))
+        _planned(c, lambda: c.plan_in_progress(3, clock()))
         assert c.pending[3] == [3, clock() + 30 * NS] and c.delivered_ns == clock() > t0
         # A nak of a delivery the floor passed, or of one not pending, plans nothing.
         assert c.plan_nak(7, 7, None, clock()) == [] and c.plan_in_progress(7, clock()) == []
@@ -159,57 +164,41 @@ def test_nak_and_in_progress_plan_a_due_record(tmp_path):
         # An ack of a queued delivery takes it out of the queue, in memory and in the log.
         _planned(c, lambda: c.plan_ack(1, 1, clock()))
         assert (c.redelivery_queue, sorted(c.pending)) == ([], [2, 3])
-        assert _reopened(c) == c.snapshot()
 
 
 def test_advance_floor_and_purge_plan_one_snapshot(tmp_path):
-    clock = FakeClock()
-    js, s = _open(tmp_path, clock, ack_policy=AckPolicy.EXPLICIT, filter_subject="s.a")
-    with js, s.locked():
-        c = s.consumers.by_name["D"]
+    with _consumer(tmp_path, ack_policy=AckPolicy.EXPLICIT, filter_subject="s.a") as (c, clock):
         c.next_batch(1, clock())  # s.a: 3, 6, 9
-        _, plan = _planned(c, lambda: (None, c.plan_advance_floor(7, clock())))
-        assert [op for op, _, _ in plan] == [SNAPSHOT]
+        _, plan = _planned(c, lambda: c.plan_advance_floor(7, clock()))
+        assert _ops(plan) == [SNAPSHOT]
         assert (c.delivered_consumer_seq, c.next_stream_seq, c.ack_floor_stream_seq, c.pending) == (2, 7, 6, {})
         assert c.plan_advance_floor(5, clock()) == []  # below the floor: nothing
-        _, plan = _planned(c, lambda: (None, c.plan_purged(9, False, clock())))
-        assert [op for op, _, _ in plan] == [SNAPSHOT] and (c.next_stream_seq, c.ack_floor_stream_seq) == (9, 8)
-        assert _reopened(c) == c.snapshot()
+        _, plan = _planned(c, lambda: c.plan_purged(9, False, clock()))
+        assert _ops(plan) == [SNAPSHOT] and (c.next_stream_seq, c.ack_floor_stream_seq) == (9, 8)
 
 
 def test_drop_counts_a_removed_pending_message_as_termed(tmp_path):
-    clock = FakeClock()
-    js, s = _open(tmp_path, clock, ack_policy=AckPolicy.EXPLICIT)
-    with js, s.locked():
-        c = s.consumers.by_name["D"]
+    with _consumer(tmp_path, ack_policy=AckPolicy.EXPLICIT) as (c, clock):
         c.next_batch(3, clock())
         released, plan = _planned(c, lambda: c.plan_drop(np.array([1, 3, 8], dtype=np.int64), clock()))
-        assert released == [] and [(op, items["sseq"].tolist()) for op, _, items in plan] == [(DROP, [1, 3])]
+        assert released == [] and _dropped(plan) == [(DROP, [1, 3])]
         assert (sorted(c.pending), c.ack_floor_stream_seq, c.acked_ns) == ([2], 1, clock())
-        assert _reopened(c) == c.snapshot()
 
 
 def test_start_and_active_plan_their_records(tmp_path):
-    clock = FakeClock()
-    js, s = _open(tmp_path, clock, deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, filter_subject="s.*")
-    with js, s.locked():
-        c = s.consumers.by_name["D"]
+    with _consumer(tmp_path, deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, filter_subject="s.*") as (c, clock):
         assert (c.last_per_subject, c.next_stream_seq, c.ack_floor_stream_seq) == ([8, 9, 10], 8, 7)
         clock.advance(3)
-        _, plan = _planned(c, lambda: (None, c.plan_active(clock())))
-        assert [op for op, _, _ in plan] == [SCALARS] and c.last_active == clock()
-        assert [op for op, _, _ in c.plan_start(4, [4, 5], clock())] == [LAST_PER_SUBJECT]
-        assert [op for op, _, _ in c.plan_start(4, [], clock())] == [SNAPSHOT]
+        _, plan = _planned(c, lambda: c.plan_active(clock()))
+        assert _ops(plan) == [SCALARS] and c.last_active == clock()
+        assert _ops(c.plan_start(4, [4, 5], clock())) == [LAST_PER_SUBJECT]
+        assert _ops(c.plan_start(4, [], clock())) == [SNAPSHOT]
         out = c.next_batch(2, clock())
         assert [q for q, _, _ in out] == [8, 9] and c.last_per_subject == [10]
-        assert _reopened(c) == c.snapshot()
 
 
 def test_a_plan_made_before_the_state_changed_is_refused(tmp_path):
-    clock = FakeClock()
-    js, s = _open(tmp_path, clock, ack_policy=AckPolicy.EXPLICIT)
-    with js, s.locked():
-        c = s.consumers.by_name["D"]
+    with _consumer(tmp_path, ack_policy=AckPolicy.EXPLICIT) as (c, clock):
         _, stale = c.plan_batch(2, clock())
         c.next_batch(1, clock())
         size, before = Path(c.log.path).stat().st_size, c.snapshot()
@@ -221,14 +210,11 @@ def test_a_plan_made_before_the_state_changed_is_refused(tmp_path):
 def test_a_refused_record_leaves_the_memory_at_the_records_written_before_it(tmp_path, monkeypatch):
     """A plan of two records whose second the disk refuses: the first is in the log and in
     memory, the second in neither (the refusal is injected: the second append raises ENOSPC)."""
-    clock = FakeClock()
-    js, s = _open(tmp_path, clock, ack_policy=AckPolicy.EXPLICIT, ack_wait=1, max_deliver=1)
-    with js, s.locked():
-        c = s.consumers.by_name["D"]
+    with _consumer(tmp_path, ack_policy=AckPolicy.EXPLICIT, ack_wait=1, max_deliver=1) as (c, clock):
         c.next_batch(2, clock())
         clock.advance(2)
         _, plan = c.plan_batch(3, clock())
-        assert [op for op, _, _ in plan] == [MAXED, DELIVER]
+        assert _ops(plan) == [MAXED, DELIVER]
         real, calls = consumer_log.ConsumerLog.append, []
 
         def append(self, rec):
