@@ -249,3 +249,25 @@ def test_a_marker_a_full_disk_refuses_is_a_typed_error_and_the_expiry_is_tried_a
         assert (st.first_seq, st.last_seq, st.messages) == (2, int(last) + 1, int(last))
         got = js.get_msg(S, int(last) + 1)
         assert (got.subject, got.headers) == ("t.a", MARKER)
+
+
+def test_a_damaged_message_max_age_expires_goes_without_a_marker_and_the_rest_expire(tmp_path, caplog):
+    # Whether a damaged message was a marker cannot be told: max_age removes it as it would
+    # without markers (no marker in its place), and the intact ones still get theirs.
+    store = tmp_path / "store"
+    clock = FakeClock()
+    with jetspark.connect(store, clock=clock) as js:
+        js.add_stream(name=S, subjects=["t.>"], subject_delete_marker_ttl=60, max_age=10)
+        js.publish("t.a", b"AAAA")
+        js.publish("t.b", b"BBBB")
+    (dat,) = (store / "streams" / S / "data" / "blk").glob("*.dat")
+    with open(dat, "r+b") as f:  # t.a's payload fails its checksum
+        f.write(b"X")
+    with caplog.at_level(logging.WARNING, logger="jetspark"), jetspark.connect(store, clock=clock) as js:
+        with pytest.raises(CorruptStoreError):
+            js.get_msg(S, 1)
+        clock.advance(11)
+        assert [(q, s, js.get_msg(S, q).headers) for q, s in subjects_of(js)] == [(3, "t.b", MARKER)]
+        assert "message 1 expired damaged, removed without a marker" in caplog.text
+        st = js.stream_info(S).state
+        assert (st.messages, st.first_seq, st.last_seq) == (1, 3, 3)
