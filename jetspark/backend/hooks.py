@@ -35,14 +35,15 @@ if TYPE_CHECKING:
     from jetspark.backend import MsgAPI
     from jetspark.backend.archive import Archive, Meter, Writer
 
-__all__ = ["Hooks", "consumer_arg", "stream_arg", "stream_config_name"]
+__all__ = ["Hooks", "consumer_arg", "stream_arg", "stream_config_name", "token_ok"]
 
 _WHITESPACE = frozenset(" \t\r\n\f\v")  # what NATS calls whitespace in a subject
 
 
-def _token(value: Any) -> bool:
+def token_ok(value: Any) -> bool:
     """Can ``value`` be one token of an API subject?  (A str, not empty, no '.', no
-    whitespace, not '*' or '>' alone, and UTF-8 can encode it.)"""
+    whitespace, not '*' or '>' alone, and UTF-8 can encode it: the protocol line is UTF-8,
+    and a lone surrogate would fail inside nats-py instead of here.)"""
     if (
         not isinstance(value, str)
         or not value
@@ -61,7 +62,7 @@ def _token(value: Any) -> bool:
 def stream_arg(value: Any) -> str:
     """A stream argument: a name a stream can have, else 10059 (no stream has it), as the
     server answers a request whose subject cannot carry the name."""
-    if not _token(value):
+    if not token_ok(value):
         raise api_error(STREAM_NOT_FOUND)
     return value
 
@@ -71,7 +72,7 @@ def stream_config_name(value: Any) -> str:
     else 10052 with the server's text.  The server answers a name its API subject can carry
     ("a*") so, before looking for the stream; one it cannot carry ("a.b") is refused here
     the same way, on either backend."""
-    if not _token(value):
+    if not token_ok(value):
         raise api_error(
             STREAM_INVALID_CONFIG, err="stream name is required and can not contain '.', '*', '>', '\\', '/'"
         )
@@ -80,7 +81,7 @@ def stream_config_name(value: Any) -> str:
 
 def consumer_arg(value: Any) -> str:
     """A consumer argument: a name a consumer can have, else 10014 (no consumer has it)."""
-    if not _token(value):
+    if not token_ok(value):
         raise api_error(CONSUMER_NOT_FOUND)
     return value
 

@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 from jetspark import api
 from jetspark import err_codes as E
+from jetspark.backend.hooks import token_ok as token_ok  # (the API subject's token rule, one for both backends)
 from jetspark.errors import api_error
 from jetspark.protocol import headers as H
 
@@ -24,7 +25,6 @@ NS = 1_000_000_000
 _DURATIONS_STREAM = ("max_age", "duplicate_window", "subject_delete_marker_ttl")
 _DURATIONS_CONSUMER = ("ack_wait", "inactive_threshold", "idle_heartbeat")
 _ZERO_TIME = "0001-01-01T00:00:00Z"
-_WHITESPACE = frozenset(" \t\r\n\f\v")  # what NATS calls whitespace in a subject (not NBSP)
 _TIME_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
 
 
@@ -68,27 +68,6 @@ def rfc3339_ns(ns: int) -> str:
 def strip_server_metadata(meta: Optional[dict]) -> Optional[dict]:
     meta = {k: v for k, v in (meta or {}).items() if not k.startswith("_nats.")}
     return meta or None
-
-
-def token_ok(name: Any) -> bool:
-    """Can ``name`` be one token of an API subject?  (UTF-8 must encode it: the protocol
-    line is UTF-8, and a lone surrogate would fail inside nats-py instead of here.)"""
-    return (
-        isinstance(name, str)
-        and bool(name)
-        and name not in ("*", ">")
-        and "." not in name
-        and not _WHITESPACE.intersection(name)
-        and _utf8(name)
-    )
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 # ---------------------------------------------------------------------- streams
