@@ -83,24 +83,6 @@ def strip_direct_headers(block: bytes) -> tuple[Optional[bytes], bytes, int, byt
     return own, block[j + 16 : k], int(block[k + 17 : t]), block[t + 19 : e]
 
 
-class _Stamps:
-    """RFC 3339 times of the server (``2026-11-24T01:49:36.660992921Z``) -> ns since the
-    epoch, the date-time part parsed once per second (messages come many per second)."""
-
-    def __init__(self) -> None:
-        self._second = b""
-        self._base = 0
-
-    def ns(self, stamp: bytes) -> int:
-        if len(stamp) > 20 and stamp[19:20] == b"." and stamp[-1:] == b"Z":
-            head = stamp[:19]
-            if head != self._second:
-                self._base = wire.time_to_ns(head.decode() + "Z")
-                self._second = head
-            return self._base + int(stamp[20:-1].ljust(9, b"0")[:9])
-        return wire.time_to_ns(stamp.decode())
-
-
 class _Part:
     """Messages of one window from one run of frames, in order, copied out of the run's buffer
     (``direct_frames.copy_out``: their subjects, the ``Nats-Subject`` values, then their payloads):
@@ -168,7 +150,6 @@ class DirectRead:
         self._inbox: Optional[FrameInbox] = None
         self._inbox_subject = ""
         self._max_bytes = DIRECT_MAX_BYTES
-        self._stamps = _Stamps()
         self._unheard = 0.0  # seconds paused since the last answer, for no responders
         self._failed: Optional[BaseException] = None  # raised while taking a run as it arrived
         self._retried = 0
@@ -416,7 +397,7 @@ class DirectRead:
             i = rows.start + k if isinstance(rows, slice) else int(rows[k])
             hl, dl = int(f.hdr_lo[i]), int(f.data_lo[i])
             block, subject, seq[k], stamp = strip_direct_headers(buf[hl:dl])
-            time[k] = self._stamps.ns(stamp)
+            time[k] = wire.time_to_ns(stamp.decode())
             subj_lo[k] = buf.rfind(b"\r\nNats-Subject: ", hl, dl) + 16
             subj_hi[k] = subj_lo[k] + len(subject)
             own_end[k] = hl + len(block) - 2 if block else 0

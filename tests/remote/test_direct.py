@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -446,3 +447,38 @@ def test_reply_fields_refuses_what_is_no_direct_get_reply():
     f, _ = F.scan(buf)
     assert not reply_fields(buf, f, "S", len("_INBOX.x.")).ok[0]
     assert np.array_equal(reply_fields(buf, f[:0], "S", 9).seq, np.zeros(0, dtype=np.int64))
+
+
+def _read_run(pieces: list[bytes]) -> direct._Window:
+    """The frames ``pieces`` (answers to request 0 of inbox ``_INBOX.x``) taken by a read of
+    [1, 10] of stream S as they would arrive: its window, with what it kept."""
+    read = direct.DirectRead(SimpleNamespace(api_prefix="$JS.API"), "S", 1, 10, None)  # (no request is sent)
+    read._inbox_subject = "_INBOX.x"
+    w = direct._Window(1, 10)
+    w.req = 0
+    read._by_req[0] = w
+    buf = b"".join(pieces)
+    f, end = F.scan(buf)
+    assert end == len(buf)
+    read._absorb(buf, f)
+    return w
+
+
+def test_a_reply_the_array_reading_does_not_take_is_read_one_by_one():
+    """A time stamp with more than nine fraction digits, or an offset for its zone, is no
+    reply_fields row: the read takes it one by one (as wire.time_to_ns reads it) among the others."""
+    stamps = ["2026-11-24T01:49:36.660992921Z", "2026-11-24T01:49:36.6609929219Z", "2026-11-24T02:49:36.5+01:00"]
+    pieces = [_reply("_INBOX.x", "S", ("a.b", q, t, None, b"p%d" % q, True, 0))[0] for q, t in enumerate(stamps, 1)]
+    buf = b"".join(pieces)
+    assert reply_fields(buf, F.scan(buf)[0], "S", len("_INBOX.x.")).ok.tolist() == [True, False, False]
+    w = _read_run(pieces)
+    (part,) = w.parts
+    assert part.seq.tolist() == [1, 2, 3]
+    assert part.time.tolist() == [wire.time_to_ns(stamps[0])] * 2 + [wire.time_to_ns("2026-11-24T01:49:36.5Z")]
+    assert [bytes(part.buf[part.frames.data_lo[k] : part.frames.data_hi[k]]) for k in range(3)] == [b"p1", b"p2", b"p3"]
+
+
+def test_a_reply_without_the_servers_lines_is_an_error_naming_it():
+    block = b"NATS/1.0\r\nk: v\r\n\r\n"
+    with pytest.raises(JetSparkError, match="not a direct get reply"):
+        _read_run([b"HMSG _INBOX.x.0 1 %d %d\r\n%sxy\r\n" % (len(block), len(block) + 2, block)])
