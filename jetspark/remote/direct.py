@@ -77,10 +77,11 @@ def strip_direct_headers(block: bytes) -> tuple[Optional[bytes], bytes, int, byt
     k = block.find(b"\r\nNats-Sequence: ", j)
     t = block.find(b"\r\nNats-Time-Stamp: ", k)
     e = block.find(b"\r\n", t + 19)
-    if min(i, j, k, t, e) < 0:
+    seq = block[k + 17 : t]
+    if min(i, j, k, t, e) < 0 or not seq.isdigit():
         raise JetSparkError(f"not a direct get reply: {block[:200]!r}")
     own = block[: i + 2] + b"\r\n" if i > len(b"NATS/1.0") else None
-    return own, block[j + 16 : k], int(block[k + 17 : t]), block[t + 19 : e]
+    return own, block[j + 16 : k], int(seq), block[t + 19 : e]
 
 
 class _Part:

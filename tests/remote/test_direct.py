@@ -482,3 +482,8 @@ def test_a_reply_without_the_servers_lines_is_an_error_naming_it():
     block = b"NATS/1.0\r\nk: v\r\n\r\n"
     with pytest.raises(JetSparkError, match="not a direct get reply"):
         _read_run([b"HMSG _INBOX.x.0 1 %d %d\r\n%sxy\r\n" % (len(block), len(block) + 2, block)])
+    # The server's lines with a sequence that is no number: the same error, no ValueError.
+    bad = b"NATS/1.0\r\nNats-Stream: S\r\nNats-Subject: a\r\nNats-Sequence: 1x\r\n"
+    bad += b"Nats-Time-Stamp: 2026-11-24T01:49:36Z\r\nNats-Num-Pending: 0\r\nNats-Last-Sequence: 0\r\n\r\n"
+    with pytest.raises(JetSparkError, match="not a direct get reply"):
+        _read_run([b"HMSG _INBOX.x.0 1 %d %d\r\n%s\r\n" % (len(bad), len(bad), bad)])
