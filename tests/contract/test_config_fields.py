@@ -417,3 +417,20 @@ def test_the_differences_page_lists_exactly_the_fields_the_engine_refuses():
     listed = [re.findall(r"`(\w+)`", part) for part in m.groups()]
     assert sorted(listed[0]) == sorted(engine_config.UNIMPLEMENTED)
     assert sorted(listed[1]) == sorted(engine_consumer_config.UNIMPLEMENTED)
+
+
+def test_the_result_classes_differ_from_nats_py_s_only_as_the_differences_page_says():
+    """docs/reference/differences-nats-py.md: the server features' parts are frozen dataclasses
+    importable from ``jetspark``; ``PubAck`` lacks nats-py's ``batch_id``/``batch_size`` (and has
+    ``val``); ``StreamSourceInfo`` has nats-py's fields plus the server's three."""
+
+    def names(cls) -> set[str]:
+        return {f.name for f in dataclasses.fields(cls)}
+
+    for part in ("StreamSource", "SubjectTransform", "RePublish", "Placement", "StreamConsumerLimits"):
+        cls = getattr(jetspark, part)
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, part
+    ours, theirs = names(jetspark.PubAck), names(napi.PubAck)
+    assert (theirs - ours, ours - theirs) == ({"batch_id", "batch_size"}, set()) and "val" in ours
+    ours, theirs = names(jetspark.StreamSourceInfo), names(napi.StreamSourceInfo)
+    assert (theirs - ours, ours - theirs) == (set(), {"filter_subject", "subject_transforms", "external"})
