@@ -482,13 +482,13 @@ class RangeRead:
             return
         await self.puller.start()
 
-    async def next_chunk(self, max_msgs: int) -> Chunk | FrameChunk:
+    async def next_chunk(self, max_msgs: int) -> FrameChunk:
         chunk = await self._next_chunk(max_msgs)
         if len(chunk):
-            self.returned = int(chunk.seq_array[-1]) if isinstance(chunk, FrameChunk) else chunk.seqs[-1]
+            self.returned = int(chunk.seq_array[-1])
         return chunk
 
-    async def _next_chunk(self, max_msgs: int) -> Chunk | FrameChunk:
+    async def _next_chunk(self, max_msgs: int) -> FrameChunk:
         while True:
             chunk = await self.puller.next_chunk(max_msgs)
             if len(chunk) or not self.puller.done:
