@@ -311,8 +311,7 @@ class Session:
             return self.silence(what, timeout)
         if isinstance(exc, _CONNECTION_LOST):
             # (closed for good once its client gave up reconnecting: no retry brings it back)
-            nc = getattr(self, "_nc", None)  # (None while the first connect is under way)
-            lost = ConnectionGoneError if nc is not None and nc.is_closed else ServerConnectionError
+            lost = ConnectionGoneError if self.gone else ServerConnectionError
             return lost(f"lost the connection to {self.url} during {what}: {_describe(exc)}")
         if isinstance(exc, nerr.MaxPayloadError):
             return BadRequestError(
