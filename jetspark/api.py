@@ -131,13 +131,16 @@ def rfc3339(value: _dt.datetime) -> str:
 
 
 def parse_rfc3339(text: str) -> _dt.datetime:
-    """An RFC 3339 time (nanoseconds allowed, kept to microseconds) as an aware UTC datetime;
-    ValueError if ``text`` is not one."""
+    """An RFC 3339 time (nanoseconds allowed, kept to microseconds) as an aware UTC datetime
+    (one without an offset is UTC, as ``rfc3339`` writes a naive one); ValueError if ``text``
+    is not one."""
     head, dot, rest = text.replace("Z", "+00:00").partition(".")
     if dot:
         digits = len(rest) - len(rest.lstrip("0123456789"))
         head += "." + rest[:digits][:6].ljust(6, "0") + rest[digits:]
-    return _dt.datetime.fromisoformat(head).astimezone(_dt.timezone.utc)
+    when = _dt.datetime.fromisoformat(head)
+    # (astimezone would read a naive time as the machine's local time)
+    return when.replace(tzinfo=_dt.timezone.utc) if when.tzinfo is None else when.astimezone(_dt.timezone.utc)
 
 
 class Base:

@@ -434,3 +434,27 @@ def test_the_result_classes_differ_from_nats_py_s_only_as_the_differences_page_s
     assert (theirs - ours, ours - theirs) == ({"batch_id", "batch_size"}, set()) and "val" in ours
     ours, theirs = names(jetspark.StreamSourceInfo), names(napi.StreamSourceInfo)
     assert (theirs - ours, ours - theirs) == (set(), {"filter_subject", "subject_transforms", "external"})
+
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("2030-01-02T03:04:05Z", "2030-01-02T03:04:05+00:00"),
+        ("2030-01-02T03:04:05.123456789+02:00", "2030-01-02T01:04:05.123456+00:00"),
+        ("2030-01-02T03:04:05", "2030-01-02T03:04:05+00:00"),  # no offset: UTC, not the machine's zone
+    ],
+)
+def test_a_source_s_start_time_as_text_reads_back_in_utc_whatever_the_local_zone(monkeypatch, text, want):
+    import time
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        got = jetspark.StreamSource.from_response({"name": "A", "opt_start_time": text}).opt_start_time
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert got.isoformat() == want
+    assert jetspark.StreamSource.from_response({"name": "A", "opt_start_time": "not a time"}).opt_start_time == (
+        "not a time"  # other text goes as it is, for the server to judge
+    )
