@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import click
 
-from jetspark.api import AckPolicy, ConsumerConfig, ConsumerInfo, ReplayPolicy
+from jetspark.api import AckPolicy, ConsumerConfig, ConsumerInfo, ReplayPolicy, parse_rfc3339
 from jetspark.cli.fetch import ack_options, deliver
 from jetspark.cli.output import (
     cluster_pairs,
@@ -175,12 +175,11 @@ def _pause_until(text: str) -> _dt.datetime:
     except ValueError:
         pass
     try:
-        when = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse_rfc3339(text)
     except ValueError:
         raise click.BadParameter(
             f"{text!r} is neither a duration (1h) nor an RFC 3339 time", param_hint="--pause"
         ) from None
-    return when if when.tzinfo else when.replace(tzinfo=_dt.timezone.utc)
 
 
 # ---------------------------------------------------------------------- rendering
