@@ -206,3 +206,47 @@ def test_consumer_add_pause_on_the_engine_is_refused(cli):
     r = cli("consumer", "add", "E", "D", "--pause", "1h", code=1)
     assert "['pause_until'] not supported by the embedded engine" in r.stderr
     assert cli.json("consumer", "ls", "E") == []
+
+
+def test_the_flags_whose_help_says_the_engine_refuses_them_set_only_fields_it_refuses():
+    """``stream add --help`` marks the flags of the features the engine does not implement: each
+    marked flag sets only fields in the engine's ``UNIMPLEMENTED``, each unmarked one none."""
+    import click
+
+    from jetspark.cli.stream_config import config_changes
+    from jetspark.cli.streams import stream
+    from jetspark.engine.config import UNIMPLEMENTED
+
+    partners = {  # the flags a flag needs beside it
+        "transform_source": {"transform_destination": "t.>"},
+        "republish_source": {"republish_destination": "r.>"},
+        "republish_destination": {"republish_source": ">"},
+        "republish_headers": {"republish_source": ">", "republish_destination": "r.>"},
+    }
+    marked = 0
+    for p in stream.commands["add"].params:
+        if not isinstance(p, click.Option) or p.name in ("config_file",):
+            continue
+        if p.is_flag:
+            value = True
+        elif isinstance(p.type, click.Choice):
+            value = p.type.choices[-1]  # (s2, async: not the default)
+        elif p.multiple:
+            value = ("x",)
+        elif p.type is click.INT:
+            value = 5
+        elif "duration" in type(p.type).__name__.lower():
+            value = 60.0
+        else:
+            value = "x"
+        try:
+            fields = set(config_changes({p.name: value, **partners.get(p.name, {})}))
+        except click.ClickException:  # a flag of the engine's features whose value this guess is not
+            assert not (p.help and "the embedded engine refuses it" in p.help), p.opts
+            continue
+        if p.help and "the embedded engine refuses it" in p.help:
+            marked += 1
+            assert fields and fields <= set(UNIMPLEMENTED), (p.opts, fields)
+        else:
+            assert not fields & set(UNIMPLEMENTED), (p.opts, fields)
+    assert marked >= 10
