@@ -95,7 +95,7 @@ def join_rows(columns: Sequence[Sequence[bytes]], n: int) -> bytes:
 
 
 def line(subject: bytes, reply: bytes, block: bytes, data: bytes) -> bytes:
-    """One message's lines, formatted on their own (the reference ``PubBatch`` is held to)."""
+    """One message's lines, formatted on their own: ``publish_async``'s, and the reference ``PubBatch`` is held to."""
     if block:
         return b"HPUB %b %b %d %d\r\n%b%b\r\n" % (subject, reply, len(block), len(block) + len(data), block, data)
     return b"PUB %b %b %d\r\n%b\r\n" % (subject, reply, len(data), data)

@@ -41,6 +41,7 @@ from jetspark.errors import (
     error_from_response,
 )
 from jetspark.protocol import headers as H
+from jetspark.protocol import pub_lines
 from jetspark.protocol import subjects as subj
 from jetspark.protocol.deliveries import puback_fields
 from jetspark.protocol.frames import Frames
@@ -185,13 +186,8 @@ class AsyncPublisher:
             reply = b"%b%d" % (prefix, token)
             if write is None:
                 public.append((subject, payload, reply.decode(), H.decode(hdr) if hdr else None))
-            elif hdr:
-                lines.append(
-                    b"HPUB %b %b %d %d\r\n%b%b\r\n"
-                    % (subject_bytes, reply, len(hdr), len(hdr) + len(payload), hdr, payload)
-                )
             else:
-                lines.append(b"PUB %b %b %d\r\n%b\r\n" % (subject_bytes, reply, len(payload), payload))
+                lines.append(pub_lines.line(subject_bytes, reply, hdr or b"", payload))
         self._arm_sweeper()
         try:
             if lines and write is not None:  # (lines are written only with the raw writer)
