@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import click
 
+from jetspark.api import rfc3339
 from jetspark.cli.parse import format_duration, format_size
 
 __all__ = [
@@ -87,12 +88,6 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return body_fields(bytes(value))["data"]
     return value
-
-
-def rfc3339(when: _dt.datetime) -> str:
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=_dt.timezone.utc)
-    return when.astimezone(_dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def body_fields(data: Optional[bytes]) -> dict:
