@@ -308,6 +308,21 @@ def test_where_the_stream_refuses_the_marker_the_message_stays(tjs):
     assert state(js, "C") == (2, 1, 2)  # a full discard-new stream refuses the marker too
 
 
+def test_a_marker_max_age_cannot_store_yet_is_stored_later(tjs):
+    js = tjs
+    js.add_stream(name="B", subjects=["b.>"], subject_delete_marker_ttl=1.0, max_age=1.0, max_msgs=3, discard="new")
+    js.publish("b.x", b"1")  # the subject's last, on a full discard-new stream: its marker is refused
+    js.publish("b.y", b"2")  # not the subject's last: removed, which makes room
+    js.publish("b.y", b"3")  # then the last: its marker (4) is stored
+    js.clock.advance(1.5)
+    st = js.stream_info("B", deleted_details=True).state
+    assert (st.messages, st.first_seq, st.last_seq, st.deleted) == (2, 1, 4, [2, 3])
+    # b.x's marker is tried again later (the engine at its next operation, the server at a
+    # later run of its timer: when differs), stored (5), and expires after its own second.
+    js.clock.advance(4.5)
+    assert state(js, "B") == (0, 6, 5)
+
+
 def test_consumers_after_ttl_expiry_without_markers(tjs):
     js = tjs
     js.add_stream(name=S, subjects=["c.>"], allow_msg_ttl=True)
