@@ -128,14 +128,17 @@ def _expire_by_age(st: Stream) -> None:
 _NEVER_DUE = 1 << 63
 
 
-def _age_candidate(st: Stream, idx: TTLIndex) -> int:
-    """The first live message max_age may remove (one whose TTL is not "never"), or 0."""
+def _age_candidate(st: Stream, idx: TTLIndex, refused: frozenset[int] | set[int] = frozenset()) -> int:
+    """The first live message max_age may remove (one whose TTL is not "never", and not one
+    whose marker was ``refused`` in this pass), or 0."""
     s = st.storage
     last = s.header.last_seq
     seq = s.next_live(max(idx.age_cursor, s.header.first_seq))
     while seq <= last and seq in idx.never:
         seq = s.next_live(seq + 1)
-    idx.age_cursor = seq
+    idx.age_cursor = seq  # (not past a refused one: a later operation tries it again)
+    while seq <= last and (seq in refused or seq in idx.never):
+        seq = s.next_live(seq + 1)
     return seq if seq <= last else 0
 
 
@@ -157,12 +160,7 @@ def _expire_with_markers(st: Stream) -> None:
     refused: set[int] = set()  # messages whose marker the stream refused: they stay, as on the server
     retry: list[tuple[int, int]] = []  # their TTL entries, for the next operation to try again
     while True:
-        age_seq = _age_candidate(st, idx) if st.config.max_age else 0
-        while age_seq and age_seq in refused:
-            age_seq = s.next_live(age_seq + 1)
-            while age_seq <= s.header.last_seq and age_seq in idx.never:
-                age_seq = s.next_live(age_seq + 1)
-            age_seq = age_seq if age_seq <= s.header.last_seq else 0
+        age_seq = _age_candidate(st, idx, refused) if st.config.max_age else 0
         age_due = _age_deadline(st, idx, age_seq)
         ttl_due = idx.next_deadline()
         from_ttl = ttl_due is not None and ttl_due <= now and ttl_due <= age_due
