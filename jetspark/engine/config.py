@@ -272,16 +272,13 @@ def msg_ttl_fields(config: StreamConfig) -> tuple[bool, Optional[float], bool, b
     """(allow_msg_ttl, subject_delete_marker_ttl, allow_rollup_hdrs, deny_purge) as the server
     stores them: delete markers need a TTL of at least 1 s and turn on message TTLs and
     roll-ups, which their markers use, and so allow purges (tests/contract/test_msg_ttl.py)."""
-    marker_ttl = config.subject_delete_marker_ttl
+    # A number of seconds as max_age is (10025 otherwise: a bool, NaN, infinity, past int64 ns).
+    marker_ttl = V.duration(config.subject_delete_marker_ttl, "subject_delete_marker_ttl")
     allow_ttl, allow_rollup, deny_purge = (
         bool(config.allow_msg_ttl),
         bool(config.allow_rollup_hdrs),
         bool(config.deny_purge),
     )
-    if marker_ttl is not None and not isinstance(marker_ttl, (int, float)):
-        raise api_error(
-            E.INVALID_JSON, err=f"can not unmarshal {marker_ttl!r} into subject_delete_marker_ttl (seconds)"
-        )
     if marker_ttl is not None and marker_ttl < 0:
         raise invalid("subject delete marker TTL must not be negative")
     if marker_ttl:

@@ -9,8 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import jetspark
 from jetspark.engine import msg_ttl
 from jetspark.engine.msg_ttl import NEVER, deadline, go_seconds, marker_header, parse_ttl, raise_ttl
+from jetspark.errors import BadRequestError
 
 I64_MAX = 2**63 - 1
 
@@ -132,3 +134,18 @@ def test_a_raised_ttl_replaces_every_ttl_line_at_the_end():
     assert raise_ttl(b"NATS/1.0\r\nNats-TTL: 1s\r\n\r\n", 3) == b"NATS/1.0\r\nNats-TTL: 3\r\n\r\n"
     two = b"NATS/1.0\r\nNats-TTL: 1s\r\nX-A: 1\r\nNats-TTL: 2s\r\n\r\n"
     assert raise_ttl(two, 5) == b"NATS/1.0\r\nX-A: 1\r\nNats-TTL: 5\r\n\r\n"
+
+
+@pytest.mark.parametrize("value", [True, float("nan"), float("inf"), -float("inf"), 1e300, "60", [60]])
+def test_a_marker_ttl_that_is_not_a_number_of_seconds_is_refused_and_creates_nothing(tmp_path, value):
+    # (a NaN or an infinite one had been stored, and broke every expiry after it)
+    with jetspark.connect(tmp_path / "store") as js:
+        with pytest.raises(BadRequestError, match="subject_delete_marker_ttl must be a finite number") as err:
+            js.add_stream(name="T", subjects=["t.>"], subject_delete_marker_ttl=value)
+        assert err.value.err_code == 10025
+        assert js.streams_info() == []
+        js.add_stream(name="T", subjects=["t.>"])
+        with pytest.raises(BadRequestError, match="subject_delete_marker_ttl must be a finite number"):
+            js.update_stream(name="T", subjects=["t.>"], subject_delete_marker_ttl=value)
+        info = js.stream_info("T")
+        assert (info.config.subject_delete_marker_ttl, info.config.allow_msg_ttl) == (None, False)
