@@ -152,9 +152,14 @@ def row_headers(cell: Any, row: int) -> dict:
 
 
 def row_msg_id(value: Any, row: int) -> Optional[str]:
-    """One row's ``msg_id`` (null: none); empty or multi-line ids are refused."""
+    """One row's ``msg_id`` (null: none) without the blanks at its ends, the id the header
+    codec sends (as nats-py strips a header value) and so the one a server deduplicates on;
+    an empty, blank-only or multi-line id is refused."""
     if value is None:
         return None
     if value == "":
         raise BadRequestError(400, BAD_REQUEST, f"row {row} of the batch has an empty msg_id")
-    return header_value(value, f"row {row} of the batch: msg_id")
+    msg_id = header_value(value, f"row {row} of the batch: msg_id").strip()
+    if not msg_id:
+        raise BadRequestError(400, BAD_REQUEST, f"row {row} of the batch has a msg_id of blanks only: {value!r}")
+    return msg_id
