@@ -524,6 +524,16 @@ class ConsumerInfo(Base):
 
 
 @dataclass(kw_only=True)
+class ConsumerPause(Base):
+    """What ``pause_consumer``/``resume_consumer`` answer (nats-py's ``ConsumerPause``): ``pause_until``
+    an aware UTC datetime (None once resumed), ``pause_remaining`` nanoseconds (None unless paused)."""
+
+    paused: bool
+    pause_until: Optional[_dt.datetime] = None
+    pause_remaining: Optional[int] = None
+
+
+@dataclass(kw_only=True)
 class BackupInfo(Base):
     """What ``backup_stream`` wrote (jetspark's own: nats-py has no snapshot verb).
 

@@ -294,6 +294,12 @@ def consumer_info(info: napi.ConsumerInfo) -> api.ConsumerInfo:
     )
 
 
+def _pause(p: napi.ConsumerPause) -> api.ConsumerPause:
+    return api.ConsumerPause(
+        paused=bool(p.paused), pause_until=_parse_time(p.pause_until), pause_remaining=p.pause_remaining
+    )
+
+
 def raw_msg(m: napi.RawStreamMsg, stream: str) -> api.RawStreamMsg:
     # nats-py's get_msg decodes the headers into ``headers`` but leaves ``hdrs`` base64.
     hdrs = base64.b64decode(m.hdrs) if isinstance(m.hdrs, str) else m.hdrs
@@ -849,6 +855,16 @@ class OracleJS:
         if not (_name_ok(stream) and _name_ok(consumer)):
             return self._raw(f"$JS.API.CONSUMER.DELETE.{stream}.{consumer}")["success"]
         return self._run(self._js.delete_consumer(stream, consumer))
+
+    def pause_consumer(
+        self, stream: str, consumer: str, pause_until: Any, timeout: Optional[float] = None
+    ) -> api.ConsumerPause:
+        # nats-py takes RFC 3339 text and sends whatever it is given, for the server to judge.
+        until = api.rfc3339(pause_until) if isinstance(pause_until, dt.datetime) else pause_until
+        return _pause(self._run(self._js.pause_consumer(stream, consumer, until, timeout=timeout)))
+
+    def resume_consumer(self, stream: str, consumer: str, timeout: Optional[float] = None) -> api.ConsumerPause:
+        return _pause(self._run(self._js.resume_consumer(stream, consumer, timeout=timeout)))
 
     def consumer_info(self, stream: str, consumer: str, timeout: Optional[float] = None) -> api.ConsumerInfo:
         if not (_name_ok(stream) and _name_ok(consumer)):

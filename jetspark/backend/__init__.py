@@ -68,6 +68,7 @@ from jetspark.api import (
     BatchAck,
     ConsumerConfig,
     ConsumerInfo,
+    ConsumerPause,
     DeliverPolicy,
     PubAck,
     RawStreamMsg,
@@ -85,6 +86,7 @@ from jetspark.backend.subscriptions import (
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
+    from datetime import datetime
 
     import pyarrow as pa
 
@@ -365,6 +367,24 @@ class JetStreamAPI(Protocol):
     def delete_consumer(self, stream: str, consumer: str) -> bool:
         """Delete the consumer; True.  On interest streams the messages only it held
         go (§3.3).  10014 when there is none."""
+        ...
+
+    def pause_consumer(
+        self, stream: str, consumer: str, pause_until: "datetime | str", timeout: Optional[float] = None
+    ) -> ConsumerPause:
+        """Pause the consumer until ``pause_until`` (an aware or naive-means-UTC ``datetime``,
+        or RFC 3339 text with an offset): until then it delivers nothing, a pull waits (or
+        times out) and takes its messages once the pause ends; acks are taken meanwhile.
+        ``pause_until`` is kept in its config (``ConsumerInfo.paused`` and ``pause_remaining``
+        while it lasts); a time already past pauses nothing.  ``timeout``: as ``publish``'s.
+        Returns ``ConsumerPause``.  10025 a ``pause_until`` that is no such time, 10059 no
+        stream, 10014 no consumer (tests/contract/test_consumer_pause.py)."""
+        ...
+
+    def resume_consumer(self, stream: str, consumer: str, timeout: Optional[float] = None) -> ConsumerPause:
+        """End the consumer's pause now and clear ``pause_until`` from its config: waiting pulls
+        take their messages at once.  ``ConsumerPause(paused=False)``; 10059, 10014 as
+        ``pause_consumer``."""
         ...
 
     def consumer_info(self, stream: str, consumer: str, timeout: Optional[float] = None) -> ConsumerInfo:

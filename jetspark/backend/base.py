@@ -32,6 +32,7 @@ from jetspark.api import (
     BatchAck,
     ConsumerConfig,
     ConsumerInfo,
+    ConsumerPause,
     DeliverPolicy,
     PubAck,
     RawStreamMsg,
@@ -42,7 +43,7 @@ from jetspark.api import (
 from jetspark.backend import JetStreamAPI, archive
 from jetspark.backend.hooks import Hooks, consumer_arg, stream_arg, stream_config_name
 from jetspark.backend.window import settle
-from jetspark.err_codes import BAD_REQUEST, STREAM_NOT_FOUND
+from jetspark.err_codes import BAD_REQUEST, INVALID_JSON, STREAM_NOT_FOUND
 from jetspark.errors import (
     BadRequestError,
     ClosedError,
@@ -57,6 +58,7 @@ from jetspark.protocol import subjects as subj
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
+    from datetime import datetime
 
     import pyarrow as pa
 
@@ -357,6 +359,18 @@ class HandleBase(Hooks):
 
     def delete_consumer(self, stream: str, consumer: str) -> bool:
         return self._delete_consumer(stream_arg(stream), consumer_arg(consumer))
+
+    def pause_consumer(
+        self, stream: str, consumer: str, pause_until: "datetime | str", timeout: Optional[float] = None
+    ) -> ConsumerPause:
+        wait = call_timeout(timeout)
+        if pause_until is None:  # (the server reads a null as "resume": said out loud instead)
+            raise api_error(INVALID_JSON, err="pause_until must be a datetime or an RFC 3339 time, not None")
+        until = V.start_time(pause_until, "pause_until")
+        return self._pause_consumer(stream_arg(stream), consumer_arg(consumer), until, wait)
+
+    def resume_consumer(self, stream: str, consumer: str, timeout: Optional[float] = None) -> ConsumerPause:
+        return self._pause_consumer(stream_arg(stream), consumer_arg(consumer), None, call_timeout(timeout))
 
     def consumer_info(self, stream: str, consumer: str, timeout: Optional[float] = None) -> ConsumerInfo:
         wait = call_timeout(timeout)

@@ -19,6 +19,8 @@ from jetspark.err_codes import CONSUMER_NOT_FOUND, STREAM_INVALID_CONFIG, STREAM
 from jetspark.errors import api_error
 
 if TYPE_CHECKING:
+    import datetime as _dt
+
     import pyarrow as pa
 
     from jetspark.api import (
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
         BatchAck,
         ConsumerConfig,
         ConsumerInfo,
+        ConsumerPause,
         PubAck,
         RawStreamMsg,
         SequenceInfo,
@@ -215,6 +218,12 @@ class Hooks(abc.ABC):
     @abc.abstractmethod
     def _delete_consumer(self, stream: str, consumer: str) -> bool:
         """Delete the consumer (a damaged one too)."""
+
+    @abc.abstractmethod
+    def _pause_consumer(
+        self, stream: str, consumer: str, pause_until: Optional[_dt.datetime], timeout: Optional[float]
+    ) -> ConsumerPause:
+        """CONSUMER.PAUSE: until ``pause_until`` (aware UTC), or resume (None)."""
 
     @abc.abstractmethod
     def _consumer_info(self, stream: str, consumer: str, timeout: Optional[float]) -> ConsumerInfo:

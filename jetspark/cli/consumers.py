@@ -119,8 +119,7 @@ def _options(edit: bool):
                 "--pause",
                 "pause_until",
                 metavar="TIME|DURATION",
-                help="Pause deliveries until an RFC 3339 time or for a duration from now, e.g. 1h "
-                "(a NATS server's; the embedded engine refuses it).",
+                help="Pause deliveries until an RFC 3339 time or for a duration from now, e.g. 1h.",
             ),
         ]
         for opt in reversed(opts):

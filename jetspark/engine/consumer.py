@@ -52,7 +52,7 @@ from jetspark.api import (
     ns_to_datetime,
 )
 from jetspark.engine import bindings, metafile
-from jetspark.engine.consumer_config import config_from_json, filters_of
+from jetspark.engine.consumer_config import config_from_json, filters_of, paused_for
 from jetspark.engine.consumer_log import (
     DELIVER,
     DROP,
@@ -284,6 +284,8 @@ class Consumer(ConsumerState):
             num_waiting=0,
             num_pending=self.num_pending(),
             push_bound=True if self.is_bound() else None,
+            paused=True if paused_for(self.config, now) else None,
+            pause_remaining=paused_for(self.config, now) or None,
         )
 
     def is_bound(self) -> bool:

@@ -20,6 +20,7 @@ from jetspark.api import (
     ReplayPolicy,
     RetentionPolicy,
     StreamConfig,
+    datetime_to_ns,
 )
 from jetspark.engine.config import MAX_DESCRIPTION_LEN, MAX_NAME_LEN, enum_value, invalid, refuse_unimplemented
 from jetspark.errors import api_error
@@ -32,7 +33,7 @@ EPHEMERAL_INACTIVE = 5.0
 MIN_HEARTBEAT = 0.1  # a push consumer's idle_heartbeat, when set (100 ms)
 _NAME_FORBIDDEN = frozenset(".*> \t\r\n\f\v")
 # Consumer features the engine does not implement (see engine/config.py's UNIMPLEMENTED).
-UNIMPLEMENTED = ("rate_limit_bps", "sample_freq", "pause_until")
+UNIMPLEMENTED = ("rate_limit_bps", "sample_freq")
 
 
 def new_ephemeral_name() -> str:
@@ -63,7 +64,7 @@ def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> C
     """Apply the server's defaults and validation; return what it would echo."""
     V.integer(config.rate_limit_bps, "rate_limit_bps", 0, V.UINT64_MAX, api=True, optional=True)
     V.text(config.sample_freq, "sample_freq", api=True)
-    V.start_time(config.pause_until, "pause_until")
+    pause_until = V.start_time(config.pause_until, "pause_until")
     refuse_unimplemented("consumer", {f: getattr(config, f) for f in UNIMPLEMENTED}, UNIMPLEMENTED)
     heartbeat = float(config.idle_heartbeat) if config.idle_heartbeat and config.idle_heartbeat > 0 else None
     check_consumer_name(config.durable_name)
@@ -160,7 +161,22 @@ def normalize_consumer_config(config: ConsumerConfig, stream: StreamConfig) -> C
         num_replicas=replicas,
         mem_storage=True if config.mem_storage else None,
         metadata=dict(config.metadata) if config.metadata else None,
+        pause_until=pause_until,
     )
+
+
+def keep_pause(old: ConsumerConfig, new: ConsumerConfig) -> ConsumerConfig:
+    """An existing consumer's ``pause_until`` is changed by pause_consumer/resume_consumer
+    alone: a create or update keeps it whatever the request says, as the server does
+    (tests/contract/test_consumer_pause.py)."""
+    return new if new.pause_until == old.pause_until else new.evolve(pause_until=old.pause_until)
+
+
+def paused_for(config: ConsumerConfig, now: int) -> int:
+    """Nanoseconds the consumer stays paused after ``now`` (0: it is not paused)."""
+    if config.pause_until is None:
+        return 0
+    return max(datetime_to_ns(config.pause_until) - now, 0)
 
 
 def _check_push(
@@ -275,8 +291,10 @@ def check_workqueue(stream: StreamConfig, new: ConsumerConfig, others: Iterable[
 
 def config_to_json(config: ConsumerConfig) -> dict:
     d = config.as_dict()
-    if config.opt_start_time is not None:
-        d["opt_start_time"] = config.opt_start_time.isoformat()
+    for k in ("opt_start_time", "pause_until"):
+        when = getattr(config, k)
+        if when is not None:
+            d[k] = when.isoformat()
     return d
 
 
@@ -285,6 +303,7 @@ def config_from_json(d: dict) -> ConsumerConfig:
     d["deliver_policy"] = DeliverPolicy(d["deliver_policy"])
     d["ack_policy"] = AckPolicy(d["ack_policy"])
     d["replay_policy"] = ReplayPolicy(d["replay_policy"])
-    if d.get("opt_start_time"):
-        d["opt_start_time"] = dt.datetime.fromisoformat(d["opt_start_time"])
+    for k in ("opt_start_time", "pause_until"):
+        if d.get(k):
+            d[k] = dt.datetime.fromisoformat(d[k])
     return ConsumerConfig.from_response(d)

@@ -303,9 +303,11 @@ class Deliveries:
                 if c.config.deliver_subject and not push:
                     raise push_based_error()  # the server's answer to a pull request
                 now = st.clock()
-                out = c.next_batch(batch, now, max_bytes)
+                # A paused consumer delivers nothing; a waiting pull takes its messages once the pause ends.
+                paused = ccfg.paused_for(c.config, now)
+                out = [] if paused else c.next_batch(batch, now, max_bytes)
                 if not out:
-                    due = c.next_due(now)
+                    due = now + paused if paused else c.next_due(now)
                     marker_due = st.next_marker_due()  # the delete marker an expiry stores is a message
                     if marker_due is not None and (due is None or marker_due < due):
                         due = marker_due

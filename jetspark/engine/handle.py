@@ -28,6 +28,7 @@ from jetspark.api import (
     BatchAck,
     ConsumerConfig,
     ConsumerInfo,
+    ConsumerPause,
     PubAck,
     RawStreamMsg,
     RetentionPolicy,
@@ -52,6 +53,8 @@ from jetspark.errors import APIError, CorruptStoreError, StoreError, api_error
 from jetspark.protocol import headers as H
 
 if TYPE_CHECKING:
+    import datetime as dt
+
     import pyarrow as pa
 
     from jetspark.backend import MsgAPI
@@ -408,6 +411,7 @@ class JetStream(HandleBase):
                 if existing is None:
                     st.consumers.check_not_broken(new.name)  # never replaced: see consumer_set.py
                 if existing is not None:
+                    new = ccfg.keep_pause(existing.config, new)
                     if existing.config == new:
                         return existing.info(now)
                     if action == "create":
@@ -431,6 +435,19 @@ class JetStream(HandleBase):
                     raise api_error(E.CONSUMER_NOT_FOUND)
                 st.consumers.delete(consumer)  # a damaged one too: the user asked
             return True
+
+    def _pause_consumer(
+        self, stream: str, consumer: str, pause_until: Optional[dt.datetime], timeout: Optional[float]
+    ) -> ConsumerPause:
+        with self._lock:  # (timeout: nothing here waits on a network)
+            st = self._stream(stream)
+            with st.locked():
+                c = consumer_of(st, consumer)
+                if c.config.pause_until != pause_until:
+                    # A commit (the consumers' generation moves): fetches waiting in any handle wake.
+                    c = st.consumers.update(c, c.config.evolve(pause_until=pause_until))
+                left = ccfg.paused_for(c.config, st.clock())
+                return ConsumerPause(paused=left > 0, pause_until=pause_until, pause_remaining=left or None)
 
     def _consumer_info(self, stream: str, consumer: str, timeout: Optional[float]) -> ConsumerInfo:
         return self._deliveries.consumer_info(stream, consumer)  # (timeout: nothing here waits on a network)

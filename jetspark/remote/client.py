@@ -27,11 +27,13 @@ from jetspark.api import (
     BatchAck,
     ConsumerConfig,
     ConsumerInfo,
+    ConsumerPause,
     PubAck,
     RawStreamMsg,
     SequenceInfo,
     StreamConfig,
     StreamInfo,
+    rfc3339,
 )
 from jetspark.backend.archive import Archive, Meter, Writer
 from jetspark.backend.base import HandleBase
@@ -54,6 +56,8 @@ from jetspark.remote.push import PushSubscription
 from jetspark.remote.session import PROGRESS, Session
 
 if TYPE_CHECKING:
+    import datetime as _dt
+
     import pyarrow as pa
 
     from jetspark.backend import MsgAPI
@@ -400,6 +404,19 @@ class NatsJetStream(HandleBase):
         return self._request(
             self._consumer_subject("DELETE", stream, consumer), what=f"delete_consumer {consumer!r}", idempotent=False
         )["success"]
+
+    def _pause_consumer(
+        self, stream: str, consumer: str, pause_until: Optional[_dt.datetime], timeout: Optional[float]
+    ) -> ConsumerPause:
+        # An empty request resumes, as nats-py's time in the past does, and also clears the config's pause_until.
+        body = {} if pause_until is None else {"pause_until": rfc3339(pause_until)}
+        what = f"{'resume' if pause_until is None else 'pause'}_consumer {consumer!r}"
+        resp = self._request(self._consumer_subject("PAUSE", stream, consumer), body, what=what, timeout=timeout)
+        return ConsumerPause(
+            paused=bool(resp.get("paused")),
+            pause_until=wire.parse_time(resp.get("pause_until")),
+            pause_remaining=resp.get("pause_remaining"),
+        )
 
     def _consumer_info(self, stream: str, consumer: str, timeout: Optional[float]) -> ConsumerInfo:
         subject = self._consumer_subject("INFO", stream, consumer)

@@ -201,11 +201,14 @@ def test_consumer_add_pause_on_a_server_and_consumer_info_shows_it(cli, url):
     assert "neither a duration (1h) nor an RFC 3339 time" in r.stderr
 
 
-def test_consumer_add_pause_on_the_engine_is_refused(cli):
+def test_consumer_add_pause_on_the_engine(cli):
     cli("stream", "add", "E", "--subjects", "e.>")
-    r = cli("consumer", "add", "E", "D", "--pause", "1h", code=1)
-    assert "['pause_until'] not supported by the embedded engine" in r.stderr
-    assert cli.json("consumer", "ls", "E") == []
+    doc = cli.json("consumer", "add", "E", "D", "--pause", "1h")
+    assert doc["paused"] is True and 0 < doc["pause_remaining"] <= 3600 * 10**9
+    assert "Paused Until Deadline: " in cli("consumer", "info", "E", "D").stdout
+    r = cli("consumer", "add", "E", "F", "--pause", "soon", code=2)
+    assert "neither a duration (1h) nor an RFC 3339 time" in r.stderr
+    assert [c["name"] for c in cli.json("consumer", "ls", "E")] == ["D"]
 
 
 def test_the_flags_whose_help_says_the_engine_refuses_them_set_only_fields_it_refuses():
