@@ -18,7 +18,7 @@ from typing import Any, Optional
 import numpy as np
 
 from jetspark.errors import JetSparkError
-from jetspark.protocol.frames import Frames, parse_ints
+from jetspark.protocol.frames import Frames, parse_ints, windows
 
 __all__ = [
     "AckFields",
@@ -64,7 +64,7 @@ def _one_consumer_dots(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> Optiona
         w = words[lo + k]
         if not (w == w[0]).all():
             return None
-    is_dot = _windows(a, tail_lo, width) == 46
+    is_dot = windows(a, tail_lo, width) == 46
     if int(lens.min()) < width:
         is_dot &= np.arange(width) < lens[:, None]
     at = np.flatnonzero(is_dot)
@@ -76,20 +76,6 @@ def _one_consumer_dots(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> Optiona
         return None
     dots = tail_lo[:, None] + col
     return [dots[:, k] for k in range(4)]
-
-
-def _windows(a: np.ndarray, lo: np.ndarray, width: int) -> np.ndarray:
-    """``a[lo[i]:lo[i] + width]`` as the rows of one array (``lo`` ascending), each copied as
-    one item; the last rows, running past the end of ``a``, padded with zeros."""
-    fit = int(np.searchsorted(lo, len(a) - width, side="right"))
-    if fit == len(lo):
-        items = np.ndarray((len(a) - width + 1,), dtype=np.dtype((np.void, width)), buffer=a, strides=(1,))
-        return items[lo].view(np.uint8).reshape(-1, width)
-    start = int(lo[fit])
-    pad = np.zeros(len(a) - start + width, dtype=np.uint8)
-    pad[: len(a) - start] = a[start:]
-    rest = _windows(pad, lo[fit:] - start, width)
-    return np.concatenate((_windows(a, lo[:fit], width), rest)) if fit else rest
 
 
 def ack_fields(buf: bytes, f: Frames) -> AckFields:

@@ -31,6 +31,7 @@ import numpy as np
 from jetspark.errors import JetSparkError
 
 __all__ = [
+    "COLUMNS",
     "ERR",
     "HMSG",
     "INFO",
@@ -60,7 +61,8 @@ _PING = re.compile(rb"PING\s*\r\n")
 _PONG = re.compile(rb"PONG\s*\r\n")
 _INFO = re.compile(rb"INFO\s+([^\r\n]+)\r\n")
 
-_COLUMNS = ("kind", "sid", "subj_lo", "subj_hi", "reply_lo", "reply_hi", "hdr_lo", "data_lo", "data_hi")
+# The per-frame columns of ``Frames``, in this order.
+COLUMNS = ("kind", "sid", "subj_lo", "subj_hi", "reply_lo", "reply_hi", "hdr_lo", "data_lo", "data_hi")
 
 
 class FrameError(JetSparkError):
@@ -75,10 +77,12 @@ class Frames:
     reply subject ``buf[reply_lo:reply_hi]`` (empty: none), its header block
     ``buf[hdr_lo:data_lo]`` (empty: none, as nats-py says for ``HMSG`` with a
     zero header size) and its payload ``buf[data_lo:data_hi]``.  ``-ERR`` and
-    ``INFO`` keep their argument in ``subj_lo:subj_hi``."""
+    ``INFO`` keep their argument in ``subj_lo:subj_hi``.  ``lines``: where ``scan``
+    found every ``\n`` of the buffer (ascending), for readers of the frames' header
+    blocks to reuse instead of searching the buffer again; None when not known."""
 
-    __slots__ = _COLUMNS
-    # The columns, set by __init__ from _COLUMNS (declared for the type checker).
+    __slots__ = (*COLUMNS, "lines")
+    # The columns, set by __init__ from COLUMNS (declared for the type checker).
     kind: np.ndarray
     sid: np.ndarray
     subj_lo: np.ndarray
@@ -88,24 +92,27 @@ class Frames:
     hdr_lo: np.ndarray
     data_lo: np.ndarray
     data_hi: np.ndarray
+    lines: Optional[np.ndarray]
 
-    def __init__(self, *columns: np.ndarray) -> None:
-        for name, col in zip(_COLUMNS, columns):
+    def __init__(self, *columns: np.ndarray, lines: Optional[np.ndarray] = None) -> None:
+        for name, col in zip(COLUMNS, columns):
             setattr(self, name, col)
+        self.lines = lines
 
     def __len__(self) -> int:
         return len(self.kind)
 
     def __getitem__(self, key) -> "Frames":
-        return Frames(*(getattr(self, name)[key] for name in _COLUMNS))
+        return Frames(*(getattr(self, name)[key] for name in COLUMNS), lines=self.lines)
 
     @staticmethod
     def concat(parts: list["Frames"]) -> "Frames":
         if len(parts) == 1:
             return parts[0]
         if not parts:
-            return Frames(*(np.zeros(0, dtype=np.int64) for _ in _COLUMNS))
-        return Frames(*(np.concatenate([getattr(p, name) for p in parts]) for name in _COLUMNS))
+            return Frames(*(np.zeros(0, dtype=np.int64) for _ in COLUMNS))
+        lines = parts[0].lines if all(p.lines is parts[0].lines for p in parts) else None
+        return Frames(*(np.concatenate([getattr(p, name) for p in parts]) for name in COLUMNS), lines=lines)
 
 
 # Decimal digits read eight at a time, each group of eight as one little-endian uint64 (its
@@ -181,8 +188,63 @@ def parse_ints(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarra
     return value.view(np.int64), ok
 
 
+def windows(a: np.ndarray, lo: np.ndarray, width: int) -> np.ndarray:
+    """``a[lo[i]:lo[i] + width]`` as the rows of one array (``lo`` ascending), each copied as
+    one item; the last rows, running past the end of ``a``, padded with zeros."""
+    if not len(lo):
+        return np.zeros((0, width), dtype=np.uint8)
+    fit = int(np.searchsorted(lo, len(a) - width, side="right"))
+    if fit == len(lo):
+        items = np.ndarray((len(a) - width + 1,), dtype=np.dtype((np.void, width)), buffer=a, strides=(1,))
+        return items[lo].view(np.uint8).reshape(-1, width)
+    start = int(lo[fit])
+    pad = np.zeros(len(a) - start + width, dtype=np.uint8)
+    pad[: len(a) - start] = a[start:]
+    rest = windows(pad, lo[fit:] - start, width)
+    return np.concatenate((windows(a, lo[:fit], width), rest)) if fit else rest
+
+
+# Control lines are read as rows of a matrix as wide as the longest: those longer than
+# _SHORT_LINE in a matrix of their own (a long line does not widen every row), none longer
+# than MAX_CONTROL_LINE (those are framed one by one), at most _LINE_BYTES at a time.
+_SHORT_LINE = 128
+_LINE_BYTES = 1 << 22
+
+
+def _spaces(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The spaces of the lines ``a[lo:hi]`` (ascending, apart), looked for in those lines only,
+    not in the payloads between them: (their positions in order, how many each line has; 0
+    for a line longer than ``MAX_CONTROL_LINE``)."""
+    lens = hi - lo
+    long = lens > _SHORT_LINE
+    groups = [np.flatnonzero(~long), np.flatnonzero(long & (lens <= MAX_CONTROL_LINE))] if long.any() else [None]
+    at, rows = [], []
+    for group in groups:
+        g_lo, g_lens = (lo, lens) if group is None else (lo[group], lens[group])
+        if not len(g_lo):
+            continue
+        width = int(g_lens.max())
+        step = max(1, _LINE_BYTES // width)
+        for i in range(0, len(g_lo), step):
+            c, n = g_lo[i : i + step], g_lens[i : i + step]
+            p = np.flatnonzero(windows(a, c, width) == 32)
+            row = p // width
+            col = p - row * width
+            if int(n.min()) < width:  # (a row's bytes past its line: not its spaces)
+                inside = col < n[row]
+                row, col = row[inside], col[inside]
+            at.append(c[row] + col)
+            rows.append(row + i if group is None else group[row + i])
+    if len(at) == 1:
+        return at[0], np.bincount(rows[0], minlength=len(lo))
+    if not at:  # (every line too long)
+        return np.zeros(0, dtype=np.int64), np.zeros(len(lo), dtype=np.int64)
+    where = np.concatenate(at)
+    return np.sort(where), np.bincount(np.concatenate(rows), minlength=len(lo))
+
+
 def _chain(
-    a: np.ndarray, n: int, pos: int, cands: np.ndarray, k: np.ndarray, nl: np.ndarray, sp: np.ndarray
+    a: np.ndarray, n: int, pos: int, cands: np.ndarray, k: np.ndarray, nl: np.ndarray
 ) -> tuple[Optional[Frames], int]:
     """The run of MSG/HMSG frames from ``pos`` (``cands``: candidate starts, ``pos`` first;
     ``k``: the index in ``nl`` of the first line end at or after each), framed with array
@@ -193,15 +255,17 @@ def _chain(
     if not len(cands) or cands[0] != pos:
         return None, pos
     ce = nl[k]  # each control line's "\n"
-    i0 = np.searchsorted(sp, cands)
-    i1 = np.searchsorted(sp, ce)
-    cnt = i1 - i0
+    sp, cnt = _spaces(a, cands, ce)  # (every line has one, "MSG " / "HMSG " begins it, unless too long)
+    if not cnt[0]:
+        return None, pos
+    i1 = np.cumsum(cnt)
+    i0 = i1 - cnt
     is_h = a[cands] == 72
     spaces = cnt - is_h  # 3: no reply subject, 4: one
     valid = (a[ce - 1] == 13) & ((spaces == 3) | (spaces == 4))
     top = len(sp) - 1
     s = [sp[np.minimum(i0 + j, top)] for j in range(4)]
-    last = sp[np.maximum(i1 - 1, 0)]
+    last = sp[i1 - 1]
     has_reply = spaces == 4
     any_h = bool(is_h.any())
     # No empty token: each space is followed by something other than a space.
@@ -285,21 +349,26 @@ def scan(buf: bytes, pos: int = 0) -> tuple[Frames, int]:
         return Frames.concat([]), pos
     a = np.frombuffer(buf, dtype=np.uint8)
     nl = np.flatnonzero(a == 10)
-    sp = np.flatnonzero(a == 32)
-    # Candidate frame starts: "MSG " or "HMSG " right after a "\n" (read as one word each where
-    # eight bytes follow), and the index in nl of the line end after each: the next "\n".
+    # Candidate frame starts: "MSG " or "HMSG " right after a "\n" (the first byte looked at
+    # for all, the rest, as one word, for those starting with "M" or "H"), and the index in nl
+    # of the line end after each: the next "\n".
     q = nl + 1
-    q = q[q + 5 <= n]
-    w = q[q + 8 <= n]
-    word = _words(a)[w] if len(w) else np.zeros(0, dtype=np.uint64)
+    if len(q) and q[-1] == n:
+        q = q[:-1]
+    first = a[q]
+    at = np.flatnonzero((first == 77) | (first == 72))
+    q = q[at]
+    w = q + 8 <= n
+    word = _words(a)[q[w]] if n >= 8 else np.zeros(0, dtype=np.uint64)
     is_start = ((word & _FOUR_BYTES) == _MSG_WORD) | ((word & _FIVE_BYTES) == _HMSG_WORD)
-    if len(w) < len(q):  # (the last few, too near the end for a word: byte by byte)
-        t = q[len(w) :]
-        is_m = (a[t] == 77) & (a[t + 1] == 83) & (a[t + 2] == 71) & (a[t + 3] == 32)
-        is_hm = (a[t] == 72) & (a[t + 1] == 77) & (a[t + 2] == 83) & (a[t + 3] == 71) & (a[t + 4] == 32)
-        is_start = np.concatenate((is_start, is_m | is_hm))
-    at = np.flatnonzero(is_start)
-    starts, starts_k = q[at], at + 1
+    if not w.all():  # (the last few, too near the end for a word: byte by byte)
+        t = q[~w]
+        is_m = (a[t] == 77) & (a[np.minimum(t + 1, n - 1)] == 83) & (a[np.minimum(t + 2, n - 1)] == 71)
+        is_m &= a[np.minimum(t + 3, n - 1)] == 32
+        is_hm = (a[t] == 72) & (a[np.minimum(t + 1, n - 1)] == 77) & (a[np.minimum(t + 2, n - 1)] == 83)
+        is_hm &= (a[np.minimum(t + 3, n - 1)] == 71) & (a[np.minimum(t + 4, n - 1)] == 32)
+        is_start = np.concatenate((is_start, (is_m | is_hm) & (t + 5 <= n)))
+    starts, starts_k = q[is_start], at[is_start] + 1
     parts: list[Frames] = []
     rows: list[tuple] = []
     while pos < n:
@@ -307,7 +376,7 @@ def scan(buf: bytes, pos: int = 0) -> tuple[Frames, int]:
             i = np.searchsorted(starts, pos, side="right")
             cands = np.concatenate(([pos], starts[i:]))
             k = np.concatenate(([np.searchsorted(nl, pos)], starts_k[i:]))
-            run, end = _chain(a, n, pos, cands, k, nl, sp)
+            run, end = _chain(a, n, pos, cands, k, nl)
             if run is not None:
                 if rows:
                     parts.append(Frames(*(np.array(c, dtype=np.int64) for c in zip(*rows))))
@@ -322,7 +391,9 @@ def scan(buf: bytes, pos: int = 0) -> tuple[Frames, int]:
         pos = end
     if rows:
         parts.append(Frames(*(np.array(c, dtype=np.int64) for c in zip(*rows))))
-    return Frames.concat(parts), pos
+    frames = Frames.concat(parts)
+    frames.lines = nl
+    return frames, pos
 
 
 class FrameReader:
@@ -367,7 +438,7 @@ class FrameReader:
         return buf, frames
 
 
-_NONE = Frames(*(np.zeros(0, dtype=np.int64) for _ in _COLUMNS))
+_NONE = Frames(*(np.zeros(0, dtype=np.int64) for _ in COLUMNS))
 
 
 def _needed(rest: bytes) -> int:

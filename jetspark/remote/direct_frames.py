@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from jetspark.protocol.deliveries import DirectFields, direct_fields, joined_spans, rfc3339_ns
-from jetspark.protocol.frames import HMSG, Frames, eight_digits, parse_ints
+from jetspark.protocol.frames import HMSG, Frames, eight_digits, parse_ints, windows
 
 __all__ = ["ReplyFields", "copy_out", "reply_fields"]
 
@@ -38,6 +38,7 @@ _STAMP = b"\r\nNats-Time-Stamp: "
 _PENDING = b"\r\nNats-Num-Pending: "
 _LAST = b"\r\nNats-Last-Sequence: "
 _ZEROS = 0x3030303030303030
+_ZEROS64 = np.uint64(_ZEROS)
 _EPOCH_DAYS = _dt.date(1970, 1, 1).toordinal()
 
 
@@ -80,23 +81,31 @@ def reply_fields(buf: bytes, f: Frames, stream: str, prefix_len: int) -> ReplyFi
     req = _requests(buf, words, f.subj_lo + prefix_len, f.subj_hi)
     status = (data_lo - hdr_lo > 9) & (a[np.minimum(hdr_lo + 8, max(len(a) - 1, 0))] == 32)
     # The fast reading: the server's lines are the block's last six, each ending at one of the
-    # block's last line ends (a header value holds no "\r"), whatever headers of its own
-    # the message has before them.
-    cr = np.flatnonzero(a == 13)
-    e = np.searchsorted(cr, data_lo) - 1  # the blank line's (at most the last one)
+    # block's last line ends (a header value holds no "\r" nor "\n"), whatever headers of its
+    # own the message has before them.  The line ends are the scan's (``Frames.lines``), each
+    # line's "\r" the byte before its "\n" (checked with the names below).
+    nl = f.lines if f.lines is not None else np.flatnonzero(a == 10)
+    e = np.searchsorted(nl, data_lo) - 1  # the blank line's (at most the last one)
     ok = ~status & (e >= 7)
-    c = cr[np.maximum(e[None, :] - np.arange(8)[:, None], 0)] if len(cr) else np.zeros((8, n), dtype=np.int64)
-    # The lines in their order, each told by its name's first 8 bytes (and the rest of the names
-    # of the lines whose values are read), the stream's line by its length.
+    c = nl[np.maximum(e[None, :] - np.arange(8)[:, None], 0)] - 1 if len(nl) else np.zeros((8, n), dtype=np.int64)
+    # The lines in their order, each told by its name (its first 8 bytes for the lines whose
+    # values are not read), the stream's line by its length.  The lines whose values are read
+    # are taken as rows of bytes from their "\r" on, one copy each: the name and value of a row
+    # are then read at fixed columns of it, without going back to the buffer.
     ok &= (c[0] == data_lo - 2) & (c[1] == data_lo - 4) & (c[7] >= hdr_lo + 8)
+    ok &= (a[np.maximum(c[0], 0)] == 13) & (a[np.maximum(c[1], 0)] == 13)
     ok &= (c[6] - c[7] == len(b"\r\nNats-Stream: ") + len(stream.encode())) & words.equal(c[7], _STREAM, (0,))
-    ok &= words.equal(c[6], _SUBJECT, (0, 8)) & words.equal(c[5], _SEQUENCE, (0, 9))
-    ok &= words.equal(c[4], _STAMP, (0, 11)) & words.equal(c[3], _PENDING, (0,)) & words.equal(c[2], _LAST, (0,))
+    ok &= words.equal(c[3], _PENDING, (0,)) & words.equal(c[2], _LAST, (0,))
+    ok &= _names(windows(a, c[6], 16), _SUBJECT)
     subj_lo, subj_hi = c[6] + len(_SUBJECT), c[5]
     ok &= subj_hi > subj_lo
-    seq, good = parse_ints(a, c[5] + len(_SEQUENCE), np.maximum(c[4], c[5] + len(_SEQUENCE)))
+    rows = windows(a, c[5], _SEQ_ROW)
+    ok &= _names(rows, _SEQUENCE)
+    seq, good = _row_number(rows, len(_SEQUENCE), c[4] - c[5] - len(_SEQUENCE))
     ok &= good
-    time, good = _stamps(a, words, c[4] + len(_STAMP), c[3], ok)
+    rows = windows(a, c[4], _STAMP_ROW)
+    ok &= _names(rows, _STAMP)
+    time, good = _stamps(rows, len(_STAMP), c[3] - c[4] - len(_STAMP), ok)
     ok &= good
     own_end = np.where(c[7] > hdr_lo + 8, c[7] + 2, 0)
     slow = np.flatnonzero(~ok & ~status)
@@ -131,7 +140,7 @@ def _requests(buf: bytes, words: _Words, lo: np.ndarray, hi: np.ndarray) -> np.n
     lead = np.flatnonzero(new)
     spans = [buf[i:j] for i, j in zip(lo[lead].tolist(), hi[lead].tolist())]
     values = np.array([int(t) if t.isdigit() else -1 for t in spans], dtype=np.int64)
-    return values[np.cumsum(new) - 1]
+    return np.repeat(values, np.diff(np.append(lead, n)))  # (each value to its frames: few runs)
 
 
 def _has_lines(buf: bytes, lo: int, hi: int) -> bool:
@@ -144,44 +153,88 @@ def _has_lines(buf: bytes, lo: int, hi: int) -> bool:
     return buf.find(b"\r\n", at + len(_STAMP), hi) >= 0
 
 
-def _stamps(a: np.ndarray, words: _Words, lo: np.ndarray, hi: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The server's times ``a[lo:hi]`` (``2026-11-24T01:49:36.660992921Z``, the fraction's
-    trailing zeros left out) -> ns, and whether each was one.  Messages stored together share
-    their second: a row whose first 19 bytes differ from the row before's is read whole
-    (``rfc3339_ns``), the others only their fraction (its digits 8 at a time, as one word)."""
-    n = len(lo)
+# Row widths (from a line's "\r") of the lines whose values are read: the name and the
+# longest value the rows read (19 digits; a time of 30 bytes), as whole 8-byte words.
+_SEQ_ROW = 48
+_STAMP_ROW = 56
+_U64 = np.uint64
+_POW10 = np.array([10**k for k in range(20)], dtype=np.uint64)
+
+
+def _word_column(rows: np.ndarray, col: int) -> np.ndarray:
+    """The 8 bytes at column ``col`` of every row of ``rows`` as one little-endian uint64 (no copy)."""
+    if not len(rows):
+        return np.zeros(0, dtype=np.uint64)
+    return np.ndarray((len(rows),), dtype="<u8", buffer=rows, offset=col, strides=(rows.shape[1],))
+
+
+def _names(rows: np.ndarray, name: bytes) -> np.ndarray:
+    """Whether each row begins with ``name`` (checked as 8-byte words, the last overlapping)."""
+    ok = np.ones(len(rows), dtype=bool)
+    for off in (*range(0, len(name) - 8, 8), len(name) - 8):
+        ok &= _word_column(rows, off) == _U64(int.from_bytes(name[off : off + 8], "little"))
+    return ok
+
+
+def _row_number(rows: np.ndarray, col: int, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The decimal numbers of ``lens`` digits (1 to 19) at column ``col`` of the rows, and
+    whether each is one: each group of up to 8 digits read as one word, moved to the word's
+    end with "0"s before it (leading zeros change nothing)."""
+    ok = (lens >= 1) & (lens <= 19) & (col + lens <= rows.shape[1])
+    value = np.zeros(len(rows), dtype=np.uint64)
+    for k in range(3):
+        have = np.minimum(np.maximum(lens - 8 * k, 0), 8)
+        if not have.any():
+            break
+        missing = (8 - have).astype(np.uint64) * _U64(4)
+        w = (_word_column(rows, col + 8 * k) << missing) << missing  # (twice: a shift by 64 is no shift)
+        w |= ~((~_U64(0) << missing) << missing) & _ZEROS64
+        d, good = eight_digits(w)
+        ok &= good
+        value = value * _POW10[have] + d
+    ok &= value <= _U64((1 << 63) - 1)
+    return value.view(np.int64), ok
+
+
+def _stamps(rows: np.ndarray, col: int, lens: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The server's times at column ``col`` of the rows, ``lens`` bytes each
+    (``2026-11-24T01:49:36.660992921Z``, the fraction's trailing zeros left out) -> ns, and
+    whether each was one.  Messages stored together share their second: a row whose first 19
+    bytes differ from the row before's is read whole, the others only their fraction (its
+    digits 8 at a time, as one word)."""
+    n = len(rows)
     time = np.zeros(n, dtype=np.int64)
     if not n:
         return time, ok
-    top = len(a) - 1
-    lens = hi - lo
     digits = np.where(lens > 21, lens - 21, 0)  # of the fraction
-    good = ok & (lens >= 20) & (lens <= 30) & (a[np.clip(hi - 1, 0, top)] == ord("Z"))
-    good &= np.where(digits > 0, a[np.clip(lo + 19, 0, top)] == ord("."), lens == 20)
+    end = np.minimum(np.maximum(col + lens - 1, 0), rows.shape[1] - 1)
+    good = ok & (lens >= 20) & (lens <= 30) & (rows[np.arange(n), end] == ord("Z"))
+    good &= np.where(digits > 0, rows[:, col + 19] == ord("."), lens == 20)
     # The fraction's first 8 digits, left-aligned (missing ones 0), then the 9th.
-    word = words.at(lo + 20)
     d8 = np.minimum(digits, 8).astype(np.uint64)
-    mask = np.where(d8 >= 8, np.uint64(0xFFFFFFFFFFFFFFFF), (np.uint64(1) << (d8 * np.uint64(8))) - np.uint64(1))
-    good &= (lo + 20 <= words.top) | (digits == 0)
-    x, digits_ok = eight_digits((word & mask) | (np.uint64(_ZEROS) & ~mask))  # (missing digits read as "0")
+    mask = np.where(d8 >= 8, ~_U64(0), (_U64(1) << (d8 * _U64(8))) - _U64(1))
+    x, digits_ok = eight_digits((_word_column(rows, col + 20) & mask) | (_ZEROS64 & ~mask))
     good &= digits_ok
-    ninth = a[np.clip(lo + 28, 0, top)].astype(np.int64) - 48
+    ninth = rows[:, col + 28].astype(np.int64) - 48
     good &= (digits < 9) | ((ninth >= 0) & (ninth <= 9))
     frac = x.astype(np.int64) * 10 + np.where(digits >= 9, ninth, 0)
-    # The date and second: read where they change.
-    h0, h1, h2 = words.at(lo), words.at(lo + 8), words.at(lo + 11)
+    # The date and second (the 19 bytes before the "."): read where they change.
+    h0, h1 = _word_column(rows, col), _word_column(rows, col + 8)
+    h2 = _word_column(rows, col + 11)
     first = np.ones(n, dtype=bool)
     first[1:] = (h0[1:] != h0[:-1]) | (h1[1:] != h1[:-1]) | (h2[1:] != h2[:-1]) | ~good[1:] | ~good[:-1]
     lead = np.flatnonzero(first)
     if len(lead) <= 8:  # (the usual few: one by one costs less than the array reading's passes)
-        second = [_second_ns(bytes(a[i : i + 19])) for i in lo[lead].tolist()]
+        second = [_second_ns(rows[i, col : col + 19].tobytes()) for i in lead.tolist()]
         read = np.array([s is not None for s in second], dtype=bool)
         base = np.array([s or 0 for s in second], dtype=np.int64)
     else:
-        whole, read = rfc3339_ns(a, lo[lead], hi[lead])
+        flat = rows.reshape(-1)
+        at = lead * rows.shape[1] + col
+        whole, read = rfc3339_ns(flat, at, at + lens[lead])
         base = whole - frac[lead]
-    group = np.cumsum(first) - 1
-    return base[group] + frac, good & read[group]
+    runs = np.diff(np.append(lead, n))  # (the rows of each second: few runs)
+    return np.repeat(base, runs) + frac, good & np.repeat(read, runs)
 
 
 def _second_ns(head: bytes) -> Optional[int]:

@@ -228,7 +228,7 @@ class FrameFeed:
         """Each frame where nats-py's parser would send it, in order."""
         nc = self.nc
         process_msg = nc._process_msg
-        for kind, sid, sl, sh, rl, rh, hl, dl, dh in zip(*(getattr(f, c).tolist() for c in F.Frames.__slots__)):
+        for kind, sid, sl, sh, rl, rh, hl, dl, dh in zip(*(getattr(f, c).tolist() for c in F.COLUMNS)):
             if kind <= F.HMSG:
                 await process_msg(sid, buf[sl:sh], buf[rl:rh], buf[dl:dh], buf[hl:dl] if dl > hl else None)
             elif kind == F.PING:
@@ -472,7 +472,7 @@ class FrameInbox:
 def frames_of(items: list) -> tuple[bytes, F.Frames]:
     """``(subject, reply, data, headers)`` tuples as one run of MSG frames over one buffer."""
     pieces: list[bytes] = []
-    cols: list[list[int]] = [[] for _ in F.Frames.__slots__]
+    cols: list[list[int]] = [[] for _ in F.COLUMNS]
     at = 0
     for subject, reply, data, hdr in items:
         hdr = hdr or b""

@@ -435,6 +435,52 @@ def test_reply_fields_agree_with_a_one_by_one_reading(items, stream):
         assert (cf.hdr_lo == cf.data_lo).all() and (cf.reply_lo == cf.reply_hi).all()
 
 
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.one_of(message_st, st.just(b"204 EOB")), min_size=1, max_size=30),
+    st.lists(st.integers(0, 1 << 12), max_size=8),
+)
+def test_reply_fields_of_reads_cut_anywhere_agree_with_a_one_by_one_reading(items, cuts):
+    """The replies as a connection receives them: cut into reads at arbitrary points, framed
+    read by read (``FrameReader``, whose frames carry the line ends it found), each run read
+    by ``reply_fields`` with those line ends and without them (searched again): the same
+    fields as ``strip_direct_headers`` reads one by one."""
+    inbox, stream = "_INBOX.abc", "WQD"
+    pieces, want = [], []
+    for item in items:
+        if isinstance(item, bytes):
+            block = b"NATS/1.0 " + item + b"\r\nNats-Num-Pending: 0\r\nNats-Last-Sequence: 5\r\n\r\n"
+            pieces.append(b"HMSG %s.7 1 %d %d\r\n%s\r\n" % (inbox.encode(), len(block), len(block), block))
+            want.append(None)
+        else:
+            frame, w = _reply(inbox, stream, item)
+            pieces.append(frame)
+            own, subject, seq, stamp = direct.strip_direct_headers(w[5])
+            want.append((w[0], subject, seq, wire.time_to_ns(stamp.decode()), own, w[4]))
+    data = b"".join(pieces)
+    bounds = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
+    reader = F.FrameReader()
+    got = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        buf, f = reader.feed(data[lo:hi])
+        if not len(f):
+            continue
+        assert f.lines is not None and np.array_equal(f.lines, np.flatnonzero(np.frombuffer(buf, np.uint8) == 10))
+        d = reply_fields(buf, f, stream, len(inbox) + 1)
+        again = reply_fields(buf, F.Frames(*(getattr(f, c) for c in F.COLUMNS)), stream, len(inbox) + 1)
+        for k in ("status", "ok", "req", "seq", "time", "subj_lo", "subj_hi", "own_end"):
+            assert np.array_equal(getattr(d, k), getattr(again, k)), k
+        for i in range(len(f)):
+            if d.status[i]:
+                got.append(None)
+                continue
+            assert d.ok[i]
+            own = buf[int(f.hdr_lo[i]) : int(d.own_end[i])] + b"\r\n" if d.own_end[i] else None
+            got.append((int(d.req[i]), buf[d.subj_lo[i] : d.subj_hi[i]], int(d.seq[i]), int(d.time[i]), own,
+                        buf[f.data_lo[i] : f.data_hi[i]]))  # fmt: skip
+    assert got == want
+
+
 def test_reply_fields_refuses_what_is_no_direct_get_reply():
     block = b"NATS/1.0\r\nk: v\r\n\r\n"
     buf = b"HMSG _INBOX.x.1 1 %d %d\r\n%sxy\r\n" % (len(block), len(block) + 2, block) + b"MSG _INBOX.x.2 1 2\r\nhi\r\n"

@@ -68,7 +68,7 @@ def our_events(reads: list, group: int = 1) -> list[tuple]:
     feeds = reads if group == 1 else [reads[i : i + group] for i in range(0, len(reads), group)]
     for data in feeds:
         buf, f = reader.feed(data)
-        for kind, sid, sl, sh, rl, rh, hl, dl, dh in zip(*(getattr(f, c).tolist() for c in F.Frames.__slots__)):
+        for kind, sid, sl, sh, rl, rh, hl, dl, dh in zip(*(getattr(f, c).tolist() for c in F.COLUMNS)):
             if kind in (F.MSG, F.HMSG):
                 events.append(("msg", sid, buf[sl:sh], buf[rl:rh], buf[dl:dh], buf[hl:dl] if dl > hl else None))
             elif kind == F.PING:
@@ -195,6 +195,35 @@ def test_many_deliveries_in_one_buffer_take_the_array_path_and_read_like_nats_py
     assert our_events(reads) == nats_py_events(reads)
     f, end = F.scan(data)
     assert end == len(data) and len(f) == len(frames)
+
+
+@pytest.mark.parametrize("long", [200, 3000, 5000])
+def test_long_control_lines_among_short_ones_read_like_nats_py(long):
+    """A control line's spaces are looked for in the lines only, as rows as wide as the
+    longest: lines past 128 bytes (a long subject or reply subject) in rows of their own,
+    those past 4,096 bytes framed one by one; each frame as nats-py's parser reads it, and
+    the runs of short lines after a long one still read in bulk."""
+    rng = np.random.default_rng(long)
+    frames = []
+    for i in range(1, 601):
+        data = rng.bytes(int(rng.integers(0, 60))).replace(b"\n", b"")
+        subject = b"s.%d" % i if i % 50 else b"t." + b"x" * long + b".%d" % i
+        reply = b" r.%d" % i if i % 3 else b""
+        if i % 7:
+            frames.append(b"MSG %s 7%s %d\r\n%s\r\n" % (subject, reply, len(data), data))
+        else:
+            hdr = b"NATS/1.0\r\nK: %d\r\n\r\n" % i
+            frames.append(
+                b"HMSG %s 7%s %d %d\r\n%s%s\r\n" % (subject, reply, len(hdr), len(hdr) + len(data), hdr, data)
+            )
+    data = b"".join(frames)
+    for size in (len(data), 4096, 1000):
+        reads = [data[i : i + size] for i in range(0, len(data), size)]
+        assert our_events(reads) == nats_py_events(reads)
+    f, end = F.scan(data)
+    assert end == len(data) and len(f) == len(frames)
+    assert np.array_equal(f.lines, np.flatnonzero(np.frombuffer(data, np.uint8) == 10))
+    assert f[3:9].lines is f.lines and F.Frames.concat([f[:3], f[3:]]).lines is f.lines
 
 
 @pytest.mark.parametrize(
