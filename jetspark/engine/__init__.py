@@ -19,7 +19,9 @@ from the files up:
 - ``consumer_config``: ConsumerConfig defaults and checks; ``consumer_match``: which
   stored messages a consumer's filters match, and a pull's byte budget; ``consumer_log``:
   a consumer's state changes as checksummed records, read back by every process (appends,
-  compaction, damage); ``consumer_state``: a consumer's state and what each record does to it;
+  compaction, damage); ``consumer_due``: a consumer's pending deliveries by deadline;
+  ``consumer_state``: a consumer's state and what each record does to it; ``consumer_fetch``:
+  what a fetch delivers (the redeliveries due, max_deliver expiries, new messages);
 - ``journals``: a stream's journals and their compaction; ``removed``: removed sequences
   (the ``ops`` journal); ``subject_table``: the subject dictionary; ``dedup``: the
   duplicate window;

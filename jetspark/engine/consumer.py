@@ -19,16 +19,16 @@ looked (``ConsumerLog.sync``: a torn last record is cut, damage raises
 ``CorruptStoreError``).  At worst a delivery is forgotten and the message
 delivered again, never lost.
 
-Every change is planned by a pure method (``plan_batch``, ``plan_ack``,
-``plan_nak``, ``plan_advance_floor``, ...): it reads the state at the ``now``
-it is given and returns its result and a ``Plan``, the records that make the
-change and, when it was planned on a draft, the state they leave; the state
-does not move.  ``commit`` is the one place a plan takes effect: each record
+Every change is planned by a pure method (``plan_batch`` in consumer_fetch.py,
+``plan_ack``, ``plan_nak``, ``plan_advance_floor``, ...): it reads the state at
+the ``now`` it is given and returns its result and a ``Plan``, the records that
+make the change and, when it was planned on a draft, the state they leave; the
+state does not move.  ``commit`` is the one place a plan takes effect: each record
 is written to the log first, whole or not at all (``ConsumerLog.write``), and
-only then does the memory follow (the draft adopted, or the records applied
-as a reader applies them), so the memory is never ahead of the log.  When
-the disk refuses a record, the memory takes the records written before it
-and the call raises ``StoreFullError``/``StoreIOError``.  A log that would
+only then does the memory follow, the records applied as a reader of the log
+applies them, so the memory is never ahead of the log and is what a reopen
+finds.  When the disk refuses a record, the memory takes the records written
+before it and the call raises ``StoreFullError``/``StoreIOError``.  A log that would
 outgrow ``COMPACT_BYTES`` is rewritten as one snapshot, and the stream
 header's ``cons_gen`` tells the other processes to reopen it.
 
@@ -40,33 +40,33 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Optional
 
 import numpy as np
 
 from jetspark.api import (
     AckPolicy,
     ConsumerInfo,
-    DeliverPolicy,
     SequenceInfo,
     ns_to_datetime,
 )
 from jetspark.engine import bindings, metafile
 from jetspark.engine.consumer_config import config_from_json, filters_of, paused_for
+from jetspark.engine.consumer_due import DueIndex
+from jetspark.engine.consumer_fetch import BatchPlanner
 from jetspark.engine.consumer_log import (
     DELIVER,
     DROP,
     DUE,
     ITEM,
     LAST_PER_SUBJECT,
-    MAXED,
     SCALARS,
     SNAPSHOT,
     ConsumerLog,
     encode,
 )
-from jetspark.engine.consumer_match import ByteBudget, SubjectFilter
-from jetspark.engine.consumer_state import QUEUED, Change, ConsumerState, change
+from jetspark.engine.consumer_match import SubjectFilter
+from jetspark.engine.consumer_state import QUEUED, ConsumerState, Plan, change
 from jetspark.errors import CorruptStoreError
 
 __all__ = ["Consumer", "Plan"]
@@ -74,20 +74,7 @@ __all__ = ["Consumer", "Plan"]
 _NS = 1_000_000_000
 
 
-class Plan(list):
-    """A planned change: its records in the order they are written (a list of ``Change``),
-    and ``after``, the state they leave when the planner built it on a draft (None: the
-    records applied to the state as it is).  ``version``: the state it was planned on."""
-
-    __slots__ = ("after", "version")
-
-    def __init__(self, version: int, changes: Iterable[Change] = (), after: Optional[ConsumerState] = None) -> None:
-        super().__init__(changes)
-        self.version = version
-        self.after = after
-
-
-class Consumer(ConsumerState):
+class Consumer(BatchPlanner):
     """One consumer of a stream, as this process last saw it."""
 
     def __init__(self, stream, home: Path, fresh: bool = False) -> None:
@@ -121,6 +108,7 @@ class Consumer(ConsumerState):
         waits = cfg.backoff or ([cfg.ack_wait] if cfg.ack_wait is not None else [])
         self._ack_waits = [int(w * _NS) for w in waits]
         self.filter = SubjectFilter(stream, self.filters)  # which stored messages it matches (consumer_match.py)
+        self.index = DueIndex(cfg.max_deliver)
         self.log = ConsumerLog(home, self.name, fresh=fresh, fsync=stream.storage.fsync)
         # The last pull in this process, recorded or not: an empty pull writes nothing, yet
         # keeps the consumer active (inactive_threshold) here.  Not part of the state.
@@ -202,11 +190,8 @@ class Consumer(ConsumerState):
                     self.stream.storage.header.cons_gen += 1  # the log was rewritten: others reopen it
                 written += 1
         finally:
-            if written == len(plan) and plan.after is not None:
-                self.adopt(plan.after)
-            else:
-                for op, scalars, items in plan[:written]:
-                    self.apply(op, scalars, items)
+            for op, scalars, items in plan[:written]:
+                self.apply(op, scalars, items)
             self.version += 1
 
     def _snapshot_after(self, plan: Plan, n: int) -> bytes:
@@ -219,32 +204,11 @@ class Consumer(ConsumerState):
                 st.apply(op, scalars, items)
         return encode(SNAPSHOT, st.scalars(), st.snapshot_items())
 
-    def _plan(self, changes: Iterable[Change] = (), after: Optional[ConsumerState] = None) -> Plan:
-        return Plan(self.version, changes, after)
-
     # ------------------------------------------------------------------ state queries
 
     @property
     def is_explicit(self) -> bool:
         return self.config.ack_policy == AckPolicy.EXPLICIT
-
-    def ack_wait_for(self, deliveries: int) -> int:
-        """Nanoseconds until a message delivered ``deliveries`` times is due again."""
-        waits = self._ack_waits
-        return waits[min(deliveries - 1, len(waits) - 1)]
-
-    def num_pending(self) -> int:
-        if self.last_per_subject:
-            rest = [q for q in self.last_per_subject if q >= self.next_stream_seq and self.stream.storage.is_live(q)]
-            return len(rest) + self.filter.count_matching(max(self.last_per_subject[-1] + 1, self.next_stream_seq))
-        return self.filter.count_matching(self.next_stream_seq)
-
-    def next_due(self, now: int) -> Optional[int]:
-        """When (clock ns) the earliest pending delivery falls due, for a redelivery or to leave
-        at max_deliver and free max_ack_pending room; None when none waits for a time."""
-        if not self.pending or self.config.ack_policy == AckPolicy.NONE:
-            return None
-        return min((d for _, d in self.pending.values() if d > now), default=None)
 
     def num_redelivered(self) -> int:
         return sum(1 for c in self.delivery_counts.values() if c > 1)
@@ -298,21 +262,6 @@ class Consumer(ConsumerState):
         """A message at max_deliver leaves pending once its last ack_wait passes (docs/semantics.md §5.4)."""
         self.commit(self.plan_expiry(now))
 
-    def plan_expiry(self, now: int) -> Plan:
-        """expire_max_delivered's record, planned."""
-        ch = self._expiry(self, now)
-        return self._plan([ch] if ch is not None else [])
-
-    def _expiry(self, st: ConsumerState, now: int) -> Optional[Change]:
-        md = self.config.max_deliver
-        if md is None or md <= 0 or not st.pending:  # (normalisation sets it: -1 for no limit)
-            return None
-        done = [s for s, (c, due) in st.pending.items() if due <= now and st.delivery_counts.get(s, 1) >= md]
-        if not done:
-            return None
-        # delivered_ns: as nats-server's updateDelivered when it gives up on a message.
-        return change(MAXED, st.scalars(delivered_ns=now), [(s, 0, 0, 0) for s in done])
-
     def next_batch(self, batch: int, now: int, max_bytes: int = 0) -> list[tuple[int, int, int]]:
         """Choose and record up to ``batch`` deliveries: redeliveries first, then new messages.
 
@@ -322,118 +271,6 @@ class Consumer(ConsumerState):
         self.commit(plan)
         self.pulled_ns = now
         return out
-
-    def plan_batch(self, batch: int, now: int, max_bytes: int = 0) -> tuple[list[tuple[int, int, int]], Plan]:
-        """next_batch's choice at ``now``, planned on a draft: the deliveries, and the records
-        that make them durable (max_deliver expiries, the deliveries, the pending messages
-        found gone), in the order they are written.  Reads the stream, never the clock."""
-        s = self.stream.storage
-        st = self.copy()
-        plan = self._plan(after=st)
-        expired = self._expiry(st, now)
-        if expired is not None:
-            plan.append(expired)
-            st.apply(*expired)
-        out: list[tuple[int, int, int]] = []
-        items: list[tuple] = []  # the queue's newcomers, then the redeliveries
-        gone: list[int] = []
-        dseq = st.delivered_consumer_seq
-        fits = ByteBudget(self.stream, self.name, max_bytes, self.num_pending()) if max_bytes > 0 else None
-        if st.pending:
-            # Messages past their ack wait join the redelivery queue in stream order,
-            # behind those nak'd (consumer.go checkPending, addToRedeliverQueue).
-            queued = set(st.redelivery_queue)
-            joined = sorted(q for q, (c, d) in st.pending.items() if d <= now and q not in queued)
-            items.extend((q, 0, QUEUED, -1) for q in joined)
-            for q in st.redelivery_queue + joined:
-                if len(out) >= batch:
-                    break
-                p = st.pending.get(q)
-                if p is None:
-                    continue  # (none: the queue holds pending deliveries only)
-                if not s.is_live(q):
-                    gone.append(q)
-                    continue
-                count = st.delivery_counts.get(q, 1) + 1
-                if fits is not None and not fits.take(q, dseq + 1, count):
-                    batch = len(out)  # nothing more fits this pull
-                    break
-                dseq += 1
-                # The pending record keeps the first delivery's consumer sequence (consumer.go trackPending).
-                out.append((q, dseq, count))
-                items.append((q, p[0], count, now + self.ack_wait_for(count)))
-        room = batch - len(out)
-        limit = self.config.max_ack_pending
-        ack_none = self.config.ack_policy == AckPolicy.NONE
-        if not ack_none and limit is not None and limit > 0:  # (set by normalisation but under ack none)
-            room = min(room, limit - len(st.pending))
-        moved = dict(delivered_consumer_seq=dseq, last_active=now)
-        parts = [np.array(items, dtype=ITEM)]
-        if room > 0:
-            qs = self._new_seqs(st, room)
-            if fits is not None:
-                qs = qs[: fits.count_new(qs, dseq + 1)]
-            if (
-                not qs
-                and not out
-                and s.memory
-                and self.filter.matches_nothing_stored()
-                and self.config.deliver_policy != DeliverPolicy.BY_START_SEQUENCE
-                and st.next_stream_seq <= s.header.last_seq
-            ):
-                # nats-server's memory store moves a pull whose filter matches no stored
-                # subject to the end of the stream (its file store does not); the ack floor stays.
-                moved["next_stream_seq"] = s.header.last_seq + 1
-            if qs:
-                k = len(qs)
-                cseqs = range(dseq + 1, dseq + k + 1)
-                dseq = moved["delivered_consumer_seq"] = dseq + k
-                moved["next_stream_seq"] = qs[-1] + 1
-                new = np.zeros(k, dtype=ITEM)
-                new["sseq"] = qs
-                new["cseq"] = cseqs
-                if ack_none:
-                    moved["ack_floor_consumer_seq"], moved["ack_floor_stream_seq"] = dseq, qs[-1]
-                    new["due"] = -1
-                else:
-                    new["count"] = 1
-                    new["due"] = due = now + self.ack_wait_for(1)
-                    # The draft takes them now, as apply would from the record below (new
-                    # entries, in no queue), at a fetch's pace.
-                    st.pending.update(zip(qs, ([c, due] for c in cseqs)))
-                    st.delivery_counts.update(dict.fromkeys(qs, 1))
-                out.extend(zip(qs, cseqs, [1] * k))
-                parts.append(new)
-        if out:
-            moved["delivered_ns"] = now
-        if items or len(parts) > 1 or "next_stream_seq" in moved:
-            plan.append(change(DELIVER if out or items else SCALARS, st.scalars(**moved), np.concatenate(parts)))
-            st.apply(plan[-1][0], plan[-1][1], parts[0])  # (the new deliveries it has already)
-        if gone:
-            st.last_active = now
-            plan += self._drop(st, np.array(sorted(gone), dtype=np.int64), now)[1]
-        return out, plan if plan else self._plan()
-
-    def _new_seqs(self, st: ConsumerState, room: int) -> list[int]:
-        s = self.stream.storage
-        found: list[int] = []
-        if st.last_per_subject:
-            for q in st.last_per_subject:
-                if len(found) >= room:
-                    return found
-                if q >= st.next_stream_seq and s.is_live(q):
-                    found.append(q)
-            if len(found) >= room:
-                return found
-        start = max(st.next_stream_seq, s.header.first_seq, found[-1] + 1 if found else 0)
-        step = max(room * 2, 256)
-        while len(found) < room and start <= s.header.last_seq:
-            end = min(s.header.last_seq, start + step - 1)
-            hits = self.filter.matching_live(start, end)
-            found.extend(hits[: room - len(found)].tolist())
-            start = end + 1
-            step = min(step * 4, 1 << 20)
-        return found
 
     def plan_start(self, start: int, last_per_subject: list[int], now: int) -> Plan:
         """A new consumer's first record: it starts at stream sequence ``start`` (with deliver
@@ -559,7 +396,7 @@ class Consumer(ConsumerState):
             del st.pending[q]
         for q in [q for q in st.delivery_counts if q <= seq]:
             del st.delivery_counts[q]
-        st.redelivery_queue = [q for q in st.redelivery_queue if q in st.pending]
+        st.redelivery_queue = {q: None for q in st.redelivery_queue if q in st.pending}
         if st.pending:
             first = min(st.pending)
             st.ack_floor_consumer_seq, st.ack_floor_stream_seq = st.pending[first][0] - 1, first - 1
@@ -589,28 +426,6 @@ class Consumer(ConsumerState):
         released, changes = self._drop(st, seqs, now)
         return released, self._plan(changes, st)
 
-    def _drop(self, st: ConsumerState, seqs: np.ndarray, now: int) -> tuple[list[int], list[Change]]:
-        """drop on the draft ``st``: what it released, and the records that did it."""
-        if not st.pending:
-            return [], []
-        keys = np.fromiter(st.pending, dtype=np.int64, count=len(st.pending))
-        hit = sorted(keys[np.isin(keys, seqs)].tolist())
-        if not hit:
-            return [], []
-        released: list[int] = []
-        changes: list[Change] = []
-        if self.config.ack_policy == AckPolicy.ALL:
-            released, ch = st.ack_all(hit[-1], st.pending[hit[-1]][0], now)
-            if ch is not None:
-                changes.append(ch)
-            hit = [q for q in hit if q in st.pending]  # (none: pending deliveries lie above the floor)
-        for q in hit:
-            st.ack_explicit(q)
-        if hit:
-            st.acked_ns = now
-            changes.append(change(DROP, st.scalars(), [(q, 0, 0, 0) for q in hit]))
-        return released, changes
-
     def purged(self, start: int, wider: bool = False) -> None:
         """The stream purged what this consumer could see below ``start`` (consumer.go purge)."""
         self.commit(self.plan_purged(start, wider, self.stream.clock()))
@@ -637,7 +452,7 @@ class Consumer(ConsumerState):
         if not st.pending:
             st.delivery_counts = {}
             st.ack_floor_consumer_seq, st.ack_floor_stream_seq = st.delivered_consumer_seq, st.next_stream_seq - 1
-        st.redelivery_queue = [q for q in st.redelivery_queue if q in st.pending]
+        st.redelivery_queue = {q: None for q in st.redelivery_queue if q in st.pending}
         st.last_per_subject = [q for q in st.last_per_subject if q >= start]
         return self._plan([change(SNAPSHOT, st.scalars(), st.snapshot_items())])
 

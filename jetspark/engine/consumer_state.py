@@ -10,22 +10,39 @@ log hold the same state (tests/engine/test_consumer_plans.py replays them).
 
 The pure transitions the consumer plans with (``ack_explicit``, ``ack_all``) change a
 draft (``copy``), never the state itself.
+
+``index`` (consumer_due.py) finds the pending deliveries by deadline; ``apply`` keeps it.
+A draft has none: nothing plans on a draft's deadlines.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Optional
+from typing import Iterable, Optional
 
 import numpy as np
 
+from jetspark.engine.consumer_due import DueIndex
 from jetspark.engine.consumer_log import DELIVER, DROP, DUE, ITEM, LAST_PER_SUBJECT, MAXED, SNAPSHOT
 
-__all__ = ["QUEUED", "Change", "ConsumerState", "change"]
+__all__ = ["QUEUED", "Change", "ConsumerState", "Plan", "change"]
 
 QUEUED = 0xFFFFFFFF  # an item's count marking "appended to the redelivery queue"
 
 Change = tuple[int, tuple, np.ndarray]  # a record to write: op, the scalars of its moment, items
+
+
+class Plan(list):
+    """A planned change: its records in the order they are written (a list of ``Change``),
+    and ``after``, the state they leave when the planner built it on a draft (None: no
+    draft).  ``version``: the state it was planned on."""
+
+    __slots__ = ("after", "version")
+
+    def __init__(self, version: int, changes: Iterable[Change] = (), after: Optional[ConsumerState] = None) -> None:
+        super().__init__(changes)
+        self.version = version
+        self.after = after
 
 
 def change(op: int, scalars: tuple, items) -> Change:
@@ -36,7 +53,8 @@ def change(op: int, scalars: tuple, items) -> Change:
 class ConsumerState:
     """The state a consumer's log records (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, index: Optional[DueIndex] = None) -> None:
+        self.index = index
         self.clear()
 
     def clear(self) -> None:
@@ -51,14 +69,18 @@ class ConsumerState:
         self.pending: dict[int, list[int]] = {}  # stream seq -> [consumer seq of its first delivery, due_ns]
         self.delivery_counts: dict[int, int] = {}  # stream seq -> deliveries so far
         self.last_per_subject: list[int] = []  # last-per-subject sequences still to deliver, ascending
-        # The redelivery queue, in order (naks first come first); every entry is pending.
-        self.redelivery_queue: list[int] = []
+        # The redelivery queue, its keys in order (naks first come first); every entry is pending.
+        # A dict: a delivery leaves the queue from anywhere in it, at the cost of one lookup.
+        self.redelivery_queue: dict[int, None] = {}
+        if self.index is not None:
+            self.index.clear()
 
     def copy(self, pending: bool = True) -> ConsumerState:
         """A draft to plan on.  Its pending entries are shared lists: a planner replaces an
         entry (``pending[q] = [c, due]``), never changes one in place.  ``pending`` False: a
         draft with every pending delivery acked (none pending, none queued)."""
         d = ConsumerState.__new__(ConsumerState)
+        d.index = None
         d.delivered_consumer_seq, d.next_stream_seq = self.delivered_consumer_seq, self.next_stream_seq
         d.ack_floor_consumer_seq, d.ack_floor_stream_seq = self.ack_floor_consumer_seq, self.ack_floor_stream_seq
         d.last_active, d.delivered_ns, d.acked_ns = self.last_active, self.delivered_ns, self.acked_ns
@@ -68,19 +90,15 @@ class ConsumerState:
             d.delivery_counts = self.delivery_counts.copy()
             d.redelivery_queue = self.redelivery_queue.copy()
         else:
-            d.pending, d.redelivery_queue = {}, []
+            d.pending, d.redelivery_queue = {}, {}
             d.delivery_counts = {q: n for q, n in self.delivery_counts.items() if q not in self.pending}
         return d
-
-    def adopt(self, other: ConsumerState) -> None:
-        """Become ``other`` (a draft whose records were written)."""
-        for name in STATE_FIELDS:
-            setattr(self, name, getattr(other, name))
 
     def snapshot(self) -> dict:
         """The state as plain values, for comparing two states."""
         out = {name: getattr(self, name) for name in STATE_FIELDS}
         out["pending"] = {q: list(p) for q, p in self.pending.items()}
+        out["redelivery_queue"] = list(self.redelivery_queue)
         return out
 
     def scalars(self, **moved: int) -> tuple:
@@ -119,23 +137,30 @@ class ConsumerState:
         ) = scalars[:5]
         self.delivered_ns, self.acked_ns = scalars[5:] or (0, 0)
         pending, counts, queue = self.pending, self.delivery_counts, self.redelivery_queue
+        index = self.index
         if op == SNAPSHOT:
-            pending, counts, queue = self.pending, self.delivery_counts, self.redelivery_queue = {}, {}, []
+            pending, counts, queue = self.pending, self.delivery_counts, self.redelivery_queue = {}, {}, {}
             self.last_per_subject = []
-        if op == DELIVER and not queue and _new_deliveries(items, pending, counts):
+            if index is not None:
+                index.clear()
+        if op == DELIVER and not queue and _new_deliveries(items, pending, counts, index):
             pass  # (the fetch loop's record, applied at C speed)
         elif op in (DELIVER, SNAPSHOT):
             for sseq, cseq, count, due in items.tolist():
                 if count == QUEUED:
                     if sseq in pending and sseq not in queue:
-                        queue.append(sseq)
+                        queue[sseq] = None
+                        if index is not None:
+                            index.queued(sseq, counts.get(sseq, 1))
                     continue
                 if due >= 0:
                     pending[sseq] = [cseq, due]
+                    if index is not None:
+                        index.push(sseq, due)
                 if count:
                     counts[sseq] = count
-                if op == DELIVER and sseq in queue:
-                    queue.remove(sseq)
+                if op == DELIVER:
+                    queue.pop(sseq, None)
                 if op == SNAPSHOT and cseq == 0 and due < 0 and count == 0:
                     self.last_per_subject.append(sseq)
         elif op in (DROP, MAXED):
@@ -144,20 +169,25 @@ class ConsumerState:
                 pending.pop(sseq, None)
                 if op == DROP:
                     counts.pop(sseq, None)
-                if sseq in queue:
-                    queue.remove(sseq)
+                queue.pop(sseq, None)
         elif op == DUE:
             for sseq, _, count, due in items.tolist():
                 p = pending.get(sseq)
                 if p is not None:
                     pending[sseq] = [p[0], due]
+                    if index is not None:
+                        index.push(sseq, due)
                     if count == QUEUED and sseq not in queue:
-                        queue.append(sseq)
+                        queue[sseq] = None
+                        if index is not None:
+                            index.queued(sseq, counts.get(sseq, 1))
         elif op == LAST_PER_SUBJECT:
             self.last_per_subject = items["sseq"].tolist()
         if op == DELIVER and self.last_per_subject:
             # Those below the next stream sequence were delivered or found gone.
             del self.last_per_subject[: bisect_left(self.last_per_subject, self.next_stream_seq)]
+        if index is not None:
+            index.settle(self)
 
     # ------------------------------------------------------------------ transitions, on a draft
 
@@ -166,8 +196,7 @@ class ConsumerState:
         retention to reconsider (any delivered one, pending or not)."""
         p = self.pending.pop(stream_seq, None)
         self.delivery_counts.pop(stream_seq, None)
-        if stream_seq in self.redelivery_queue:
-            self.redelivery_queue.remove(stream_seq)
+        self.redelivery_queue.pop(stream_seq, None)
         if p is None:
             return [stream_seq] if stream_seq < self.next_stream_seq else []
         consumer_seq = p[0]
@@ -200,11 +229,11 @@ class ConsumerState:
             self.pending.pop(q, None)
             self.delivery_counts.pop(q, None)
         if self.redelivery_queue:
-            self.redelivery_queue = [q for q in self.redelivery_queue if q in self.pending]
+            self.redelivery_queue = {q: None for q in self.redelivery_queue if q in self.pending}
         return list(range(old + 1, stream_seq + 1)), change(DROP, self.scalars(), [(q, 0, 0, 0) for q in gone])
 
 
-def _new_deliveries(items: np.ndarray, pending: dict, counts: dict) -> bool:
+def _new_deliveries(items: np.ndarray, pending: dict, counts: dict, index: Optional[DueIndex]) -> bool:
     """A DELIVER record of deliveries alone (no queue entries), applied as the loop of
     ConsumerState.apply would, for an empty redelivery queue; False (nothing done) otherwise."""
     due, count = items["due"], items["count"]
@@ -214,9 +243,11 @@ def _new_deliveries(items: np.ndarray, pending: dict, counts: dict) -> bool:
         return True  # with ack none nothing is pending
     if not ((due >= 0).all() and (count > 0).all()):
         return False
-    sseqs = items["sseq"].tolist()
-    pending.update(zip(sseqs, map(list, zip(items["cseq"].tolist(), due.tolist()))))
+    sseqs, dues = items["sseq"].tolist(), due.tolist()
+    pending.update(zip(sseqs, map(list, zip(items["cseq"].tolist(), dues))))
     counts.update(zip(sseqs, count.tolist()))
+    if index is not None:
+        index.push_many(sseqs, dues)
     return True
 
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import jetspark
 from jetspark import AckPolicy, ConsumerConfig, DeliverPolicy
-from jetspark.engine import consumer_log
+from jetspark.engine import consumer_due, consumer_log
 from jetspark.engine.consumer import Consumer
 from jetspark.engine.consumer_log import DELIVER, DROP, DUE, LAST_PER_SUBJECT, MAXED, SCALARS, SNAPSHOT
 from jetspark.engine.consumer_state import QUEUED
@@ -74,13 +74,16 @@ def _dropped(plan) -> list:
 
 def _planned(c: Consumer, plan_call):
     """Plan, check that planning moved neither the state nor the log, commit; the result.
-    ``plan_call`` returns (result, plan), or a plan alone (the result is then None)."""
+    ``plan_call`` returns (result, plan), or a plan alone (the result is then None).  A
+    plan made on a draft: the draft is the state its records leave once applied."""
     before, size = c.snapshot(), Path(c.log.path).stat().st_size
     out = plan_call()
     result, plan = out if isinstance(out, tuple) else (None, out)
     assert c.snapshot() == before, "planning moved the state"
     assert Path(c.log.path).stat().st_size == size, "planning wrote to the log"
     c.commit(plan)
+    if plan.after is not None:
+        assert plan.after.snapshot() == c.snapshot(), "the draft is not what the records left"
     return result, plan
 
 
@@ -91,7 +94,7 @@ def test_a_batch_queues_the_due_behind_the_nakd_and_records_the_queue(tmp_path):
     with _consumer(tmp_path, ack_policy=AckPolicy.EXPLICIT, ack_wait=10) as (c, clock):
         c.next_batch(3, clock())
         _planned(c, lambda: c.plan_nak(3, 3, None, clock()))
-        assert c.redelivery_queue == [3]
+        assert list(c.redelivery_queue) == [3]
         clock.advance(11)  # 1 and 2 are due: they queue behind the nak'd 3
         out, plan = _planned(c, lambda: c.plan_batch(2, clock()))
         assert out == [(3, 4, 2), (1, 5, 2)]
@@ -99,7 +102,7 @@ def test_a_batch_queues_the_due_behind_the_nakd_and_records_the_queue(tmp_path):
         assert op == DELIVER and len(plan) == 1
         assert items[["sseq", "count"]].tolist() == [(1, QUEUED), (2, QUEUED), (3, 2), (1, 2)]
         assert scalars[:2] == (5, 4)  # consumer seq 5; the next new message is still 4
-        assert c.redelivery_queue == [2]  # left in the queue, and in the log
+        assert list(c.redelivery_queue) == [2]  # left in the queue, and in the log
 
 
 def test_an_explicit_ack_plans_one_drop_with_the_new_floor(tmp_path):
@@ -152,9 +155,9 @@ def test_nak_and_in_progress_plan_a_due_record(tmp_path):
         _, plan = _planned(c, lambda: c.plan_nak(2, 2, 5.0, clock()))
         (op, scalars, items) = plan[0]
         assert op == DUE and items.tolist() == [(2, 2, 0, clock() + 5 * NS)]
-        assert c.delivered_ns == clock() and c.redelivery_queue == []  # a delayed nak waits for its time
+        assert c.delivered_ns == clock() and list(c.redelivery_queue) == []  # a delayed nak waits for its time
         _planned(c, lambda: c.plan_nak(1, 1, None, clock()))
-        assert c.redelivery_queue == [1] and c.pending[1] == [1, clock()]
+        assert list(c.redelivery_queue) == [1] and c.pending[1] == [1, clock()]
         clock.advance(1)
         _planned(c, lambda: c.plan_in_progress(3, clock()))
         assert c.pending[3] == [3, clock() + 30 * NS] and c.delivered_ns == clock() > t0
@@ -163,7 +166,7 @@ def test_nak_and_in_progress_plan_a_due_record(tmp_path):
         assert _reopened(c) == c.snapshot()
         # An ack of a queued delivery takes it out of the queue, in memory and in the log.
         _planned(c, lambda: c.plan_ack(1, 1, clock()))
-        assert (c.redelivery_queue, sorted(c.pending)) == ([], [2, 3])
+        assert (list(c.redelivery_queue), sorted(c.pending)) == ([], [2, 3])
 
 
 def test_advance_floor_and_purge_plan_one_snapshot(tmp_path):
@@ -334,7 +337,7 @@ def _step(js, s, clock, op) -> None:
         now = clock()
         # Queued deliveries first, then pending ones, then those given up at max_deliver: the
         # small indices Hypothesis tries most pick the entries most likely to go wrong.
-        delivered = c.redelivery_queue + sorted(set(c.pending) - set(c.redelivery_queue))
+        delivered = list(c.redelivery_queue) + sorted(set(c.pending) - set(c.redelivery_queue))
         delivered += sorted(set(c.delivery_counts) - set(c.pending)) or [1]
         pick = delivered[op[1] % len(delivered)] if len(op) > 1 and isinstance(op[1], int) else 0
         cseq = c.pending.get(pick, [c.delivered_consumer_seq])[0]
@@ -350,18 +353,35 @@ def _step(js, s, clock, op) -> None:
         _planned(c, calls[kind])
 
 
+def _check_due_index(c: Consumer, now: int) -> None:
+    """The deadline index (consumer_due.py) answers what a read of every pending delivery
+    answers: the due ones outside the queue, the next deadline, the max_deliver expiries."""
+    c.index.check(c)
+    md = c.config.max_deliver
+    for t in (now, now + NS, now + 3 * NS):
+        due = [q for q, (_, d) in c.pending.items() if d <= t]
+        assert c.index.due(c, t) == sorted(q for q in due if q not in c.redelivery_queue), t
+        later = [d for _, d in c.pending.values() if d > t]
+        assert c.next_due(t) == (min(later) if later and c.config.ack_policy != AckPolicy.NONE else None), t
+        maxed = sorted(q for q in due if md > 0 and c.delivery_counts.get(q, 1) >= md)
+        assert [items["sseq"].tolist() for _, _, items in c.plan_expiry(t)] == ([maxed] if maxed else []), t
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     config=CONFIGS,
     ops=st.lists(st.tuples(OPS, PULLS), min_size=6, max_size=30),
     compact=st.sampled_from([4 << 20, 700]),
+    slack=st.sampled_from([1024, 0]),
 )
-def test_plan_and_commit_agree_with_a_replay_of_the_log(config, ops, compact):
+def test_plan_and_commit_agree_with_a_replay_of_the_log(config, ops, compact, slack):
     """After every step the memory equals a fresh reopen of the log; with ``compact`` 700 the
-    log is rewritten as a snapshot every few records, so the snapshots are replayed too."""
+    log is rewritten as a snapshot every few records, so the snapshots are replayed too.
+    The deadline index is checked against the pending deliveries after every step; with
+    ``slack`` 0 it is rebuilt whenever its stale entries outnumber the pending deliveries."""
     clock = FakeClock()
-    old = consumer_log.COMPACT_BYTES
-    consumer_log.COMPACT_BYTES = compact
+    old, old_slack = consumer_log.COMPACT_BYTES, consumer_due._SLACK
+    consumer_log.COMPACT_BYTES, consumer_due._SLACK = compact, slack
     try:
         with tempfile.TemporaryDirectory() as tmp:
             js, s = _open(Path(tmp), clock, n=12, **config)
@@ -372,8 +392,9 @@ def test_plan_and_commit_agree_with_a_replay_of_the_log(config, ops, compact):
                         c = s.consumers.by_name["D"]
                         assert _reopened(c) == c.snapshot(), op
                         assert set(c.redelivery_queue) <= set(c.pending), op
+                        _check_due_index(c, clock())
     finally:
-        consumer_log.COMPACT_BYTES = old
+        consumer_log.COMPACT_BYTES, consumer_due._SLACK = old, old_slack
 
 
 def test_a_floor_moved_far_past_the_last_message_reads_back(tmp_path):
