@@ -23,7 +23,9 @@ sides talk to that same server; only the client differs:
    (one MSG.GET per sequence, what every work-queue read did before);
    target >= 0.5 of the read ceiling (row 1c's bare socket, measured in the
    row's own run); the limits-stream range read of the same messages is
-   shown for scale
+   shown for scale; row 3c is the direct gets' own ceiling: a bare socket making
+   the same batched direct gets (windows, requests in flight) and counting the
+   frames, each message with the server's ~170 bytes of headers
 
 4. publish_async: ``js.publish_async(subject, payload)`` for every message
    then ``publish_async_completed()``, vs nats-py's own ``publish_async``
@@ -210,6 +212,44 @@ class Bench:
         self.anchor.run(self.anchor.js.delete_consumer(stream, info.name))
         return n / dt, cpu / n
 
+    def ceiling_direct(self, stream: str, n: int) -> float:
+        """msgs/s of a bare socket making the batched direct gets row 3 makes of the ``n``
+        messages of ``stream`` (gapless, from seq 1): windows of ``direct.DIRECT_BATCH``
+        sequences, ``direct.DIRECT_IN_FLIGHT`` asked for at once, each to a reply subject of
+        its own, counting the frames (messages and each window's end-of-batch status) without
+        parsing them; a window's next is asked for once all its frames came (the server
+        answers one connection's requests in order)."""
+        from jetspark.remote import direct
+
+        batch, room = direct.DIRECT_BATCH, direct.DIRECT_IN_FLIGHT
+        windows = (n + batch - 1) // batch
+        inbox = f"_INBOX.dceiling{time.monotonic_ns()}"
+        raw = RawConnection(self.server.url)
+
+        def ask(i: int) -> bytes:
+            req = json.dumps({"seq": 1 + i * batch, "batch": batch, "max_bytes": direct.DIRECT_MAX_BYTES}).encode()
+            return b"PUB $JS.API.DIRECT.GET.%s %s.%d %d\r\n%s\r\n" % (stream.encode(), inbox.encode(), i, len(req), req)
+
+        try:
+            raw.send(f"SUB {inbox}.* 1\r\n".encode())
+            raw.ping()
+            gc.collect()
+            t = time.perf_counter()
+            raw.send(b"".join(ask(i) for i in range(min(room, windows))))
+            asked, done, got = min(room, windows), 0, 0
+            while done < windows:
+                got += raw.count_some()
+                # (each window's frames: its messages, then its end of batch)
+                while done < windows and got >= min(n, (done + 1) * batch) + done + 1:
+                    done += 1
+                    if asked < windows:
+                        raw.send(ask(asked))
+                        asked += 1
+            dt = time.perf_counter() - t
+        finally:
+            raw.close()
+        return n / dt
+
     def ceiling_write(
         self, stream: str, subjects_filter: str, subjects: list, datas: list, window: int = 4000, ids: bool = False
     ) -> float:
@@ -354,6 +394,7 @@ class Bench:
 
     def row_work_queue(self) -> list[Row]:
         from jetspark import AckPolicy, RetentionPolicy
+        from jetspark.remote import direct as direct_mod
 
         s, js = self.sizes, self.js
         n = s.wq_msgs
@@ -368,14 +409,17 @@ class Bench:
         log(f"3 work-queue streams filled with {n:,} messages")
         gets = min(n, 20_000)  # the plain-get path is slow: a smaller range
         be.read_rate(js, "WQD", min(n, 10_000))  # warm-up
-        direct, plain, limits, ceil = [], [], [], []
+        direct, plain, limits, ceil, dceil = [], [], [], [], []
+        self.ceiling_direct("WQD", min(n, 10_000))  # warm-up
         for r in range(s.read_reps):
             ceil.append(self.ceiling_read("WQL", n))
+            dceil.append(self.ceiling_direct("WQD", n))
             direct.append(self.ours_read("WQD", n))
             plain.append(be.read_rate(js, "WQG", gets))
             limits.append(be.read_rate(js, "WQL", n))
             log(
                 f"3 work-queue read {r + 1}/{s.read_reps}: ceiling {rate(ceil[-1][0])}, "
+                f"direct-get ceiling {rate(dceil[-1])}, "
                 f"direct gets {rate(direct[-1][0])} ({direct[-1][1] * 1e6:.2f} us CPU/msg), MSG.GET {rate(plain[-1])}, "
                 f"limits stream via a consumer {rate(limits[-1])}"
             )
@@ -385,10 +429,23 @@ class Bench:
             js.delete_stream(name)
         m, a, lim = statistics.median(x[0] for x in direct), statistics.median(plain), statistics.median(limits)
         c, cpu = statistics.median(x[0] for x in ceil), statistics.median(x[1] for x in direct) * 1e6
+        dc = statistics.median(dceil)
+        # (each repetition's own ratios, their medians: the ceilings move with the load from run to run)
+        per_rep = statistics.median(d[0] / x[0] for d, x in zip(direct, ceil))
+        per_rep_d = statistics.median(d[0] / x for d, x in zip(direct, dceil))
         return [
+            Row("3c", "direct-get ceiling: bare socket making row 3's batched direct gets, counting frames", rate(dc),
+                "-", f"{dc / c:.2f} of row 1c's ceiling", "-", "info", spread(dceil),
+                [f"the {n:,} messages of row 3's stream in windows of {direct_mod.DIRECT_BATCH:,} sequences, "
+                 f"{direct_mod.DIRECT_IN_FLIGHT} asked for at once, as row 3 asks for them; the frames (each message "
+                 "with the server's ~170 bytes of headers, each window's end of batch) counted, not parsed: what one "
+                 "Python process can receive of direct gets at all."]),
             Row(
                 "3", f"work-queue read: js.read_batches(wq stream, 1, {n:,}), allow_direct", rate(m),
-                rate(a) + " (one MSG.GET per seq)", f"{m / c:.2f} of ceiling; {m / a:.1f}x anchor", ">= 0.5 of ceiling",
+                rate(a) + " (one MSG.GET per seq)",
+                f"{m / c:.2f} of ceiling ({per_rep:.2f} per run); {m / dc:.2f} of 3c ({per_rep_d:.2f}); "
+                f"{m / a:.1f}x anchor",
+                ">= 0.5 of ceiling",
                 verdict([(m / c >= 0.5, "< 0.5 of ceiling")]),
                 f"direct {spread([x[0] for x in direct])}, {cpu:.2f} us CPU/msg; MSG.GET {spread(plain)}; "
                 f"ceiling {rate(c)}; "
