@@ -10,6 +10,7 @@
     stream_extra.py  jetspark stream subjects|find|seal|copy
     stream_config.py the StreamConfig flags and stream info's rendering
     consumers.py  jetspark consumer add|edit|info|ls|report|rm|next
+    consumer_pause.py  jetspark consumer pause|resume, and --pause's time or duration
     publish.py    jetspark pub
     stream_reading.py  jetspark sub, stream view (reads without a consumer)
     fetch.py      jetspark fetch, and the delivery loop consumer next shares

@@ -1,13 +1,14 @@
-"""``jetspark consumer ...``: add, edit, info, ls, report, rm, next (pull and push, durable and ephemeral consumers)."""
+"""``jetspark consumer ...``: add, edit, info, ls, report, rm, next (pull and push, durable and ephemeral
+consumers); pause and resume are in consumer_pause.py."""
 
 from __future__ import annotations
 
-import datetime as _dt
 from typing import Any, Optional
 
 import click
 
-from jetspark.api import AckPolicy, ConsumerConfig, ConsumerInfo, ReplayPolicy, parse_rfc3339
+from jetspark.api import AckPolicy, ConsumerConfig, ConsumerInfo, ReplayPolicy
+from jetspark.cli.consumer_pause import pause, pause_until, resume
 from jetspark.cli.fetch import ack_options, deliver
 from jetspark.cli.output import (
     cluster_pairs,
@@ -41,8 +42,8 @@ __all__ = ["consumer"]
 def consumer():
     """Manage consumers and read from them.
 
-    add, edit, info, ls, report, rm, next: pull or push consumers, durable or
-    ephemeral (`consumer next` and `fetch` read pull consumers).
+    add, edit, info, ls, report, rm, next, pause, resume: pull or push consumers,
+    durable or ephemeral (`consumer next` and `fetch` read pull consumers).
 
     \b
     Example:
@@ -163,22 +164,8 @@ def _changes(params: dict[str, Any]) -> dict[str, Any]:
     if params.get("metadata"):
         out["metadata"] = parse_metadata(params["metadata"])
     if params.get("pause_until"):
-        out["pause_until"] = _pause_until(params["pause_until"])
+        out["pause_until"] = pause_until(params["pause_until"])
     return out
-
-
-def _pause_until(text: str) -> _dt.datetime:
-    """``--pause``: an RFC 3339 time, or a duration from now (as ``nats consumer add --pause``)."""
-    try:
-        return _dt.datetime.now(_dt.timezone.utc) + _dt.timedelta(seconds=parse_duration(text))
-    except ValueError:
-        pass
-    try:
-        return parse_rfc3339(text)
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r} is neither a duration (1h) nor an RFC 3339 time", param_hint="--pause"
-        ) from None
 
 
 # ---------------------------------------------------------------------- rendering
@@ -265,7 +252,7 @@ def render_consumer_info(info: ConsumerInfo) -> str:
         ("Active Interest", ("true" if info.push_bound else "false") if c.deliver_subject else None),
         (
             "Paused Until",
-            f"{fmt_time(c.pause_until)} ({format_duration(round(info.pause_remaining / 1e9))} remaining)"
+            f"{fmt_date(c.pause_until)} UTC ({format_duration(round(info.pause_remaining / 1e9))} remaining)"
             if info.paused and info.pause_remaining is not None
             else None,
         ),
@@ -615,3 +602,7 @@ def report(js, stream_name: str, sort: str, as_json: bool):
     ] + (["Cluster"] if clustered else [])
     title = f"Consumer report for {stream_name} with {plural(len(rows), 'consumer')}"
     click.echo(table(headers, body, right=(3, 4, 5, 6, 7), title=title))
+
+
+consumer.add_command(pause)
+consumer.add_command(resume)

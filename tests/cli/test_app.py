@@ -85,7 +85,7 @@ def test_the_issue_s_commands_exist():
                 "copy",
             )
         ),
-        *(("consumer", c) for c in ("add", "edit", "info", "ls", "report", "rm", "next")),
+        *(("consumer", c) for c in ("add", "edit", "info", "ls", "report", "rm", "next", "pause", "resume")),
         *(("context", c) for c in ("add", "info", "ls", "select", "unselect", "rm")),
         ("pub",),
         ("sub",),
