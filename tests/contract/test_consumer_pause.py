@@ -206,3 +206,17 @@ def test_a_pause_until_of_none(js):
         js.pause_consumer(S, C, None)
     assert err.value.err_code == 10025
     assert _pause_state(js) == (True, FAR)
+
+
+def test_a_pause_until_past_2262(js):
+    _setup(js, messages=0)
+    far = "3000-01-01T00:00:00Z"
+    if js.kind == "oracle":
+        # The server takes any year up to 9999.
+        assert js.pause_consumer(S, C, far).paused is True
+        return
+    # jetspark keeps times as int64 nanoseconds since 1970, as for opt_start_time: 10025 naming it.
+    with pytest.raises(APIError, match="pause_until must be between 1677-09-22 and 2262-04-11") as err:
+        js.pause_consumer(S, C, far)
+    assert err.value.err_code == 10025
+    assert _pause_state(js) == (None, None)
