@@ -8,6 +8,7 @@
 - ``pub_lines``: the ``PUB``/``HPUB`` lines of a batch append, built in bulk;
 - ``ack_reply``: a delivery's ``$JS.ACK`` reply subject, built and read (one grammar);
 - ``frames``: what a server sends a client, framed in bulk (pure, NumPy);
+- ``pubacks``: the PubAcks of a batch append among those frames, read a run at a time;
 - ``deliveries``: consumer deliveries, direct-get replies and PubAcks among
   those frames, read a run at a time, and the range-read chunk built on them.
 

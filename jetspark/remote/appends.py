@@ -1,10 +1,11 @@
 """``publish_batch``: append an Arrow table as pipelined publishes, awaiting every PubAck.
 
-The protocol lines of the rows are built in bulk (``protocol.pub_lines``: the
-numbers of every line written at once, the pieces joined a chunk at a time) and
-each chunk written with one call (``fastpath.raw_writer``), each row with its
-own reply subject under one wildcard inbox; up to ``publish_window`` PubAcks are in flight and
-all are awaited.  Rows are checked first as the engine checks them (captured
+The protocol lines of the rows are built in bulk (``protocol.pub_lines``: a chunk's
+lines written as one byte array from the table's Arrow buffers, or their pieces joined
+where rows have header blocks of their own) and each chunk written with one call
+(``fastpath.raw_writer``), each row with its own reply subject under one wildcard inbox;
+up to ``publish_window`` PubAcks are in flight and all are awaited, read a run at a time
+(``protocol.pubacks``; what that leaves, one by one).  Rows are checked first as the engine checks them (captured
 subjects, max_msg_size, sealed), so the common refusals store nothing; what
 the server refuses later raises with a note naming the row.
 """
@@ -30,18 +31,20 @@ from jetspark.errors import (
     error_from_response,
 )
 from jetspark.protocol import headers as H
-from jetspark.protocol.deliveries import puback_fields
 from jetspark.protocol.pub_lines import PubBatch, join_rows
+from jetspark.protocol.pubacks import read_pubacks
 from jetspark.remote import jsapi
 from jetspark.remote.fastpath import FrameInbox, raw_writer, status_of
 from jetspark.remote.reads import from_numpy
 from jetspark.remote.retry import TRANSIENT_ERR_CODES, Retrier
 from jetspark.remote.session import PROGRESS, Session
 
-# Rows per protocol write, and rows whose lines' pieces are built at once (a bound on the
-# memory they take besides the table's).
-PUBLISH_CHUNK = 1024
-PIECES_ROWS = 16 * PUBLISH_CHUNK
+# Rows per protocol write (at most CHUNK_BYTES of payloads and headers, and at least one row),
+# and rows whose lines' pieces are built at once where ``PubBatch.lines`` cannot build a chunk
+# (bounds on the memory they take besides the table's).
+PUBLISH_CHUNK = 4096
+CHUNK_BYTES = 2 << 20
+PIECES_ROWS = 4 * PUBLISH_CHUNK
 
 
 def publish_batch(
@@ -58,11 +61,10 @@ def publish_batch(
     if c.sealed:
         raise api_error(STREAM_SEALED)
     uniq, ids = V.batch_subjects(subjects, c.subjects or [c.name], c.name)
-    datas = [b if b is not None else b"" for b in table.column("data").to_pylist()]
     hdr_col = table.column("headers") if "headers" in table.column_names else None
     id_col = table.column("msg_id") if "msg_id" in table.column_names else None
     hdr_list = hdr_col.to_pylist() if hdr_col is not None and hdr_col.null_count < n else None
-    batch = PubBatch([u.encode() for u in uniq], ids, datas)
+    batch = PubBatch([u.encode() for u in uniq], ids, table.column("data"))
     if hdr_list is None and msg_ids is not None:
         batch.generated_ids(msg_ids[0].encode(), msg_ids[1])  # the Spark sink's case
     elif hdr_list is None and id_col is not None and (plain := _plain_ids(id_col)) is not None:
@@ -193,19 +195,26 @@ async def _publish_rows(session: Session, batch: PubBatch, acks: _Acks) -> None:
     # The lines' pieces of up to PIECES_ROWS rows at a time, built at once; each chunk joins its slice.
     pieces: list = []
     lo = hi = 0
+    upto = np.cumsum(batch.dlen[todo] + batch.hlen[todo])  # (the bytes of rows todo[:k + 1])
+    template = None  # the stream's PubAck up to its seq, learnt from the first run (protocol.pubacks)
     try:
         while got < sent or (sent < m and first_error is None and acks.refusal is None):
             # Write as much as the window allows, one protocol write per chunk of rows.
             while sent < m and first_error is None and acks.refusal is None and sent - got < window:
                 end = min(m, sent + PUBLISH_CHUNK, got + window)
+                if int(upto[end - 1]) - (int(upto[sent - 1]) if sent else 0) > CHUNK_BYTES:
+                    limit = (int(upto[sent - 1]) if sent else 0) + CHUNK_BYTES
+                    end = max(sent + 1, int(np.searchsorted(upto, limit, side="right")))
                 if not nc.is_connected:
                     await session.ready(timeout)
                 if write is not None:
-                    if sent >= hi:
-                        lo, hi = sent, min(m, sent + PIECES_ROWS)
-                        pieces = batch.pieces(todo[lo:hi], prefix)
-                    end = min(end, hi)
-                    chunk = join_rows([p[sent - lo : end - lo] for p in pieces], end - sent)
+                    chunk = batch.lines(todo[sent:end], prefix) if sent >= hi else None
+                    if chunk is None:  # (rows with header blocks of their own, payloads of many lengths)
+                        if sent >= hi:
+                            lo, hi = sent, min(m, sent + PIECES_ROWS)
+                            pieces = batch.pieces(todo[lo:hi], prefix)
+                        end = min(end, hi)
+                        chunk = join_rows([p[sent - lo : end - lo] for p in pieces], end - sent)
                     await asyncio.wait_for(write(chunk), timeout)
                 else:  # nats-py's public API: one publish per row
                     for i in todo[sent:end].tolist():
@@ -221,7 +230,7 @@ async def _publish_rows(session: Session, batch: PubBatch, acks: _Acks) -> None:
             except asyncio.TimeoutError as exc:
                 raise session.silence(f"PubAcks of publish_batch ({sent - got} outstanding)", timeout) from exc
             for buf, f in runs:
-                at, rows_, seq, dup, plain = puback_fields(buf, f, slen, n)
+                at, rows_, seq, dup, plain, template = read_pubacks(buf, f, slen, n, template)
                 new = ~answered[rows_]
                 # (a row answered twice counts once: the first answer stands)
                 fast = new & plain

@@ -94,14 +94,19 @@ def test_line_is_the_protocol_line():
 
 
 @pytest.mark.server
+@pytest.mark.parametrize("layouts", [1, 32])
 @pytest.mark.parametrize("ids", ["none", "column", "generated"])
-def test_publish_batch_across_chunks_and_piece_blocks(js, name, monkeypatch, ids):
-    # Tiny chunks and piece blocks, so that one batch crosses many of both (and rows already
-    # stored, the duplicates of a batch sent again, are answered in the same stream of acks).
+def test_publish_batch_across_chunks_and_piece_blocks(js, name, monkeypatch, ids, layouts):
+    # Tiny chunks (by rows and by bytes) and piece blocks, so that one batch crosses many of
+    # both, its lines built by PubBatch.lines (32 layouts) or left to pieces (1); and rows
+    # already stored, the duplicates of a batch sent again, answered in the same stream of acks.
+    from jetspark.protocol import pub_lines
     from jetspark.remote import appends
 
     monkeypatch.setattr(appends, "PUBLISH_CHUNK", 3)
+    monkeypatch.setattr(appends, "CHUNK_BYTES", 40)
     monkeypatch.setattr(appends, "PIECES_ROWS", 7)
+    monkeypatch.setattr(pub_lines, "MAX_LAYOUTS", layouts)
     name = name("P")
     js.add_stream(name=name, subjects=[f"{name}.>"])
     n = 50
@@ -124,3 +129,70 @@ def test_publish_batch_across_chunks_and_piece_blocks(js, name, monkeypatch, ids
         assert again.seqs.to_pylist() == list(range(n + 1, 2 * n + 1))
     else:
         assert again.seqs.to_pylist() == list(range(1, n + 1)) and all(again.duplicate.to_pylist())
+
+
+def _reply(batch: PubBatch, prefix: bytes, verb: bytes, i: int) -> bytes:
+    """Row i's reply subject as ``PubBatch.lines`` writes it (``reply_heads``' padding)."""
+    heads, width = batch.reply_heads(prefix, verb)
+    pad = heads[int(batch.sid[i])][len(verb) + len(batch.subject(i)) + 1 :]
+    return pad + (b"%0*d" % (width, i) if width else b"%d" % i)
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches(), st.data())
+def test_lines_are_the_lines_formatted_one_by_one(drawn, data):
+    batch, subjects, datas, blocks = drawn
+    n = batch.n
+    if data.draw(st.booleans()):  # (payloads of one length: one layout, never left to pieces)
+        size = data.draw(st.integers(0, 40))
+        datas = [bytes([i % 251]) * size for i in range(n)]
+        batch.data = batch.data.of(datas)
+        batch.dlen, batch._datas = batch.data.lens, datas
+        one_length = True
+    else:
+        one_length = False
+    rows = np.flatnonzero(np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool))
+    prefix = data.draw(st.sampled_from([b"_INBOX.abc.", b"_INBOX.x%d%%."]))
+    got = batch.lines(rows, prefix)
+    if batch._blocks is not None or not len(rows):
+        assert got is None
+        return
+    if got is None:
+        assert not one_length
+        return
+    verb = b"PUB " if all(b == b"" for b in blocks) else b"HPUB "
+    want = b"".join(line(subjects[i], _reply(batch, prefix, verb, i), blocks[i], datas[i]) for i in rows.tolist())
+    assert got == want
+
+
+def test_lines_pad_row_numbers_to_one_layout_and_leave_many_layouts_to_pieces(monkeypatch):
+    from jetspark.protocol import pub_lines
+
+    batch = PubBatch([b"a", b"bbbb"], np.array([0, 1, 1, 0]), [b"x", b"yy", b"z", b"w"])
+    got = batch.lines(np.arange(4), b"_I.")
+    assert got == (b"PUB a _I.0000 1\r\nx\r\nPUB bbbb _I.1 2\r\nyy\r\nPUB bbbb _I.2 1\r\nz\r\nPUB a _I.0003 1\r\nw\r\n")
+    wide = PubBatch([b"a", b"b" * 30], np.array([0, 1]), [b"x", b"y"])  # (padding past 19 digits: none)
+    assert wide.lines(np.arange(2), b"_I.") == b"PUB a _I.0 1\r\nx\r\nPUB " + b"b" * 30 + b" _I.1 1\r\ny\r\n"
+    monkeypatch.setattr(pub_lines, "MAX_LAYOUTS", 1)
+    many = PubBatch([b"a"], np.zeros(3, dtype=np.int64), [b"x", b"yy", b"zzz"])
+    assert many.lines(np.arange(3), b"_I.") is None and many.lines(np.arange(1), b"_I.") is None  # (remembered)
+
+
+@pytest.mark.parametrize(
+    "arr",
+    [
+        pa.array([b"ab", None, b"", b"cde"], pa.binary()),
+        pa.array([b"zz", b"ab", None, b"", b"cde"], pa.large_binary()).slice(1),
+        pa.chunked_array([pa.array(["ab", None]), pa.array(["", "cde"])]),
+        pa.array(["xx", "ab", None, "", "cde"], pa.string()).slice(1),
+    ],
+)
+def test_spans_read_arrow_arrays_in_place(arr):
+    from jetspark.protocol.pub_lines import Spans
+
+    spans = Spans.of(arr)
+    assert spans.tolist() == [b"ab", b"", b"", b"cde"] and [spans.get(i) for i in range(4)] == spans.tolist()
+    assert spans.lens.tolist() == [2, 0, 0, 3] and len(spans) == 4
+    assert Spans.of([b"ab", b"", b"", b"cde"]).tolist() == spans.tolist() and Spans.of([]).tolist() == []
+    with pytest.raises(TypeError, match="binary or string"):
+        Spans.of(pa.array([1, 2]))
