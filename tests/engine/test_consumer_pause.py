@@ -71,3 +71,15 @@ def test_a_create_on_the_engine_takes_pause_until_and_a_bad_one_creates_nothing(
             js.add_consumer(S, durable_name="Q", pause_until="2100-01-01T00:00:00")  # no offset
         assert err.value.err_code == 10025 and "pause_until" in err.value.description
         assert [i.name for i in js.consumers_info(S)] == ["P"]
+
+
+def test_advance_ack_floor_moves_a_paused_consumer_on_the_engine(store):
+    """The engine moves the floor itself, paused or not; on a server the call fetches, which a
+    pause stops: AckFloorError there (JetStreamAPI.advance_ack_floor's contract)."""
+    with jetspark.connect(store) as js:
+        _setup(js)
+        js.publish("s", b"m1")
+        js.pause_consumer(S, C, FAR)
+        assert js.advance_ack_floor(S, C, 2).stream_seq == 2
+        info = js.consumer_info(S, C)
+        assert (info.ack_floor.stream_seq, info.num_pending, info.paused) == (2, 0, True)
