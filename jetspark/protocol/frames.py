@@ -127,6 +127,7 @@ _PAIRS, _FOURS, _EIGHTS = _U64(0x00FF00FF00FF00FF), _U64(0x0000FFFF0000FFFF), _U
 _KEEP = np.array([((1 << (8 * c)) - 1) << (8 * (8 - c)) if c else 0 for c in range(9)], dtype=np.uint64)
 _FILL = _ASCII_ZEROS & ~_KEEP
 _INT64_MAX = _U64((1 << 63) - 1)
+_NO_DIGITS = np.zeros(0, dtype=np.uint64)
 # "MSG " and "HMSG " as the low bytes of a little-endian word.
 _FOUR_BYTES, _FIVE_BYTES = _U64(0xFFFFFFFF), _U64(0xFFFFFFFFFF)
 _MSG_WORD = _U64(int.from_bytes(b"MSG ", "little"))
@@ -167,7 +168,7 @@ def parse_ints(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarra
     if not same and int(hi.max()) > len(a):  # (past the end: none of it is read)
         ok &= hi <= len(a)
         hi = np.minimum(hi, len(a))
-    value = None
+    value = _NO_DIGITS  # (the first group's number replaces it: there is at least one group)
     for k in range(groups):
         # The k-th group of eight from the right: the word ending at hi - 8k.
         at = hi - 8 * (k + 1)
@@ -183,7 +184,7 @@ def parse_ints(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarra
             w = (w & _KEEP[c]) | _FILL[c]
         d, good = eight_digits(w)
         ok &= good
-        value = d if value is None else value + d * _U64(10 ** (8 * k))
+        value = d if k == 0 else value + d * _U64(10 ** (8 * k))
     ok &= value <= _INT64_MAX
     return value.view(np.int64), ok
 
@@ -243,6 +244,20 @@ def _spaces(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, 
     return np.sort(where), np.bincount(np.concatenate(rows), minlength=len(lo))
 
 
+def _same_ints(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``parse_ints``, for numbers most often all the same (the sids of a run): when every span
+    is as long as the first (at most 8 bytes) and the 8 bytes ending with it are the same,
+    the first is read once."""
+    width = int(hi[0] - lo[0])
+    if 1 <= width <= 8 and int(hi.min()) >= 8 and int(hi.max()) <= len(a):
+        w = _words(a)[hi - 8]
+        if (w == w[0]).all() and (hi - lo == width).all():
+            token = a[int(lo[0]) : int(hi[0])].tobytes()
+            if token.isdigit():
+                return np.full(len(lo), int(token), dtype=np.int64), np.ones(len(lo), dtype=bool)
+    return parse_ints(a, lo, hi)
+
+
 def _chain(
     a: np.ndarray, n: int, pos: int, cands: np.ndarray, k: np.ndarray, nl: np.ndarray
 ) -> tuple[Optional[Frames], int]:
@@ -258,28 +273,40 @@ def _chain(
     sp, cnt = _spaces(a, cands, ce)  # (every line has one, "MSG " / "HMSG " begins it, unless too long)
     if not cnt[0]:
         return None, pos
-    i1 = np.cumsum(cnt)
-    i0 = i1 - cnt
+    m = len(cands)
     is_h = a[cands] == 72
     spaces = cnt - is_h  # 3: no reply subject, 4: one
     valid = (a[ce - 1] == 13) & ((spaces == 3) | (spaces == 4))
-    top = len(sp) - 1
-    s = [sp[np.minimum(i0 + j, top)] for j in range(4)]
-    last = sp[i1 - 1]
+    c0 = int(cnt[0])
+    if len(sp) == c0 * m and (cnt == c0).all():
+        # Lines of one kind, as a run's mostly are: the j-th spaces of all are one column.
+        grid = sp.reshape(m, c0)
+        s = [grid[:, min(j, c0 - 1)] for j in range(5)]
+        last, before_last = grid[:, -1], grid[:, max(c0 - 2, 0)]
+    else:
+        i1 = np.cumsum(cnt)
+        i0 = i1 - cnt
+        top = len(sp) - 1
+        s = [sp[np.minimum(i0 + j, top)] for j in range(5)]
+        last, before_last = sp[i1 - 1], sp[np.maximum(i1 - 2, 0)]
     has_reply = spaces == 4
-    any_h = bool(is_h.any())
+    all_h = bool(is_h.all())
+    any_h = all_h or bool(is_h.any())
     # No empty token: each space is followed by something other than a space.
     valid &= (s[1] > s[0] + 1) & (s[2] > s[1] + 1) & (last < ce - 2)
     valid &= ~has_reply | (s[3] > s[2] + 1)
     if any_h:
-        valid &= ~(is_h & has_reply) | (sp[np.minimum(i0 + 4, top)] > s[3] + 1)
-    sid, ok_sid = parse_ints(a, s[1] + 1, s[2])
-    total, ok_total = parse_ints(a, last + 1, ce - 1)
-    hsize = np.zeros(len(cands), dtype=np.int64)
-    ok_h = np.ones(len(cands), dtype=bool)
-    if any_h:
-        before_last = sp[np.maximum(i1 - 2, 0)]
-        hsize[is_h], ok_h[is_h] = parse_ints(a, before_last[is_h] + 1, last[is_h])
+        valid &= ~(is_h & has_reply) | (s[4] > s[3] + 1)
+    sid, ok_sid = _same_ints(a, s[1] + 1, s[2])
+    if all_h:  # (the sizes of all, in one pass)
+        sizes, ok = parse_ints(a, np.concatenate((last + 1, before_last + 1)), np.concatenate((ce - 1, last)))
+        total, hsize, ok_total, ok_h = sizes[:m], sizes[m:], ok[:m], ok[m:]
+    else:
+        total, ok_total = parse_ints(a, last + 1, ce - 1)
+        hsize = np.zeros(m, dtype=np.int64)
+        ok_h = np.ones(m, dtype=bool)
+        if any_h:
+            hsize[is_h], ok_h[is_h] = parse_ints(a, before_last[is_h] + 1, last[is_h])
     valid &= ok_total & (~is_h | ok_h & (hsize <= total))
     # nats-py reads the sid with int(): any token of digits (here the common ones).
     valid &= ok_sid
@@ -306,8 +333,8 @@ def _one(buf: bytes, pos: int, n: int) -> tuple[Optional[tuple], int]:
     """One frame at ``pos`` as nats-py's parser reads it: (row, end), (None, pos) if not whole yet."""
     m = _MSG.match(buf, pos)
     h = None if m else _HMSG.match(buf, pos)
-    if m or h:
-        g = m or h
+    g = m if m is not None else h
+    if g is not None:
         try:
             sid = int(g.group(2))
             total = int(g.group(6 if h else 5))
@@ -332,10 +359,10 @@ def _one(buf: bytes, pos: int, n: int) -> tuple[Optional[tuple], int]:
             start + total,
         ), start + total + 2
     for kind, rx in ((OK, _OK), (ERR, _ERR), (PING, _PING), (PONG, _PONG), (INFO, _INFO)):
-        g = rx.match(buf, pos)
-        if g:
-            lo, hi = g.span(1) if kind in (ERR, INFO) and g.group(1) is not None else (g.end(), g.end())
-            return (kind, 0, lo, hi, 0, 0, 0, 0, 0), g.end()
+        line = rx.match(buf, pos)
+        if line is not None:
+            lo, hi = line.span(1) if kind in (ERR, INFO) and line.group(1) is not None else (line.end(), line.end())
+            return (kind, 0, lo, hi, 0, 0, 0, 0, 0), line.end()
     if n - pos < MAX_CONTROL_LINE and buf.find(b"\r\n", pos) >= 0:
         raise FrameError(f"not a NATS protocol line: {bytes(buf[pos : pos + 80])!r}")
     return None, pos

@@ -174,6 +174,12 @@ class DirectRead:
             inbox, self._inbox = self._inbox, None
             await inbox.close()
 
+    def _opened(self) -> FrameInbox:
+        """The inbox ``open`` made (answers are read only between open and close)."""
+        if self._inbox is None:
+            raise JetSparkError(f"the direct read of stream {self.stream!r} is not open")
+        return self._inbox
+
     async def resume(self) -> None:
         """Go on after the last chunk returned (a chunk that failed part-way is read again),
         on a fresh inbox: answers still on their way to the old one are not mixed in."""
@@ -247,7 +253,7 @@ class DirectRead:
                 continue
             await self._flush()
             try:
-                await self._inbox.take(timeout)  # (the runs were taken as they arrived: _on_run)
+                await self._opened().take(timeout)  # (the runs were taken as they arrived: _on_run)
             except asyncio.TimeoutError as exc:
                 retries += 1
                 if retries > DIRECT_RETRIES:
@@ -442,9 +448,11 @@ class DirectRead:
         return out
 
     def _chunk(self, parts: list[_Part]) -> FrameChunk:
-        headers: list[Optional[bytes]] = []
-        for p in parts:
-            headers.extend(p.own if p.own is not None else [None] * len(p))
+        headers: Optional[list[Optional[bytes]]] = None  # (none of its own: the frames' empty blocks say so)
+        if any(p.own is not None for p in parts):
+            headers = []
+            for p in parts:
+                headers.extend(p.own if p.own is not None else [None] * len(p))
         return FrameChunk(
             [(p.buf, p.frames) for p in parts],
             np.concatenate([p.seq for p in parts]),

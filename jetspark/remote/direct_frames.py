@@ -274,4 +274,4 @@ def copy_out(
 
 def pending_zero(hdr: Optional[bytes]) -> bool:
     """Whether a header block says nothing more is stored after it (``Nats-Num-Pending: 0``)."""
-    return bool(hdr) and b"\r\nNats-Num-Pending: 0\r\n" in hdr  # type: ignore[operator]
+    return hdr is not None and b"\r\nNats-Num-Pending: 0\r\n" in hdr

@@ -384,7 +384,7 @@ class RawInbox:
 
     def __init__(self, public: bool = False) -> None:
         self.items: list = []
-        self._event: Optional[asyncio.Event] = None
+        self._event = asyncio.Event()  # (made again by open, on the loop that reads)
         self._sub: Optional[RawSubscription] = None
         self._public = public
 
@@ -427,7 +427,7 @@ class FrameInbox:
 
     def __init__(self, public: bool = False, prepare: Optional[Callable[[bytes, F.Frames], Any]] = None) -> None:
         self.runs: list = []
-        self._event: Optional[asyncio.Event] = None
+        self._event = asyncio.Event()  # (made again by open, on the loop that reads)
         self._sub: Optional[RawSubscription] = None
         self._raw: Optional[RawInbox] = None
         self._public = public

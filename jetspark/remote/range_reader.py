@@ -152,6 +152,12 @@ class Puller:
             inbox, self._inbox = self._inbox, None
             await inbox.close()
 
+    def _opened(self) -> FrameInbox:
+        """The inbox ``start`` opened (a pull's answers are read only between start and close)."""
+        if self._inbox is None:
+            raise JetSparkError(f"the pulls of consumer {self.consumer!r} on stream {self.stream!r} are not started")
+        return self._inbox
+
     async def _top_up(self) -> None:
         """Keep up to ``in_flight`` pull requests open, never asking past what is left."""
         while not self.done and len(self._requests) < self.in_flight:
@@ -204,7 +210,7 @@ class Puller:
                         self.done = True  # nothing more can be in range
                         break
                 try:
-                    taken = await self._inbox.take(timeout)
+                    taken = await self._opened().take(timeout)
                 except asyncio.TimeoutError as exc:
                     raise self.session.silence(
                         f"the messages of consumer {self.consumer!r} on stream {self.stream!r}", timeout
@@ -475,12 +481,20 @@ class RangeRead:
         )
         if start == self.lo:
             self.pending_at_start = pending
-        self.puller = Puller(self.session, self.stream, self.consumer, self.hi, replies=self.replies, next_cseq=1)
-        self.puller.last_sseq = start - 1  # a restart before any delivery resumes here, not at lo
+        self.puller = puller = Puller(
+            self.session, self.stream, self.consumer, self.hi, replies=self.replies, next_cseq=1
+        )
+        puller.last_sseq = start - 1  # a restart before any delivery resumes here, not at lo
         if pending == 0:
-            self.puller.done = True
+            puller.done = True
             return
-        await self.puller.start()
+        await puller.start()
+
+    def _live(self) -> Puller:
+        """The puller ``open`` made (chunks are read only after it)."""
+        if self.puller is None or self.consumer is None:
+            raise JetSparkError(f"the range read of stream {self.stream!r} is not open")
+        return self.puller
 
     async def next_chunk(self, max_msgs: int) -> FrameChunk:
         chunk = await self._next_chunk(max_msgs)
@@ -490,12 +504,13 @@ class RangeRead:
 
     async def _next_chunk(self, max_msgs: int) -> FrameChunk:
         while True:
-            chunk = await self.puller.next_chunk(max_msgs)
-            if len(chunk) or not self.puller.done:
-                if self.puller.gap and self.puller.done:
+            puller = self._live()
+            chunk = await puller.next_chunk(max_msgs)
+            if len(chunk) or not puller.done:
+                if puller.gap and puller.done:
                     await self._restart()
                 return chunk
-            if not self.puller.gap:
+            if not puller.gap:
                 if await self._short():
                     continue
                 return chunk
@@ -504,11 +519,12 @@ class RangeRead:
     async def _short(self) -> bool:
         """At the consumer's end: if the stream's leader holds more of the range, a new
         consumer reads on from the last delivery."""
-        last = max(self.puller.last_sseq, self.returned)
+        puller = self._live()
+        last = max(puller.last_sseq, self.returned)
         if not await self.end_check.short(last):
             return False
-        await self.puller.close()
-        await delete_consumer_quietly(self.session, self.stream, self.consumer)
+        await puller.close()
+        await delete_consumer_quietly(self.session, self.stream, puller.consumer)
         await self.open(last + 1)
         return True
 
@@ -521,12 +537,14 @@ class RangeRead:
         if self.consumer is not None:
             await delete_consumer_quietly(self.session, self.stream, self.consumer, wait=False)
         if self.returned >= self.hi:
-            self.puller.done, self.puller.gap = True, False
+            puller = self._live()
+            puller.done, puller.gap = True, False
             return
         await self.open(self.returned + 1)
 
     async def _restart(self) -> None:
-        last = self.puller.last_sseq
+        puller = self._live()
+        last = puller.last_sseq
         self.restarts += 1
         if self.restarts > 20:
             raise JetSparkError(
@@ -534,11 +552,11 @@ class RangeRead:
                 f"last sequence read {last}"
             )
         log.info("range read of %r: restarting after seq %d", self.stream, last)
-        await self.puller.close()
-        await delete_consumer_quietly(self.session, self.stream, self.consumer)
+        await puller.close()
+        await delete_consumer_quietly(self.session, self.stream, puller.consumer)
         start = max(last + 1, self.lo)
         if start > self.hi:
-            self.puller.gap = False
+            puller.gap = False
             return
         await self.open(start)
 
@@ -601,7 +619,10 @@ class GetRead:
                 out.subjects.append(m["subject"].encode())
                 out.datas.append(base64.b64decode(m["data"]) if m.get("data") else b"")
                 out.headers.append(base64.b64decode(m["hdrs"]) if m.get("hdrs") else None)
+                stamp = wire.time_to_ns(m["time"])
+                if stamp is None:  # (every stored message has its time)
+                    raise JetSparkError(f"stream {self.stream!r} answered message {m['seq']} without a time")
                 out.seqs.append(int(m["seq"]))
-                out.times.append(wire.time_to_ns(m["time"]))
+                out.times.append(stamp)
         self.returned_next = self.next
         return out

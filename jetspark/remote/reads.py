@@ -79,11 +79,14 @@ def range_reader(
     its chunks with each delivery's reply subject if ``replies``); on a work-queue stream,
     which takes none, batched direct gets where the stream allows them (direct.DirectRead),
     plain gets otherwise (range_reader.GetRead)."""
+    name = info.config.name
+    if name is None:  # (the server names the stream in every stream info)
+        raise JetSparkError(f"a stream info without the stream's name: {info.config!r}")
     if info.config.retention == RetentionPolicy.WORK_QUEUE:
         if info.config.allow_direct:
-            return DirectRead(session, info.config.name, lo, hi, filters)
-        return GetRead(session, info.config.name, lo, hi, filters)
-    return RangeRead(session, info.config.name, lo, hi, filters, replies=replies, headers_only=headers_only)
+            return DirectRead(session, name, lo, hi, filters)
+        return GetRead(session, name, lo, hi, filters)
+    return RangeRead(session, name, lo, hi, filters, replies=replies, headers_only=headers_only)
 
 
 def _read_gen(session, info, lo, hi, filters, batch_size, headers) -> Iterator[pa.RecordBatch]:

@@ -533,3 +533,18 @@ def test_a_reply_without_the_servers_lines_is_an_error_naming_it():
     bad += b"Nats-Time-Stamp: 2026-11-24T01:49:36Z\r\nNats-Num-Pending: 0\r\nNats-Last-Sequence: 0\r\n\r\n"
     with pytest.raises(JetSparkError, match="not a direct get reply"):
         _read_run([b"HMSG _INBOX.x.0 1 %d %d\r\n%s\r\n" % (len(bad), len(bad), bad)])
+
+
+def test_a_reader_used_before_it_is_open_says_so():
+    """The readers' inbox and puller exist between open and close only: used outside, a
+    JetSparkError naming the read, not an AttributeError on None."""
+    import asyncio
+
+    from jetspark.remote.range_reader import RangeRead
+
+    read = direct.DirectRead(SimpleNamespace(api_prefix="$JS.API"), "S", 1, 10, None)
+    with pytest.raises(JetSparkError, match="direct read of stream 'S' is not open"):
+        read._opened()
+    ranged = RangeRead(SimpleNamespace(api_prefix="$JS.API"), "S", 1, 10, None, replies=False)
+    with pytest.raises(JetSparkError, match="range read of stream 'S' is not open"):
+        asyncio.run(ranged.next_chunk(5))
