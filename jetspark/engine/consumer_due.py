@@ -34,8 +34,10 @@ class StateView(Protocol):
     redelivery_queue: dict[int, None]
 
 
-# Entries left behind are dropped all at once past twice the pending deliveries and this.
+# Entries left behind are dropped all at once past twice those that count and this.
 _SLACK = 1024
+# A fetch walks the heap's due entries node by node up to 1/2**_WALK of the heap, then reads it whole.
+_WALK = 5
 
 
 class DueIndex:
@@ -45,22 +47,35 @@ class DueIndex:
     def __init__(self, max_deliver: Optional[int] = None) -> None:
         self.max_deliver = max_deliver if max_deliver is not None and max_deliver > 0 else 0
         self.heap: list[tuple[int, int]] = []
+        self.high = (0, 0)  # no entry of the heap is above it
         self.at_max: set[int] = set()  # queued deliveries that were at max_deliver when queued (some left since)
 
     def clear(self) -> None:
         self.heap = []
+        self.high = (0, 0)  # no entry of the heap is above it
         self.at_max = set()
 
     # ------------------------------------------------------------------ kept by ConsumerState.apply
 
     def push(self, sseq: int, due: int) -> None:
         """A pending delivery's deadline is now ``due``."""
-        heappush(self.heap, (due, sseq))
+        entry = (due, sseq)
+        heappush(self.heap, entry)
+        if entry > self.high:
+            self.high = entry
 
     def push_many(self, sseqs: list[int], dues: list[int]) -> None:
-        heap = self.heap
-        for entry in zip(dues, sseqs):
-            heappush(heap, entry)
+        entries = list(zip(dues, sseqs))
+        if not entries:
+            return
+        if entries[0] >= self.high and entries == sorted(entries):
+            # A fetch's new deliveries share one deadline, the latest yet: appended in order,
+            # each lies below its parent (an older entry, or one of them before it).
+            self.heap.extend(entries)
+            self.high = entries[-1]
+            return
+        for entry in entries:
+            self.push(entry[1], entry[0])
 
     def queued(self, sseq: int, count: int) -> None:
         """A delivery made ``count`` times joined the redelivery queue."""
@@ -69,13 +84,15 @@ class DueIndex:
 
     def settle(self, st: StateView) -> None:
         """After a record: drop the entries left behind at the top of the heap, or all of them
-        when they are too many (the heap is then built again from the pending deliveries)."""
+        when they outnumber those that count (as when many deliveries join the queue at once)."""
         pending, queue, heap = st.pending, st.redelivery_queue, self.heap
         if not pending:
             self.clear()
             return
-        if len(heap) > 2 * len(pending) + _SLACK:
-            self.heap = heap = [(p[1], q) for q, p in pending.items() if q not in queue]
+        if len(heap) > 2 * (len(pending) - len(queue)) + _SLACK:  # (the queue's are all pending)
+            self.heap = heap = [
+                (due, q) for due, q in heap if (p := pending.get(q)) is not None and p[1] == due and q not in queue
+            ]
             heapify(heap)
         while heap:
             due, q = heap[0]
@@ -92,20 +109,23 @@ class DueIndex:
         """The pending deliveries outside the queue whose deadline is at or before ``now``, in
         stream order."""
         heap, pending, queue = self.heap, st.pending, st.redelivery_queue
-        found: set[int] = set()
-        # The heap's entries up to now form a subtree at its root: walk it.
-        todo = [0] if heap and heap[0][0] <= now else []
-        n = len(heap)
-        while todo:
+        if not heap or heap[0][0] > now:
+            return []
+        # The heap's entries up to now form a subtree at its root: walk it, unless it is a
+        # good part of the heap (a whole wave of deliveries due at once), which one pass over
+        # the heap reads faster than a walk node by node.
+        n, budget = len(heap), len(heap) >> _WALK
+        todo, hits = [0], []
+        while todo and budget:
             i = todo.pop()
-            due, q = heap[i]
-            p = pending.get(q)
-            if p is not None and p[1] == due and q not in queue:
-                found.add(q)
+            hits.append(heap[i])
+            budget -= 1
             for j in (2 * i + 1, 2 * i + 2):
                 if j < n and heap[j][0] <= now:
                     todo.append(j)
-        return sorted(found)
+        if todo:
+            hits = [e for e in heap if e[0] <= now]
+        return sorted({q for due, q in hits if (p := pending.get(q)) is not None and p[1] == due and q not in queue})
 
     def queued_at_max(self, st: StateView, now: int) -> list[int]:
         """The queued deliveries at max_deliver whose deadline is at or before ``now``."""
@@ -133,9 +153,14 @@ class DueIndex:
         return best
 
     def check(self, st: StateView) -> None:
-        """AssertionError unless every pending delivery outside the queue has an entry that
-        counts and every queued one at max_deliver is in ``at_max`` (for the tests)."""
-        entries = set(self.heap)
+        """AssertionError unless the heap is one (no entry below its parent, none above
+        ``high``), every pending delivery outside the queue has an entry that counts, and
+        every queued one at max_deliver is in ``at_max`` (for the tests)."""
+        heap = self.heap
+        bad = [i for i in range(1, len(heap)) if heap[i] < heap[(i - 1) // 2]]
+        assert not bad, f"entries below their parent: {[(heap[(i - 1) // 2], heap[i]) for i in bad]}"
+        assert not heap or max(heap) <= self.high, f"an entry above high {self.high}"
+        entries = set(heap)
         for q, (_, due) in st.pending.items():
             if q not in st.redelivery_queue:
                 assert (due, q) in entries, f"pending {q} (due {due}) is not in the index"

@@ -97,15 +97,15 @@ class BatchPlanner(ConsumerState):
             plan.append(expired)
             maxed = set(expired[2]["sseq"].tolist())
         out: list[tuple[int, int, int]] = []
-        items: list[tuple] = []  # the queue's newcomers, then the redeliveries
+        joined: list[int] = []  # the queue's newcomers
+        items: list[tuple] = []  # the redeliveries
         gone: list[int] = []
         dseq = self.delivered_consumer_seq
         fits = ByteBudget(self.stream, self.name, max_bytes, self.num_pending()) if max_bytes > 0 else None
         if len(pending) > len(maxed):
             # Messages past their ack wait join the redelivery queue in stream order,
             # behind those nak'd (consumer.go checkPending, addToRedeliverQueue).
-            joined = [q for q in due if q not in maxed]
-            items.extend((q, 0, QUEUED, -1) for q in joined)
+            joined = [q for q in due if q not in maxed] if maxed else due
             for q in chain(self.redelivery_queue, joined):
                 if len(out) >= batch:
                     break
@@ -130,7 +130,9 @@ class BatchPlanner(ConsumerState):
         moved = dict(delivered_consumer_seq=dseq, last_active=now)
         if expired is not None:
             moved["delivered_ns"] = now  # (as the MAXED record left it)
-        parts = [np.array(items, dtype=ITEM)]
+        queued = np.zeros(len(joined), dtype=ITEM)
+        queued["sseq"], queued["count"], queued["due"] = joined, QUEUED, -1
+        parts = [queued, np.array(items, dtype=ITEM)]
         if room > 0:
             qs = self._new_seqs(room)
             if fits is not None:
@@ -164,8 +166,9 @@ class BatchPlanner(ConsumerState):
                 parts.append(new)
         if out:
             moved["delivered_ns"] = now
-        if items or len(parts) > 1 or "next_stream_seq" in moved:
-            plan.append(change(DELIVER if out or items else SCALARS, self.scalars(**moved), np.concatenate(parts)))
+        if joined or items or len(parts) > 2 or "next_stream_seq" in moved:
+            op = DELIVER if out or joined else SCALARS
+            plan.append(change(op, self.scalars(**moved), np.concatenate(parts)))
         if gone:
             # The drop's records follow from the state the records before them leave: a draft.
             st = self.copy()

@@ -146,6 +146,8 @@ class ConsumerState:
         if op == DELIVER and not queue and _new_deliveries(items, pending, counts, index):
             pass  # (the fetch loop's record, applied at C speed)
         elif op in (DELIVER, SNAPSHOT):
+            if op == DELIVER:
+                items = _join_queue(items, pending, counts, queue, index)
             for sseq, cseq, count, due in items.tolist():
                 if count == QUEUED:
                     if sseq in pending and sseq not in queue:
@@ -231,6 +233,20 @@ class ConsumerState:
         if self.redelivery_queue:
             self.redelivery_queue = {q: None for q in self.redelivery_queue if q in self.pending}
         return list(range(old + 1, stream_seq + 1)), change(DROP, self.scalars(), [(q, 0, 0, 0) for q in gone])
+
+
+def _join_queue(items: np.ndarray, pending: dict, counts: dict, queue: dict, index: Optional[DueIndex]) -> np.ndarray:
+    """A DELIVER record's leading queue entries (a fetch's newcomers to the queue, in stream
+    order) joined at once, as the loop of ConsumerState.apply joins them; the items after them."""
+    queued = items["count"] == QUEUED
+    k = len(items) if queued.all() else int(np.argmin(queued))
+    if k:
+        new = [q for q in dict.fromkeys(items["sseq"][:k].tolist()) if q in pending and q not in queue]
+        queue.update(dict.fromkeys(new))
+        if index is not None and index.max_deliver:
+            for q in new:
+                index.queued(q, counts.get(q, 1))
+    return items[k:]
 
 
 def _new_deliveries(items: np.ndarray, pending: dict, counts: dict, index: Optional[DueIndex]) -> bool:

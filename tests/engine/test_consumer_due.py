@@ -14,11 +14,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import jetspark
 from jetspark import AckPolicy, ConsumerConfig
+from jetspark.engine import consumer_due
 from jetspark.engine.consumer import Consumer
-from jetspark.engine.consumer_due import _SLACK
+from jetspark.engine.consumer_due import _SLACK, DueIndex
 from jetspark.engine.consumer_log import MAXED
 from tests.conftest import FakeClock
 
@@ -141,3 +144,69 @@ def test_a_nak_of_a_last_delivery_leaves_at_max_deliver_from_the_queue(tmp_path)
         assert [q for q, _, _ in out] == [4, 5]  # 2 given up, 1 and 3 not due yet
         assert sorted(c.pending) == [1, 3, 4, 5] and c.delivery_counts[2] == 2
         c.index.check(c)
+
+
+# ---------------------------------------------------------------------- the index alone
+
+
+class _State:
+    """The three collections DueIndex reads (consumer_due.StateView)."""
+
+    def __init__(self) -> None:
+        self.pending: dict[int, list[int]] = {}
+        self.delivery_counts: dict[int, int] = {}
+        self.redelivery_queue: dict[int, None] = {}
+
+
+INDEX_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["deliver", "deliver", "batch", "queue", "drop"]), st.integers(1, 30), st.integers(0, 40)
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=INDEX_OPS, slack=st.sampled_from([1024, 0]), walk=st.sampled_from([5, 0]))
+def test_the_index_answers_what_a_read_of_every_pending_delivery_answers(ops, slack, walk):
+    """Deadlines set in any order, one at a time or a batch at once (above the latest yet
+    or not), deliveries queued and dropped: after each change the index is a heap holding
+    every pending delivery outside the queue, and its due ones, next deadline and queued
+    ones at max_deliver are those a read of every pending delivery finds."""
+    old = consumer_due._SLACK, consumer_due._WALK
+    consumer_due._SLACK, consumer_due._WALK = slack, walk
+    try:
+        _run_index(ops)
+    finally:
+        consumer_due._SLACK, consumer_due._WALK = old
+
+
+def _run_index(ops) -> None:
+    state, index = _State(), DueIndex(max_deliver=3)
+    pending, counts, queue = state.pending, state.delivery_counts, state.redelivery_queue
+    for kind, q, due in ops:
+        if kind == "deliver":  # a delivery (or a redelivery, out of the queue) due at ``due``
+            queue.pop(q, None)
+            pending[q], counts[q] = [q, due], counts.get(q, 0) + 1
+            index.push(q, due)
+        elif kind == "batch":  # a fetch's new deliveries, q..q+4, their deadlines from ``due`` on
+            seqs, dues = list(range(q, q + 5)), [due + (i * q) % 3 for i in range(5)]
+            for s, d in zip(seqs, dues):
+                queue.pop(s, None)
+                pending[s], counts[s] = [s, d], counts.get(s, 0) + 1
+            index.push_many(seqs, dues)
+        elif kind == "queue" and q in pending and q not in queue:
+            queue[q] = None
+            index.queued(q, counts[q])
+        elif kind == "drop":
+            pending.pop(q, None)
+            counts.pop(q, None)
+            queue.pop(q, None)
+        index.settle(state)
+        index.check(state)
+        for t in range(-1, 45, 4):
+            waiting = {s: d for s, (_, d) in pending.items() if s not in queue}
+            assert index.due(state, t) == sorted(s for s, d in waiting.items() if d <= t)
+            assert index.next_due(state, t) == min((d for d in waiting.values() if d > t), default=None)
+            at_max = sorted(s for s in queue if pending[s][1] <= t and counts[s] >= 3)
+            assert sorted(index.queued_at_max(state, t)) == at_max

@@ -373,15 +373,18 @@ def _check_due_index(c: Consumer, now: int) -> None:
     ops=st.lists(st.tuples(OPS, PULLS), min_size=6, max_size=30),
     compact=st.sampled_from([4 << 20, 700]),
     slack=st.sampled_from([1024, 0]),
+    walk=st.sampled_from([5, 0]),
 )
-def test_plan_and_commit_agree_with_a_replay_of_the_log(config, ops, compact, slack):
+def test_plan_and_commit_agree_with_a_replay_of_the_log(config, ops, compact, slack, walk):
     """After every step the memory equals a fresh reopen of the log; with ``compact`` 700 the
     log is rewritten as a snapshot every few records, so the snapshots are replayed too.
     The deadline index is checked against the pending deliveries after every step; with
-    ``slack`` 0 it is rebuilt whenever its stale entries outnumber the pending deliveries."""
+    ``slack`` 0 it is rebuilt whenever its stale entries outnumber those that count, with
+    ``walk`` 0 its due entries are always found by a walk of the heap (5: by a pass over it
+    whole, at these sizes)."""
     clock = FakeClock()
-    old, old_slack = consumer_log.COMPACT_BYTES, consumer_due._SLACK
-    consumer_log.COMPACT_BYTES, consumer_due._SLACK = compact, slack
+    old = consumer_log.COMPACT_BYTES, consumer_due._SLACK, consumer_due._WALK
+    consumer_log.COMPACT_BYTES, consumer_due._SLACK, consumer_due._WALK = compact, slack, walk
     try:
         with tempfile.TemporaryDirectory() as tmp:
             js, s = _open(Path(tmp), clock, n=12, **config)
@@ -394,7 +397,7 @@ def test_plan_and_commit_agree_with_a_replay_of_the_log(config, ops, compact, sl
                         assert set(c.redelivery_queue) <= set(c.pending), op
                         _check_due_index(c, clock())
     finally:
-        consumer_log.COMPACT_BYTES, consumer_due._SLACK = old, old_slack
+        consumer_log.COMPACT_BYTES, consumer_due._SLACK, consumer_due._WALK = old
 
 
 def test_a_floor_moved_far_past_the_last_message_reads_back(tmp_path):
