@@ -162,10 +162,9 @@ def write_batches(opts: WriterOptions, batches: Iterator[pa.RecordBatch], id_pre
                 )
         given = _given_ids(batch)
         own_ids = given is not None and given.null_count < n
-        parts = [(opts.stream, None)] if opts.stream is not None else None
         if not own_ids:
             table = pa.table(cols)
-            parts = parts or _by_stream(js, table)
+            parts = [(opts.stream, table)] if opts.stream is not None else _by_stream(js, table)
             if len(parts) == 1:
                 # Row i's id is f"{id_prefix}:{rows + i}": the engine dedups the batch as one range.
                 js.publish_batch(table, stream=parts[0][0], msg_id_prefix=f"{id_prefix}:", msg_id_start=rows)
@@ -232,12 +231,15 @@ def _by_stream(js, table: pa.Table) -> list[tuple[Optional[str], pa.Table]]:
     subjects = table.column("subject")
     route: dict[str, str] = {}
     for s in pc.unique(subjects).to_pylist():
-        try:
-            route[s] = js.find_stream_name_by_subject(s) if isinstance(s, str) and subj.is_valid(s) else None
-        except StreamNotFoundError:
-            route[s] = None
-        if route[s] is None:
+        name: Optional[str] = None
+        if isinstance(s, str) and subj.is_valid(s):
+            try:
+                name = js.find_stream_name_by_subject(s)
+            except StreamNotFoundError:
+                pass
+        if name is None:
             raise NoStreamResponseError(s)
+        route[s] = name
     names = sorted(set(route.values()))
     if len(names) <= 1:
         return [(names[0] if names else None, table)]

@@ -47,7 +47,7 @@ import logging
 from typing import Optional, Sequence
 
 from jetspark.api import AckPolicy, ConsumerInfo, RetentionPolicy, SequenceInfo
-from jetspark.errors import AckFloorError, MsgNotFoundError
+from jetspark.errors import AckFloorError, JetSparkError, MsgNotFoundError
 from jetspark.protocol import ack_reply
 from jetspark.protocol import subjects as subj
 from jetspark.remote import jsapi
@@ -303,6 +303,9 @@ class _Floor:
         """One pull of ``batch`` messages (``batch`` <= what (delivered, seq] still holds); acks
         what comes.  Returns the deliveries received (late ones of earlier pulls included)."""
         nc = await self.open_inbox()
+        inbox = self.inbox
+        if inbox is None:  # (close() ran meanwhile: the call is over, nothing may be pulled for it)
+            raise JetSparkError(f"consumer {self.durable!r} on stream {self.stream!r}: a pull after the call ended")
         self.requests += 1
         reply = f"{self.inbox_prefix}.{self.requests}"
         req = {"batch": int(batch), "no_wait": True}
@@ -317,7 +320,7 @@ class _Floor:
         late: list[str] = []
         while got < batch and not ended:
             try:
-                items = await self.inbox.take(self.session.timeout)
+                items = await inbox.take(self.session.timeout)
             except asyncio.TimeoutError as exc:
                 # Neither all its messages nor its closing status: the request may still be
                 # waiting to be served, and the consumer's state would not show it yet; a
