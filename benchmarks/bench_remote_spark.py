@@ -16,7 +16,10 @@ into ``noop``) from the server, against the same query over an embedded
 engine store holding the same messages; target >= 80% of the engine's rate.
 The spread column also gives the ratio within each repetition (a server run and
 the engine run right after it), steadier than the ratio of medians on a loaded
-machine.  Row 2c: the same query bound to a new durable consumer
+machine.  Row 2b splits row 2's CPU per message by process (the nats-server, the
+JVM, the Python workers reading the partitions, the query's own Python process
+Spark starts for the source's offsets, partitions and commits, this script).
+Row 2c: the same query bound to a new durable consumer
 (``.option("consumer", ...)``), whose ack floor each trigger advances.
 
 The server, Spark's JVM and the Python readers share this machine's cores, so
@@ -77,6 +80,88 @@ def tree_cpu(root: int) -> float:
     return total
 
 
+# Where a streaming read's CPU goes, by the command line of each process under this one.
+GROUPS = ("nats-server", "JVM", "Python tasks", "source runner", "driver", "other")
+
+
+def _group(pid: int, cmd: str) -> str:
+    if pid == os.getpid():
+        return "driver"  # this script: Spark's Python driver
+    if "nats-server" in cmd:
+        return "nats-server"
+    if "org.apache.spark" in cmd:
+        return "JVM"
+    if "python_streaming_source_runner" in cmd:
+        return "source runner"  # the query's own Python process: latestOffset, partitions, commit
+    if "pyspark.daemon pyspark.worker" in cmd:
+        return "Python tasks"  # the workers reading the partitions
+    return "other"
+
+
+class CpuWatch:
+    """CPU seconds by ``GROUPS`` of every process under ``root`` while it runs: a thread
+    samples ``/proc`` every ``every`` seconds, so a process that exits (the source runner
+    at the query's end) keeps what it had spent at its last sample."""
+
+    def __init__(self, root: int, every: float = 0.25) -> None:
+        import threading
+
+        self.root, self.every = root, every
+        self._first: dict[int, float] = {}  # pid -> its own CPU when first seen (0 if born meanwhile)
+        self._last: dict[int, float] = {}
+        self._groups: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._sample(first=True)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _sample(self, first: bool = False) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        procs: dict[int, tuple[int, float]] = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open(f"/proc/{name}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                procs[int(name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _) in procs.items():
+            children.setdefault(ppid, []).append(pid)
+        todo = [self.root]
+        while todo:
+            pid = todo.pop()
+            todo.extend(children.get(pid, ()))
+            if pid not in procs:
+                continue
+            if pid not in self._groups:
+                try:
+                    with open(f"/proc/{pid}/cmdline") as f:
+                        cmd = f.read().replace("\0", " ")
+                except OSError:
+                    continue
+                if not cmd:
+                    continue  # exited (a zombie): keep what it had at its last sample
+                self._groups[pid] = _group(pid, cmd)
+                self._first[pid] = procs[pid][1] if first else 0.0
+            self._last[pid] = procs[pid][1]
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self._sample()
+
+    def stop(self) -> dict[str, float]:
+        """CPU seconds by group since the watch began."""
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        out = dict.fromkeys(GROUPS, 0.0)
+        for pid, group in self._groups.items():
+            out[group] += self._last[pid] - self._first[pid]
+        return out
+
+
 def median(runs, i):
     return statistics.median(r[i] for r in runs)
 
@@ -121,6 +206,7 @@ def batch_rows(n: int, one, two) -> list[Row]:
 def stream_row(n: int, s_server, s_engine) -> Row:
     """Row 2 from (msgs/s, CPU us/msg) of the streaming reads from the server and the engine store."""
     ss, se = median(s_server, 0), median(s_engine, 0)
+    pairs = [a[0] / b[0] for a, b in zip(s_server, s_engine)]
     return Row(
         "2",
         f"Spark streaming read of {n:,} msgs (availableNow, 4 micro-batches) into noop: nats-server vs engine store",
@@ -132,7 +218,25 @@ def stream_row(n: int, s_server, s_engine) -> Row:
         f"server {spread([r[0] for r in s_server])}, {median(s_server, 1):.2f} us CPU/msg; "
         f"engine {spread([r[0] for r in s_engine])}, {median(s_engine, 1):.2f} us CPU/msg; "
         # Each repetition's server run next to its engine run: the machine's load shifts less within a pair.
-        f"ratio within each repetition {', '.join(f'{a[0] / b[0]:.0%}' for a, b in zip(s_server, s_engine))}",
+        f"ratio within each repetition {', '.join(f'{r:.0%}' for r in pairs)} (median {statistics.median(pairs):.0%})",
+    )
+
+
+def by_process_row(s_server, s_engine) -> Row:
+    """Row 2b: row 2's CPU per message by process group (medians), the server's next to the engine's."""
+
+    def groups(runs) -> str:
+        mid = {g: statistics.median(r[2][g] for r in runs) for g in GROUPS}
+        return ", ".join(f"{g} {mid[g]:.2f}" for g in GROUPS if mid[g] >= 0.005)
+
+    return Row(
+        "2b",
+        "row 2's CPU per message (us) by process: nats-server vs engine store",
+        groups(s_server),
+        groups(s_engine) + " (engine store)",
+        result="info",
+        spread="source runner: the query's own Python process (offsets, partitions, commits; started per query); "
+        "Python tasks: the workers reading the partitions; driver: this script",
     )
 
 
@@ -188,8 +292,9 @@ def main(argv=None) -> int:
         spark = jetspark.local_session("bench-remote-spark", master="local[2]")
         checkpoints = iter(range(1_000_000))
 
-        def stream(url: str, consumer: bool = False) -> tuple[float, float]:
-            """(msgs/s, CPU microseconds per message) of one availableNow streaming read of BIG;
+        def stream(url: str, consumer: bool = False) -> tuple[float, float, dict[str, float]]:
+            """(msgs/s, CPU microseconds per message, the same by process group) of one availableNow
+            streaming read of BIG;
             ``consumer``: bound to a new durable consumer, whose ack floor each trigger advances."""
             reader = (
                 spark.readStream.format("jetstream").option("store", url).option("stream", "BIG")
@@ -198,6 +303,7 @@ def main(argv=None) -> int:
             if consumer:
                 reader = reader.option("consumer", f"bench{next(checkpoints)}")
             df = reader.load()
+            watch = CpuWatch(os.getpid())
             c0, t0 = tree_cpu(os.getpid()), time.perf_counter()
             q = (
                 df.writeStream.format("noop")
@@ -210,13 +316,14 @@ def main(argv=None) -> int:
             finally:
                 if q.isActive:
                     q.stop()
+                by_group = watch.stop()
             wall, cpu = time.perf_counter() - t0, tree_cpu(os.getpid()) - c0
             if q.exception() is not None:
                 raise RuntimeError(f"query failed: {q.exception()}")
             rows = sum(int(p["numInputRows"]) for p in q.recentProgress)
             if rows != n:
                 raise AssertionError(f"the streaming read got {rows} rows of {n}")
-            return n / wall, cpu / n * 1e6
+            return n / wall, cpu / n * 1e6, {g: v / n * 1e6 for g, v in by_group.items()}
 
         def run(parts: int) -> tuple[float, float, float]:
             """(msgs/s, CPU microseconds per message, cores busy) of one read."""
@@ -262,6 +369,7 @@ def main(argv=None) -> int:
         rows += batch_rows(n, one, two)
     if s_server:
         rows.append(stream_row(n, s_server, s_engine))
+        rows.append(by_process_row(s_server, s_engine))
     if c_server:
         rows.append(consumer_row(c_server, c_engine))
     be.print_table(rows)
