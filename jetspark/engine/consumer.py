@@ -304,15 +304,20 @@ class Consumer(BatchPlanner):
         consumer's last ack at ``now``, as nats-server's updateAcks."""
         if self.config.ack_policy == AckPolicy.NONE:
             return [], self._plan()
-        st = self.copy()
         if self.config.ack_policy == AckPolicy.ALL:
+            st = self.copy()
             released, ch = st.ack_all(stream_seq, consumer_seq, now)
             return released, self._plan([ch] if ch is not None else [], st)
-        released = st.ack_explicit(stream_seq)
-        if not released:
+        # Explicit: its record follows from the state (no draft), so an ack costs the same
+        # whatever the number of pending deliveries (ConsumerState.ack_explicit, without the copy).
+        if stream_seq in self.pending:
+            floor = self.floor_after_ack(stream_seq)
+        elif stream_seq < self.next_stream_seq:
+            floor = self.ack_floor_consumer_seq, self.ack_floor_stream_seq
+        else:
             return [], self._plan()
-        st.acked_ns = now
-        return released, self._plan([change(DROP, st.scalars(), [(stream_seq, 0, 0, 0)])], st)
+        scalars = self.scalars(ack_floor_consumer_seq=floor[0], ack_floor_stream_seq=floor[1], acked_ns=now)
+        return [stream_seq], self._plan([change(DROP, scalars, [(stream_seq, 0, 0, 0)])])
 
     def term(self, stream_seq: int, consumer_seq: int, now: int) -> list[int]:
         """Like an ack, whatever the policy (consumer.go processTerm)."""
@@ -331,19 +336,28 @@ class Consumer(BatchPlanner):
         if len(stream_seqs) == len(self.pending) and self.pending.keys() == set(stream_seqs):
             # Everything outstanding is acked: the floor meets delivered (consumer.go, len(pending) == 0).
             released = sorted(stream_seqs)
-            st = self.copy(pending=False)
-            st.ack_floor_consumer_seq, st.ack_floor_stream_seq = st.delivered_consumer_seq, st.next_stream_seq - 1
+            c_floor, s_floor = self.delivered_consumer_seq, self.next_stream_seq - 1
         else:
-            st = self.copy()
+            # ack_explicit of each in turn, without a draft (an ack costs the same whatever
+            # the number of pending deliveries): the floor moves past the acked ones.
             released = []
+            acked: set[int] = set()
+            floor: Optional[tuple[int, int]] = None
+            pending = self.pending
             for q in stream_seqs:
-                released.extend(st.ack_explicit(q))
+                if q in pending and q not in acked:
+                    floor = self.floor_after_ack(q, floor, acked)
+                    acked.add(q)
+                    released.append(q)
+                elif q < self.next_stream_seq:
+                    released.append(q)  # (delivered, not pending: for the stream's retention)
+            c_floor, s_floor = floor or (self.ack_floor_consumer_seq, self.ack_floor_stream_seq)
         if not released:
             return [], self._plan()
-        st.acked_ns = now
+        scalars = self.scalars(ack_floor_consumer_seq=c_floor, ack_floor_stream_seq=s_floor, acked_ns=now)
         drop = np.zeros(len(released), dtype=ITEM)
         drop["sseq"] = released
-        return released, self._plan([change(DROP, st.scalars(), drop)], st)
+        return released, self._plan([change(DROP, scalars, drop)])
 
     def nak(self, stream_seq: int, consumer_seq: int, delay: Optional[float], now: int) -> None:
         self.commit(self.plan_nak(stream_seq, consumer_seq, delay, now))

@@ -18,7 +18,7 @@ A draft has none: nothing plans on a draft's deadlines.
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Iterable, Optional
+from typing import Collection, Iterable, Optional
 
 import numpy as np
 
@@ -196,25 +196,33 @@ class ConsumerState:
     def ack_explicit(self, stream_seq: int) -> list[int]:
         """consumer.go processAckMsg, AckExplicit; returns the sequence for the stream's
         retention to reconsider (any delivered one, pending or not)."""
-        p = self.pending.pop(stream_seq, None)
+        pending = stream_seq in self.pending
+        if pending:
+            self.ack_floor_consumer_seq, self.ack_floor_stream_seq = self.floor_after_ack(stream_seq)
+        self.pending.pop(stream_seq, None)
         self.delivery_counts.pop(stream_seq, None)
         self.redelivery_queue.pop(stream_seq, None)
-        if p is None:
-            return [stream_seq] if stream_seq < self.next_stream_seq else []
-        consumer_seq = p[0]
-        if not self.pending:
-            self.ack_floor_consumer_seq, self.ack_floor_stream_seq = (
-                self.delivered_consumer_seq,
-                self.next_stream_seq - 1,
-            )
-        elif consumer_seq == self.ack_floor_consumer_seq + 1:
-            self.ack_floor_consumer_seq, self.ack_floor_stream_seq = consumer_seq, stream_seq
-            for ss in range(stream_seq + 1, self.next_stream_seq):
-                nxt = self.pending.get(ss)
-                if nxt is not None:
-                    self.ack_floor_consumer_seq, self.ack_floor_stream_seq = nxt[0] - 1, ss - 1
-                    break
-        return [stream_seq]
+        return [stream_seq] if pending or stream_seq < self.next_stream_seq else []
+
+    def floor_after_ack(
+        self, stream_seq: int, floor: Optional[tuple[int, int]] = None, acked: Collection[int] = ()
+    ) -> tuple[int, int]:
+        """The ack floor (consumer seq, stream seq) once the pending delivery ``stream_seq`` is
+        acked explicitly: the delivered position when it was the last pending; past it, up to
+        the next pending one, when it lay just above the floor; else where it is.  ``floor``
+        and ``acked``: the floor and the pending deliveries acked before it (in one record)."""
+        pending = self.pending
+        c_floor, s_floor = floor or (self.ack_floor_consumer_seq, self.ack_floor_stream_seq)
+        if len(pending) - len(acked) == 1:
+            return self.delivered_consumer_seq, self.next_stream_seq - 1
+        consumer_seq = pending[stream_seq][0]
+        if consumer_seq != c_floor + 1:
+            return c_floor, s_floor
+        for ss in range(stream_seq + 1, self.next_stream_seq):
+            nxt = pending.get(ss)
+            if nxt is not None and ss not in acked:
+                return nxt[0] - 1, ss - 1
+        return consumer_seq, stream_seq
 
     def ack_all(self, stream_seq: int, consumer_seq: int, now: int) -> tuple[list[int], Optional[Change]]:
         """consumer.go processAckMsg, AckAll: everything up to ``stream_seq``.  Returns what

@@ -350,7 +350,15 @@ def _step(js, s, clock, op) -> None:
             "progress": lambda: (None, c.plan_in_progress(pick, now)),
             "floor": lambda: (None, c.plan_advance_floor(op[1], now)),
         }
-        _planned(c, calls[kind])
+        # Explicit acks are planned without a draft: they leave what ack_explicit leaves on one.
+        acked = {"ack": [pick], "term": [pick], "ack_many": sorted(c.pending)[: op[1]]}.get(kind, [])
+        ref = c.copy() if acked and c.is_explicit else None
+        released, _ = _planned(c, calls[kind])
+        if ref is not None:
+            assert [r for q in acked for r in ref.ack_explicit(q)] == sorted(released or []), op
+            if released:
+                ref.acked_ns = now
+                assert ref.snapshot() == c.snapshot(), op
 
 
 def _check_due_index(c: Consumer, now: int) -> None:
