@@ -117,12 +117,21 @@ class ConsumerState:
         return s
 
     def snapshot_items(self) -> np.ndarray:
-        """The items of a SNAPSHOT record holding this state (apply reads them back)."""
-        items = [(q, p[0], self.delivery_counts.get(q, 0), p[1]) for q, p in self.pending.items()]
-        items += [(q, 0, c, -1) for q, c in self.delivery_counts.items() if q not in self.pending]
-        items += [(q, 0, 0, -1) for q in self.last_per_subject]
-        items += [(q, 0, QUEUED, -1) for q in self.redelivery_queue]
-        return np.array(items, dtype=ITEM)
+        """The items of a SNAPSHOT record holding this state (apply reads them back): the pending
+        deliveries, the counts of those given up, the last-per-subject sequences, the queue."""
+        pending, counts = self.pending, self.delivery_counts
+        # Column by column: a compaction writes every pending delivery (tens of thousands).
+        held = np.zeros(len(pending), dtype=ITEM)
+        if pending:
+            held["sseq"] = list(pending)
+            held["cseq"], held["due"] = np.array(list(pending.values()), dtype=np.int64).T
+            held["count"] = [counts.get(q, 0) for q in pending]
+        maxed = np.array([(q, 0, c, -1) for q, c in counts.items() if q not in pending], dtype=ITEM)
+        lps = np.zeros(len(self.last_per_subject), dtype=ITEM)
+        lps["sseq"], lps["due"] = self.last_per_subject, -1
+        queue = np.zeros(len(self.redelivery_queue), dtype=ITEM)
+        queue["sseq"], queue["count"], queue["due"] = list(self.redelivery_queue), QUEUED, -1
+        return np.concatenate([held, maxed, lps, queue])
 
     # ------------------------------------------------------------------ records
 
