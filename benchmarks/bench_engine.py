@@ -22,7 +22,9 @@ Rows (see benchmarks/README.md for what each one means):
 4. 1,000 messages from the middle of a 10,000,000-message stream
 5. peak RSS of a separate process scanning those 10,000,000 messages
 6. consumers (skipped on an engine without ``js.add_consumer``): fetch +
-   explicit ack, and advancing a durable consumer's ack floor
+   explicit ack, and advancing a durable consumer's ack floor; 6c: the
+   redeliveries of a consumer with 50,000 deliveries pending against its
+   own first deliveries of the same messages
 7. bounded growth: single publish at a max_msgs=1000 limit against the
    unlimited rate, and a stream's disk size and fresh-open time after
    1,000,000 publishes with unique Nats-Msg-Ids at max_msgs=1000
@@ -765,14 +767,16 @@ class Bench:
             return [
                 not_available("6a", fetch_name, "ratio only", why),
                 not_available("6b", floor_name, "ratio only", why),
+                not_available("6c", "redeliveries", ">= 0.5x", why),
             ]
         if not self.has("publish_batch"):
             why = "js.publish_batch missing"
             return [
                 not_available("6a", fetch_name, "ratio only", why),
                 not_available("6b", floor_name, "ratio only", why),
+                not_available("6c", "redeliveries", ">= 0.5x", why),
             ]
-        return [self._row_fetch_ack(fetch_name), self._row_ack_floor(floor_name)]
+        return [self._row_fetch_ack(fetch_name), self._row_ack_floor(floor_name), self._row_redelivery()]
 
     def _row_fetch_ack(self, name: str) -> Row:
         from jetspark import AckPolicy, ConsumerConfig
@@ -841,6 +845,50 @@ class Bench:
             [f"engine: one js.{self.ACK_FLOOR_METHOD}(stream, durable, last_seq) over {n:,} msgs; "
              "anchor: nats-py durable with ack_policy=all on an interest stream, fetch(1000) and ack the last msg "
              f"of each batch, {self.sizes.anchor_consumer_msgs:,} msgs."],
+        )  # fmt: skip
+
+    REDELIVERY_PENDING = 50_000  # row 6c, whatever the sizes: the case it measures
+
+    def _row_redelivery(self) -> Row:
+        """6c: every delivery of a consumer past its ack wait at once, 50,000 of them, fetched
+        again, against the first fetch of the same messages by the same consumer.  The clock
+        is the engine's injected one (jetspark.connect(clock=...)): no waiting for ack_wait."""
+        from jetspark import AckPolicy, ConsumerConfig
+
+        n = self.REDELIVERY_PENDING
+        name = f"redeliveries, {n:,} pending, fetch(batch=1000)"
+        table = message_table(n, "re")
+        now = [time.time_ns()]
+        first, again = [], []
+        reps = 5
+        for r in range(reps):
+            store = Path(tempfile.mkdtemp(prefix="redeliver-", dir=self.base))
+            with jetspark.connect(store, clock=lambda: now[0]) as js:
+                js.add_stream(name="RE", subjects=["re.>"])
+                publish_table(js, table, "RE", self.sizes.batch_rows)
+                cfg = ConsumerConfig(durable_name="re", ack_policy=AckPolicy.EXPLICIT, ack_wait=30, max_ack_pending=-1)
+                js.add_consumer("RE", cfg)
+                sub = js.pull_subscribe("re.>", durable="re", stream="RE")
+                for rates, times in ((first, 1), (again, 2)):
+                    gc.collect()
+                    got = []
+                    t = time.perf_counter()
+                    while len(got) < n:
+                        got += sub.fetch(batch=1000)
+                    rates.append(n / (time.perf_counter() - t))
+                    if [m.metadata.num_delivered for m in got] != [times] * n:
+                        raise AssertionError(f"fetch {times}: not every message delivered {times} times")
+                    now[0] += 31 * 1_000_000_000  # past every delivery's ack wait
+            shutil.rmtree(store, ignore_errors=True)
+            log(f"6c engine first delivery / redelivery {r + 1}/{reps}: {rate(first[-1])} / {rate(again[-1])}")
+        e, a = statistics.median(again), statistics.median(first)
+        ratio = statistics.median(x / y for x, y in zip(again, first))
+        return Row(
+            "6c", name, rate(e), rate(a) + " (first delivery)", f"{ratio:.2f}x", ">= 0.5x",
+            verdict([(ratio >= 0.5, "< 0.5x")]), f"redelivery {spread(again)}; first {spread(first)}",
+            [f"engine only: one durable (explicit ack, ack_wait 30 s, no max_ack_pending) fetches {n:,} msgs, "
+             "none acked; the injected clock moves 31 s; it fetches them all again (num_delivered 2). "
+             f"Ratio: the median of each repetition's redelivery / first-delivery rate, {reps} fresh stores."],
         )  # fmt: skip
 
     def anchor_fetch_ack(self, ack: str) -> list[float]:
