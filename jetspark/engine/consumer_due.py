@@ -1,21 +1,22 @@
 """An index of a consumer's pending deliveries by deadline, so a fetch finds the due ones
-without reading every pending delivery (consumer.py ``plan_batch``, ``next_due``).
+without reading every pending delivery (consumer_fetch.py ``plan_batch``, ``next_due``).
 
 ``ConsumerState.apply`` keeps it: every deadline a record sets is pushed onto a heap of
 ``(due, stream seq)``, and nothing is ever searched for and removed.  An entry counts only
 while it still describes the state, its delivery pending with that deadline and not in the
 redelivery queue (a queued delivery goes out with the queue, whatever its deadline); the
 others are left behind and dropped once they reach the top of the heap, or all at once
-when they outnumber the pending deliveries.  So every pending delivery outside the queue
-has an entry that counts, and a fetch reads the heap's entries up to ``now``, at most the
-deliveries that fell due since the last fetch and those left behind among them.
+when they outnumber those that count.  So every pending delivery outside the queue has an
+entry that counts, and a fetch reads the heap's entries up to ``now``: the deliveries that
+fell due since the last fetch and those left behind among them (when they are a good part
+of the heap, one pass over all of it, cheaper than a walk node by node).
 
 The queue's deliveries at ``max_deliver`` (a nak of a last delivery) are the other thing a
 fetch looks for: they are kept in a set, as few as the naks of last deliveries not yet due.
 
 The index reads the state and never changes it: what a reopen of the log finds is the same
 state with a fresh index (tests/engine/test_consumer_plans.py checks ``check`` after every
-step of its random runs).
+step of its random runs; tests/engine/test_consumer_due.py checks the index alone).
 """
 
 from __future__ import annotations
