@@ -75,23 +75,18 @@ class ConsumerState:
         if self.index is not None:
             self.index.clear()
 
-    def copy(self, pending: bool = True) -> ConsumerState:
-        """A draft to plan on.  Its pending entries are shared lists: a planner replaces an
-        entry (``pending[q] = [c, due]``), never changes one in place.  ``pending`` False: a
-        draft with every pending delivery acked (none pending, none queued)."""
+    def copy(self) -> ConsumerState:
+        """A draft to plan on, without the index.  Its pending entries are shared lists: a
+        planner replaces an entry (``pending[q] = [c, due]``), never changes one in place."""
         d = ConsumerState.__new__(ConsumerState)
         d.index = None
         d.delivered_consumer_seq, d.next_stream_seq = self.delivered_consumer_seq, self.next_stream_seq
         d.ack_floor_consumer_seq, d.ack_floor_stream_seq = self.ack_floor_consumer_seq, self.ack_floor_stream_seq
         d.last_active, d.delivered_ns, d.acked_ns = self.last_active, self.delivered_ns, self.acked_ns
         d.last_per_subject = self.last_per_subject.copy()
-        if pending:
-            d.pending = self.pending.copy()
-            d.delivery_counts = self.delivery_counts.copy()
-            d.redelivery_queue = self.redelivery_queue.copy()
-        else:
-            d.pending, d.redelivery_queue = {}, {}
-            d.delivery_counts = {q: n for q, n in self.delivery_counts.items() if q not in self.pending}
+        d.pending = self.pending.copy()
+        d.delivery_counts = self.delivery_counts.copy()
+        d.redelivery_queue = self.redelivery_queue.copy()
         return d
 
     def snapshot(self) -> dict:
