@@ -43,6 +43,8 @@ CALLS = {
     "consumers_info": lambda js, n, tmp: js.consumers_info(n),
     "consumer_info": lambda js, n, tmp: js.consumer_info(n, "D"),
     "delete_consumer": lambda js, n, tmp: js.delete_consumer(n, "D"),
+    "pause_consumer": lambda js, n, tmp: js.pause_consumer(n, "D", WHEN + dt.timedelta(days=36500)),
+    "resume_consumer": lambda js, n, tmp: js.resume_consumer(n, "D"),
     "add_consumer": lambda js, n, tmp: js.add_consumer(n, durable_name="NEW", ack_policy="explicit"),
     "create_consumer": lambda js, n, tmp: js.create_consumer(n, durable_name="NEW", ack_policy="explicit"),
     "update_consumer": lambda js, n, tmp: js.update_consumer(n, durable_name="D", ack_policy="explicit"),
