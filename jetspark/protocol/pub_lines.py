@@ -11,8 +11,13 @@ store the message, so the lines are cut into the pieces that differ by row:
   whole run of rows at once with array arithmetic;
 - the payload and header block as they are;
 
-and every piece of the chunk is joined with one ``bytes.join``.  The bytes are exactly
-the ones ``%`` formatting gives (tests/remote/test_pub_lines.py compares the two on
+and every piece of the chunk is joined with one ``bytes.join`` (``pieces``, ``join_rows``).
+When no row has a header block of its own, ``PubBatch.lines`` goes further: the rows of a
+chunk whose pieces all have one width (one layout; the row numbers zero-padded so that
+subjects of different lengths share one) are written as one 2-D byte array, a column
+range per piece, payloads and msg ids copied from the table's Arrow buffers, so no Python
+object is made per row.  The bytes are exactly the ones ``%`` formatting gives, with the
+reply subjects each path writes (tests/remote/test_pub_lines.py compares them on
 Hypothesis batches).
 """
 

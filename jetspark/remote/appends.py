@@ -127,11 +127,12 @@ def publish_batch(
     )
 
 
-def _plain_ids(col: pa.ChunkedArray) -> Optional[list[bytes]]:
-    """The ``msg_id`` column's ids as bytes when every one is what ``validate.row_msg_id``
-    accepts and the header codec writes unchanged: not null, not empty, no CR or LF, and
-    a printable ASCII byte at each end (nothing for ``str.strip`` to take); else None, and
-    the rows are checked one by one (the same errors as ever)."""
+def _plain_ids(col: pa.ChunkedArray) -> Optional[pa.Array]:
+    """The ``msg_id`` column (a string array, its ids read in place by ``PubBatch.msg_ids``) when
+    every id is what ``validate.row_msg_id`` accepts and the header codec writes unchanged: not
+    null, not empty, no CR or LF, and a printable ASCII byte at each end (nothing for
+    ``str.strip`` to take); else None, and the rows are checked one by one (the same errors
+    as ever)."""
     if col.null_count:
         return None
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
@@ -147,7 +148,7 @@ def _plain_ids(col: pa.ChunkedArray) -> Optional[list[bytes]]:
     ends = np.concatenate([body[lo - offsets[0]], body[hi - 1 - offsets[0]]])
     if ((ends < 0x21) | (ends > 0x7E)).any():
         return None
-    return arr.cast(pa.binary()).to_pylist()
+    return arr
 
 
 class _Acks:
