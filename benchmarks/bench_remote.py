@@ -492,16 +492,19 @@ class Bench:
         subjects = table.column("subject").to_pylist()
         datas = table.column("data").to_pylist()
 
+        cpus: list[float] = []  # this process's CPU per message of the last ours() calls
+
         def ours(t, r: int) -> float:
             js.add_stream(name=f"PUB{r}", subjects=["pub.>"])
             gc.collect()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for off in range(0, t.num_rows, s.publish_rows):
                 chunk = t.slice(off, s.publish_rows)
                 ack = js.publish_batch(chunk, stream=f"PUB{r}")
                 if ack.count != chunk.num_rows:
                     raise AssertionError("publish_batch returned too few seqs")
             dt = time.perf_counter() - t0
+            cpus.append((time.process_time() - c0) / t.num_rows)
             got = js.stream_info(f"PUB{r}").state.messages
             js.delete_stream(f"PUB{r}")
             if got != t.num_rows:
@@ -512,6 +515,7 @@ class Bench:
         ceil: list[float] = []
         for key, t, ids in (("2", table, False), ("2b", with_ids, True)):
             ours(t.slice(0, 5000), 99)  # warm-up
+            cpus.clear()
             mine, anc, ceil_ids = [], [], []
             for r in range(s.publish_reps):
                 (ceil_ids if ids else ceil).append(self.ceiling_write(f"CPUB{r}", "pub.>", subjects, datas, ids=ids))
@@ -543,11 +547,13 @@ class Bench:
             rows.append(
                 Row(
                     key, name, rate(m), rate(a) + " (publish_async)",
-                    f"{m / c:.2f} of ceiling; {m / a:.2f}x anchor" + (f"; {m / ci:.2f} of 2bc" if ids else ""),
+                    f"{m / c:.2f} of ceiling; {m / a:.2f}x anchor" + (f"; {m / ci:.2f} of 2bc" if ids else "")
+                    + f"; {statistics.median(cpus) * 1e6:.2f} µs CPU/msg",
                     target, verdict([(m / a >= 2, "< 2x anchor")]) if not ids else "info",
                     f"jetspark {spread(mine)}; anchor {spread(anc)}",
                     [f"{n:,} msgs per repetition in slices of {s.publish_rows:,} rows, every PubAck awaited, fresh "
-                     f"stream each time; anchor: nats-py js.publish_async per row"
+                     f"stream each time; CPU/msg: this process's (the caller and the handle's event loop) "
+                     f"over the messages, median of the repetitions; anchor: nats-py js.publish_async per row"
                      f"{' with a Nats-Msg-Id header' if ids else ''} then publish_async_completed(); "
                      f"{s.publish_reps} interleaved repetitions."],
                 )
