@@ -246,11 +246,12 @@ def _spaces(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, 
 
 def _same_ints(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``parse_ints``, for numbers most often all the same (the sids of a run): when every span
-    is as long as the first (at most 8 bytes) and the 8 bytes ending with it are the same,
-    the first is read once."""
+    is as long as the first (at most 8 bytes) and its bytes (the last ``width`` of the 8
+    ending with it, whatever comes before: a reply subject changing from frame to frame)
+    are the same, the first is read once."""
     width = int(hi[0] - lo[0])
     if 1 <= width <= 8 and int(hi.min()) >= 8 and int(hi.max()) <= len(a):
-        w = _words(a)[hi - 8]
+        w = _words(a)[hi - 8] & _KEEP[width]
         if (w == w[0]).all() and (hi - lo == width).all():
             token = a[int(lo[0]) : int(hi[0])].tobytes()
             if token.isdigit():

@@ -161,6 +161,37 @@ def test_frames_match_nats_py_parser_split_anywhere(frames, cuts):
     assert our_events(reads, group=3) == nats_py_events(reads)  # (several reads per call, as FrameFeed hands them)
 
 
+@st.composite
+def few_sids_frame(draw) -> bytes:
+    """A MSG/HMSG of one of a few sids, whose last digits repeat (2, 12, 22, 102) or not, after
+    subjects and reply subjects that change from frame to frame (the bytes before a sid)."""
+    subject, reply, data = draw(subjects), draw(replies), draw(payloads)
+    sid = draw(st.sampled_from([2, 12, 22, 102, 7]))
+    to = b"%s %d%s" % (subject, sid, b" " + reply if reply else b"")
+    if draw(st.booleans()):
+        return b"MSG %s %d\r\n%s\r\n" % (to, len(data), data)
+    hdr = draw(header_blocks)
+    return b"HMSG %s %d %d\r\n%s%s\r\n" % (to, len(hdr), len(hdr) + len(data), hdr, data)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.one_of(
+        st.lists(few_sids_frame(), min_size=1, max_size=40),
+        st.lists(st.just(b"MSG a 2 1\r\nx\r\n"), max_size=5).map(
+            lambda fs: fs + [b"MSG b 12 1\r\ny\r\n", b"MSG c 22 1\r\nz\r\n"]
+        ),
+    ),
+    st.lists(st.integers(0, 1 << 16), max_size=6),
+)
+def test_runs_of_a_few_sids_read_like_nats_py(frames, cuts):
+    """A run's sids are read once when they are one token (whatever precedes them), else each."""
+    data = b"".join(frames)
+    reads = split(data, cuts)
+    assert our_events(reads) == nats_py_events(reads)
+    assert our_events([data]) == nats_py_events([data])
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(frame(), min_size=1, max_size=30), st.integers(1, 40))
 def test_a_stream_cut_short_keeps_its_tail_for_the_next_read(frames, cut):
