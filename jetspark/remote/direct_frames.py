@@ -101,7 +101,7 @@ def reply_fields(buf: bytes, f: Frames, stream: str, prefix_len: int) -> ReplyFi
     ok &= subj_hi > subj_lo
     rows = windows(a, c[5], _SEQ_ROW)
     ok &= _names(rows, _SEQUENCE)
-    seq, good = _row_number(rows, len(_SEQUENCE), c[4] - c[5] - len(_SEQUENCE))
+    seq, good = _row_number(rows, len(_SEQUENCE), c[4] - c[5] - len(_SEQUENCE), ok)
     ok &= good
     rows = windows(a, c[4], _STAMP_ROW)
     ok &= _names(rows, _STAMP)
@@ -176,10 +176,19 @@ def _names(rows: np.ndarray, name: bytes) -> np.ndarray:
     return ok
 
 
-def _row_number(rows: np.ndarray, col: int, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _row_number(
+    rows: np.ndarray, col: int, lens: np.ndarray, taken: Optional[np.ndarray] = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The decimal numbers of ``lens`` digits (1 to 19) at column ``col`` of the rows, and
     whether each is one: each group of up to 8 digits read as one word, moved to the word's
-    end with "0"s before it (leading zeros change nothing)."""
+    end with "0"s before it (leading zeros change nothing).  Rows not ``taken`` (refused
+    already, their numbers unused: a run's end-of-batch status) may be read at another width."""
+    some = np.flatnonzero(taken)[:1] if taken is not None else np.zeros(min(len(lens), 1), dtype=np.int64)
+    width = int(lens[some[0]]) if len(some) else 0
+    if 1 <= width <= 19 and col + width <= rows.shape[1]:
+        same = lens == width
+        if (same if taken is None else same | ~taken).all():
+            return _same_width_number(rows, col, width)
     ok = (lens >= 1) & (lens <= 19) & (col + lens <= rows.shape[1])
     value = np.zeros(len(rows), dtype=np.uint64)
     for k in range(3):
@@ -194,6 +203,26 @@ def _row_number(rows: np.ndarray, col: int, lens: np.ndarray) -> tuple[np.ndarra
         value = value * _POW10[have] + d
     ok &= value <= _U64((1 << 63) - 1)
     return value.view(np.int64), ok
+
+
+def _same_width_number(rows: np.ndarray, col: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """``_row_number`` of numbers all ``width`` digits long (a run's sequences mostly are): each
+    group's shift and fill are one number for all rows, not one per row."""
+    value, ok = _NO_NUMBERS, _NO_NUMBERS
+    for k in range((width + 7) // 8):
+        have = min(width - 8 * k, 8)
+        w = _word_column(rows, col + 8 * k)
+        if have < 8:
+            w = (w << _U64(8 * (8 - have))) | _U64(_ZEROS & ((1 << (8 * (8 - have))) - 1))
+        d, good = eight_digits(w)
+        ok = good if k == 0 else ok & good
+        value = d if k == 0 else value * _POW10[have] + d
+    if width == 19:  # (fewer digits cannot pass int64)
+        ok &= value <= _U64((1 << 63) - 1)
+    return value.view(np.int64), ok
+
+
+_NO_NUMBERS = np.zeros(0, dtype=np.uint64)
 
 
 def _stamps(rows: np.ndarray, col: int, lens: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, ...]:

@@ -21,7 +21,7 @@ import jetspark
 from jetspark import AckPolicy, RetentionPolicy
 from jetspark.errors import JetSparkError, RequestTimeoutError, StreamNotFoundError
 from jetspark.protocol import frames as F
-from jetspark.remote import direct, reads, wire
+from jetspark.remote import direct, direct_frames, reads, wire
 from jetspark.remote.direct_frames import copy_out, reply_fields
 
 pytestmark = pytest.mark.server
@@ -479,6 +479,83 @@ def test_reply_fields_of_reads_cut_anywhere_agree_with_a_one_by_one_reading(item
             got.append((int(d.req[i]), buf[d.subj_lo[i] : d.subj_hi[i]], int(d.seq[i]), int(d.time[i]), own,
                         buf[f.data_lo[i] : f.data_hi[i]]))  # fmt: skip
     assert got == want
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(1, 10**19),
+    st.lists(
+        st.one_of(
+            st.tuples(stamp_st, own_st, st.binary(max_size=20), st.integers(0, 2)),
+            st.sampled_from([b"204 EOB", b"404 Message Not Found", b"408 Request Timeout"]),
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    st.sampled_from(["S", "WQD", "a-b_c", "a-much-longer-stream-name"]),
+)
+def test_reply_fields_of_consecutive_sequences_agree_with_a_one_by_one_reading(first, items, stream):
+    """A window's answer as the server sends it: consecutive sequences, mostly of one width
+    (read as one column), crossing a power of ten, past int64 (refused), with status frames
+    (whose lines are no sequence) and own headers among them: the same fields as
+    ``strip_direct_headers`` reads one by one, the sequences as int() reads them."""
+    inbox = "_INBOX.abc"
+    pieces, want = [], []
+    seq = first
+    for item in items:
+        if isinstance(item, bytes):
+            block = b"NATS/1.0 " + item + b"\r\nNats-Num-Pending: 0\r\nNats-Last-Sequence: 12345\r\n\r\n"
+            pieces.append(b"HMSG %s.7 1 %d %d\r\n%s\r\n" % (inbox.encode(), len(block), len(block), block))
+            want.append(None)
+            continue
+        stamp, own, data, req = item
+        frame, w = _reply(inbox, stream, ("a.b", seq, stamp, own, data, True, req))
+        pieces.append(frame)
+        want.append(w)
+        seq += 1
+    buf = b"".join(pieces)
+    f, end = F.scan(buf)
+    assert end == len(buf) and len(f) == len(items)
+    d = reply_fields(buf, f, stream, len(inbox) + 1)
+    for i, w in enumerate(want):
+        if w is None:
+            assert d.status[i] and d.req[i] == 7
+            continue
+        req, subject, q, ns, data, block = w
+        assert not d.status[i] and d.req[i] == req
+        if q >= 1 << 63:  # (no int64: the array reading leaves it, the read refuses it one by one)
+            assert not d.ok[i]
+            continue
+        own, subj, q2, _ = direct.strip_direct_headers(block)
+        assert d.ok[i]
+        assert (buf[d.subj_lo[i] : d.subj_hi[i]], int(d.seq[i]), int(d.time[i])) == (subject, q, ns) and q2 == q
+        assert (buf[int(f.hdr_lo[i]) : int(d.own_end[i])] + b"\r\n" if d.own_end[i] else None) == own
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 10**19), min_size=1, max_size=20),
+    st.one_of(st.none(), st.integers(1, 19)),
+    st.lists(st.booleans(), min_size=20, max_size=20),
+)
+def test_row_number_reads_what_int_reads_at_one_width_or_many(values, width, taken):
+    """Numbers at one width (leading zeros), of many widths, past int64, and rows not taken
+    read at another width: each taken row is int()'s value where it is a number in int64."""
+    texts = [str(v).rjust(width or 0, "0").encode() for v in values]
+    rows = np.zeros((len(texts), 48), dtype=np.uint8)
+    for k, t in enumerate(texts):
+        rows[k, 17 : 17 + min(len(t), 31)] = np.frombuffer(t[:31], dtype=np.uint8)
+    lens = np.array([len(t) for t in texts], dtype=np.int64)
+    mask = np.array(taken[: len(texts)])
+    for t_mask in (None, mask):
+        got, ok = direct_frames._row_number(rows, 17, lens, t_mask)
+        for k, t in enumerate(texts):
+            if t_mask is not None and not t_mask[k]:
+                continue
+            fits = len(t) <= 19 and int(t) < 1 << 63
+            assert bool(ok[k]) == fits
+            if fits:
+                assert int(got[k]) == int(t)
 
 
 def test_reply_fields_refuses_what_is_no_direct_get_reply():
