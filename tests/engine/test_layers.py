@@ -120,8 +120,10 @@ LAYERS = {
     "recovery": {"block_index", "blocks", "records", "subject_stats", "verify"},
     "block_writer": {"block_index", "blocks", "diskio", "records", "subject_stats", "subject_table"},
     "consumer_log": {"diskio", "metafile"},
-    "consumer_state": {"consumer_log"},
+    "consumer_due": set(),
+    "consumer_state": {"consumer_due", "consumer_log"},
     "consumer_match": {"records"},
+    "consumer_fetch": {"consumer_due", "consumer_log", "consumer_match", "consumer_state"},
 }
 
 
