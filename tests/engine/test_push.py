@@ -67,7 +67,9 @@ def test_a_killed_subscriber_leaves_no_binding(js):
     info = js.consumer_info("S", "D")
     assert (info.push_bound, info.num_ack_pending) == (None, 1)
     sub = js.subscribe("a.x", durable="D")
-    js.clock.advance(31)
+    # The child delivered on the real clock, at some point after this clock's start: an
+    # hour on is past its 30 s ack wait however long the child took to start.
+    js.clock.advance(3600)
     again = sub.next_msg(timeout=10)
     assert (again.metadata.sequence.stream, again.metadata.num_delivered) == (1, 2)
     assert not [
