@@ -24,6 +24,7 @@
 #   PYTEST_WORKERS=2     pytest processes for make test (pytest-xdist; 0: all in one process).
 #                        A module's tests run in one process, in order (--dist loadfile); each
 #                        process starts the session fixtures it needs (Spark, servers, cluster).
+#                        The longest files are handed out first (tests/heavy_first.py).
 #   DEMO_ARGS=...        arguments for the demo, e.g. DEMO_ARGS='--seconds 10 --rate 5000 --store DIR'
 #   BENCH_ARGS=...       arguments for each benchmark script, e.g. BENCH_ARGS=--quick
 
@@ -69,7 +70,7 @@ demo-cluster: check-java $(STAMP)
 
 # pytest exits 5 when it collected no tests; that is a failure here, and says so.
 test: check-java $(STAMP) lint typecheck
-	$(VENV_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS) $(TESTS) || { status=$$?; \
+	$(VENV_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -p tests.heavy_first $(PYTEST_ARGS) $(TESTS) || { status=$$?; \
 	  [ $$status -ne 5 ] || echo "make test: pytest collected no tests from '$(TESTS)' (exit 5); an empty run is a failure." >&2; \
 	  exit $$status; }
 
