@@ -70,7 +70,7 @@ demo-cluster: check-java $(STAMP)
 
 # pytest exits 5 when it collected no tests; that is a failure here, and says so.
 test: check-java $(STAMP) lint typecheck
-	$(VENV_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -p tests.heavy_first $(PYTEST_ARGS) $(TESTS) || { status=$$?; \
+	$(VENV_PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -p tests.heavy_first $(PYTEST_ARGS) $(TESTS) || { status=$$?; \
 	  [ $$status -ne 5 ] || echo "make test: pytest collected no tests from '$(TESTS)' (exit 5); an empty run is a failure." >&2; \
 	  exit $$status; }
 

@@ -1,11 +1,12 @@
 """A pytest plugin for ``make test`` (``-p tests.heavy_first``): the longest test files start first.
 
-Under ``--dist loadfile`` each pytest-xdist worker takes whole files in collection order, which is
-alphabetical, and puts the documentation, notebook and example runs (each a JVM of its own per
-Spark page, notebook or script) last.  When the longest of them starts last, one worker runs it
-alone while the other idles.  Handing out the longest files first (longest processing time first)
-lets the short ones fill in at the end.  Only the order changes: every test runs, each file's tests
-in their own order, in one process.
+Under ``--dist loadfile`` each pytest-xdist worker takes whole files, by default those with the
+most tests first, which puts the documentation, notebook and example runs (few tests, each a JVM
+of its own per Spark page, notebook or script) last.  When the longest of them starts last, one
+worker runs it alone while the other idles.  Handing out the longest files first (longest
+processing time first) lets the short ones fill in at the end; the rest keep xdist's order (most
+tests first).  ``make test`` passes ``--no-loadscope-reorder`` so that xdist keeps this order.
+Only the order changes: every test runs, each file's tests in their own order, in one process.
 """
 
 from __future__ import annotations
@@ -29,11 +30,26 @@ LONGEST = (
 )
 
 
+def _file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
 def rank(nodeid: str) -> int:
-    path = nodeid.split("::", 1)[0]
+    path = _file(nodeid)
     return LONGEST.index(path) if path in LONGEST else len(LONGEST)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: rank(item.nodeid))  # stable: a file's tests keep their order
+    count: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        path = _file(item.nodeid)
+        count[path] = count.get(path, 0) + 1
+        first.setdefault(path, i)
+
+    def key(item: pytest.Item) -> tuple[int, int, int]:
+        path = _file(item.nodeid)
+        return rank(item.nodeid), -count[path], first[path]
+
+    items.sort(key=key)  # stable: a file's tests stay together, in their order

@@ -19,11 +19,13 @@ def test_every_listed_file_exists_once():
 def test_the_longest_files_come_first_and_each_file_keeps_its_order():
     ids = [
         "tests/cli/test_app.py::a",
-        "tests/test_docs.py::x[1]",
         "tests/cli/test_app.py::b",
         "tests/connector/test_streaming.py::s",
-        "tests/test_docs.py::x[0]",
         "tests/engine/test_log.py::c",
+        "tests/engine/test_log.py::d",
+        "tests/engine/test_log.py::e",
+        "tests/test_docs.py::x[1]",
+        "tests/test_docs.py::x[0]",
     ]
     items = [SimpleNamespace(nodeid=i) for i in ids]
     heavy_first.pytest_collection_modifyitems(items)  # type: ignore[arg-type]
@@ -31,7 +33,9 @@ def test_the_longest_files_come_first_and_each_file_keeps_its_order():
         "tests/test_docs.py::x[1]",
         "tests/test_docs.py::x[0]",
         "tests/connector/test_streaming.py::s",
+        "tests/engine/test_log.py::c",  # the rest: xdist's own order, the most tests first
+        "tests/engine/test_log.py::d",
+        "tests/engine/test_log.py::e",
         "tests/cli/test_app.py::a",
         "tests/cli/test_app.py::b",
-        "tests/engine/test_log.py::c",
     ]
