@@ -21,7 +21,9 @@
 #   VENV=.venv           where the venv lives
 #   TESTS=tests          what pytest runs over
 #   PYTEST_ARGS=...      extra pytest arguments, e.g. PYTEST_ARGS='-x -m "not slow"'
-#   PYTEST_WORKERS=2     pytest processes for make test (pytest-xdist; 0: all in one process).
+#   PYTEST_WORKERS=3     pytest processes for make test (pytest-xdist; 0: all in one process).
+#                        Three on two cores: much of the suite waits (servers, elections, JVMs
+#                        starting), and a third process fills those waits (812 -> 763 s here).
 #                        A module's tests run in one process, in order (--dist loadfile); each
 #                        process starts the session fixtures it needs (Spark, servers, cluster).
 #                        The longest files are handed out first (tests/heavy_first.py).
@@ -32,7 +34,7 @@ PYTHON ?= python3
 VENV ?= .venv
 TESTS ?= tests
 PYTEST_ARGS ?=
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 3
 DEMO_ARGS ?=
 BENCH_ARGS ?=
 # PySpark launches $JAVA_HOME/bin/java when JAVA_HOME is set and `java` from
