@@ -29,7 +29,6 @@ __all__ = [
     "compact",
     "direct_fields",
     "joined_spans",
-    "puback_fields",
     "rfc3339_ns",
 ]
 
@@ -242,41 +241,6 @@ def direct_fields(buf: bytes, f: Frames) -> DirectFields:
         own_end=np.where(i > hdr_lo + 8, i + 2, 0),
         ok=ok | status,
     )
-
-
-_DUPLICATE = b',"duplicate":true}'
-
-
-def puback_fields(buf: bytes, f: Frames, prefix_len: int, rows: int) -> tuple[np.ndarray, ...]:
-    """PubAcks of a batch append, each to reply subject ``<inbox>.<row>``: (the frames that
-    name a row below ``rows``, those rows, their seqs, duplicate flags, and whether each
-    is a plain PubAck as the server writes it, ``{"stream":...,"seq":N}`` with
-    ``,"duplicate":true`` or not and no headers: the others are for a closer look)."""
-    a = np.frombuffer(buf, dtype=np.uint8)
-    row, ok = parse_ints(a, f.subj_lo + prefix_len, f.subj_hi)
-    ok &= row < rows
-    at = np.flatnonzero(ok)
-    row = row[at]
-    lo, hi = f.data_lo[at], f.data_hi[at]
-    plain = (f.hdr_lo[at] == lo) & (hi - lo > 8) & (a[np.minimum(lo, len(a) - 1)] == ord("{"))
-    quotes = np.flatnonzero(a == ord('"'))
-    errors = _find_all(a, quotes, b'"error"')
-    if len(errors):  # (an error answer can carry a seq too)
-        plain &= np.searchsorted(errors, lo) == np.searchsorted(errors, hi)
-    seq_at = _find_all(a, quotes, b'"seq":')
-    k = np.searchsorted(seq_at, lo)
-    p = seq_at[np.minimum(k, len(seq_at) - 1)] if len(seq_at) else np.full(len(at), -1)
-    plain &= (k < len(seq_at)) & (p < hi)
-    ends = np.flatnonzero((a == ord(",")) | (a == ord("}")))
-    e = ends[np.minimum(np.searchsorted(ends, p + 6), len(ends) - 1)] if len(ends) else np.full(len(at), -1)
-    seq, good = parse_ints(a, p + 6, e)
-    plain &= good
-    dup = (hi - e == len(_DUPLICATE)) & plain
-    if dup.any():
-        for j, byte in enumerate(_DUPLICATE):
-            dup &= a[np.minimum(e + j, len(a) - 1)] == byte
-    plain &= dup | ((e == hi - 1) & (a[np.minimum(e, len(a) - 1)] == ord("}")))
-    return at, row, seq, dup, plain
 
 
 def _masked(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

@@ -43,8 +43,8 @@ from jetspark.errors import (
 from jetspark.protocol import headers as H
 from jetspark.protocol import pub_lines
 from jetspark.protocol import subjects as subj
-from jetspark.protocol.deliveries import puback_fields
 from jetspark.protocol.frames import Frames
+from jetspark.protocol.pubacks import read_pubacks
 from jetspark.remote.fastpath import raw_writer, status_of, subscribe_frames, subscribe_raw
 from jetspark.remote.session import Session
 
@@ -73,6 +73,7 @@ class AsyncPublisher:
         self._token = 0
         self._encoded: dict[str, bytes] = {}  # subjects checked (subj.is_valid) and encoded, for the protocol lines
         self._names: dict[bytes, str] = {}  # stream names of PubAcks, decoded once
+        self._template: Optional[bytes] = None  # the PubAck template of the last run (protocol.pubacks)
 
     # ------------------------------------------------------------------ from the caller's thread
 
@@ -232,11 +233,12 @@ class AsyncPublisher:
 
     def _on_replies(self, buf: bytes, f: Frames) -> None:
         """A run of PubAcks as frames: plain ones read for the whole run at once
-        (``protocol.deliveries.puback_fields``), the others as ``_on_reply`` reads them."""
+        (``protocol.pubacks.read_pubacks``, as publish_batch reads its own), the others as
+        ``_on_reply`` reads them."""
         inbox = self._inbox
         if inbox is None:
             return  # (as in _on_reply)
-        at, tokens, seqs, dups, plain = puback_fields(buf, f, len(inbox[1]), 1 << 62)
+        at, tokens, seqs, dups, plain, self._template = read_pubacks(buf, f, len(inbox[1]), 1 << 62, self._template)
         awaiting, names = self._awaiting, self._names
         columns = (f.data_lo[at], f.data_hi[at], f.hdr_lo[at])
         for token, seq, dup, ok, lo, hi, hl in zip(

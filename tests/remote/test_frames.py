@@ -512,35 +512,6 @@ def test_ack_fields_refuse_a_reply_subject_that_is_no_delivery():
         ack_fields(buf, f)
 
 
-def test_puback_fields_take_plain_pubacks_and_leave_the_rest_for_a_closer_look():
-    from jetspark.protocol.deliveries import puback_fields
-
-    acks = [
-        (b"_I.x.0", b"", b'{"stream":"S","seq":17}'),
-        (b"_I.x.1", b"", b'{"stream":"S","domain":"d","seq":18,"duplicate":true}'),
-        (
-            b"_I.x.2",
-            b"",
-            b'{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"},"stream":"S","seq":0}',
-        ),
-        (b"_I.x.3", b"NATS/1.0 503\r\n\r\n", b""),
-        (b"_I.x.9", b"", b'{"stream":"S","seq":1}'),  # no such row
-        (b"_I.x.zz", b"", b'{"stream":"S","seq":2}'),  # not ours
-        (b"_I.x.4", b"", b'{"stream":"S","seq":5} '),  # another layout
-    ]
-    buf = b"".join(
-        b"HMSG %s 1 %d %d\r\n%s%s\r\n" % (s, len(h), len(h) + len(d), h, d)
-        if h
-        else b"MSG %s 1 %d\r\n%s\r\n" % (s, len(d), d)
-        for s, h, d in acks
-    )
-    f, _ = F.scan(buf)
-    at, rows, seqs, dups, plain = puback_fields(buf, f, len(b"_I.x."), 5)
-    assert at.tolist() == [0, 1, 2, 3, 6] and rows.tolist() == [0, 1, 2, 3, 4]
-    assert plain.tolist() == [True, True, False, False, False]
-    assert seqs[:2].tolist() == [17, 18] and dups[:2].tolist() == [False, True]
-
-
 @settings(max_examples=200, deadline=None)
 @given(
     st.datetimes(min_value=datetime.datetime(1700, 1, 1), max_value=datetime.datetime(2261, 12, 31)),

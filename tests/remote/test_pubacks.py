@@ -161,3 +161,43 @@ def test_many_pubacks_in_one_run_are_read_at_once():
     f, _ = F.scan(buf)
     at, got, seqs, dups, plain, _ = read_pubacks(buf, f, len(INBOX), 5000)
     assert plain.all() and not dups.any() and (got == rows).all() and (seqs == rows + 10).all()
+
+
+def test_answers_that_are_not_plain_pubacks_are_left_for_a_closer_look():
+    """An error (which can carry a seq), a 503 status, a row past the batch, a subject that is
+    not a row, another layout: left for the one-by-one reading, or not taken at all; a domain
+    answer is read in bulk when it is the run's template (publish_async reads its PubAcks
+    with the same reader)."""
+    acks = [
+        (b"_I.x.0", b"", b'{"stream":"S","seq":17}'),
+        (b"_I.x.1", b"", b'{"stream":"S","seq":18,"duplicate": true}'),
+        (
+            b"_I.x.2",
+            b"",
+            b'{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"},"stream":"S","seq":0}',
+        ),
+        (b"_I.x.3", b"NATS/1.0 503\r\n\r\n", b""),
+        (b"_I.x.9", b"", b'{"stream":"S","seq":1}'),  # no such row
+        (b"_I.x.zz", b"", b'{"stream":"S","seq":2}'),  # not ours
+        (b"_I.x.4", b"", b'{"stream":"S","seq":5} '),  # another layout
+    ]
+
+    def run(answers):
+        return b"".join(
+            b"HMSG %s 1 %d %d\r\n%s%s\r\n" % (s, len(h), len(h) + len(d), h, d)
+            if h
+            else b"MSG %s 1 %d\r\n%s\r\n" % (s, len(d), d)
+            for s, h, d in answers
+        )
+
+    buf = run(acks)
+    f, _ = F.scan(buf)
+    at, rows, seqs, dups, plain, template = read_pubacks(buf, f, len(b"_I.x."), 5)
+    assert at.tolist() == [0, 1, 2, 3, 6] and rows.tolist() == [0, 1, 2, 3, 4]
+    assert plain.tolist() == [True, True, False, False, False]
+    assert seqs[:2].tolist() == [17, 18] and dups[:2].tolist() == [False, True]
+    assert template == b'{"stream":"S","seq":'
+    buf = run([(b"_I.x.0", b"", b'{"stream":"S", "domain":"d", "seq":18,"duplicate": true}')])
+    f, _ = F.scan(buf)
+    _, _, seqs, dups, plain, template = read_pubacks(buf, f, len(b"_I.x."), 5, template)
+    assert (plain.tolist(), seqs.tolist(), dups.tolist()) == ([True], [18], [True])
