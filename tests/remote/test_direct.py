@@ -393,6 +393,13 @@ def _reply(inbox: str, stream: str, msg) -> tuple[bytes, tuple]:
     return frame, (req, subject.encode(), seq, wire.time_to_ns(stamp), data, block)
 
 
+def _status_reply(inbox: str, status: bytes, lines: bytes) -> bytes:
+    """A status answer to request 7 of a window (an EOB, a 404, a 408): no message, only
+    the status line and the server's ``lines`` after it."""
+    block = b"NATS/1.0 " + status + b"\r\n" + lines + b"\r\n"
+    return b"HMSG %s.7 1 %d %d\r\n%s\r\n" % (inbox.encode(), len(block), len(block), block)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(st.one_of(message_st, st.sampled_from([b"204 EOB", b"404 Message Not Found"])), max_size=30),
@@ -403,8 +410,7 @@ def test_reply_fields_agree_with_a_one_by_one_reading(items, stream):
     pieces, want = [], []
     for item in items:
         if isinstance(item, bytes):
-            block = b"NATS/1.0 " + item + b"\r\nNats-Num-Pending: 0\r\n\r\n"
-            pieces.append(b"HMSG %s.7 1 %d %d\r\n%s\r\n" % (inbox.encode(), len(block), len(block), block))
+            pieces.append(_status_reply(inbox, item, b"Nats-Num-Pending: 0\r\n"))
             want.append(None)
         else:
             frame, w = _reply(inbox, stream, item)
@@ -449,8 +455,7 @@ def test_reply_fields_of_reads_cut_anywhere_agree_with_a_one_by_one_reading(item
     pieces, want = [], []
     for item in items:
         if isinstance(item, bytes):
-            block = b"NATS/1.0 " + item + b"\r\nNats-Num-Pending: 0\r\nNats-Last-Sequence: 5\r\n\r\n"
-            pieces.append(b"HMSG %s.7 1 %d %d\r\n%s\r\n" % (inbox.encode(), len(block), len(block), block))
+            pieces.append(_status_reply(inbox, item, b"Nats-Num-Pending: 0\r\nNats-Last-Sequence: 5\r\n"))
             want.append(None)
         else:
             frame, w = _reply(inbox, stream, item)
@@ -504,8 +509,7 @@ def test_reply_fields_of_consecutive_sequences_agree_with_a_one_by_one_reading(f
     seq = first
     for item in items:
         if isinstance(item, bytes):
-            block = b"NATS/1.0 " + item + b"\r\nNats-Num-Pending: 0\r\nNats-Last-Sequence: 12345\r\n\r\n"
-            pieces.append(b"HMSG %s.7 1 %d %d\r\n%s\r\n" % (inbox.encode(), len(block), len(block), block))
+            pieces.append(_status_reply(inbox, item, b"Nats-Num-Pending: 0\r\nNats-Last-Sequence: 12345\r\n"))
             want.append(None)
             continue
         stamp, own, data, req = item
