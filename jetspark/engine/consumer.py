@@ -228,6 +228,7 @@ class Consumer(BatchPlanner):
         return need
 
     def info(self, now: int) -> ConsumerInfo:
+        paused = paused_for(self.config, now)
         return ConsumerInfo(
             name=self.name,
             stream_name=self.stream.name,
@@ -248,8 +249,8 @@ class Consumer(BatchPlanner):
             num_waiting=0,
             num_pending=self.num_pending(),
             push_bound=True if self.is_bound() else None,
-            paused=True if paused_for(self.config, now) else None,
-            pause_remaining=paused_for(self.config, now) or None,
+            paused=True if paused else None,
+            pause_remaining=paused or None,
         )
 
     def is_bound(self) -> bool:
