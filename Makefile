@@ -23,7 +23,7 @@
 #   PYTEST_ARGS=...      extra pytest arguments, e.g. PYTEST_ARGS='-x -m "not slow"'
 #   PYTEST_WORKERS=3     pytest processes for make test (pytest-xdist; 0: all in one process).
 #                        Three on two cores: much of the suite waits (servers, elections, JVMs
-#                        starting), and a third process fills those waits (812 -> 763 s here).
+#                        starting), and a third process fills those waits (811 -> 763 s here).
 #                        A module's tests run in one process, in order (--dist loadfile); each
 #                        process starts the session fixtures it needs (Spark, servers, cluster).
 #                        The longest files are handed out first (tests/heavy_first.py).
