@@ -5,12 +5,13 @@
 - ``arrow``: the Arrow schema of range reads (``read_batches``) and of the
   ``headers`` column of batch appends;
 - ``msg_ids``: the ``Nats-Msg-Id`` header blocks of a batch, built at once;
-- ``pub_lines``: the ``PUB``/``HPUB`` lines of a batch append, built in bulk;
 - ``ack_reply``: a delivery's ``$JS.ACK`` reply subject, built and read (one grammar);
 - ``frames``: what a server sends a client, framed in bulk (pure, NumPy);
-- ``pubacks``: the PubAcks of a batch append among those frames, read a run at a time;
-- ``deliveries``: consumer deliveries, direct-get replies and PubAcks among
-  those frames, read a run at a time, and the range-read chunk built on them.
+- ``pub_lines``: the ``PUB``/``HPUB`` lines of a batch append, built in bulk;
+- ``pubacks``: the PubAcks of a batch append or of pipelined publishes among those
+  frames, read a run at a time;
+- ``deliveries``: consumer deliveries and direct-get replies among those frames, read
+  a run at a time, and the range-read chunk built on them.
 
 The embedded engine (``jetspark.engine``) and the nats-py backend
 (``jetspark.remote``) import this package and the public data model

@@ -189,6 +189,11 @@ def parse_ints(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarra
     return value.view(np.int64), ok
 
 
+def byte_windows(a: np.ndarray, width: int) -> np.ndarray:
+    """Every ``width`` bytes of ``a`` (at each byte position) as one item, without a copy."""
+    return np.ndarray((len(a) - width + 1,), dtype=np.dtype((np.void, width)), buffer=a, strides=(1,))
+
+
 def windows(a: np.ndarray, lo: np.ndarray, width: int) -> np.ndarray:
     """``a[lo[i]:lo[i] + width]`` as the rows of one array (``lo`` ascending), each copied as
     one item; the last rows, running past the end of ``a``, padded with zeros."""
@@ -196,8 +201,7 @@ def windows(a: np.ndarray, lo: np.ndarray, width: int) -> np.ndarray:
         return np.zeros((0, width), dtype=np.uint8)
     fit = int(np.searchsorted(lo, len(a) - width, side="right"))
     if fit == len(lo):
-        items = np.ndarray((len(a) - width + 1,), dtype=np.dtype((np.void, width)), buffer=a, strides=(1,))
-        return items[lo].view(np.uint8).reshape(-1, width)
+        return byte_windows(a, width)[lo].view(np.uint8).reshape(-1, width)
     start = int(lo[fit])
     pad = np.zeros(len(a) - start + width, dtype=np.uint8)
     pad[: len(a) - start] = a[start:]

@@ -27,6 +27,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from jetspark.protocol.frames import byte_windows
+
 __all__ = ["MSG_ID_HEAD", "PubBatch", "digits", "int_rows", "join_rows", "line"]
 
 _POWERS = 10 ** np.arange(19, dtype=np.int64)
@@ -306,11 +308,6 @@ class Spans:
 MAX_LAYOUTS = 32
 
 
-def _window(values: np.ndarray, width: int) -> np.ndarray:
-    """Every ``width`` bytes of ``values`` (at each byte position) as one item, without a copy."""
-    return np.ndarray((len(values) - width + 1,), dtype=np.dtype((np.void, width)), buffer=values, strides=(1,))
-
-
 def layout(segs: list, m: int) -> Optional[bytes]:
     """``m`` rows, each the concatenation of ``segs`` in order, joined: a segment is bytes (the
     same on every row), ``(values, widths)`` (row r's int64 ``values[r] >= 0`` in decimal,
@@ -356,7 +353,9 @@ def layout(segs: list, m: int) -> Optional[bytes]:
             if isinstance(s[0], Spans):
                 spans, index = s[0], s[1] if idx is None else s[1][idx]
                 if w:
-                    rows[:, at : at + w] = _window(spans.values, w)[spans.offsets[index]].view(np.uint8).reshape(-1, w)
+                    rows[:, at : at + w] = (
+                        byte_windows(spans.values, w)[spans.offsets[index]].view(np.uint8).reshape(-1, w)
+                    )
             else:
                 v = s[0] if idx is None else s[0][idx]
                 for p in range(at + w - 1, at - 1, -1):  # (a subtraction is cheaper than a %)

@@ -23,7 +23,7 @@ from typing import Optional
 
 import numpy as np
 
-from jetspark.protocol.frames import Frames, parse_ints
+from jetspark.protocol.frames import Frames, byte_windows, parse_ints
 
 __all__ = ["DUPLICATE_TAILS", "read_pubacks", "template_of"]
 
@@ -51,11 +51,6 @@ def template_of(data: bytes) -> Optional[bytes]:
     return head
 
 
-def _window(a: np.ndarray, width: int) -> np.ndarray:
-    """Every ``width`` bytes of ``a`` (at each byte position) as one item, without a copy."""
-    return np.ndarray((len(a) - width + 1,), dtype=np.dtype((np.void, width)), buffer=a, strides=(1,))
-
-
 def _starts_with(a: np.ndarray, at: np.ndarray, pattern: bytes) -> np.ndarray:
     """Whether ``a[at:at + len(pattern)] == pattern`` for each of ``at`` (False past the end).
     A pattern of eight bytes or more is compared as the little-endian words that cover it
@@ -66,7 +61,7 @@ def _starts_with(a: np.ndarray, at: np.ndarray, pattern: bytes) -> np.ndarray:
         return fits
     at = np.where(fits, at, 0)
     if width < 8:
-        items = _window(a, width)[at]
+        items = byte_windows(a, width)[at]
         return fits & (items == np.frombuffer(pattern, dtype=np.dtype((np.void, width)))[0])
     words = np.ndarray((len(a) - 7,), dtype="<u8", buffer=a, strides=(1,))
     for k in [*range(0, width - 7, 8), width - 8]:
