@@ -14,7 +14,8 @@ plans the write with, before any task runs (``check_schema``).  Nulls can
 only be seen in the rows: a null ``subject`` (without the ``subject``
 option), a null ``data`` or a null header value fails the task before the
 Arrow batch holding it is published.  A null ``headers`` map is a message
-without headers, a null ``msg_id`` gets the generated id.
+without headers, a null ``msg_id`` gets the generated id, as does an empty or
+blank-only one (``_given_ids``).
 """
 
 from __future__ import annotations
@@ -184,20 +185,39 @@ def write_batches(opts: WriterOptions, batches: Iterator[pa.RecordBatch], id_pre
 
 def _given_ids(batch: pa.RecordBatch) -> Optional[pa.Array]:
     """Each row's own message id, null where it has none: its ``msg_id``, else the
-    ``Nats-Msg-Id`` its headers carry (the first value; an empty one is none), as a
-    publish with that header is deduplicated by it.  A copy of a stream read with
-    includeHeaders keeps its ids, so copying it again stores nothing twice.  None when
-    the batch has neither column."""
-    ids = batch.column("msg_id") if "msg_id" in batch.schema.names else None
+    ``Nats-Msg-Id`` its headers carry (the first value), as a publish with that header is
+    deduplicated by it.  An empty or blank-only value is none (``_no_blank_ids``).  A copy of
+    a stream read with includeHeaders keeps its ids, so copying it again stores nothing
+    twice.  None when the batch has neither column."""
+    ids = _no_blank_ids(batch.column("msg_id")) if "msg_id" in batch.schema.names else None
     if "headers" in batch.schema.names and (ids is None or ids.null_count):
         found = pc.map_lookup(batch.column("headers"), pa.scalar(MSG_ID_HEADER, pa.string()), "first")
         if found.null_count < len(found):
             if pa.types.is_list(found.type):
-                carried = pa.array([(v[0] or None) if v else None for v in found.to_pylist()], pa.string())
+                carried = pa.array([v[0] if v else None for v in found.to_pylist()], pa.string())
             else:
-                carried = pa.array([v or None for v in found.to_pylist()], pa.string())
+                carried = found
+            carried = _no_blank_ids(carried)
             ids = carried if ids is None else pc.coalesce(ids, carried)
     return ids
+
+
+# An empty value, or one made only of what str.strip takes from a header value's ends, is no
+# id: the header codec sends it as an empty Nats-Msg-Id, which a server reads as none
+# (docs/semantics.md, 3.5).  CR and LF are left out: publish_batch refuses an id holding one,
+# as it does any header value with a line break.  (str.isspace is true of nothing past U+3000.)
+BLANKS = "".join(chr(c) for c in range(0x3001) if chr(c).isspace() and chr(c) not in "\r\n")
+_BLANK_ONLY = "^[" + "".join(f"\\x{{{ord(b):x}}}" for b in BLANKS) + "]*$"
+
+
+def _no_blank_ids(ids: pa.Array) -> pa.Array:
+    """``ids`` with its empty and blank-only values made null, so such a row gets the
+    generated id like a row without one; an id with blanks at its ends stays as it is
+    (publish_batch strips them, so ``" a "`` is ``"a"``)."""
+    blank = pc.match_substring_regex(ids, _BLANK_ONLY)
+    if not pc.any(blank).as_py():
+        return ids
+    return pc.if_else(blank, pa.scalar(None, ids.type), ids)
 
 
 def _null_header_value(column: pa.Array) -> bool:
