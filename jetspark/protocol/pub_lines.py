@@ -13,8 +13,9 @@ store the message, so the lines are cut into the pieces that differ by row:
 
 and every piece of the chunk is joined with one ``bytes.join`` (``pieces``, ``join_rows``).
 When no row has a header block of its own, ``PubBatch.lines`` goes further: the rows of a
-chunk whose pieces all have one width (one layout; the row numbers zero-padded so that
-subjects of different lengths share one) are written as one 2-D byte array, a column
+chunk whose pieces all have one width (one layout; the row numbers zero-padded to one
+width, a shorter subject followed by more spaces, so that subjects of different lengths
+share one) are written as one 2-D byte array, a column
 range per piece, payloads and msg ids copied from the table's Arrow buffers, so no Python
 object is made per row.  The bytes are exactly the ones ``%`` formatting gives, with the
 reply subjects each path writes (tests/remote/test_pub_lines.py compares them on
@@ -166,16 +167,19 @@ class PubBatch:
 
     def reply_heads(self, prefix: bytes, verb: bytes) -> tuple[list[bytes], int]:
         """Each subject's line start up to its row number, ``<verb><subject> <prefix>``, and the
-        width of the row numbers after it: when that stays within 19 digits, the numbers are
-        zero-padded so that every subject's start and number have one length (a shorter
-        subject's start ends with its padding zeros), and a chunk's lines share a layout
-        (``lines``); else (width 0) each number has its own digits."""
+        width of the row numbers after it: the numbers zero-padded to one width, and a shorter
+        subject followed by as many more spaces as it is shorter (the protocol reads a run of
+        spaces as one), so that every subject's start has one length and a chunk's lines
+        share a layout (``lines``), and every reply subject, which the server's PubAck carries
+        back, has one length too (``protocol.ack_frames`` frames a run of PubAcks of one
+        length by their shape); subjects whose lengths differ by more than ``MAX_SPACES``
+        have no padding (width 0: each number its own digits)."""
         slen = np.fromiter(map(len, self.subjects), dtype=np.int64, count=len(self.subjects))
         dn = int(digits(np.array([max(self.n - 1, 0)], dtype=np.int64))[0])
         top = int(slen.max())
-        if dn + top - int(slen.min()) > 19:
+        if top - int(slen.min()) > MAX_SPACES:
             return [verb + s + b" " + prefix for s in self.subjects], 0
-        return [verb + s + b" " + prefix + b"0" * (top - len(s)) for s in self.subjects], dn
+        return [verb + s + b" " * (1 + top - len(s)) + prefix for s in self.subjects], dn
 
     def lines(self, rows: np.ndarray, prefix: bytes) -> Optional[bytes]:
         """The lines of ``rows`` (ascending row numbers) joined, each with reply subject
@@ -245,6 +249,8 @@ class PubBatch:
 
 
 MSG_ID_HEAD = b"NATS/1.0\r\nNats-Msg-Id: "
+# The most spaces ``reply_heads`` adds after a subject (bytes on the wire for every row).
+MAX_SPACES = 16
 
 
 class Spans:

@@ -165,13 +165,16 @@ def test_lines_are_the_lines_formatted_one_by_one(drawn, data):
     assert got == want
 
 
-def test_lines_pad_row_numbers_to_one_layout_and_leave_many_layouts_to_pieces(monkeypatch):
+def test_lines_pad_to_one_layout_and_leave_many_layouts_to_pieces(monkeypatch):
     from jetspark.protocol import pub_lines
 
     batch = PubBatch([b"a", b"bbbb"], np.array([0, 1, 1, 0]), [b"x", b"yy", b"z", b"w"])
     got = batch.lines(np.arange(4), b"_I.")
-    assert got == (b"PUB a _I.0000 1\r\nx\r\nPUB bbbb _I.1 2\r\nyy\r\nPUB bbbb _I.2 1\r\nz\r\nPUB a _I.0003 1\r\nw\r\n")
-    wide = PubBatch([b"a", b"b" * 30], np.array([0, 1]), [b"x", b"y"])  # (padding past 19 digits: none)
+    # (every reply subject one length: the PubAcks that carry them back too)
+    assert got == (b"PUB a    _I.0 1\r\nx\r\nPUB bbbb _I.1 2\r\nyy\r\nPUB bbbb _I.2 1\r\nz\r\nPUB a    _I.3 1\r\nw\r\n")
+    big = PubBatch([b"a", b"bb"], np.array([0] * 11 + [1]), [b"x"] * 12)
+    assert big.lines(np.array([1, 11]), b"_I.") == b"PUB a  _I.01 1\r\nx\r\nPUB bb _I.11 1\r\nx\r\n"
+    wide = PubBatch([b"a", b"b" * 30], np.array([0, 1]), [b"x", b"y"])  # (more than MAX_SPACES: no padding)
     assert wide.lines(np.arange(2), b"_I.") == b"PUB a _I.0 1\r\nx\r\nPUB " + b"b" * 30 + b" _I.1 1\r\ny\r\n"
     monkeypatch.setattr(pub_lines, "MAX_LAYOUTS", 1)
     many = PubBatch([b"a"], np.zeros(3, dtype=np.int64), [b"x", b"yy", b"zzz"])
