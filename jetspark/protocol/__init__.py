@@ -10,6 +10,8 @@
 - ``pub_lines``: the ``PUB``/``HPUB`` lines of a batch append, built in bulk;
 - ``pubacks``: the PubAcks of a batch append or of pipelined publishes among those
   frames, read a run at a time;
+- ``ack_frames``: a batch append's PubAcks framed by their shape (what ``frames``
+  frames, runs of PubAcks with their rows and sequences read on the way);
 - ``deliveries``: consumer deliveries and direct-get replies among those frames, read
   a run at a time, and the range-read chunk built on them.
 

@@ -77,6 +77,11 @@ def read_pubacks(
     their seqs, duplicate flags, whether each answer was read here (``plain``: template,
     digits, ``}`` or a duplicate tail, no headers; the others are for a closer look, and
     their seq and flag mean nothing), and the template used, to pass to the next call)."""
+    runs = getattr(f, "runs", None)  # (protocol.ack_frames: the rows and sequences of runs read already)
+    if runs:
+        done = _from_runs(runs, len(f), prefix_len, rows, template)
+        if done is not None:
+            return done
     a = np.frombuffer(buf, dtype=np.uint8)
     row, ok = parse_ints(a, f.subj_lo + prefix_len, f.subj_hi)
     ok &= row < rows
@@ -112,3 +117,23 @@ def read_pubacks(
     good &= (end - seq_lo == 1) | (a[np.minimum(seq_lo, len(a) - 1)] != ord("0"))
     plain &= good
     return at, row, seq, dup & plain, plain, template
+
+
+def _from_runs(
+    runs: tuple, n: int, prefix_len: int, rows: int, template: Optional[bytes]
+) -> Optional[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, Optional[bytes]]]:
+    """``read_pubacks`` of frames that are all runs of ``protocol.ack_frames.scan`` of one
+    template, their rows after ``prefix_len`` bytes of the subject (every answer plain: the
+    framer checked each against its shape), else None (read as any frames are)."""
+    head = runs[0].head
+    if sum(r.n for r in runs) != n or any(r.row_at != prefix_len or r.head != head for r in runs):
+        return None
+    one = len(runs) == 1
+    row = runs[0].rows if one else np.concatenate([r.rows for r in runs])
+    seq = runs[0].seqs if one else np.concatenate([r.seqs for r in runs])
+    dup = np.repeat(np.array([r.duplicate for r in runs], dtype=bool), [r.n for r in runs])
+    keep = row < rows
+    if keep.all():
+        return np.arange(n, dtype=np.int64), row, seq, dup, np.ones(n, dtype=bool), head
+    at = np.flatnonzero(keep)
+    return at, row[at], seq[at], dup[at], np.ones(len(at), dtype=bool), head if len(at) else template

@@ -31,10 +31,11 @@ from jetspark.errors import (
     error_from_response,
 )
 from jetspark.protocol import headers as H
+from jetspark.protocol.ack_frames import stand_down, stand_in
 from jetspark.protocol.pub_lines import PubBatch, join_rows
 from jetspark.protocol.pubacks import read_pubacks
 from jetspark.remote import jsapi
-from jetspark.remote.fastpath import FrameInbox, raw_writer, status_of
+from jetspark.remote.fastpath import FrameFeed, FrameInbox, raw_writer, status_of
 from jetspark.remote.reads import from_numpy
 from jetspark.remote.retry import TRANSIENT_ERR_CODES, Retrier
 from jetspark.remote.session import PROGRESS, Session
@@ -187,6 +188,10 @@ async def _publish_rows(session: Session, batch: PubBatch, acks: _Acks) -> None:
     prefix = inbox_subject.encode() + b"."
     slen = len(prefix)
     inbox = await FrameInbox(public=session.public_path).open(nc, inbox_subject + ".*")
+    # While the PubAcks come, the connection's frames go through protocol.ack_frames, which frames
+    # runs of PubAcks by their shape (and any other frame as before).
+    feed = nc._ps if inbox.fast and isinstance(getattr(nc, "_ps", None), FrameFeed) else None
+    framer = stand_in(feed) if feed is not None else None
     window = session.options.publish_window
     write = raw_writer(nc, public=session.public_path)
     sent = got = 0
@@ -250,6 +255,8 @@ async def _publish_rows(session: Session, batch: PubBatch, acks: _Acks) -> None:
                     if err is not None and (first_error is None or i < first_error[0]):
                         first_error = (i, err)
     finally:
+        if framer is not None:
+            stand_down(feed, framer)
         await inbox.close()
     if first_error is not None:
         row, refused = first_error
