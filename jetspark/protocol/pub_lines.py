@@ -320,6 +320,7 @@ def layout(segs: list, m: int) -> Optional[bytes]:
     zero-padded to ``widths[r]`` digits, at least its own) or ``(spans, index)`` (row r's
     string ``spans[index[r]]``).  Rows of one layout are written as one 2-D array, piece by
     piece; None past ``MAX_LAYOUTS`` layouts."""
+    segs = [_constant(s) for s in segs]
     var = [s for s in segs if not isinstance(s, bytes)]
     widths = [s[0].lens[s[1]] if isinstance(s[0], Spans) else s[1] for s in var]
     ranges = [(int(w.min()), int(w.max())) for w in widths]
@@ -359,9 +360,12 @@ def layout(segs: list, m: int) -> Optional[bytes]:
             if isinstance(s[0], Spans):
                 spans, index = s[0], s[1] if idx is None else s[1][idx]
                 if w:
-                    rows[:, at : at + w] = (
-                        byte_windows(spans.values, w)[spans.offsets[index]].view(np.uint8).reshape(-1, w)
-                    )
+                    starts = spans.offsets[index]
+                    first = int(starts[0])
+                    if (np.diff(starts) == w).all():  # (strings one after the other, as a chunk's payloads: in place)
+                        rows[:, at : at + w] = spans.values[first : first + len(starts) * w].reshape(-1, w)
+                    else:
+                        rows[:, at : at + w] = byte_windows(spans.values, w)[starts].view(np.uint8).reshape(-1, w)
             else:
                 v = s[0] if idx is None else s[0][idx]
                 for p in range(at + w - 1, at - 1, -1):  # (a subtraction is cheaper than a %)
@@ -380,3 +384,14 @@ def layout(segs: list, m: int) -> Optional[bytes]:
         return out.tobytes()
     # Rows of other lengths: each row's bytes, its tail of NULs dropped (every line ends with "\n").
     return b"".join(out.view(f"S{width_max}").ravel().tolist())
+
+
+def _constant(seg):
+    """A ``layout`` segment of numbers that are all one value, of one width (the payload sizes of
+    a table of one payload length), as the bytes it writes on every row; others as they are."""
+    if isinstance(seg, bytes) or isinstance(seg[0], Spans):
+        return seg
+    values, widths = seg
+    if not len(values) or values.min() != values.max() or widths.min() != widths.max():
+        return seg
+    return b"%0*d" % (int(widths[0]), int(values[0]))
