@@ -237,6 +237,8 @@ def scan(buf: bytes, pos: int = 0, shapes: Optional[dict] = None) -> tuple[F.Fra
         pos += k * shape.length
     if not runs:
         return F.scan(buf, pos)
+    if pos == n:
+        return _joined(parts, runs, pos)
     rest, end = F.scan(buf, pos)
     if len(rest):
         parts.append([getattr(rest, c) for c in F.COLUMNS])
