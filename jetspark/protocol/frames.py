@@ -79,9 +79,11 @@ class Frames:
     zero header size) and its payload ``buf[data_lo:data_hi]``.  ``-ERR`` and
     ``INFO`` keep their argument in ``subj_lo:subj_hi``.  ``lines``: where ``scan``
     found every ``\n`` of the buffer (ascending), for readers of the frames' header
-    blocks to reuse instead of searching the buffer again; None when not known."""
+    blocks to reuse instead of searching the buffer again; None when not known.  ``ctl``:
+    the index in ``lines`` of each frame's control-line end (-1: not known), so a reader
+    finds the line ends of a header block by counting from it; None when not known."""
 
-    __slots__ = (*COLUMNS, "lines")
+    __slots__ = (*COLUMNS, "lines", "ctl")
     # The columns, set by __init__ from COLUMNS (declared for the type checker).
     kind: np.ndarray
     sid: np.ndarray
@@ -93,17 +95,22 @@ class Frames:
     data_lo: np.ndarray
     data_hi: np.ndarray
     lines: Optional[np.ndarray]
+    ctl: Optional[np.ndarray]
 
-    def __init__(self, *columns: np.ndarray, lines: Optional[np.ndarray] = None) -> None:
+    def __init__(
+        self, *columns: np.ndarray, lines: Optional[np.ndarray] = None, ctl: Optional[np.ndarray] = None
+    ) -> None:
         for name, col in zip(COLUMNS, columns):
             setattr(self, name, col)
         self.lines = lines
+        self.ctl = ctl
 
     def __len__(self) -> int:
         return len(self.kind)
 
     def __getitem__(self, key) -> "Frames":
-        return Frames(*(getattr(self, name)[key] for name in COLUMNS), lines=self.lines)
+        ctl = None if self.ctl is None else self.ctl[key]
+        return Frames(*(getattr(self, name)[key] for name in COLUMNS), lines=self.lines, ctl=ctl)
 
     @staticmethod
     def concat(parts: list["Frames"]) -> "Frames":
@@ -112,7 +119,10 @@ class Frames:
         if not parts:
             return Frames(*(np.zeros(0, dtype=np.int64) for _ in COLUMNS))
         lines = parts[0].lines if all(p.lines is parts[0].lines for p in parts) else None
-        return Frames(*(np.concatenate([getattr(p, name) for p in parts]) for name in COLUMNS), lines=lines)
+        cols = (np.concatenate([getattr(p, name) for p in parts]) for name in COLUMNS)
+        if lines is None or any(p.ctl is None for p in parts):
+            return Frames(*cols, lines=lines)
+        return Frames(*cols, lines=lines, ctl=np.concatenate([p.ctl for p in parts if p.ctl is not None]))
 
 
 # Decimal digits read eight at a time, each group of eight as one little-endian uint64 (its
@@ -331,6 +341,7 @@ def _chain(
         reply_hi = np.where(has_reply[sl], s[3][sl], s[2][sl])
     hdr_lo = ce[sl] + 1
     frames = Frames(kind, sid[sl], s[0][sl] + 1, s[1][sl], reply_lo, reply_hi, hdr_lo, hdr_lo + hsize[sl], data_hi[sl])
+    frames.ctl = k[sl]  # (each control line's "\n" is nl[k])
     return frames, int(fe[stop - 1])
 
 
@@ -411,8 +422,9 @@ def scan(buf: bytes, pos: int = 0) -> tuple[Frames, int]:
             run, end = _chain(a, n, pos, cands, k, nl)
             if run is not None:
                 if rows:
-                    parts.append(Frames(*(np.array(c, dtype=np.int64) for c in zip(*rows))))
+                    parts.append(_rows(rows, nl))
                     rows = []
+                run.lines = nl
                 parts.append(run)
                 pos = end
                 continue
@@ -422,10 +434,16 @@ def scan(buf: bytes, pos: int = 0) -> tuple[Frames, int]:
         rows.append(row)
         pos = end
     if rows:
-        parts.append(Frames(*(np.array(c, dtype=np.int64) for c in zip(*rows))))
+        parts.append(_rows(rows, nl))
     frames = Frames.concat(parts)
-    frames.lines = nl
+    if frames.lines is not nl:  # (no frames)
+        frames.lines, frames.ctl = nl, None
     return frames, pos
+
+
+def _rows(rows: list[tuple], nl: np.ndarray) -> Frames:
+    """Frames read one at a time (``_one``), their control lines' ends not looked up (ctl -1)."""
+    return Frames(*(np.array(c, dtype=np.int64) for c in zip(*rows)), lines=nl, ctl=np.full(len(rows), -1))
 
 
 class FrameReader:

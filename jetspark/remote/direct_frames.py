@@ -22,12 +22,12 @@ server's among them.
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 
 from jetspark.protocol.deliveries import DirectFields, direct_fields, joined_spans, rfc3339_ns
-from jetspark.protocol.frames import HMSG, Frames, eight_digits, parse_ints, windows
+from jetspark.protocol.frames import HMSG, Frames, byte_windows, eight_digits, parse_ints, windows
 
 __all__ = ["ReplyFields", "copy_out", "reply_fields"]
 
@@ -63,12 +63,9 @@ class _Words:
             return np.zeros(len(pos), dtype=np.uint64)
         return self.w[np.minimum(pos, self.top)]
 
-    def equal(self, pos: np.ndarray, pattern: bytes, offsets: Sequence[int]) -> np.ndarray:
-        """Whether ``pattern`` is at each ``pos``, as far as its 8 bytes at each of ``offsets`` tell."""
-        ok = pos <= self.top - max(offsets)
-        for off in offsets:
-            ok &= self.at(pos + off) == np.uint64(int.from_bytes(pattern[off : off + 8], "little"))
-        return ok
+    def equal(self, pos: np.ndarray, pattern: bytes) -> np.ndarray:
+        """Whether the 8 bytes at each ``pos`` are ``pattern``."""
+        return (pos <= self.top) & (self.at(pos) == np.uint64(int.from_bytes(pattern[:8], "little")))
 
 
 def reply_fields(buf: bytes, f: Frames, stream: str, prefix_len: int) -> ReplyFields:
@@ -85,18 +82,20 @@ def reply_fields(buf: bytes, f: Frames, stream: str, prefix_len: int) -> ReplyFi
     # own the message has before them.  The line ends are the scan's (``Frames.lines``), each
     # line's "\r" the byte before its "\n" (checked with the names below).
     nl = f.lines if f.lines is not None else np.flatnonzero(a == 10)
-    e = np.searchsorted(nl, data_lo) - 1  # the blank line's (at most the last one)
+    e = _blank_lines(nl, f, data_lo)
     ok = ~status & (e >= 7)
     c = nl[np.maximum(e[None, :] - np.arange(8)[:, None], 0)] - 1 if len(nl) else np.zeros((8, n), dtype=np.int64)
     # The lines in their order, each told by its name (its first 8 bytes for the lines whose
-    # values are not read), the stream's line by its length.  The lines whose values are read
-    # are taken as rows of bytes from their "\r" on, one copy each: the name and value of a row
-    # are then read at fixed columns of it, without going back to the buffer.
+    # values are not read), the stream's line by its length.  The stream's line with the
+    # subject's name after it, and the lines whose values are read, are taken as rows of bytes
+    # from their "\r" on, one copy each: the names and values of a row are then read at fixed
+    # columns of it, without going back to the buffer.
     ok &= (c[0] == data_lo - 2) & (c[1] == data_lo - 4) & (c[7] >= hdr_lo + 8)
     ok &= (a[np.maximum(c[0], 0)] == 13) & (a[np.maximum(c[1], 0)] == 13)
-    ok &= (c[6] - c[7] == len(b"\r\nNats-Stream: ") + len(stream.encode())) & words.equal(c[7], _STREAM, (0,))
-    ok &= words.equal(c[3], _PENDING, (0,)) & words.equal(c[2], _LAST, (0,))
-    ok &= _names(windows(a, c[6], 16), _SUBJECT)
+    stream_line = len(_STREAM) + len(stream.encode())  # (its value is not read: its length only)
+    head = windows(a, c[7], stream_line + len(_SUBJECT))  # (the stream's line and the subject's name: one row)
+    ok &= (c[6] - c[7] == stream_line) & _names(head, _STREAM) & _names(head, _SUBJECT, stream_line)
+    ok &= words.equal(c[3], _PENDING) & words.equal(c[2], _LAST)
     subj_lo, subj_hi = c[6] + len(_SUBJECT), c[5]
     ok &= subj_hi > subj_lo
     rows = windows(a, c[5], _SEQ_ROW)
@@ -120,6 +119,23 @@ def reply_fields(buf: bytes, f: Frames, stream: str, prefix_len: int) -> ReplyFi
                       ok=ok | status)  # fmt: skip
     out.req = req
     return out
+
+
+def _blank_lines(nl: np.ndarray, f: Frames, data_lo: np.ndarray) -> np.ndarray:
+    """The index in ``nl`` of each header block's last line end (the blank line's, at most the
+    last one).  A block of the server's six lines alone ends 8 line ends after its control line
+    (``f.ctl``, from ``scan``): that one is taken where it is the blank line's, the others
+    searched for."""
+    if f.ctl is None or f.lines is not nl or not len(nl):
+        return np.searchsorted(nl, data_lo) - 1
+    e = f.ctl + 8
+    at = np.minimum(e, len(nl) - 1)
+    hit = (f.ctl >= 0) & (nl[at] == data_lo - 1)
+    if hit.all():
+        return e
+    miss = ~hit
+    e[miss] = np.searchsorted(nl, data_lo[miss]) - 1
+    return e
 
 
 def _requests(buf: bytes, words: _Words, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -168,11 +184,11 @@ def _word_column(rows: np.ndarray, col: int) -> np.ndarray:
     return np.ndarray((len(rows),), dtype="<u8", buffer=rows, offset=col, strides=(rows.shape[1],))
 
 
-def _names(rows: np.ndarray, name: bytes) -> np.ndarray:
-    """Whether each row begins with ``name`` (checked as 8-byte words, the last overlapping)."""
+def _names(rows: np.ndarray, name: bytes, col: int = 0) -> np.ndarray:
+    """Whether each row has ``name`` at column ``col`` (checked as 8-byte words, the last overlapping)."""
     ok = np.ones(len(rows), dtype=bool)
     for off in (*range(0, len(name) - 8, 8), len(name) - 8):
-        ok &= _word_column(rows, off) == _U64(int.from_bytes(name[off : off + 8], "little"))
+        ok &= _word_column(rows, col + off) == _U64(int.from_bytes(name[off : off + 8], "little"))
     return ok
 
 
@@ -235,13 +251,13 @@ def _stamps(rows: np.ndarray, col: int, lens: np.ndarray, ok: np.ndarray) -> tup
     time = np.zeros(n, dtype=np.int64)
     if not n:
         return time, ok
-    digits = np.where(lens > 21, lens - 21, 0)  # of the fraction
-    end = np.minimum(np.maximum(col + lens - 1, 0), rows.shape[1] - 1)
-    good = ok & (lens >= 20) & (lens <= 30) & (rows[np.arange(n), end] == ord("Z"))
+    width = rows.shape[1]
+    digits = np.minimum(np.maximum(lens - 21, 0), 9)  # of the fraction (up to 9 of a good time)
+    end = np.minimum(np.maximum(col + lens - 1, 0), width - 1)
+    good = ok & (lens >= 20) & (lens <= 30) & (rows.reshape(-1)[np.arange(0, n * width, width) + end] == ord("Z"))
     good &= np.where(digits > 0, rows[:, col + 19] == ord("."), lens == 20)
     # The fraction's first 8 digits, left-aligned (missing ones 0), then the 9th.
-    d8 = np.minimum(digits, 8).astype(np.uint64)
-    mask = np.where(d8 >= 8, ~_U64(0), (_U64(1) << (d8 * _U64(8))) - _U64(1))
+    mask = _FRACTION_MASKS[digits]
     x, digits_ok = eight_digits((_word_column(rows, col + 20) & mask) | (_ZEROS64 & ~mask))
     good &= digits_ok
     ninth = rows[:, col + 28].astype(np.int64) - 48
@@ -264,6 +280,11 @@ def _stamps(rows: np.ndarray, col: int, lens: np.ndarray, ok: np.ndarray) -> tup
         base = whole - frac[lead]
     runs = np.diff(np.append(lead, n))  # (the rows of each second: few runs)
     return np.repeat(base, runs) + frac, good & np.repeat(read, runs)
+
+
+# The bytes of the word after a time's "." that hold its fraction's first digits, by the
+# fraction's number of digits (0 to 9).
+_FRACTION_MASKS = np.array([(1 << (8 * min(d, 8))) - 1 for d in range(10)], dtype=np.uint64)
 
 
 def _second_ns(head: bytes) -> Optional[int]:
@@ -292,13 +313,24 @@ def copy_out(
     it lets ``buf`` go, and a chunk's columns are then plain slices of the copies."""
     a = np.frombuffer(buf, dtype=np.uint8)
     n = len(subj_lo)
-    s_off, s_body = joined_spans(a, subj_lo, subj_hi)
-    d_off, d_body = joined_spans(a, data_lo, data_hi)
-    offsets = np.concatenate((s_off, d_off[1:] + s_off[-1]))
+    lens = np.concatenate((subj_hi - subj_lo, data_hi - data_lo))
+    offsets = np.zeros(2 * n + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    s_total = int(offsets[n])
+    body = np.empty(int(offsets[-1]), dtype=np.uint8)
+    if s_total:  # (short spans: one gather of their bytes, each at its place in buf less its place in body)
+        at = np.repeat(subj_lo - offsets[:n], lens[:n])
+        at += np.arange(s_total)
+        np.take(a, at, out=body[:s_total])
+    width = int(lens[n]) if n else 0
+    if width and (lens[n:] == width).all() and int(data_lo.max()) + width <= len(a):
+        body[s_total:] = byte_windows(a, width)[data_lo].view(np.uint8)  # (payloads of one size: one item each)
+    elif n:
+        body[s_total:] = joined_spans(a, data_lo, data_hi)[1]
     zero = np.zeros(n, dtype=np.int64)
     lo = offsets[n : 2 * n]
     frames = Frames(np.full(n, HMSG), zero, offsets[:n], offsets[1 : n + 1], zero, zero, lo, lo, offsets[n + 1 :])
-    return np.concatenate((s_body, d_body)), frames
+    return body, frames
 
 
 def pending_zero(hdr: Optional[bytes]) -> bool:
