@@ -275,7 +275,7 @@ def _same_ints(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarra
 
 def _chain(
     a: np.ndarray, n: int, pos: int, cands: np.ndarray, k: np.ndarray, nl: np.ndarray
-) -> tuple[Optional[Frames], int]:
+) -> tuple[Optional[Frames], int, bool]:
     """The run of MSG/HMSG frames from ``pos`` (``cands``: candidate starts, ``pos`` first;
     ``k``: the index in ``nl`` of the first line end at or after each), framed with array
     operations; (None, pos) when the frame at ``pos`` is not one of them as a server writes
@@ -283,11 +283,11 @@ def _chain(
     whole_line = k < len(nl)
     cands, k = cands[whole_line], k[whole_line]
     if not len(cands) or cands[0] != pos:
-        return None, pos
+        return None, pos, False
     ce = nl[k]  # each control line's "\n"
     sp, cnt = _spaces(a, cands, ce)  # (every line has one, "MSG " / "HMSG " begins it, unless too long)
     if not cnt[0]:
-        return None, pos
+        return None, pos, False
     m = len(cands)
     is_h = a[cands] == 72
     spaces = cnt - is_h  # 3: no reply subject, 4: one
@@ -331,7 +331,10 @@ def _chain(
     bad[1:] |= fe[:-1] != cands[1:]
     stop = int(np.argmax(bad)) if bad.any() else len(cands)
     if stop == 0:
-        return None, pos
+        return None, pos, False
+    # The run stops at a frame as a server writes it, right after the run, that is not whole
+    # yet: nothing after it is either (the caller need not look again).
+    waiting = stop < m and bool(valid[stop]) and int(fe[stop]) > n and int(fe[stop - 1]) == int(cands[stop])
     sl = slice(0, stop)
     kind = np.where(is_h[sl], HMSG, MSG).astype(np.int64)
     if has_reply[sl].all():  # (deliveries: every one with its reply subject)
@@ -342,7 +345,7 @@ def _chain(
     hdr_lo = ce[sl] + 1
     frames = Frames(kind, sid[sl], s[0][sl] + 1, s[1][sl], reply_lo, reply_hi, hdr_lo, hdr_lo + hsize[sl], data_hi[sl])
     frames.ctl = k[sl]  # (each control line's "\n" is nl[k])
-    return frames, int(fe[stop - 1])
+    return frames, int(fe[stop - 1]), waiting
 
 
 def _one(buf: bytes, pos: int, n: int) -> tuple[Optional[tuple], int]:
@@ -419,7 +422,7 @@ def scan(buf: bytes, pos: int = 0) -> tuple[Frames, int]:
             i = np.searchsorted(starts, pos, side="right")
             cands = np.concatenate(([pos], starts[i:]))
             k = np.concatenate(([np.searchsorted(nl, pos)], starts_k[i:]))
-            run, end = _chain(a, n, pos, cands, k, nl)
+            run, end, waiting = _chain(a, n, pos, cands, k, nl)
             if run is not None:
                 if rows:
                     parts.append(_rows(rows, nl))
@@ -427,6 +430,8 @@ def scan(buf: bytes, pos: int = 0) -> tuple[Frames, int]:
                 run.lines = nl
                 parts.append(run)
                 pos = end
+                if waiting:  # (the next frame is not whole: framing it again would find so)
+                    break
                 continue
         row, end = _one(buf, pos, n)
         if row is None:
