@@ -48,19 +48,21 @@ from jetspark.errors import (
 )
 from jetspark.protocol import headers as H
 from jetspark.protocol import subjects as subj
-from jetspark.remote import ack_floor as floors
-from jetspark.remote import appends, jsapi, reads, snapshot, wire
-from jetspark.remote.async_publish import AsyncPublisher
-from jetspark.remote.pull import Msg, PullSubscription
-from jetspark.remote.push import PushSubscription
+from jetspark.remote import jsapi, wire
 from jetspark.remote.session import PROGRESS, Session
 
+# The bulk paths, the subscriptions, publish_async and backups are imported where a verb
+# first needs them: Spark starts a Python process per streaming query for the source's
+# offsets, which needs only a connection and stream infos.
 if TYPE_CHECKING:
     import datetime as _dt
 
     import pyarrow as pa
 
     from jetspark.backend import MsgAPI
+    from jetspark.remote.async_publish import AsyncPublisher
+    from jetspark.remote.pull import Msg, PullSubscription
+    from jetspark.remote.push import PushSubscription
 
 __all__ = ["NatsJetStream"]
 
@@ -131,6 +133,8 @@ class NatsJetStream(HandleBase):
         self._session.check()
 
     def _new_async_publisher(self) -> AsyncPublisher:
+        from jetspark.remote.async_publish import AsyncPublisher
+
         return AsyncPublisher(self._session, self.options.publish_async_max_pending)
 
     def __repr__(self) -> str:
@@ -214,6 +218,8 @@ class NatsJetStream(HandleBase):
     _BACKUP_KIND = "nats"
 
     def _backup_stream(self, name: str, writer: Writer, consumers: bool, meter: Meter) -> BackupInfo:
+        from jetspark.remote import snapshot
+
         subject = self._stream_subject("SNAPSHOT", name)
         resp = self._session.run(
             snapshot.snapshot(self._session, subject, name, writer, consumers, meter),
@@ -226,6 +232,8 @@ class NatsJetStream(HandleBase):
         return writer.finish(info.config, info.state, count, {"config": resp["config"], "state": resp["state"]})
 
     def _restore_stream(self, archive: Archive, meter: Meter) -> StreamInfo:
+        from jetspark.remote import snapshot
+
         subject = self._stream_subject("RESTORE", archive.stream)
         resp = self._session.run(
             snapshot.restore(self._session, subject, archive, meter),
@@ -245,6 +253,8 @@ class NatsJetStream(HandleBase):
         ``want`` of them have a leader, so that the consumers are there as they were when
         ``restore_stream`` returns; RequestTimeoutError if they do not within the restore's
         wait (the stream itself is restored)."""
+        from jetspark.remote import snapshot
+
         wait = max(self._session.timeout, snapshot.RESTORE_WAIT)
         deadline = time.monotonic() + wait
         while True:
@@ -301,6 +311,8 @@ class NatsJetStream(HandleBase):
             await pub.sent()  # earlier publish_async calls first
         if headers and any(isinstance(v, (list, tuple)) for v in headers.values()):
             # Repeated header keys: nats-py's dict cannot say them; send the block ourselves.
+            from jetspark.remote import appends
+
             return await appends.publish_one_raw(session, subject, payload, wire.encode_headers(headers))
         msg = await session.request(
             subject,
@@ -349,6 +361,8 @@ class NatsJetStream(HandleBase):
     ) -> Iterator["pa.RecordBatch"]:
         # The server streams the range to an ephemeral, ack-less pull consumer (deleted at
         # the end) in large pipelined pull requests; a work-queue stream is read with gets.
+        from jetspark.remote import reads
+
         return reads.read_batches(
             self._session, stream, start_seq, end_seq, subjects=subjects, batch_size=batch_size, headers=headers
         )
@@ -363,14 +377,20 @@ class NatsJetStream(HandleBase):
         pub = self._async_pub
         if pub is not None and pub.pid == os.getpid():
             self._session.run(pub.sent(), what="sending the publish_async messages before a publish_batch")
+        from jetspark.remote import appends
+
         return appends.publish_batch(
             self._session, table, stream, None if msg_id_prefix is None else (msg_id_prefix, msg_id_start)
         )
 
     def _seq_for_bytes(self, stream: str, lo: int, hi: int, max_bytes: int) -> int:
+        from jetspark.remote import reads
+
         return reads.seq_for_bytes(self._session, stream, lo, hi, max_bytes)
 
     def _seq_for_time(self, stream: str, when: int) -> int:
+        from jetspark.remote import reads
+
         return reads.seq_for_time(self._session, stream, when)
 
     # ------------------------------------------------------------------ consumers
@@ -431,6 +451,8 @@ class NatsJetStream(HandleBase):
         return sorted((wire.consumer_info_from_wire(c) for c in items), key=lambda i: i.name)
 
     def _subscription(self, stream: str, consumer: str) -> PullSubscription:
+        from jetspark.remote.pull import PullSubscription
+
         return PullSubscription(self._session, stream, consumer)
 
     def _push_subscription(
@@ -443,6 +465,8 @@ class NatsJetStream(HandleBase):
         owned: bool,
     ) -> PushSubscription:
         # How: jetspark/remote/push.py (nats-py's own push subscription on the session's loop).
+        from jetspark.remote.push import PushSubscription
+
         return PushSubscription(self, self._session, stream, info, cb, auto_ack, ordered, owned)
 
     def _new_inbox(self) -> str:
@@ -452,7 +476,9 @@ class NatsJetStream(HandleBase):
 
     def _advance_ack_floor(self, stream: str, durable: str, seq: int) -> SequenceInfo:
         # How: jetspark/remote/ack_floor.py.
-        return floors.advance_ack_floor(self._session, stream, durable, seq)
+        from jetspark.remote import ack_floor
+
+        return ack_floor.advance_ack_floor(self._session, stream, durable, seq)
 
     def _ordered_consumer(
         self,
@@ -462,4 +488,6 @@ class NatsJetStream(HandleBase):
         end_seq: Optional[int],
         batch_size: int,
     ) -> Iterator[Msg]:
+        from jetspark.remote import reads
+
         return reads.ordered_consumer(self._session, stream, subjects, start_seq, end_seq, batch_size)
