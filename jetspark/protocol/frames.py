@@ -231,6 +231,14 @@ def _spaces(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, 
     not in the payloads between them: (their positions in order, how many each line has; 0
     for a line longer than ``MAX_CONTROL_LINE``)."""
     lens = hi - lo
+    width = int(lens.max()) if len(lens) else 0
+    if 0 < width <= _SHORT_LINE and int(lens.min()) == width and len(lo) * width <= _LINE_BYTES:
+        # Lines of one length (the answers to one request mostly are): when every one has its
+        # spaces where the first has, they are those columns of each, without a search per line.
+        spaces = windows(a, lo, width) == 32
+        if (spaces == spaces[0]).all():
+            cols = np.flatnonzero(spaces[0])
+            return (lo[:, None] + cols).reshape(-1), np.full(len(lo), len(cols), dtype=np.int64)
     long = lens > _SHORT_LINE
     groups = [np.flatnonzero(~long), np.flatnonzero(long & (lens <= MAX_CONTROL_LINE))] if long.any() else [None]
     at, rows = [], []
