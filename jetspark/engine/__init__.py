@@ -20,6 +20,7 @@ from the files up:
   stored messages a consumer's filters match, and a pull's byte budget; ``consumer_log``:
   a consumer's state changes as checksummed records, read back by every process (appends,
   compaction, damage); ``consumer_due``: a consumer's pending deliveries by deadline;
+  ``consumer_held``: its pending deliveries and delivery counts in stream order;
   ``consumer_state``: a consumer's state and what each record does to it; ``consumer_fetch``:
   what a fetch delivers (the redeliveries due, max_deliver expiries, new messages);
 - ``journals``: a stream's journals and their compaction; ``removed``: removed sequences

@@ -38,6 +38,7 @@ is evaluated against the injected clock at the next operation.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from functools import partial
 from pathlib import Path
 from typing import Optional
@@ -66,7 +67,7 @@ from jetspark.engine.consumer_log import (
     encode,
 )
 from jetspark.engine.consumer_match import SubjectFilter
-from jetspark.engine.consumer_state import QUEUED, ConsumerState, Plan, change
+from jetspark.engine.consumer_state import QUEUED, ConsumerState, Plan, change, drop_items
 from jetspark.errors import CorruptStoreError
 
 __all__ = ["Consumer", "Plan"]
@@ -211,15 +212,24 @@ class Consumer(BatchPlanner):
         return self.config.ack_policy == AckPolicy.EXPLICIT
 
     def num_redelivered(self) -> int:
-        return sum(1 for c in self.delivery_counts.values() if c > 1)
+        return self.redelivered
 
     def needs(self, seqs: np.ndarray) -> np.ndarray:
-        """Does this consumer still need these stream sequences (interest retention)?"""
+        """Does this consumer still need these stream sequences (interest retention)?  A few
+        (an ack's) are looked up one by one; many, against every pending delivery at once."""
+        pending, counts = self.pending, self.delivery_counts
+        explicit = self.config.ack_policy == AckPolicy.EXPLICIT
+        if 4 * len(seqs) <= len(pending) + len(counts):
+            floor, nxt = self.ack_floor_stream_seq, self.next_stream_seq
+            return np.array(
+                [(q > floor and (not explicit or q >= nxt or q in pending)) or q in counts for q in seqs.tolist()],
+                dtype=bool,
+            )
         above = seqs > self.ack_floor_stream_seq
-        if self.config.ack_policy == AckPolicy.EXPLICIT:
+        if explicit:
             undelivered = seqs >= self.next_stream_seq
-            pending = np.isin(seqs, np.fromiter(self.pending, dtype=np.int64, count=len(self.pending)))
-            need = above & (undelivered | pending)
+            held = np.isin(seqs, np.fromiter(pending, dtype=np.int64, count=len(pending)))
+            need = above & (undelivered | held)
         else:
             need = above
         if self.delivery_counts:
@@ -306,9 +316,8 @@ class Consumer(BatchPlanner):
         if self.config.ack_policy == AckPolicy.NONE:
             return [], self._plan()
         if self.config.ack_policy == AckPolicy.ALL:
-            st = self.copy()
-            released, ch = st.ack_all(stream_seq, consumer_seq, now)
-            return released, self._plan([ch] if ch is not None else [], st)
+            released, ch = self.plan_ack_all(stream_seq, consumer_seq, now)
+            return released, self._plan([ch] if ch is not None else [])
         # Explicit: its record follows from the state (no draft), so an ack costs the same
         # whatever the number of pending deliveries (ConsumerState.ack_explicit, without the copy).
         if stream_seq in self.pending:
@@ -390,7 +399,9 @@ class Consumer(BatchPlanner):
         self.commit(self.plan_advance_floor(seq, now))
 
     def plan_advance_floor(self, seq: int, now: int) -> Plan:
-        """advance_floor, planned: one snapshot record.
+        """advance_floor, planned: a DROP of the pending deliveries and delivery counts up to
+        ``seq`` with the new positions (then the last-per-subject sequences left, if it
+        delivered some of them).
 
         As on a server, where this fetches and acks those messages, the consumer ends
         at the last of them: messages after it up to ``seq`` that it does not match
@@ -398,28 +409,37 @@ class Consumer(BatchPlanner):
         last delivery and last ack are ``now`` when it delivered or acked anything."""
         if seq <= self.ack_floor_stream_seq:
             return self._plan()
-        st = self.copy()
-        if seq >= st.next_stream_seq:
-            live = self.filter.matching_live(st.next_stream_seq, seq)
+        dseq, nxt, delivered_ns = self.delivered_consumer_seq, self.next_stream_seq, self.delivered_ns
+        lps = self.last_per_subject
+        if seq >= nxt:
+            live = self.filter.matching_live(nxt, seq)
             if len(live):
                 last = int(live[-1])
-                st.delivered_consumer_seq += len(live)
-                st.next_stream_seq = last + 1
-                st.last_per_subject = [q for q in st.last_per_subject if q > last]
-                st.delivered_ns = now
-        for q in [q for q in st.pending if q <= seq]:
-            del st.pending[q]
-        for q in [q for q in st.delivery_counts if q <= seq]:
-            del st.delivery_counts[q]
-        st.redelivery_queue = {q: None for q in st.redelivery_queue if q in st.pending}
-        if st.pending:
-            first = min(st.pending)
-            st.ack_floor_consumer_seq, st.ack_floor_stream_seq = st.pending[first][0] - 1, first - 1
-        else:
-            st.ack_floor_consumer_seq, st.ack_floor_stream_seq = st.delivered_consumer_seq, st.next_stream_seq - 1
-        if st.ack_floor_stream_seq > self.ack_floor_stream_seq and self.config.ack_policy != AckPolicy.NONE:
-            st.acked_ns = now  # with ack none the floor follows delivery, and nothing is acked
-        return self._plan([change(SNAPSHOT, st.scalars(), st.snapshot_items())])
+                dseq, nxt, delivered_ns = dseq + len(live), last + 1, now
+                lps = lps[bisect_right(lps, last) :]
+        first = self.pending_keys.first_above(self.pending, seq)  # the first left pending
+        floor = (self.pending[first][0] - 1, first - 1) if first is not None else (dseq, nxt - 1)
+        acked_ns = self.acked_ns
+        if floor[1] > self.ack_floor_stream_seq and self.config.ack_policy != AckPolicy.NONE:
+            acked_ns = now  # with ack none the floor follows delivery, and nothing is acked
+        scalars = self.scalars(
+            delivered_consumer_seq=dseq,
+            next_stream_seq=nxt,
+            ack_floor_consumer_seq=floor[0],
+            ack_floor_stream_seq=floor[1],
+            delivered_ns=delivered_ns,
+            acked_ns=acked_ns,
+        )
+        return self._plan(self._drop_then_lps(scalars, self.held_upto(seq), lps))
+
+    def _drop_then_lps(self, scalars: tuple, gone: list[int], lps: list[int]) -> list:
+        """A DROP of ``gone`` with ``scalars``, then the last-per-subject sequences ``lps`` if
+        they changed (a DROP leaves them; the state between the two records delivers only
+        sequences past next_stream_seq, as the list left does)."""
+        changes = [change(DROP, scalars, drop_items(gone))]
+        if lps != self.last_per_subject:
+            changes.append(change(LAST_PER_SUBJECT, scalars, [(q, 0, 0, -1) for q in lps]))
+        return changes
 
     # ------------------------------------------------------------------ stream events (under the lock)
 
@@ -437,39 +457,44 @@ class Consumer(BatchPlanner):
 
     def plan_drop(self, seqs: np.ndarray, now: int) -> tuple[list[int], Plan]:
         """drop at ``now``, planned: what it releases, and its records."""
-        st = self.copy()
-        released, changes = self._drop(st, seqs, now)
-        return released, self._plan(changes, st)
+        released, changes = self._drop(self, seqs, now)
+        return released, self._plan(changes)
 
     def purged(self, start: int, wider: bool = False) -> None:
         """The stream purged what this consumer could see below ``start`` (consumer.go purge)."""
         self.commit(self.plan_purged(start, wider, self.stream.clock()))
 
     def plan_purged(self, start: int, wider: bool, now: int) -> Plan:
-        """purged at ``now``, planned: one snapshot record.
+        """purged at ``now``, planned: a DROP of the pending deliveries it takes along (of
+        every delivery count when none is left pending) with the new positions, then the
+        last-per-subject sequences left if the purge took some.
 
         ``wider``: the consumer sees more than the (subject) purge removed, so it
-        also drops pending entries whose message is gone.
+        also drops pending entries whose message is gone (every pending delivery is
+        looked up: any removal may have taken one, not only this purge's).
         """
         s = self.stream.storage
-        st = self.copy()
-        if st.next_stream_seq < start:
-            st.next_stream_seq = start
-        if st.ack_floor_stream_seq < start:
-            st.ack_floor_stream_seq = start - 1
-            pending = len(st.pending)
-            for q in list(st.pending):
-                if q <= st.ack_floor_stream_seq or (wider and not s.is_live(q)):
-                    st.ack_floor_consumer_seq = max(st.ack_floor_consumer_seq, st.pending.pop(q)[0])
-                    st.delivery_counts.pop(q, None)
-            if len(st.pending) < pending:
-                st.acked_ns = now  # a purged pending message counts as acked (consumer.go purge)
-        if not st.pending:
-            st.delivery_counts = {}
-            st.ack_floor_consumer_seq, st.ack_floor_stream_seq = st.delivered_consumer_seq, st.next_stream_seq - 1
-        st.redelivery_queue = {q: None for q in st.redelivery_queue if q in st.pending}
-        st.last_per_subject = [q for q in st.last_per_subject if q >= start]
-        return self._plan([change(SNAPSHOT, st.scalars(), st.snapshot_items())])
+        pending = self.pending
+        nxt = max(self.next_stream_seq, start)
+        c_floor, s_floor, acked_ns = self.ack_floor_consumer_seq, self.ack_floor_stream_seq, self.acked_ns
+        gone: list[int] = []
+        if s_floor < start:
+            s_floor = start - 1
+            gone = self.pending_keys.upto(pending, s_floor)
+            if wider:
+                gone += [q for q in self.pending_keys.above(pending, s_floor) if not s.is_live(q)]
+            if gone:
+                c_floor = max(c_floor, max(pending[q][0] for q in gone))
+                acked_ns = now  # a purged pending message counts as acked (consumer.go purge)
+        if len(gone) == len(pending):
+            gone = sorted(set(gone).union(self.delivery_counts))  # nothing pending: no count stays
+            c_floor, s_floor = self.delivered_consumer_seq, nxt - 1
+        lps = self.last_per_subject
+        lps = lps[bisect_left(lps, start) :]
+        scalars = self.scalars(
+            next_stream_seq=nxt, ack_floor_consumer_seq=c_floor, ack_floor_stream_seq=s_floor, acked_ns=acked_ns
+        )
+        return self._plan(self._drop_then_lps(scalars, gone, lps))
 
 
 def _time_or_none(ns: int):

@@ -19,7 +19,7 @@ from jetspark.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from jetspark.engine.consumer_due import DueIndex
 from jetspark.engine.consumer_log import DELIVER, DROP, ITEM, MAXED, SCALARS
 from jetspark.engine.consumer_match import ByteBudget, SubjectFilter
-from jetspark.engine.consumer_state import QUEUED, Change, ConsumerState, Plan, change
+from jetspark.engine.consumer_state import QUEUED, Change, ConsumerState, Plan, change, drop_items
 
 __all__ = ["BatchPlanner"]
 
@@ -175,7 +175,10 @@ class BatchPlanner(ConsumerState):
             for op, scalars, recs in plan:
                 st.apply(op, scalars, recs)
             st.last_active = now
-            plan += self._drop(st, np.array(sorted(gone), dtype=np.int64), now)[1]
+            drops = self._drop(st, np.array(sorted(gone), dtype=np.int64), now)[1]
+            for op, scalars, recs in drops:
+                st.apply(op, scalars, recs)
+            plan += drops
             plan.after = st
         return out, plan if plan else self._plan()
 
@@ -202,23 +205,30 @@ class BatchPlanner(ConsumerState):
         return found
 
     def _drop(self, st: ConsumerState, seqs: np.ndarray, now: int) -> tuple[list[int], list[Change]]:
-        """drop on the draft ``st``: what it released, and the records that did it."""
-        if not st.pending:
+        """drop planned on ``st`` (this state, or a draft of what a plan's first records leave):
+        what it releases, and the records that do it.  Costs the fewer of ``seqs`` and the
+        pending deliveries, and what the drop changes."""
+        pending = st.pending
+        if not pending:
             return [], []
-        keys = np.fromiter(st.pending, dtype=np.int64, count=len(st.pending))
-        hit = sorted(keys[np.isin(keys, seqs)].tolist())
+        if len(seqs) <= len(pending):
+            hit = sorted({q for q in seqs.tolist() if q in pending})
+        else:
+            keys = np.fromiter(pending, dtype=np.int64, count=len(pending))
+            hit = sorted(keys[np.isin(keys, seqs)].tolist())
         if not hit:
             return [], []
-        released: list[int] = []
-        changes: list[Change] = []
         if self.config.ack_policy == AckPolicy.ALL:
-            released, ch = st.ack_all(hit[-1], st.pending[hit[-1]][0], now)
+            # A term under ack all acknowledges everything below it too: every hit goes with the last.
+            released, ch = st.plan_ack_all(hit[-1], pending[hit[-1]][0], now)
             if ch is not None:
-                changes.append(ch)
-            hit = [q for q in hit if q in st.pending]  # (none: pending deliveries lie above the floor)
+                return released, [ch]
+        # Each as ack_explicit would, in turn (none below the floor left to release: they are gone).
+        floor: Optional[tuple[int, int]] = None
+        acked: set[int] = set()
         for q in hit:
-            st.ack_explicit(q)
-        if hit:
-            st.acked_ns = now
-            changes.append(change(DROP, st.scalars(), [(q, 0, 0, 0) for q in hit]))
-        return released, changes
+            floor = st.floor_after_ack(q, floor, acked)
+            acked.add(q)
+        assert floor is not None  # (hit is not empty)
+        scalars = st.scalars(ack_floor_consumer_seq=floor[0], ack_floor_stream_seq=floor[1], acked_ns=now)
+        return [], [change(DROP, scalars, drop_items(hit))]

@@ -8,11 +8,13 @@ it: a record read back from the log (another process's change, a reopen, a compa
 log) and a record this process just wrote go through it alike, so the memory and the
 log hold the same state (tests/engine/test_consumer_plans.py replays them).
 
-The pure transitions the consumer plans with (``ack_explicit``, ``ack_all``) change a
-draft (``copy``), never the state itself.
+A planner reads the state and returns records (``plan_ack_all``); ``ack_explicit``, the
+reference the explicit-ack planners follow, changes a draft (``copy``), never the state.
 
 ``index`` (consumer_due.py) finds the pending deliveries by deadline; ``apply`` keeps it.
-A draft has none: nothing plans on a draft's deadlines.
+A draft has none: nothing plans on a draft's deadlines.  ``pending_keys`` and ``count_keys``
+(consumer_held.py) hold the keys of ``pending`` and ``delivery_counts`` in stream order, and
+``redelivered`` counts the deliveries made more than once; ``apply`` keeps them, in a draft too.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Collection, Iterable, Optional
 import numpy as np
 
 from jetspark.engine.consumer_due import DueIndex
+from jetspark.engine.consumer_held import SortedKeys
 from jetspark.engine.consumer_log import DELIVER, DROP, DUE, ITEM, LAST_PER_SUBJECT, MAXED, SNAPSHOT
 
 __all__ = ["QUEUED", "Change", "ConsumerState", "Plan", "change"]
@@ -72,6 +75,8 @@ class ConsumerState:
         # The redelivery queue, its keys in order (naks first come first); every entry is pending.
         # A dict: a delivery leaves the queue from anywhere in it, at the cost of one lookup.
         self.redelivery_queue: dict[int, None] = {}
+        self.pending_keys, self.count_keys = SortedKeys(), SortedKeys()
+        self.redelivered = 0  # the delivery counts above 1 (ConsumerInfo.num_redelivered)
         if self.index is not None:
             self.index.clear()
 
@@ -87,6 +92,8 @@ class ConsumerState:
         d.pending = self.pending.copy()
         d.delivery_counts = self.delivery_counts.copy()
         d.redelivery_queue = self.redelivery_queue.copy()
+        d.pending_keys, d.count_keys = self.pending_keys.copy(), self.count_keys.copy()
+        d.redelivered = self.redelivered
         return d
 
     def snapshot(self) -> dict:
@@ -94,6 +101,7 @@ class ConsumerState:
         out = {name: getattr(self, name) for name in STATE_FIELDS}
         out["pending"] = {q: list(p) for q, p in self.pending.items()}
         out["redelivery_queue"] = list(self.redelivery_queue)
+        out["redelivered"] = self.redelivered
         return out
 
     def scalars(self, **moved: int) -> tuple:
@@ -145,9 +153,10 @@ class ConsumerState:
         if op == SNAPSHOT:
             pending, counts, queue = self.pending, self.delivery_counts, self.redelivery_queue = {}, {}, {}
             self.last_per_subject = []
+            self.redelivered = 0
             if index is not None:
                 index.clear()
-        if op == DELIVER and not queue and _new_deliveries(items, pending, counts, index):
+        if op == DELIVER and not queue and _new_deliveries(items, self):
             pass  # (the fetch loop's record, applied at C speed)
         elif op in (DELIVER, SNAPSHOT):
             if op == DELIVER:
@@ -161,10 +170,15 @@ class ConsumerState:
                     continue
                 if due >= 0:
                     pending[sseq] = [cseq, due]
+                    if op == DELIVER:
+                        self.pending_keys.add(sseq)
                     if index is not None:
                         index.push(sseq, due)
                 if count:
+                    self.redelivered += (count > 1) - (counts.get(sseq, 0) > 1)
                     counts[sseq] = count
+                    if op == DELIVER:
+                        self.count_keys.add(sseq)
                 if op == DELIVER:
                     queue.pop(sseq, None)
                 if op == SNAPSHOT and cseq == 0 and due < 0 and count == 0:
@@ -173,8 +187,8 @@ class ConsumerState:
             # DROP: acked, termed or gone; MAXED: given up at max_deliver (its count stays).
             for sseq in items["sseq"].tolist():
                 pending.pop(sseq, None)
-                if op == DROP:
-                    counts.pop(sseq, None)
+                if op == DROP and counts.pop(sseq, 0) > 1:
+                    self.redelivered -= 1
                 queue.pop(sseq, None)
         elif op == DUE:
             for sseq, _, count, due in items.tolist():
@@ -192,6 +206,11 @@ class ConsumerState:
         if op == DELIVER and self.last_per_subject:
             # Those below the next stream sequence were delivered or found gone.
             del self.last_per_subject[: bisect_left(self.last_per_subject, self.next_stream_seq)]
+        if op == SNAPSHOT:
+            self.pending_keys, self.count_keys = SortedKeys(pending), SortedKeys(counts)
+        else:
+            self.pending_keys.settle(pending)
+            self.count_keys.settle(counts)
         if index is not None:
             index.settle(self)
 
@@ -204,7 +223,8 @@ class ConsumerState:
         if pending:
             self.ack_floor_consumer_seq, self.ack_floor_stream_seq = self.floor_after_ack(stream_seq)
         self.pending.pop(stream_seq, None)
-        self.delivery_counts.pop(stream_seq, None)
+        if self.delivery_counts.pop(stream_seq, 0) > 1:
+            self.redelivered -= 1
         self.redelivery_queue.pop(stream_seq, None)
         return [stream_seq] if pending or stream_seq < self.next_stream_seq else []
 
@@ -222,29 +242,34 @@ class ConsumerState:
         consumer_seq = pending[stream_seq][0]
         if consumer_seq != c_floor + 1:
             return c_floor, s_floor
-        for ss in range(stream_seq + 1, self.next_stream_seq):
-            nxt = pending.get(ss)
-            if nxt is not None and ss not in acked:
-                return nxt[0] - 1, ss - 1
+        ss = self.pending_keys.first_above(pending, stream_seq, acked)
+        if ss is not None:
+            return pending[ss][0] - 1, ss - 1
         return consumer_seq, stream_seq
 
-    def ack_all(self, stream_seq: int, consumer_seq: int, now: int) -> tuple[list[int], Optional[Change]]:
+    def plan_ack_all(self, stream_seq: int, consumer_seq: int, now: int) -> tuple[list[int], Optional[Change]]:
         """consumer.go processAckMsg, AckAll: everything up to ``stream_seq``.  Returns what
-        it released and its record (None: below the floor, nothing to do)."""
+        it releases and its record (None: below the floor, nothing to do): a DROP of the
+        pending deliveries up to it and of the counts of those given up at max_deliver."""
         if consumer_seq <= self.ack_floor_consumer_seq or stream_seq <= self.ack_floor_stream_seq:
             return [], None
         old = self.ack_floor_stream_seq
-        self.acked_ns = now
-        self.ack_floor_consumer_seq, self.ack_floor_stream_seq = consumer_seq, stream_seq
-        # The deliveries given up at max_deliver (a count, no longer pending) go too.
-        gone = [q for q in self.pending if q <= stream_seq]
-        gone += [q for q in self.delivery_counts if q <= stream_seq and q not in self.pending]
-        for q in gone:
-            self.pending.pop(q, None)
-            self.delivery_counts.pop(q, None)
-        if self.redelivery_queue:
-            self.redelivery_queue = {q: None for q in self.redelivery_queue if q in self.pending}
-        return list(range(old + 1, stream_seq + 1)), change(DROP, self.scalars(), [(q, 0, 0, 0) for q in gone])
+        gone = self.held_upto(stream_seq)
+        scalars = self.scalars(ack_floor_consumer_seq=consumer_seq, ack_floor_stream_seq=stream_seq, acked_ns=now)
+        return list(range(old + 1, stream_seq + 1)), change(DROP, scalars, drop_items(gone))
+
+    def held_upto(self, stream_seq: int) -> list[int]:
+        """The pending deliveries and delivery counts up to ``stream_seq``, ascending."""
+        held = self.pending_keys.upto(self.pending, stream_seq)
+        counted = self.count_keys.upto(self.delivery_counts, stream_seq)
+        return counted if set(held) <= set(counted) else sorted(set(held).union(counted))
+
+
+def drop_items(seqs: list[int]) -> np.ndarray:
+    """The items of a DROP record of ``seqs``."""
+    items = np.zeros(len(seqs), dtype=ITEM)
+    items["sseq"] = seqs
+    return items
 
 
 def _join_queue(items: np.ndarray, pending: dict, counts: dict, queue: dict, index: Optional[DueIndex]) -> np.ndarray:
@@ -261,7 +286,7 @@ def _join_queue(items: np.ndarray, pending: dict, counts: dict, queue: dict, ind
     return items[k:]
 
 
-def _new_deliveries(items: np.ndarray, pending: dict, counts: dict, index: Optional[DueIndex]) -> bool:
+def _new_deliveries(items: np.ndarray, st: ConsumerState) -> bool:
     """A DELIVER record of deliveries alone (no queue entries), applied as the loop of
     ConsumerState.apply would, for an empty redelivery queue; False (nothing done) otherwise."""
     due, count = items["due"], items["count"]
@@ -269,13 +294,16 @@ def _new_deliveries(items: np.ndarray, pending: dict, counts: dict, index: Optio
         return False
     if (due < 0).all() and (count == 0).all():
         return True  # with ack none nothing is pending
-    if not ((due >= 0).all() and (count > 0).all()):
-        return False
-    sseqs, dues = items["sseq"].tolist(), due.tolist()
+    if not ((due >= 0).all() and (count == 1).all()):
+        return False  # (redeliveries: the loop keeps the count of them)
+    sseqs, dues, ns = items["sseq"].tolist(), due.tolist(), count.tolist()
+    pending, counts = st.pending, st.delivery_counts
     pending.update(zip(sseqs, map(list, zip(items["cseq"].tolist(), dues))))
-    counts.update(zip(sseqs, count.tolist()))
-    if index is not None:
-        index.push_many(sseqs, dues)
+    counts.update(zip(sseqs, ns))
+    st.pending_keys.add_many(sseqs)
+    st.count_keys.add_many(sseqs)
+    if st.index is not None:
+        st.index.push_many(sseqs, dues)
     return True
 
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import jetspark
 from jetspark import AckPolicy, ConsumerConfig, DeliverPolicy
-from jetspark.engine import consumer_due, consumer_log
+from jetspark.engine import consumer_due, consumer_held, consumer_log
 from jetspark.engine.consumer import Consumer
 from jetspark.engine.consumer_log import DELIVER, DROP, DUE, LAST_PER_SUBJECT, MAXED, SCALARS, SNAPSHOT
 from jetspark.engine.consumer_state import QUEUED
@@ -85,6 +85,99 @@ def _planned(c: Consumer, plan_call):
     if plan.after is not None:
         assert plan.after.snapshot() == c.snapshot(), "the draft is not what the records left"
     return result, plan
+
+
+# ---------------------------------------------------------------------- references: planners on a draft
+#
+# What the planners of acks under ack policy all, drops, floors and purges did before they
+# planned without a copy of the state (each reads every pending delivery of a draft and
+# changes it); the random run below checks the records each planner writes leave the same.
+
+
+def _plain(st) -> dict:
+    """A state's fields but the count of redelivered ones (the references do not keep it)."""
+    out = st.snapshot()
+    del out["redelivered"]
+    return out
+
+
+def _ref_ack_all(d, stream_seq: int, consumer_seq: int, now: int) -> list[int]:
+    if consumer_seq <= d.ack_floor_consumer_seq or stream_seq <= d.ack_floor_stream_seq:
+        return []
+    old = d.ack_floor_stream_seq
+    d.acked_ns = now
+    d.ack_floor_consumer_seq, d.ack_floor_stream_seq = consumer_seq, stream_seq
+    gone = [q for q in d.pending if q <= stream_seq]
+    gone += [q for q in d.delivery_counts if q <= stream_seq and q not in d.pending]
+    for q in gone:
+        d.pending.pop(q, None)
+        d.delivery_counts.pop(q, None)
+    d.redelivery_queue = {q: None for q in d.redelivery_queue if q in d.pending}
+    return list(range(old + 1, stream_seq + 1))
+
+
+def _ref_drop(d, seqs: np.ndarray, now: int, policy) -> None:
+    hit = sorted(q for q in d.pending if q in set(seqs.tolist()))
+    if not hit:
+        return
+    if policy == AckPolicy.ALL and _ref_ack_all(d, hit[-1], d.pending[hit[-1]][0], now):
+        return
+    for q in hit:
+        d.ack_explicit(q)
+    d.acked_ns = now
+
+
+def _ref_advance_floor(d, c: Consumer, seq: int, now: int) -> None:
+    if seq <= d.ack_floor_stream_seq:
+        return
+    old = d.ack_floor_stream_seq
+    if seq >= d.next_stream_seq:
+        live = c.filter.matching_live(d.next_stream_seq, seq)
+        if len(live):
+            last = int(live[-1])
+            d.delivered_consumer_seq += len(live)
+            d.next_stream_seq = last + 1
+            d.last_per_subject = [q for q in d.last_per_subject if q > last]
+            d.delivered_ns = now
+    for q in [q for q in d.pending if q <= seq]:
+        del d.pending[q]
+    for q in [q for q in d.delivery_counts if q <= seq]:
+        del d.delivery_counts[q]
+    d.redelivery_queue = {q: None for q in d.redelivery_queue if q in d.pending}
+    if d.pending:
+        first = min(d.pending)
+        d.ack_floor_consumer_seq, d.ack_floor_stream_seq = d.pending[first][0] - 1, first - 1
+    else:
+        d.ack_floor_consumer_seq, d.ack_floor_stream_seq = d.delivered_consumer_seq, d.next_stream_seq - 1
+    if d.ack_floor_stream_seq > old and c.config.ack_policy != AckPolicy.NONE:
+        d.acked_ns = now
+
+
+def _ref_purged(d, start: int, wider: bool, now: int, is_live) -> None:
+    d.next_stream_seq = max(d.next_stream_seq, start)
+    if d.ack_floor_stream_seq < start:
+        d.ack_floor_stream_seq = start - 1
+        pending = len(d.pending)
+        for q in list(d.pending):
+            if q <= d.ack_floor_stream_seq or (wider and not is_live(q)):
+                d.ack_floor_consumer_seq = max(d.ack_floor_consumer_seq, d.pending.pop(q)[0])
+                d.delivery_counts.pop(q, None)
+        if len(d.pending) < pending:
+            d.acked_ns = now
+    if not d.pending:
+        d.delivery_counts = {}
+        d.ack_floor_consumer_seq, d.ack_floor_stream_seq = d.delivered_consumer_seq, d.next_stream_seq - 1
+    d.redelivery_queue = {q: None for q in d.redelivery_queue if q in d.pending}
+    d.last_per_subject = [q for q in d.last_per_subject if q >= start]
+
+
+def _ref_needs(c: Consumer, seqs: np.ndarray) -> list[bool]:
+    """Consumer.needs, read from every pending delivery and count."""
+    out = []
+    for q in seqs.tolist():
+        held = q >= c.next_stream_seq or q in c.pending if c.is_explicit else True
+        out.append((q > c.ack_floor_stream_seq and held) or q in c.delivery_counts)
+    return out
 
 
 # ---------------------------------------------------------------------- one planner at a time
@@ -169,15 +262,75 @@ def test_nak_and_in_progress_plan_a_due_record(tmp_path):
         assert (list(c.redelivery_queue), sorted(c.pending)) == ([], [2, 3])
 
 
-def test_advance_floor_and_purge_plan_one_snapshot(tmp_path):
+def test_advance_floor_and_purge_plan_a_drop_of_what_they_pass(tmp_path):
     with _consumer(tmp_path, ack_policy=AckPolicy.EXPLICIT, filter_subject="s.a") as (c, clock):
         c.next_batch(1, clock())  # s.a: 3, 6, 9
         _, plan = _planned(c, lambda: c.plan_advance_floor(7, clock()))
-        assert _ops(plan) == [SNAPSHOT]
+        assert _dropped(plan) == [(DROP, [3])]  # the pending delivery it passed, not a snapshot of them all
         assert (c.delivered_consumer_seq, c.next_stream_seq, c.ack_floor_stream_seq, c.pending) == (2, 7, 6, {})
         assert c.plan_advance_floor(5, clock()) == []  # below the floor: nothing
+        c.next_batch(1, clock())  # 9
         _, plan = _planned(c, lambda: c.plan_purged(9, False, clock()))
-        assert _ops(plan) == [SNAPSHOT] and (c.next_stream_seq, c.ack_floor_stream_seq) == (9, 8)
+        assert _dropped(plan) == [(DROP, [])] and (c.next_stream_seq, c.ack_floor_stream_seq) == (10, 8)
+        _, plan = _planned(c, lambda: c.plan_purged(10, False, clock()))
+        assert _dropped(plan) == [(DROP, [9])] and (c.ack_floor_stream_seq, c.pending) == (9, {})
+
+
+def test_advance_floor_and_purge_pass_the_floor_to_the_first_pending_left(tmp_path):
+    """Among 50 pending deliveries (some given up at max_deliver, their counts kept), the floor
+    moves to just below the first pending delivery past the passed ones; the DROP names the
+    pending deliveries and the counts up to the sequence, no more."""
+    with _consumer(tmp_path, n=60, ack_policy=AckPolicy.EXPLICIT, ack_wait=1, max_deliver=2) as (c, clock):
+        c.next_batch(50, clock())
+        _planned(c, lambda: c.plan_nak(7, 7, None, clock()))
+        _planned(c, lambda: c.plan_batch(1, clock()))  # 7 again: its second and last delivery
+        _planned(c, lambda: c.plan_ack(12, 12, clock()))
+        clock.advance(2)
+        _planned(c, lambda: c.plan_expiry(clock()))  # 7 reached max_deliver: its count stays
+        assert 7 in c.delivery_counts and 7 not in c.pending and c.num_redelivered() == 1
+        for q in (5, 6, 8, 9, 10, 11, 13):  # naks queue these first, the others due join behind them
+            _planned(c, lambda q=q: c.plan_nak(q, q, None, clock()))
+        _planned(c, lambda: c.plan_batch(3, clock()))
+        assert c.num_redelivered() == 4  # 7, and 5, 6, 8 delivered again
+        assert list(c.redelivery_queue)[:6] == [9, 10, 11, 13, 1, 2]
+        _, plan = _planned(c, lambda: c.plan_advance_floor(11, clock()))
+        assert _dropped(plan) == [(DROP, list(range(1, 12)))]  # 7's count too; 12 was acked
+        assert (c.ack_floor_consumer_seq, c.ack_floor_stream_seq) == (12, 12)  # 13 is the first pending left
+        assert (c.num_redelivered(), list(c.redelivery_queue)[:2]) == (0, [13, 14])
+        _, plan = _planned(c, lambda: c.plan_purged(20, False, clock()))
+        assert _dropped(plan) == [(DROP, list(range(13, 20)))]
+        assert (c.ack_floor_consumer_seq, c.ack_floor_stream_seq) == (19, 19)
+        assert (min(c.pending), next(iter(c.redelivery_queue))) == (20, 20)
+
+
+def test_a_purge_under_ack_all_keeps_a_floor_a_redelivery_moved_past_the_pending(tmp_path):
+    """Under ack all the floor's consumer sequence is the acked delivery's: a redelivery's is
+    past the pending deliveries' first ones, and a purge taking them leaves it there."""
+    with _consumer(tmp_path, ack_policy=AckPolicy.ALL) as (c, clock):
+        c.next_batch(3, clock())
+        _planned(c, lambda: c.plan_nak(1, 1, None, clock()))
+        assert c.next_batch(1, clock()) == [(1, 4, 2)]
+        _planned(c, lambda: c.plan_ack(1, 4, clock()))
+        assert (c.ack_floor_consumer_seq, c.ack_floor_stream_seq, sorted(c.pending)) == (4, 1, [2, 3])
+        ref = c.copy()
+        _ref_purged(ref, 3, False, clock(), c.stream.storage.is_live)
+        _, plan = _planned(c, lambda: c.plan_purged(3, False, clock()))
+        assert _dropped(plan) == [(DROP, [2])] and _plain(ref) == _plain(c)
+        assert (c.ack_floor_consumer_seq, c.ack_floor_stream_seq, sorted(c.pending)) == (4, 2, [3])
+
+
+@pytest.mark.parametrize("seq, left", [(9, [10]), (10, []), (16, [])])
+def test_advance_floor_of_a_last_per_subject_consumer_writes_the_sequences_left(tmp_path, seq, left):
+    """Deliver last per subject (8, 9, 10 here): a floor passing some of them writes those
+    left after its DROP; a reader of the log finds them (on leaving _consumer)."""
+    with _consumer(tmp_path, deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, filter_subject="s.*") as (c, clock):
+        c.next_batch(1, clock())
+        ref = c.copy()
+        _ref_advance_floor(ref, c, seq, clock())
+        _, plan = _planned(c, lambda: c.plan_advance_floor(seq, clock()))
+        assert [(op, items["sseq"].tolist()) for op, _, items in plan] == [(DROP, [8]), (LAST_PER_SUBJECT, left)]
+        assert c.last_per_subject == left and _plain(ref) == _plain(c)
+        assert c.num_pending() == len(left)
 
 
 def test_drop_counts_a_removed_pending_message_as_termed(tmp_path):
@@ -290,7 +443,9 @@ OPS = st.one_of(
     st.tuples(st.just("term"), st.integers(0, 20)),
     st.tuples(st.just("progress"), st.integers(0, 20)),
     st.tuples(st.just("floor"), st.integers(1, 16)),
-    st.tuples(st.just("remove"), st.integers(1, 16)),
+    st.tuples(st.just("remove"), st.integers(1, 16), st.sampled_from([1, 1, 3])),
+    st.tuples(st.just("purged"), st.integers(1, 16), st.booleans()),
+    st.tuples(st.just("vanish"), st.integers(0, 20)),
     st.tuples(st.just("purge"), st.sampled_from([None, "s.a", "s.b"]), st.integers(0, 3)),
     st.tuples(st.just("publish"), st.sampled_from(["s.a", "s.b", "s.c"])),
 )
@@ -327,11 +482,29 @@ def _step(js, s, clock, op) -> None:
         js.purge_stream("S", subject=op[1], keep=op[2] or None)
         return
     with s.locked():
-        if kind == "remove":
-            if s.storage.is_live(op[1]):
-                s.remove(np.array([op[1]], dtype=np.int64))  # the stream's removal: the consumer drops it
-            return
         c = s.consumers.by_name["D"]
+        if kind == "remove":
+            seqs = np.array([q for q in range(op[1], op[1] + op[2]) if s.storage.is_live(q)], dtype=np.int64)
+            if len(seqs):
+                ref = c.copy()
+                _ref_drop(ref, seqs, clock(), c.config.ack_policy)
+                s.remove(seqs)  # the stream's removal: the consumer drops them
+                assert _plain(ref) == _plain(c), op
+            return
+        if kind == "vanish":
+            # A pending delivery's message removed and the consumer never told (the process that
+            # removed it died before its drop): a later fetch, or a wider purge, finds it gone.
+            if c.pending:
+                q = sorted(c.pending)[op[1] % len(c.pending)]
+                if s.storage.is_live(q):
+                    s.storage.remove(np.array([q], dtype=np.int64))
+            return
+        if kind == "purged":
+            ref = c.copy()
+            _ref_purged(ref, op[1], op[2], clock(), s.storage.is_live)
+            _planned(c, lambda: c.plan_purged(op[1], op[2], clock()))
+            assert _plain(ref) == _plain(c), op
+            return
         if kind == "ack_many" and not c.is_explicit:
             kind = "ack"  # (acks are buffered for explicit consumers only)
         now = clock()
@@ -353,7 +526,19 @@ def _step(js, s, clock, op) -> None:
         # Explicit acks are planned without a draft: they leave what ack_explicit leaves on one.
         acked = {"ack": [pick], "term": [pick], "ack_many": sorted(c.pending)[: op[1]]}.get(kind, [])
         ref = c.copy() if acked and c.is_explicit else None
+        # Acks under ack all and floors, without one: they leave what the draft-based reference leaves.
+        drafted = c.copy()
+        if kind in ("ack", "term") and c.config.ack_policy == AckPolicy.ALL:
+            expected = _ref_ack_all(drafted, pick, cseq, now)
+        elif kind == "floor":
+            expected = _ref_advance_floor(drafted, c, op[1], now)
+        else:
+            drafted = None
         released, _ = _planned(c, calls[kind])
+        if drafted is not None:
+            assert _plain(drafted) == _plain(c), op
+            if kind != "floor":
+                assert released == expected, op
         if ref is not None:
             assert [r for q in acked for r in ref.ack_explicit(q)] == sorted(released or []), op
             if released:
@@ -363,8 +548,17 @@ def _step(js, s, clock, op) -> None:
 
 def _check_due_index(c: Consumer, now: int) -> None:
     """The deadline index (consumer_due.py) answers what a read of every pending delivery
-    answers: the due ones outside the queue, the next deadline, the max_deliver expiries."""
+    answers: the due ones outside the queue, the next deadline, the max_deliver expiries;
+    so do the sorted keys (consumer_held.py), the count of redelivered ones and the interest
+    check, one sequence at a time (looked up) and all at once (against every pending one)."""
     c.index.check(c)
+    c.pending_keys.check(c.pending)
+    c.count_keys.check(c.delivery_counts)
+    assert c.num_redelivered() == sum(1 for n in c.delivery_counts.values() if n > 1)
+    seqs = np.arange(1, c.next_stream_seq + 3, dtype=np.int64)
+    needed = _ref_needs(c, seqs)
+    assert c.needs(seqs).tolist() == needed
+    assert [bool(c.needs(seqs[i : i + 1])[0]) for i in range(len(seqs))] == needed
     md = c.config.max_deliver
     for t in (now, now + NS, now + 3 * NS):
         due = [q for q, (_, d) in c.pending.items() if d <= t]
@@ -387,12 +581,17 @@ def test_plan_and_commit_agree_with_a_replay_of_the_log(config, ops, compact, sl
     """After every step the memory equals a fresh reopen of the log; with ``compact`` 700 the
     log is rewritten as a snapshot every few records, so the snapshots are replayed too.
     The deadline index is checked against the pending deliveries after every step; with
-    ``slack`` 0 it is rebuilt whenever its stale entries outnumber those that count, with
+    ``slack`` 0 it (and the sorted keys) is rebuilt whenever its stale entries outnumber those that count, with
     ``walk`` 0 its due entries are always found by a walk of the heap (5: by a pass over it
     whole, at these sizes)."""
     clock = FakeClock()
-    old = consumer_log.COMPACT_BYTES, consumer_due._SLACK, consumer_due._WALK
-    consumer_log.COMPACT_BYTES, consumer_due._SLACK, consumer_due._WALK = compact, slack, walk
+    old = consumer_log.COMPACT_BYTES, consumer_due._SLACK, consumer_due._WALK, consumer_held._SLACK
+    consumer_log.COMPACT_BYTES, consumer_due._SLACK, consumer_due._WALK, consumer_held._SLACK = (
+        compact,
+        slack,
+        walk,
+        slack,
+    )
     try:
         with tempfile.TemporaryDirectory() as tmp:
             js, s = _open(Path(tmp), clock, n=12, **config)
@@ -405,7 +604,7 @@ def test_plan_and_commit_agree_with_a_replay_of_the_log(config, ops, compact, sl
                         assert set(c.redelivery_queue) <= set(c.pending), op
                         _check_due_index(c, clock())
     finally:
-        consumer_log.COMPACT_BYTES, consumer_due._SLACK, consumer_due._WALK = old
+        consumer_log.COMPACT_BYTES, consumer_due._SLACK, consumer_due._WALK, consumer_held._SLACK = old
 
 
 def test_a_floor_moved_far_past_the_last_message_reads_back(tmp_path):

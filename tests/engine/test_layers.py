@@ -121,7 +121,8 @@ LAYERS = {
     "block_writer": {"block_index", "blocks", "diskio", "records", "subject_stats", "subject_table"},
     "consumer_log": {"diskio", "metafile"},
     "consumer_due": set(),
-    "consumer_state": {"consumer_due", "consumer_log"},
+    "consumer_held": set(),
+    "consumer_state": {"consumer_due", "consumer_held", "consumer_log"},
     "consumer_match": {"records"},
     "consumer_fetch": {"consumer_due", "consumer_log", "consumer_match", "consumer_state"},
 }
