@@ -14,11 +14,14 @@ Row 2: a streaming read of the same messages (``readStream``,
 ``maxOffsetsPerTrigger`` a quarter of them, ``trigger(availableNow=True)``
 into ``noop``) from the server, against the same query over an embedded
 engine store holding the same messages; target >= 80% of the engine's rate.
-The spread column also gives the ratio within each repetition (a server run and
-the engine run right after it), steadier than the ratio of medians on a loaded
-machine.  Row 2b splits row 2's CPU per message by process (the nats-server, the
-JVM, the Python workers reading the partitions, the query's own Python process
-Spark starts for the source's offsets, partitions and commits, this script).
+Both run once first (warm-up), then each repetition runs a server query and
+an engine query next to each other, the order switching from one repetition to
+the next.  The spread column also gives the ratio within each repetition,
+steadier than the ratio of medians on a loaded machine.  Row 2b splits row 2's
+CPU per message by process (the nats-server, the JVM and the part of it its JIT
+compiler threads spend, the Python workers reading the partitions, the query's
+own Python process Spark starts for the source's offsets, partitions and
+commits, this script).
 Row 2c: the same query bound to a new durable consumer
 (``.option("consumer", ...)``), whose ack floor each trigger advances.
 
@@ -80,8 +83,9 @@ def tree_cpu(root: int) -> float:
     return total
 
 
-# Where a streaming read's CPU goes, by the command line of each process under this one.
-GROUPS = ("nats-server", "JVM", "Python tasks", "source runner", "driver", "other")
+# Where a streaming read's CPU goes, by the command line of each process under this one; "JIT" is
+# the part of the JVM's spent in its compiler threads (a share of "JVM", not added to it).
+GROUPS = ("nats-server", "JVM", "JIT", "Python tasks", "source runner", "driver", "other")
 
 
 def _group(pid: int, cmd: str) -> str:
@@ -110,6 +114,8 @@ class CpuWatch:
         self._first: dict[int, float] = {}  # pid -> its own CPU when first seen (0 if born meanwhile)
         self._last: dict[int, float] = {}
         self._groups: dict[int, str] = {}
+        self._jit_first: dict[int, float] = {}  # JVM compiler thread id -> its CPU when first seen
+        self._jit_last: dict[int, float] = {}
         self._stop = threading.Event()
         self._sample(first=True)
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -146,6 +152,29 @@ class CpuWatch:
                 self._groups[pid] = _group(pid, cmd)
                 self._first[pid] = procs[pid][1] if first else 0.0
             self._last[pid] = procs[pid][1]
+            if self._groups.get(pid) == "JVM":
+                self._sample_jit(pid, tick, first)
+
+    def _sample_jit(self, pid: int, tick: int, first: bool) -> None:
+        """The CPU of the JVM's JIT compiler threads ("C1 CompilerThre", "C2 CompilerThre"),
+        which come and go (a thread that exits keeps what it had at its last sample)."""
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if "CompilerThre" not in stat[: stat.rfind(")")]:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            cpu = (int(fields[11]) + int(fields[12])) / tick
+            if int(tid) not in self._jit_first:
+                self._jit_first[int(tid)] = cpu if first else 0.0
+            self._jit_last[int(tid)] = cpu
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):
@@ -159,6 +188,7 @@ class CpuWatch:
         out = dict.fromkeys(GROUPS, 0.0)
         for pid, group in self._groups.items():
             out[group] += self._last[pid] - self._first[pid]
+        out["JIT"] = sum(self._jit_last[t] - self._jit_first[t] for t in self._jit_last)
         return out
 
 
@@ -217,7 +247,8 @@ def stream_row(n: int, s_server, s_engine) -> Row:
         verdict([(ss / se >= 0.8, "< 80%")]),
         f"server {spread([r[0] for r in s_server])}, {median(s_server, 1):.2f} us CPU/msg; "
         f"engine {spread([r[0] for r in s_engine])}, {median(s_engine, 1):.2f} us CPU/msg; "
-        # Each repetition's server run next to its engine run: the machine's load shifts less within a pair.
+        # Each repetition's server run next to its engine run (in either order): the machine's load shifts
+        # less within a pair.
         f"ratio within each repetition {', '.join(f'{r:.0%}' for r in pairs)} (median {statistics.median(pairs):.0%})",
     )
 
@@ -231,7 +262,8 @@ def by_process_row(s_server, s_engine) -> Row:
 
     return Row(
         "2b",
-        "row 2's CPU per message (us) by process: nats-server vs engine store",
+        "row 2's CPU per message (us) by process: nats-server vs engine store (JIT: the JVM's compiler threads, "
+        "a part of JVM)",
         groups(s_server),
         groups(s_engine) + " (engine store)",
         result="info",
@@ -350,15 +382,20 @@ def main(argv=None) -> int:
                 two.append(run(2))
         s_server, s_engine, c_server, c_engine = [], [], [], []
         if only & {"2", "2c"}:
-            stream(server.url)  # warm-up
+            # Warm-up of both: the Python workers load each backend on its first read, and the JVM
+            # compiles Spark's query planning code over the first queries, whichever store they read.
+            stream(server.url)
+            stream(store)
+        # Each pair runs in the other order than the one before: the JVM's compiling goes on from
+        # query to query, and what is left of it would otherwise always fall on the same side.
         if "2" in only:
-            for _ in range(reps):
-                s_server.append(stream(server.url))
-                s_engine.append(stream(store))
+            for i in range(reps):
+                for url in (server.url, store) if i % 2 == 0 else (store, server.url):
+                    (s_server if url == server.url else s_engine).append(stream(url))
         if "2c" in only:
-            for _ in range(reps):
-                c_server.append(stream(server.url, consumer=True))
-                c_engine.append(stream(store, consumer=True))
+            for i in range(reps):
+                for url in (server.url, store) if i % 2 == 0 else (store, server.url):
+                    (c_server if url == server.url else c_engine).append(stream(url, consumer=True))
         spark.stop()
     finally:
         server.stop()
