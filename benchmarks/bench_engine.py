@@ -24,7 +24,11 @@ Rows (see benchmarks/README.md for what each one means):
 6. consumers (skipped on an engine without ``js.add_consumer``): fetch +
    explicit ack, and advancing a durable consumer's ack floor; 6c: the
    redeliveries of a consumer with 50,000 deliveries pending against its
-   own first deliveries of the same messages
+   own first deliveries of the same messages; 6d-6g (``--only 6d``): one
+   operation at a time beside 50,000 pending deliveries (an ack under ack
+   policy all, a publish at max_msgs on an interest stream that removes a
+   pending message, an explicit ack on an interest stream, a purge of 100
+   pending messages) against the same operations with little or nothing pending
 7. bounded growth: single publish at a max_msgs=1000 limit against the
    unlimited rate, and a stream's disk size and fresh-open time after
    1,000,000 publishes with unique Nats-Msg-Ids at max_msgs=1000
@@ -891,6 +895,160 @@ class Bench:
              f"Ratio: the median of each repetition's redelivery / first-delivery rate, {reps} fresh stores."],
         )  # fmt: skip
 
+    # ---- rows 6d-6g: what one operation costs beside 50,000 pending deliveries -----------
+    #
+    # Each times one kind of operation, one call at a time, on a consumer with 50,000
+    # deliveries pending, against the same operations with nothing (or only the 2,000
+    # acked) pending, in the same store in the same repetition.  An operation that cost
+    # every pending delivery (a copy of the consumer's state, a read of every pending
+    # delivery) shows as a ratio far below 1; one that costs what it changes, near 1.
+
+    COST_PENDING = 50_000  # the pending deliveries each operation works beside
+    COST_OPS = 2_000  # operations timed per repetition (acks, publishes)
+    COST_PURGES = 200  # purges timed per repetition, each removing COST_PURGE_MSGS messages
+    COST_PURGE_MSGS = 100
+
+    def row_pending_costs(self) -> list[Row]:
+        keys = ("6d", "6e", "6f", "6g")
+        if not self.has("add_consumer") or not self.has("publish_batch"):
+            return [
+                not_available(k, "beside 50,000 pending", ">= 0.5x", "consumers or publish_batch missing") for k in keys
+            ]
+        reps = 3
+        runs: dict[str, list[tuple[float, float]]] = {k: [] for k in keys}
+        for r in range(reps):
+            for key, fn in zip(keys, (self._cost_ack_all, self._cost_publish_at_limit, self._cost_interest_acks,
+                                      self._cost_purge)):  # fmt: skip
+                store = Path(tempfile.mkdtemp(prefix=f"cost{key}-", dir=self.base))
+                with jetspark.connect(store) as js:
+                    gc.collect()
+                    runs[key].append(fn(js))
+                shutil.rmtree(store, ignore_errors=True)
+                log(f"{key} engine {r + 1}/{reps}: {rate(runs[key][-1][0])} / anchor {rate(runs[key][-1][1])}")
+        n, k = self.COST_PENDING, self.COST_OPS
+        p, pm = self.COST_PURGES, self.COST_PURGE_MSGS
+        what = {
+            "6d": (f"ack all, one ack_sync at a time, {n:,} pending ({k:,} acks)", f"({k:,} pending)",
+                   f"one durable (ack policy all) fetches {n:,} msgs, then acks the first {k:,} in order with "
+                   f"ack_sync (each ack moves the floor by one); anchor: the same acks by a durable that fetched "
+                   f"{k:,}."),
+            "6e": (f"publish at max_msgs on an interest stream, {n:,} pending ({k:,} publishes)", "(nothing pending)",
+                   f"an interest stream at max_msgs={n:,} whose durable (explicit ack) holds all {n:,} pending: "
+                   f"each of {k:,} publishes removes the oldest, a pending delivery; anchor: the same publishes "
+                   "into the same stream before the durable fetched anything."),
+            "6f": (f"explicit ack_sync on an interest stream, {n:,} pending ({k:,} acks)", f"({k:,} pending)",
+                   f"a durable (explicit ack) fetches {n:,} msgs of an interest stream and acks the first {k:,} "
+                   f"with ack_sync (each removes its message); anchor: the same acks by a durable that fetched {k:,}."),
+            "6g": (f"purge of {pm} msgs, {n:,}+ pending ({p} purges)", "(nothing pending)",
+                   f"{p} purge_stream(seq=...) calls each removing the {pm} oldest msgs, all pending deliveries of a "
+                   f"durable (explicit ack) holding {n + p * pm:,} down to {n:,}; anchor: the same purges before it "
+                   "fetched."),
+        }  # fmt: skip
+        rows = []
+        for key in keys:
+            name, anchor, note = what[key]
+            vals = [m for m, _ in runs[key]]
+            anc = [a for _, a in runs[key]]
+            ratio = statistics.median(m / a for m, a in runs[key])
+            rows.append(Row(
+                key, name, rate(statistics.median(vals)).replace("msg/s", "ops/s"),
+                rate(statistics.median(anc)).replace("msg/s", "ops/s") + f" {anchor}", f"{ratio:.2f}x", ">= 0.5x",
+                verdict([(ratio >= 0.5, "< 0.5x")]), f"engine {spread(vals)}; anchor {spread(anc)}",
+                [f"engine only, {reps} fresh stores: {note} Ratio: the median of each repetition's ratio."],
+            ))  # fmt: skip
+        return rows
+
+    def _cost_fetch_all(self, sub, n: int) -> list:
+        msgs: list = []
+        while len(msgs) < n:
+            msgs += sub.fetch(batch=min(1000, n - len(msgs)))
+        return msgs
+
+    def _cost_acks(self, js, name: str, policy, retention, fetched: int) -> float:
+        """ack_sync of the first COST_OPS of ``fetched`` deliveries, one at a time, per second."""
+        from jetspark import ConsumerConfig
+
+        n, k = self.COST_PENDING, self.COST_OPS
+        js.add_stream(name=name, subjects=[f"{name}.>"], retention=retention)
+        js.add_consumer(name, ConsumerConfig(durable_name="d", ack_policy=policy, ack_wait=3600, max_ack_pending=-1))
+        publish_table(js, message_table(n, name), name, self.sizes.batch_rows)
+        msgs = self._cost_fetch_all(js.pull_subscribe(f"{name}.>", durable="d", stream=name), fetched)
+        gc.collect()
+        t = time.perf_counter()
+        for m in msgs[:k]:
+            m.ack_sync()
+        acks = k / (time.perf_counter() - t)
+        info, left = js.consumer_info(name, "d"), js.stream_info(name).state.messages
+        if (info.ack_floor.stream_seq, info.num_ack_pending, left) != (
+            k,
+            fetched - k,
+            n - k if retention.value == "interest" else n,
+        ):
+            raise AssertionError(
+                f"{name}: ack floor {info.ack_floor.stream_seq}, {info.num_ack_pending} pending, {left} left"
+            )
+        return acks
+
+    def _cost_ack_all(self, js) -> tuple[float, float]:
+        from jetspark import AckPolicy, RetentionPolicy
+
+        n, k = self.COST_PENDING, self.COST_OPS
+        busy = self._cost_acks(js, "BUSY", AckPolicy.ALL, RetentionPolicy.LIMITS, n)
+        return busy, self._cost_acks(js, "IDLE", AckPolicy.ALL, RetentionPolicy.LIMITS, k)
+
+    def _cost_interest_acks(self, js) -> tuple[float, float]:
+        from jetspark import AckPolicy, RetentionPolicy
+
+        n, k = self.COST_PENDING, self.COST_OPS
+        busy = self._cost_acks(js, "BUSY", AckPolicy.EXPLICIT, RetentionPolicy.INTEREST, n)
+        return busy, self._cost_acks(js, "IDLE", AckPolicy.EXPLICIT, RetentionPolicy.INTEREST, k)
+
+    def _cost_publish_at_limit(self, js) -> tuple[float, float]:
+        from jetspark import AckPolicy, ConsumerConfig, RetentionPolicy
+
+        n, k = self.COST_PENDING, self.COST_OPS
+        js.add_stream(name="C", subjects=["c.>"], retention=RetentionPolicy.INTEREST, max_msgs=n)
+        js.add_consumer("C", ConsumerConfig(durable_name="d", ack_policy=AckPolicy.EXPLICIT, ack_wait=3600,
+                                            max_ack_pending=-1))  # fmt: skip
+        publish_table(js, message_table(n, "c"), "C", self.sizes.batch_rows)
+
+        def publishes() -> float:
+            t = time.perf_counter()
+            for _ in range(k):
+                js.publish("c.x", b"x" * PAYLOAD_SIZE)
+            return k / (time.perf_counter() - t)
+
+        idle = publishes()  # the oldest go with nothing pending
+        self._cost_fetch_all(js.pull_subscribe("c.>", durable="d", stream="C"), n)
+        busy = publishes()  # each takes a pending delivery along
+        info = js.consumer_info("C", "d")
+        if info.num_ack_pending != n - k or js.stream_info("C").state.messages != n:
+            raise AssertionError(f"{info.num_ack_pending} pending after {k} publishes at the limit")
+        return busy, idle
+
+    def _cost_purge(self, js) -> tuple[float, float]:
+        from jetspark import AckPolicy, ConsumerConfig
+
+        n, p, pm = self.COST_PENDING, self.COST_PURGES, self.COST_PURGE_MSGS
+        js.add_stream(name="C", subjects=["c.>"])
+        publish_table(js, message_table(n + 2 * p * pm, "c"), "C", self.sizes.batch_rows)
+        js.add_consumer("C", ConsumerConfig(durable_name="d", ack_policy=AckPolicy.EXPLICIT, ack_wait=3600,
+                                            max_ack_pending=-1))  # fmt: skip
+
+        def purges() -> float:
+            t = time.perf_counter()
+            for _ in range(p):
+                js.purge_stream("C", seq=js.stream_info("C").state.first_seq + pm)
+            return p / (time.perf_counter() - t)
+
+        idle = purges()
+        self._cost_fetch_all(js.pull_subscribe("c.>", durable="d", stream="C"), n + p * pm)
+        busy = purges()  # each terms the 100 pending deliveries it removes
+        info = js.consumer_info("C", "d")
+        if info.num_ack_pending != n or info.ack_floor.stream_seq != 2 * p * pm:
+            raise AssertionError(f"{info.num_ack_pending} pending, floor {info.ack_floor.stream_seq} after the purges")
+        return busy, idle
+
     def anchor_fetch_ack(self, ack: str) -> list[float]:
         """nats-py durable pull consumer: fetch(batch=1000), then ack every msg (explicit) or the last (all)."""
         from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy
@@ -1080,7 +1238,7 @@ def fresh_open(store: Path, stream: str, msg_id: str) -> dict:
 
 # --------------------------------------------------------------------------- main
 
-SECTIONS = ("1", "2", "3", "4", "5", "6", "7")
+SECTIONS = ("1", "2", "3", "4", "5", "6", "6d", "7")
 
 
 def main(argv=None) -> int:
@@ -1131,6 +1289,7 @@ def main(argv=None) -> int:
             ("4", "read from the middle", bench.row_mid_read),
             ("5", "peak RSS", bench.row_rss),
             ("6", "consumers", bench.row_consumers),
+            ("6d", "consumer operations beside 50,000 pending", bench.row_pending_costs),
             ("7", "bounded growth", bench.row_growth),
         ], only, rows)  # fmt: skip
         header.append(f"- load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
