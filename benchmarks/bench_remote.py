@@ -171,6 +171,7 @@ class Bench:
         self.server = be.NatsServer(base).start()
         self.js = jetspark.connect(self.server.url, timeout=30)
         self.anchor = Anchor(self.server.url)
+        self.server_cpus: list[float] = []  # the server's CPU per message of the write ceilings and rows 2, 2b
 
     def close(self) -> None:
         for closer in (self.anchor.close, self.js.close, self.server.stop):
@@ -178,6 +179,14 @@ class Bench:
                 closer()
             except Exception:
                 traceback.print_exc()
+
+    def server_cpu(self) -> float:
+        """The nats-server process's CPU time so far, in seconds (0 where /proc has none)."""
+        try:
+            fields = Path(f"/proc/{self.server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, AttributeError):
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     # ---- the ceilings --------------------------------------------------------------
 
@@ -277,7 +286,7 @@ class Bench:
             raw.send(b"SUB %s.* 1\r\n" % inbox)
             raw.ping()
             gc.collect()
-            t = time.perf_counter()
+            t, s0 = time.perf_counter(), self.server_cpu()
             sent = got = 0
             while got < n:
                 if sent < n and sent - got <= window - 1000:
@@ -287,6 +296,7 @@ class Bench:
                     continue
                 got += raw.count_some()
             dt = time.perf_counter() - t
+            self.server_cpus.append((self.server_cpu() - s0) / n)
         finally:
             raw.close()
         stored = self.anchor.run(self.anchor.js.stream_info(stream)).state.messages
@@ -493,11 +503,12 @@ class Bench:
         datas = table.column("data").to_pylist()
 
         cpus: list[float] = []  # this process's CPU per message of the last ours() calls
+        srv: list[float] = []  # the server's CPU per message of the last ours() calls
 
         def ours(t, r: int) -> float:
             js.add_stream(name=f"PUB{r}", subjects=["pub.>"])
             gc.collect()
-            t0, c0 = time.perf_counter(), time.process_time()
+            t0, c0, s0 = time.perf_counter(), time.process_time(), self.server_cpu()
             for off in range(0, t.num_rows, s.publish_rows):
                 chunk = t.slice(off, s.publish_rows)
                 ack = js.publish_batch(chunk, stream=f"PUB{r}")
@@ -505,6 +516,7 @@ class Bench:
                     raise AssertionError("publish_batch returned too few seqs")
             dt = time.perf_counter() - t0
             cpus.append((time.process_time() - c0) / t.num_rows)
+            srv.append((self.server_cpu() - s0) / t.num_rows)
             got = js.stream_info(f"PUB{r}").state.messages
             js.delete_stream(f"PUB{r}")
             if got != t.num_rows:
@@ -513,12 +525,15 @@ class Bench:
 
         rows = []
         ceil: list[float] = []
+        srv_ceil: dict[bool, list[float]] = {False: [], True: []}  # the server's CPU per message of the ceilings
         for key, t, ids in (("2", table, False), ("2b", with_ids, True)):
             ours(t.slice(0, 5000), 99)  # warm-up
             cpus.clear()
+            srv.clear()
             mine, anc, ceil_ids = [], [], []
             for r in range(s.publish_reps):
                 (ceil_ids if ids else ceil).append(self.ceiling_write(f"CPUB{r}", "pub.>", subjects, datas, ids=ids))
+                srv_ceil[ids].append(self.server_cpus[-1])
                 mine.append(ours(t, r))
                 anc.append(self.anchor_publish_async(f"APUB{r}", "pub.>", subjects, datas, n, ids))
                 log(
@@ -531,7 +546,8 @@ class Bench:
                 ci = statistics.median(ceil_ids)
                 rows.append(
                     Row("2bc", "ceiling with msg ids: the bare socket sending row 2b's HPUBs (a Nats-Msg-Id each)",
-                        rate(ci), "-", f"{ci / c:.2f} of row 2c's ceiling", "-", "info", spread(ceil_ids),
+                        rate(ci), "-", f"{ci / c:.2f} of row 2c's ceiling; server {_us(srv_ceil[True])}", "-", "info",
+                        spread(ceil_ids),
                         ["as row 2c, each message an HPUB with its Nats-Msg-Id header block: what the server's "
                          "duplicate tracking costs on top of the plain PUBs."])
                 )  # fmt: skip
@@ -540,15 +556,16 @@ class Bench:
             if not ids:
                 rows.append(
                     Row("2c", "ceiling: bare socket sending the PUBs, counting PubAck frames", rate(c), "-",
-                        "1.00 of ceiling", "-", "info", spread(ceil),
+                        f"1.00 of ceiling; server {_us(srv_ceil[False])}", "-", "info", spread(ceil),
                         [f"{n:,} ready-made PUB lines with reply subjects, at most 4,000 unanswered, written 1,000 per "
-                                       "write on a blocking socket; the PubAcks counted, not parsed."])
+                         "write on a blocking socket; the PubAcks counted, not parsed; server CPU/msg: the nats-server "
+                         "process's CPU time over the messages (/proc), median of the repetitions."])
                 )  # fmt: skip
             rows.append(
                 Row(
                     key, name, rate(m), rate(a) + " (publish_async)",
                     f"{m / c:.2f} of ceiling; {m / a:.2f}x anchor" + (f"; {m / ci:.2f} of 2bc" if ids else "")
-                    + f"; {statistics.median(cpus) * 1e6:.2f} µs CPU/msg",
+                    + f"; {statistics.median(cpus) * 1e6:.2f} µs CPU/msg; server {_us(srv)}",
                     target, verdict([(m / a >= 2, "< 2x anchor")]) if not ids else "info",
                     f"jetspark {spread(mine)}; anchor {spread(anc)}",
                     [f"{n:,} msgs per repetition in slices of {s.publish_rows:,} rows, every PubAck awaited, fresh "
@@ -661,6 +678,11 @@ dt, cpu = time.perf_counter() - t, time.process_time() - cpu
 assert rows == n, rows
 print(json.dumps({"hwm_kb": hwm(), "base_kb": base, "rate": n / dt, "cpu_us": cpu / n * 1e6}))
 """
+
+
+def _us(per_msg: list[float]) -> str:
+    """The median of CPU seconds per message, in µs (the server's: "-" where /proc has none)."""
+    return f"{statistics.median(per_msg) * 1e6:.2f} µs CPU/msg" if per_msg and max(per_msg) > 0 else "- CPU/msg"
 
 
 def print_table(rows: list[Row]) -> None:
