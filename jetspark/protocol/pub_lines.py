@@ -361,9 +361,9 @@ def layout(segs: list, m: int) -> Optional[bytes]:
                 spans, index = s[0], s[1] if idx is None else s[1][idx]
                 if w:
                     starts = spans.offsets[index]
-                    first = int(starts[0])
+                    begin = int(starts[0])
                     if (np.diff(starts) == w).all():  # (strings one after the other, as a chunk's payloads: in place)
-                        rows[:, at : at + w] = spans.values[first : first + len(starts) * w].reshape(-1, w)
+                        rows[:, at : at + w] = spans.values[begin : begin + len(starts) * w].reshape(-1, w)
                     else:
                         rows[:, at : at + w] = byte_windows(spans.values, w)[starts].view(np.uint8).reshape(-1, w)
             else:

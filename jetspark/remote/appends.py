@@ -188,10 +188,6 @@ async def _publish_rows(session: Session, batch: PubBatch, acks: _Acks) -> None:
     prefix = inbox_subject.encode() + b"."
     slen = len(prefix)
     inbox = await FrameInbox(public=session.public_path).open(nc, inbox_subject + ".*")
-    # While the PubAcks come, the connection's frames go through protocol.ack_frames, which frames
-    # runs of PubAcks by their shape (and any other frame as before).
-    feed = nc._ps if inbox.fast and isinstance(getattr(nc, "_ps", None), FrameFeed) else None
-    framer = stand_in(feed) if feed is not None else None
     window = session.options.publish_window
     write = raw_writer(nc, public=session.public_path)
     sent = got = 0
@@ -203,6 +199,11 @@ async def _publish_rows(session: Session, batch: PubBatch, acks: _Acks) -> None:
     lo = hi = 0
     upto = np.cumsum(batch.dlen[todo] + batch.hlen[todo])  # (the bytes of rows todo[:k + 1])
     template = None  # the stream's PubAck up to its seq, learnt from the first run (protocol.pubacks)
+    # While the PubAcks come, the connection's frames go through protocol.ack_frames, which frames
+    # runs of PubAcks by their shape and any other frame as before (the reader of fastpath's FrameFeed,
+    # which fastpath.Client puts in place of nats-py's parser, nc._ps).
+    feed = nc._ps if inbox.fast and isinstance(getattr(nc, "_ps", None), FrameFeed) else None
+    framer = stand_in(feed) if feed is not None else None
     try:
         while got < sent or (sent < m and first_error is None and acks.refusal is None):
             # Write as much as the window allows, one protocol write per chunk of rows.
