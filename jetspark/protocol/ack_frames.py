@@ -183,7 +183,8 @@ def _learn(buf: bytes, pos: int) -> tuple[Optional[_Shape], bool]:
     """(the shape of the frame at ``pos`` when it is a whole PubAck of the form ``scan`` frames
     by shape, else None; whether the frame is not whole yet, and one of those if it were)."""
     m = _LINE.match(buf, pos)
-    if m is None or m.end() - pos > _MAX_LINE:
+    if m is None or m.end() - pos > _MAX_LINE or m.end(2) - pos < 8:
+        # (and a row whose last digit is within 8 bytes of the frame's start: _numbers reads a word ending with it)
         return None, m is None and buf.find(b"\r\n", pos) < 0
     end = m.end() + int(m.group(4)) + 2
     if end > len(buf):

@@ -163,6 +163,13 @@ def test_the_reader_gives_a_large_message_to_the_reader_it_stands_in_for():
     assert _messages(*feed.reader.feed(ack[10:])) == [(F.MSG, 1, INBOX + b"1", b"", b"", ack[-24:-2])]
 
 
+def test_a_short_subject_is_framed_as_frames_scan_frames_it():
+    buf = b'MSG a.1 1 22\r\n{"stream":"S","seq":1}\r\nMSG ab.12 1 22\r\n{"stream":"S","seq":2}\r\n'
+    got, end = A.scan(buf, 0, {})
+    want, want_end = F.scan(buf)
+    assert end == want_end == len(buf) and _columns(got) == _columns(want)
+
+
 @pytest.mark.parametrize("bad", [b"MSG a 1 x\r\n", b"NOPE\r\n", b"MSG %s1 1 2\r\n{}\r\nGARBAGE\r\n" % INBOX])
 def test_what_frames_scan_refuses_is_refused(bad):
     with pytest.raises(F.FrameError):
