@@ -20,12 +20,18 @@ gets one PubAck per row) that costs more than the work itself
   ``subscribe_frames`` (a range read's deliveries) reach its handler as
   runs of ``Frames`` of one buffer, without a Python object per message;
   every other frame goes where nats-py's parser sends it.
+- ``BulkTcpTransport``: the connection's reads of up to 1 MiB a call (nats-py's
+  read loop asks for 32 KiB) from a StreamReader that lets as much gather
+  without pausing the socket; ``Client`` connects through it (an override of
+  the private ``Client._connect_to_server``, ``BULK_READS``); nats-py's own
+  clients in the same process keep nats-py's transport.
 
 Each checks, once at import, that nats-py's internals are what it expects
-(``RAW_DELIVERY``, ``RAW_WRITES``); if not, or with ``public=True``, it falls
-back to nats-py's public API (a subscription callback; one ``publish`` per
-row) with the same results.  tests/remote/test_fastpath.py fails loudly when
-a nats-py release changes those internals.
+(``RAW_DELIVERY``, ``RAW_WRITES``, ``FRAME_FEED``, ``BULK_READS``); if not, or
+with ``public=True``, it falls back to nats-py's public API (a subscription
+callback; one ``publish`` per row; nats-py's transport) with the same results.
+tests/remote/test_fastpath.py fails loudly when a nats-py release changes
+those internals.
 
 ``Client`` also keeps each header block as received next to nats-py's parsed
 dict (``RawHeaders``, an override of the private ``_process_headers``), so
@@ -42,11 +48,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import time
 from typing import Any, Awaitable, Callable, Optional
 
 import nats.aio.client as _nats_client
 import numpy as np
 from nats.aio.client import Client as _NATS
+from nats.aio.transport import TcpTransport as _TcpTransport
 from nats.errors import ProtocolError
 from nats.protocol.parser import Parser as _Parser
 
@@ -54,6 +62,8 @@ from jetspark.protocol import frames as F
 from jetspark.protocol import headers as H
 
 __all__ = [
+    "BULK_READS",
+    "BulkTcpTransport",
     "FRAME_FEED",
     "FrameFeed",
     "FrameInbox",
@@ -105,6 +115,82 @@ FRAME_FEED = (
     )
     and isinstance(getattr(_nats_client, "DEFAULT_BUFFER_SIZE", None), int)
 )
+
+
+def _connects_with_tcp_transport() -> bool:
+    try:
+        src = inspect.getsource(_NATS._connect_to_server)
+    except (OSError, TypeError, AttributeError):
+        return False
+    steps = (
+        "s.last_attempt = time.monotonic()",
+        "if not self._transport:",
+        '"ws", "wss"',
+        "TcpTransport()",
+        "await self._transport.connect(",
+        'connect_timeout=self.options["connect_timeout"]',
+    )
+    return all(step in src for step in steps)
+
+
+def _tcp_transport_keeps_streams() -> bool:
+    try:
+        return {"_io_reader", "_io_writer", "_bare_io_reader", "_bare_io_writer"} <= set(vars(_TcpTransport()))
+    except Exception:
+        return False
+
+
+# nats-py's Client._connect_to_server(s) notes the attempt's time, makes a TcpTransport (but for
+# websockets) while self._transport is not connected, and connects it; TcpTransport keeps its asyncio
+# streams in _io_reader/_io_writer (connect_tls replaces them): our Client can take the same steps
+# with its own transport (BulkTcpTransport).
+BULK_READS = (
+    FRAME_FEED
+    and _has_method(_NATS, "_connect_to_server", ["self", "s"])
+    and _connects_with_tcp_transport()
+    and _tcp_transport_keeps_streams()
+    and _has_method(_TcpTransport, "connect_tls", ["self", "uri", "ssl_context", "buffer_size", "connect_timeout"])
+    and _has_method(_TcpTransport, "connect", ["self", "uri", "buffer_size", "connect_timeout"])
+    and _has_method(_TcpTransport, "read", ["self", "buffer_size"])
+)
+# What a read of our Client's connections takes at most, and how much its StreamReader gathers
+# before asyncio pauses the socket (at twice its limit).  nats-py reads 32 KiB a call from a
+# StreamReader limited to 32 KiB, so asyncio pauses and resumes the socket (two epoll calls)
+# for about every socket read of a fast stream, and the read loop turns eight times per read.
+READ_BYTES = 1 << 20
+# What asyncio's socket transport receives at most per recv: a read this long (or longer, when
+# several recvs gathered) likely left more waiting (the FrameFeed keeps it, as below).
+RECV_BYTES = 256 * 1024
+
+
+class BulkTcpTransport(_TcpTransport):
+    """nats-py's TCP transport (plain and TLS alike) with reads of up to ``READ_BYTES`` and a
+    StreamReader that gathers as much without pausing the socket; only our ``Client`` uses it,
+    nats-py's own clients and their read size stay as they are."""
+
+    async def connect(self, uri, buffer_size, connect_timeout):
+        await super().connect(uri, max(buffer_size, READ_BYTES), connect_timeout)
+
+    async def connect_tls(self, uri, ssl_context, buffer_size, connect_timeout) -> None:
+        # (nats-py's own connect_tls, but for the new StreamReader's limit)
+        assert self._io_writer, "BulkTcpTransport.connect must be called first"
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=max(buffer_size, READ_BYTES))
+        protocol = asyncio.StreamReaderProtocol(reader)
+        tls = loop.start_tls(
+            self._io_writer.transport,
+            protocol,
+            ssl_context,
+            server_hostname=uri if isinstance(uri, str) else uri.hostname,
+        )
+        transport = await asyncio.wait_for(tls, connect_timeout)
+        assert transport is not None  # (start_tls returns None only on a closed loop)
+        self._io_reader, self._io_writer = reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+    async def read(self, buffer_size: int) -> bytes:
+        return await super().read(max(buffer_size, READ_BYTES))
+
+
 # A read this long (nats-py's read size) likely left more waiting: it is kept and framed with
 # what follows, up to this much, so each framing pass covers many frames (a pass costs a fixed
 # ~0.3 ms of array calls: over 256 KiB, one socket read's worth, that is a third of the framing).
@@ -140,6 +226,9 @@ class FrameFeed:
         self._seen = 0  # the bytes kept at the last of those turns
         self._lock: Optional[asyncio.Lock] = None
         self._failed: Optional[BaseException] = None
+        # A read this long is "full" (more likely waiting): nats-py's read size, or with our
+        # transport, one socket read's worth (Client sets it when it connects).
+        self.full = _nats_client.DEFAULT_BUFFER_SIZE
 
     def reset(self) -> None:
         self.reader.reset()
@@ -151,7 +240,7 @@ class FrameFeed:
             raise exc
         self._stash.append(data)
         self._stashed += len(data)
-        if len(data) >= _nats_client.DEFAULT_BUFFER_SIZE and self._stashed < STASH_BYTES:
+        if len(data) >= self.full and self._stashed < STASH_BYTES:
             if not self._kicked:
                 self._kicked = True
                 self._idle, self._seen = 0, 0
@@ -255,6 +344,25 @@ class Client(_NATS):
         self._raw_handlers: dict[int, RawHandler] = {}
         if FRAME_FEED:
             self._ps = FrameFeed(self)  # type: ignore[assignment]  # (it stands in for nats-py's Parser)
+
+    if BULK_READS:
+
+        async def _connect_to_server(self, s):
+            if s.uri.scheme in ("nats", "tls") and (
+                not self._transport or isinstance(self._transport, BulkTcpTransport)
+            ):
+                # nats-py's own steps for these schemes, with our transport: nats-py makes a new
+                # TcpTransport whenever the one it has is not connected (a fresh one is not), so it
+                # cannot be handed ours beforehand.  TLS comes later, on the same transport.
+                s.last_attempt = time.monotonic()
+                if not self._transport:
+                    self._transport = BulkTcpTransport()
+                await self._transport.connect(s.uri, READ_BYTES, self.options["connect_timeout"])
+            else:
+                await super()._connect_to_server(s)
+            if isinstance(self._ps, FrameFeed):
+                bulk = isinstance(self._transport, BulkTcpTransport)
+                self._ps.full = RECV_BYTES if bulk else _nats_client.DEFAULT_BUFFER_SIZE
 
     if RAW_DELIVERY:
 

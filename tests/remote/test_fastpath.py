@@ -297,3 +297,203 @@ def test_the_feed_gathers_full_reads_that_come_a_loop_turn_apart_into_one_framin
     assert before_short == []
     assert passes == [len(data)]
     assert events == nats_py_events(reads)
+
+
+def test_the_nats_py_internals_the_bulk_transport_relies_on_are_still_there():
+    """fastpath.BulkTcpTransport stands in for nats-py's TcpTransport on our Client's connections:
+    this fails loudly when a nats-py release changes how a connection makes its transport or what
+    the transport keeps (reads would silently go back to 32 KiB a call)."""
+    from nats.aio.transport import TcpTransport
+
+    src = inspect.getsource(NATS._connect_to_server)
+    assert list(inspect.signature(NATS._connect_to_server).parameters) == ["self", "s"]
+    steps = ["s.last_attempt = time.monotonic()", "if not self._transport:", "TcpTransport()"]
+    steps += ["await self._transport.connect(", 'connect_timeout=self.options["connect_timeout"]']
+    assert all(step in src for step in steps), (
+        "nats-py's Client._connect_to_server makes its transport differently: fastpath.BulkTcpTransport needs a look"
+    )
+    assert {"_io_reader", "_io_writer"} <= set(vars(TcpTransport())), (
+        "nats-py's TcpTransport keeps its streams elsewhere"
+    )
+    for method, params in {
+        "connect": ["self", "uri", "buffer_size", "connect_timeout"],
+        "connect_tls": ["self", "uri", "ssl_context", "buffer_size", "connect_timeout"],
+        "read": ["self", "buffer_size"],
+    }.items():
+        assert list(inspect.signature(getattr(TcpTransport, method)).parameters) == params, f"TcpTransport.{method}"
+    assert fastpath.BULK_READS
+
+
+def test_the_bulk_transport_reads_up_to_a_mebibyte_without_pausing_the_socket_unlike_nats_py_s():
+    """1.5 MiB waiting in the connection's StreamReader: the bulk transport hands it over in two
+    reads with the socket still read from; nats-py's own transport (which its clients keep) in
+    32 KiB reads, the socket paused meanwhile.  Both give back exactly the bytes received."""
+    from urllib.parse import urlparse
+
+    import nats.aio.client as nats_client
+    from nats.aio.transport import TcpTransport
+
+    size = nats_client.DEFAULT_BUFFER_SIZE
+    data = bytes(range(256)) * (6 * 1024)
+
+    async def scenario():
+        peers = []
+        server = await asyncio.start_server(lambda r, w: peers.append(w), "127.0.0.1", 0)
+        uri = urlparse("nats://127.0.0.1:%d" % server.sockets[0].getsockname()[1])
+        out = {}
+        for cls in (fastpath.BulkTcpTransport, TcpTransport):
+            t = cls()
+            await t.connect(uri, size, 5)
+            t._io_reader.feed_data(data)
+            reading = t._io_writer.transport.is_reading()
+            reads = []
+            while sum(map(len, reads)) < len(data):
+                reads.append(await t.read(size))
+            out[cls] = (reading, [len(r) for r in reads], b"".join(reads) == data)
+            t.close()
+            await t.wait_closed()
+        for w in peers:
+            w.close()
+        server.close()
+        await server.wait_closed()
+        return out
+
+    out = asyncio.run(scenario())
+    assert out[fastpath.BulkTcpTransport] == (True, [fastpath.READ_BYTES, len(data) - fastpath.READ_BYTES], True)
+    assert out[TcpTransport] == (False, [size] * (len(data) // size), True)
+    assert nats_client.DEFAULT_BUFFER_SIZE == size  # (nothing changed nats-py's module for other clients)
+
+
+def test_a_nats_py_client_in_the_same_process_keeps_its_own_transport_and_parser(js, server, name):
+    """Our connection reads through the bulk transport and the frame feed; a user's own nats-py
+    client beside it in the same process and event loop keeps nats-py's transport, parser and
+    read size, and both exchange large payloads intact either way."""
+    import nats
+    import nats.aio.client as nats_client
+    from nats.aio.transport import TcpTransport
+    from nats.protocol.parser import Parser
+
+    subject = f"mixed.{name()}"
+    payloads = [bytes([i]) * (600_000 + i) for i in range(3)]
+
+    async def exchange(sender, receiver):
+        got = []
+        done = asyncio.Event()
+
+        async def cb(msg):
+            got.append(msg.data)
+            if len(got) == len(payloads):
+                done.set()
+
+        sub = await receiver.subscribe(subject, cb=cb)
+        await receiver.flush()
+        for p in payloads:
+            await sender.publish(subject, p)
+        await sender.flush()
+        await asyncio.wait_for(done.wait(), 20)
+        await sub.unsubscribe()
+        return got
+
+    async def scenario():
+        ours = await js._session.ready()
+        theirs = await nats.connect(server.url)
+        try:
+            kinds = (type(ours._transport), type(ours._ps), ours._ps.full, type(theirs._transport), type(theirs._ps))
+            return kinds, await exchange(ours, theirs), await exchange(theirs, ours)
+        finally:
+            await theirs.close()
+
+    kinds, to_theirs, to_ours = _run(js, scenario())
+    assert kinds == (fastpath.BulkTcpTransport, fastpath.FrameFeed, fastpath.RECV_BYTES, TcpTransport, Parser)
+    assert to_theirs == to_ours == payloads
+    assert nats_client.DEFAULT_BUFFER_SIZE == 32768  # nats-py's own read size, as it ships
+
+
+def test_range_reads_over_tls_go_through_the_bulk_transport(start_server, tmp_path, name):
+    """A TLS connection reads through the bulk transport too (its StreamReader made anew after the
+    handshake): a range read of ~4 MiB over TLS gives the same table as the public path."""
+    import subprocess
+
+    import jetspark
+
+    def ossl(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp_path)
+
+    ossl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=ca",
+    )
+    ossl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "s.key", "-out", "s.csr", "-subj", "/CN=localhost")
+    (tmp_path / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    ossl(
+        "x509",
+        "-req",
+        "-in",
+        "s.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "s.pem",
+        "-extfile",
+        "san.cnf",
+    )
+    srv = start_server("--tls", "--tlscert", str(tmp_path / "s.pem"), "--tlskey", str(tmp_path / "s.key"))
+    with jetspark.connect(srv.url, tls_ca=str(tmp_path / "ca.pem"), timeout=5) as js:
+        s = name()
+        js.add_stream(name=s, subjects=[f"{s}.>"])
+        rows = pa.table(
+            {"subject": [f"{s}.{i % 3}" for i in range(4000)], "data": [b"%04d" % i * 250 for i in range(4000)]}
+        )
+        js.publish_batch(rows, stream=s)
+
+        async def transport():
+            nc = await js._session.ready()
+            t = nc._transport
+            return type(t), t._io_reader is not t._bare_io_reader, nc._ps.full
+
+        assert _run(js, transport()) == (fastpath.BulkTcpTransport, True, fastpath.RECV_BYTES)
+        fast = pa.Table.from_batches(list(js.read_batches(s, 1, 4000, batch_size=1000)))
+        js._session.public_path = True
+        public = pa.Table.from_batches(list(js.read_batches(s, 1, 4000, batch_size=1000)))
+    assert fast.equals(public)
+    assert fast.column("data").to_pylist() == rows.column("data").to_pylist()
+
+
+def test_after_a_server_restart_the_connection_reads_through_the_bulk_transport_again(start_server, name):
+    """nats-py reconnects on the transport it has: ours connects anew (a new StreamReader) and a
+    range read of ~2 MiB after the restart gives every message."""
+    import jetspark
+
+    srv = start_server()
+    with jetspark.connect(srv.url, timeout=1, reconnect_time_wait=0.2) as js:
+        s = name()
+        js.add_stream(name=s, subjects=[f"{s}.>"])
+
+        async def transport():
+            nc = await js._session.ready()
+            return nc._transport, nc._transport._io_reader, nc._ps.full
+
+        t, reader, _ = _run(js, transport())
+        srv.kill()
+        srv.start()  # same port, same store: the next call waits for the reconnect
+        rows = pa.table({"subject": [f"{s}.x"] * 2000, "data": [b"%05d" % i * 200 for i in range(2000)]})
+        js.publish_batch(rows, stream=s)
+        t2, reader2, full = _run(js, transport())
+        got = pa.Table.from_batches(list(js.read_batches(s, 1, 2000, batch_size=500)))
+    assert type(t) is fastpath.BulkTcpTransport and t2 is t and reader2 is not reader
+    assert full == fastpath.RECV_BYTES
+    assert got.column("data").to_pylist() == rows.column("data").to_pylist()
