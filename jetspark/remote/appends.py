@@ -35,7 +35,7 @@ from jetspark.protocol.ack_frames import stand_down, stand_in
 from jetspark.protocol.pub_lines import PubBatch, join_rows
 from jetspark.protocol.pubacks import read_pubacks
 from jetspark.remote import jsapi
-from jetspark.remote.fastpath import FrameFeed, FrameInbox, raw_writer, status_of
+from jetspark.remote.fastpath import FrameInbox, frame_feed, raw_writer, status_of
 from jetspark.remote.reads import from_numpy
 from jetspark.remote.retry import TRANSIENT_ERR_CODES, Retrier
 from jetspark.remote.session import PROGRESS, Session
@@ -201,8 +201,8 @@ async def _publish_rows(session: Session, batch: PubBatch, acks: _Acks) -> None:
     template = None  # the stream's PubAck up to its seq, learnt from the first run (protocol.pubacks)
     # While the PubAcks come, the connection's frames go through protocol.ack_frames, which frames
     # runs of PubAcks by their shape and any other frame as before (the reader of fastpath's FrameFeed,
-    # which fastpath.Client puts in place of nats-py's parser, nc._ps).
-    feed = nc._ps if inbox.fast and isinstance(getattr(nc, "_ps", None), FrameFeed) else None
+    # which fastpath.Client puts in place of nats-py's parser).
+    feed = frame_feed(nc) if inbox.fast else None
     framer = stand_in(feed) if feed is not None else None
     try:
         while got < sent or (sent < m and first_error is None and acks.refusal is None):

@@ -72,6 +72,7 @@ __all__ = [
     "Client",
     "RawHeaders",
     "RawInbox",
+    "frame_feed",
     "raw_header_block",
     "raw_writer",
     "status_of",
@@ -479,6 +480,14 @@ def raw_header_block(hdrs) -> Optional[bytes]:
         head = f"NATS/1.0 {status} {hdrs.get('Description') or ''}".rstrip().encode() + b"\r\n"
         return head + (H.encode(rest)[10:] if rest else b"\r\n")
     return H.encode(rest)
+
+
+def frame_feed(nc) -> Optional[FrameFeed]:
+    """The ``FrameFeed`` our ``Client`` puts in place of nats-py's parser (its private ``_ps``),
+    or None on a connection without one (nats-py's own client, or ``FRAME_FEED`` off):
+    tests/remote/test_fastpath.py checks both."""
+    feed = getattr(nc, "_ps", None)
+    return feed if isinstance(feed, FrameFeed) else None
 
 
 def subscription_consumer(psub) -> Optional[str]:

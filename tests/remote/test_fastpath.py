@@ -399,12 +399,15 @@ def test_a_nats_py_client_in_the_same_process_keeps_its_own_transport_and_parser
         theirs = await nats.connect(server.url)
         try:
             kinds = (type(ours._transport), type(ours._ps), ours._ps.full, type(theirs._transport), type(theirs._ps))
-            return kinds, await exchange(ours, theirs), await exchange(theirs, ours)
+            feeds = (fastpath.frame_feed(ours) is ours._ps, fastpath.frame_feed(theirs))
+            return kinds, feeds, await exchange(ours, theirs), await exchange(theirs, ours)
         finally:
             await theirs.close()
 
-    kinds, to_theirs, to_ours = _run(js, scenario())
+    kinds, feeds, to_theirs, to_ours = _run(js, scenario())
     assert kinds == (fastpath.BulkTcpTransport, fastpath.FrameFeed, fastpath.RECV_BYTES, TcpTransport, Parser)
+    # publish_batch's PubAck framer stands in only where our frame feed is (fastpath.frame_feed).
+    assert feeds == (True, None)
     assert to_theirs == to_ours == payloads
     assert nats_client.DEFAULT_BUFFER_SIZE == 32768  # nats-py's own read size, as it ships
 
