@@ -27,6 +27,8 @@ LONGEST = (
     "tests/connector/test_options.py",
     "tests/connector/test_cluster_streaming.py",
     "tests/test_examples.py",
+    "tests/cluster/test_consumer_pause.py",
+    "tests/connector/test_sink_blank_ids.py",
 )
 
 
