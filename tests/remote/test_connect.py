@@ -16,6 +16,7 @@ from jetspark.connect_options import redact_url, split_servers
 from jetspark.engine.handle import JetStream
 from jetspark.errors import AuthenticationError, ClosedError, ServerConnectionError
 from jetspark.remote import ConnectOptions, NatsJetStream
+from tests.remote.tls_certs import make_certs
 from tests.servers import free_port
 
 pytestmark = pytest.mark.server
@@ -149,46 +150,7 @@ def test_token_auth(start_server):
 
 
 def test_tls_with_a_ca_and_a_client_certificate(start_server, tmp_path):
-    def ossl(*args):
-        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp_path)
-
-    ossl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=jetspark test CA",
-    )
-    (tmp_path / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for who in ("server", "client"):
-        ossl(
-            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{who}.key", "-out", f"{who}.csr", "-subj", f"/CN={who}"
-        )
-        ossl(
-            "x509",
-            "-req",
-            "-in",
-            f"{who}.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            f"{who}.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "san.cnf",
-        )
+    make_certs(tmp_path, "server", "client")
     p = lambda f: str(tmp_path / f)  # noqa: E731
     s = start_server(
         "--tlsverify", "--tlscert", p("server.pem"), "--tlskey", p("server.key"), "--tlscacert", p("ca.pem")

@@ -16,6 +16,7 @@ from nats.aio.client import Client as NATS
 
 from jetspark.api import AckPolicy
 from jetspark.remote import fastpath
+from tests.remote.tls_certs import make_certs
 
 EXPECTED = {
     "_process_msg": ["self", "sid", "subject", "reply", "data", "headers"],
@@ -415,46 +416,10 @@ def test_a_nats_py_client_in_the_same_process_keeps_its_own_transport_and_parser
 def test_range_reads_over_tls_go_through_the_bulk_transport(start_server, tmp_path, name):
     """A TLS connection reads through the bulk transport too (its StreamReader made anew after the
     handshake): a range read of ~4 MiB over TLS gives the same table as the public path."""
-    import subprocess
-
     import jetspark
 
-    def ossl(*args):
-        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp_path)
-
-    ossl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=ca",
-    )
-    ossl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "s.key", "-out", "s.csr", "-subj", "/CN=localhost")
-    (tmp_path / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    ossl(
-        "x509",
-        "-req",
-        "-in",
-        "s.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "s.pem",
-        "-extfile",
-        "san.cnf",
-    )
-    srv = start_server("--tls", "--tlscert", str(tmp_path / "s.pem"), "--tlskey", str(tmp_path / "s.key"))
+    make_certs(tmp_path, "server")
+    srv = start_server("--tls", "--tlscert", str(tmp_path / "server.pem"), "--tlskey", str(tmp_path / "server.key"))
     with jetspark.connect(srv.url, tls_ca=str(tmp_path / "ca.pem"), timeout=5) as js:
         s = name()
         js.add_stream(name=s, subjects=[f"{s}.>"])
