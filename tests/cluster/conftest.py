@@ -13,6 +13,13 @@ from tests.oracle import OracleJS
 TIMEOUT = 15.0
 
 
+def delete_stream_if_there(cluster, name: str) -> None:
+    """A test's teardown: its stream deleted from the cluster when it is still there."""
+    with jetspark.connect(cluster.url, timeout=TIMEOUT) as js:
+        if name in js.stream_names():
+            js.delete_stream(name)
+
+
 @pytest.fixture
 def js(cluster):
     handle = jetspark.connect(cluster.url, timeout=TIMEOUT)

@@ -22,7 +22,7 @@ import pytest
 import jetspark
 from jetspark import AckPolicy
 from jetspark.errors import FetchTimeoutError
-from tests.cluster.conftest import TIMEOUT
+from tests.cluster.conftest import TIMEOUT, delete_stream_if_there
 
 pytestmark = pytest.mark.cluster
 
@@ -47,9 +47,7 @@ def stream(cluster):
     try:
         yield
     finally:
-        with jetspark.connect(cluster.url, timeout=TIMEOUT) as js:
-            if S in js.stream_names():
-                js.delete_stream(S)
+        delete_stream_if_there(cluster, S)
 
 
 class Advisories:

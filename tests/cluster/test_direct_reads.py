@@ -11,7 +11,7 @@ import pytest
 import jetspark
 from jetspark import AckPolicy, RetentionPolicy
 from jetspark.remote import direct
-from tests.cluster.conftest import TIMEOUT
+from tests.cluster.conftest import TIMEOUT, delete_stream_if_there
 
 pytestmark = pytest.mark.cluster
 
@@ -38,9 +38,7 @@ def stream(cluster, monkeypatch):
     try:
         yield
     finally:
-        with jetspark.connect(cluster.url, timeout=TIMEOUT) as js:
-            if S in js.stream_names():
-                js.delete_stream(S)
+        delete_stream_if_there(cluster, S)
 
 
 def read(js, *args, **kw) -> list[tuple[int, str, bytes]]:

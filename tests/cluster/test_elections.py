@@ -14,7 +14,7 @@ import pytest
 import jetspark
 from jetspark import AckPolicy
 from jetspark.errors import NoHeartbeatError, RequestTimeoutError
-from tests.cluster.conftest import TIMEOUT
+from tests.cluster.conftest import TIMEOUT, delete_stream_if_there
 from tests.oracle import stored
 from tests.servers import NatsCluster
 
@@ -44,9 +44,7 @@ def stream(cluster):
     try:
         yield
     finally:
-        with jetspark.connect(cluster.url, timeout=TIMEOUT) as js:
-            if S in js.stream_names():
-                js.delete_stream(S)
+        delete_stream_if_there(cluster, S)
 
 
 def expected(lo: int, hi: int) -> list:
@@ -133,9 +131,7 @@ def restart_without_the_stream(cluster, leader: int) -> None:
     """Delete S, then restart the killed node: catching up a replica cut off mid-batch was
     seen to stall for minutes under load (its monitoring silent), and the tests that use
     this are about the publishes (tests/cluster/test_node_loss.py restarts nodes)."""
-    with jetspark.connect(cluster.url, timeout=TIMEOUT) as js:
-        if S in js.stream_names():
-            js.delete_stream(S)
+    delete_stream_if_there(cluster, S)
     cluster.restart(leader)
 
 

@@ -16,7 +16,7 @@ import pytest
 
 import jetspark
 from jetspark import AckPolicy
-from tests.cluster.conftest import TIMEOUT
+from tests.cluster.conftest import TIMEOUT, delete_stream_if_there
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -49,9 +49,7 @@ def stream(cluster):
         for i in range(cluster.size):
             cluster.thaw(i)
         cluster.wait_ready()
-        with jetspark.connect(cluster.url, timeout=TIMEOUT) as js:
-            if S in js.stream_names():
-                js.delete_stream(S)
+        delete_stream_if_there(cluster, S)
 
 
 class Worker(threading.Thread):

@@ -15,7 +15,7 @@ import pytest
 
 import jetspark
 from jetspark import AckPolicy, RetentionPolicy
-from tests.cluster.conftest import TIMEOUT
+from tests.cluster.conftest import TIMEOUT, delete_stream_if_there
 
 pytestmark = pytest.mark.cluster
 
@@ -54,9 +54,7 @@ def stream(cluster, request):
         leaders = {cluster.stream_leader(S), cluster.leader()}
         yield next(i for i in range(cluster.size) if i not in leaders), request.param
     finally:
-        with jetspark.connect(cluster.url, timeout=TIMEOUT) as js:
-            if S in js.stream_names():
-                js.delete_stream(S)
+        delete_stream_if_there(cluster, S)
 
 
 def append_more(js) -> None:
