@@ -8,7 +8,6 @@ No server: pure functions on bytes."""
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -20,6 +19,7 @@ from jetspark.errors import JetSparkError
 from jetspark.protocol import frames as F
 from jetspark.remote import direct, wire
 from jetspark.remote.direct_frames import copy_out, reply_fields
+from tests.remote.test_direct import _stamp
 
 INBOX = "_INBOX.abc"
 
@@ -31,11 +31,7 @@ subjects = st.lists(st.text(_SUBJECT_CHARS, min_size=1, max_size=8), min_size=1,
 @st.composite
 def stamps(draw) -> str:
     """The server's form of a time: 0 to 9 fraction digits, trailing zeros trimmed."""
-    ns = draw(st.integers(0, (1 << 62)))
-    digits = draw(st.integers(0, 9))
-    base = dt.datetime.fromtimestamp(ns // 10**9, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
-    frac = str(ns % 10**9).rjust(9, "0")[:digits].rstrip("0")
-    return f"{base}.{frac}Z" if frac else f"{base}Z"
+    return _stamp(draw(st.integers(0, (1 << 62))), draw(st.integers(0, 9)))
 
 
 # Headers of the message's own (names the server does not write: nats-py's dict keeps one value a name).
