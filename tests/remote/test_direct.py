@@ -400,6 +400,14 @@ def _status_reply(inbox: str, status: bytes, lines: bytes) -> bytes:
     return b"HMSG %s.7 1 %d %d\r\n%s\r\n" % (inbox.encode(), len(block), len(block), block)
 
 
+def _window_fields(inbox: str, stream: str, pieces: list[bytes]):
+    """A window's answers framed whole by ``scan`` and read by ``reply_fields``: (buf, frames, fields)."""
+    buf = b"".join(pieces)
+    f, end = F.scan(buf)
+    assert end == len(buf) and len(f) == len(pieces)
+    return buf, f, reply_fields(buf, f, stream, len(inbox) + 1)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(st.one_of(message_st, st.sampled_from([b"204 EOB", b"404 Message Not Found"])), max_size=30),
@@ -416,10 +424,7 @@ def test_reply_fields_agree_with_a_one_by_one_reading(items, stream):
             frame, w = _reply(inbox, stream, item)
             pieces.append(frame)
             want.append(w)
-    buf = b"".join(pieces)
-    f, end = F.scan(buf)
-    assert end == len(buf) and len(f) == len(items)
-    d = reply_fields(buf, f, stream, len(inbox) + 1)
+    buf, f, d = _window_fields(inbox, stream, pieces)
     for i, w in enumerate(want):
         if w is None:
             assert d.status[i] and d.req[i] == 7
@@ -517,10 +522,7 @@ def test_reply_fields_of_consecutive_sequences_agree_with_a_one_by_one_reading(f
         pieces.append(frame)
         want.append(w)
         seq += 1
-    buf = b"".join(pieces)
-    f, end = F.scan(buf)
-    assert end == len(buf) and len(f) == len(items)
-    d = reply_fields(buf, f, stream, len(inbox) + 1)
+    buf, f, d = _window_fields(inbox, stream, pieces)
     for i, w in enumerate(want):
         if w is None:
             assert d.status[i] and d.req[i] == 7
