@@ -115,10 +115,10 @@ def test_after_a_restart_both_keep_the_sequences_counts_and_config_and_only_the_
 
 
 def test_a_sigkilled_server_may_lose_acked_acks_and_deliveries_but_redelivers_them(own_server):
-    """nats-server writes a consumer's state behind its acks: a SIGKILL right after ack_sync
-    answered can lose those acks (and deliveries); what it loses it delivers again, and the
-    stream keeps every message.  (Seen on v2.15.1: ack_floor back to 0, every fetched message
-    pending an ack again; once even ``delivered`` back to 1.)  Contrast the engine's test below."""
+    """A SIGKILL of nats-server right after ack_sync answered can lose those acks (and
+    deliveries); what it loses it delivers again, and the stream keeps every message.  (Seen on
+    v2.15.1: ack_floor back to 0, every fetched message pending an ack again; once even
+    ``delivered`` back to 1.)  Contrast the engine's test below."""
     js = OracleJS(own_server.url)
     before = _durable_with_acks(js)
     js.close()
@@ -128,8 +128,12 @@ def test_a_sigkilled_server_may_lose_acked_acks_and_deliveries_but_redelivers_th
     try:
         after = js.consumer_info("S", "D")
         assert js.stream_info("S").state.messages == MESSAGES
+        # The deliveries it no longer counts come at the next fetch (the ones still pending an
+        # ack come again after their ack_wait, as any unacked delivery does).
+        again = js.pull_subscribe_bind(stream="S", durable="D").fetch(MESSAGES, timeout=5)
     finally:
         js.close()
+    assert [m.metadata.sequence.stream for m in again] == list(range(after.delivered.stream_seq + 1, MESSAGES + 1))
 
     assert after.delivered.last_active is None and after.ack_floor.last_active is None
     assert after.config == before.config
