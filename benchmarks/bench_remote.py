@@ -407,9 +407,8 @@ class Bench:
                 rate(ci), "-", f"{ci / c:.2f} of row 1c's ceiling", "-", "info",
                 f"{spread([x[0] for x in ceil_i])}; {cpu_ci:.2f} us CPU/msg",
                 [f"the same {n:,} messages in an interest-retention stream beside a durable that keeps them: the "
-                 "server delivers them more slowly (with no acks, each delivery is also its check of whether the "
-                 "message may go), to the bare socket as to row 1i's reader. What one Python process can receive "
-                 "of an interest stream at all."]),
+                 "server delivers them more slowly, to the bare socket as to row 1i's reader. What one Python "
+                 "process can receive of an interest stream at all."]),
             Row("1i", f"range read of an interest stream: js.read_batches(stream, 1, {n:,})", rate(mi), "-",
                 f"{mi / ci:.2f} of 1ic ({per_rep_i:.2f} per run); {mi / c:.2f} of 1c",
                 ">= 0.5 of its ceiling (1ic); CPU <= 1 us/msg",
